@@ -1,0 +1,1 @@
+"""Broker request handlers, one module per request family."""

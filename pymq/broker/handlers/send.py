@@ -1,0 +1,126 @@
+"""SEND_MESSAGE and SEND_BATCH_MESSAGE: validate, store, answer with where the messages went.
+
+The request body is one or more encoded records (see :mod:`pymq.protocol.record`); they
+are stored as they are. Response ext: ``queueId``, ``queueOffset`` (of the first message),
+``commitLogOffsets`` (one per message) and, if some messages were refused, ``statuses``.
+With SYNC_FLUSH the answer waits for a disk sync covering the messages (group commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import TYPE_CHECKING
+
+from pymq.broker.store.results import PutResult, PutStatus
+from pymq.broker.topics import validate_topic_name
+from pymq.config import FlushDiskType
+from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.frame import Command
+from pymq.protocol.headers import get_int, get_str
+from pymq.protocol.route import perm_writable
+from pymq.transport.dispatch import Handler, HandlerResult
+
+if TYPE_CHECKING:
+    from pymq.broker.app import BrokerApp
+    from pymq.transport.connection import Connection
+
+PUT_STATUS_TO_CODE = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.OS_PAGE_CACHE_BUSY: ResponseCode.SYSTEM_BUSY,
+    PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+}
+
+
+class SendHandlers:
+    def __init__(self, app: BrokerApp) -> None:
+        self.app = app
+        self.sync_flush = app.config.store.flush_disk_type == FlushDiskType.SYNC_FLUSH
+        self.flush_timeout = app.config.store.sync_flush_timeout_ms / 1000
+
+    def table(self) -> dict[int, Handler]:
+        return {RequestCode.SEND_MESSAGE: self.send, RequestCode.SEND_BATCH_MESSAGE: self.send}
+
+    def check_topic(self, cmd: Command) -> tuple[str, int] | Command:
+        """The (topic, queue id) to store into, or an error response."""
+        app = self.app
+        if app.is_slave:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "broker is a slave and cannot accept messages")
+        ext = cmd.ext
+        topic = get_str(ext, "topic")
+        queue_id = get_int(ext, "queueId", -1)
+        tc = app.topics.get(topic)
+        if tc is None:
+            validate_topic_name(topic, app.config.store.max_topic_length)
+            tc = app.topics.auto_create_for_send(topic)
+            if tc is None:
+                return cmd.response(
+                    ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {app.address}, create it first"
+                )
+        if not perm_writable(tc.perm):
+            return cmd.response(ResponseCode.NO_PERMISSION, f"topic[{topic}] is not writable on {app.address}")
+        if queue_id < 0:
+            queue_id = random.randrange(tc.writeQueueNums)
+        elif queue_id >= tc.writeQueueNums:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR, f"queueId {queue_id} out of range (topic {topic} has {tc.writeQueueNums})"
+            )
+        return topic, queue_id
+
+    def send(self, cmd: Command, conn: Connection) -> HandlerResult:
+        checked = self.check_topic(cmd)
+        if isinstance(checked, Command):
+            return checked
+        topic, queue_id = checked
+        results = self.app.store.put_messages(topic, queue_id, cmd.body)
+        resp = self.build_response(cmd, queue_id, results)
+        self.app.stats.record_put(topic, results)
+        if self.sync_flush and resp.code == ResponseCode.SUCCESS:
+            end = max(r.physical_offset + r.size for r in results)
+            return self._await_flush(resp, end)
+        return resp
+
+    @staticmethod
+    def build_response(cmd: Command, queue_id: int, results: list[PutResult]) -> Command:
+        ok = PutStatus.PUT_OK
+        first_fail = next((r for r in results if r.status != ok), None)
+        ext = {
+            "queueId": results[0].queue_id if results and results[0].status == ok else queue_id,
+            "queueOffset": next((r.queue_offset for r in results if r.status == ok), -1),
+            "commitLogOffsets": [r.physical_offset for r in results],
+        }
+        if first_fail is None:
+            return cmd.response(ResponseCode.SUCCESS, ext=ext)
+        ext["statuses"] = [int(r.status) for r in results]
+        stored = sum(1 for r in results if r.status == ok)
+        remark = f"{stored}/{len(results)} stored; {first_fail.status.name}: {first_fail.reason}"
+        return cmd.response(PUT_STATUS_TO_CODE.get(first_fail.status, ResponseCode.SYSTEM_ERROR), remark, ext)
+
+    async def _await_flush(self, resp: Command, end: int) -> Command:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[bool] = loop.create_future()
+
+        def done(ok: bool) -> None:
+            loop.call_soon_threadsafe(_resolve, fut, ok)
+
+        self.app.store.request_flush(end, done)
+        try:
+            ok = await asyncio.wait_for(fut, self.flush_timeout)
+        except (asyncio.TimeoutError, TimeoutError):
+            ok = False
+        if not ok:
+            resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
+            resp.remark = f"stored, but the disk flush did not finish within {self.flush_timeout:.1f}s"
+        return resp
+
+
+def _resolve(fut: asyncio.Future[bool], ok: bool) -> None:
+    if not fut.done():
+        fut.set_result(ok)

@@ -1,0 +1,92 @@
+"""CONSUMER_SEND_MSG_BACK: a consumer failed a message; schedule a retry or dead-letter it.
+
+The message is reloaded by its commitlog offset and re-stored in ``%RETRY%<group>`` with
+``reconsumeTimes + 1`` and delay level ``3 + reconsumeTimes`` (10 s, 30 s, 1 m … 2 h) unless
+the consumer asked for a level, or in ``%DLQ%<group>`` once it has been retried
+``maxReconsumeTimes`` times (the consumer's value, else the group's ``retryMaxTimes``) or
+when the consumer asks for it with a negative level.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from pymq.broker.handlers.send import PUT_STATUS_TO_CODE
+from pymq.broker.store.results import PutStatus
+from pymq.broker.topics import dlq_topic, retry_topic
+from pymq.logs import get_logger
+from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.frame import Command
+from pymq.protocol.headers import get_int, get_str
+from pymq.protocol.message import Prop
+from pymq.protocol.record import decode_properties, encode_properties, encode_record, parse_record
+from pymq.protocol.route import PERM_READ_WRITE
+from pymq.transport.dispatch import Handler
+
+if TYPE_CHECKING:
+    from pymq.broker.app import BrokerApp
+    from pymq.transport.connection import Connection
+
+log = get_logger("broker.sendback")
+
+
+class SendBackHandlers:
+    def __init__(self, app: BrokerApp) -> None:
+        self.app = app
+
+    def table(self) -> dict[int, Handler]:
+        return {RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back}
+
+    def send_back(self, cmd: Command, conn: Connection) -> Command:
+        app = self.app
+        if app.is_slave:
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "send back goes to the master")
+        ext = cmd.ext
+        group = get_str(ext, "group")
+        offset = get_int(ext, "offset")
+        delay_level = get_int(ext, "delayLevel", 0)
+        sg = app.subscription_groups.get(group)
+        if sg is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group} does not exist")
+        rec = app.store.read_record(offset)  # type: ignore[union-attr]
+        if rec is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"no message at commitlog offset {offset}")
+        r = parse_record(rec)
+        props = decode_properties(r.properties)
+        original_topic = props.get(Prop.RETRY_TOPIC) or r.topic.decode()
+        props[Prop.RETRY_TOPIC] = original_topic
+        origin_id = get_str(ext, "originMsgId", "") or props.get(Prop.UNIQ_KEY, "")
+        if origin_id:
+            props.setdefault(Prop.ORIGIN_MESSAGE_ID, origin_id)
+        max_times = get_int(ext, "maxReconsumeTimes", -1)
+        if max_times < 0:
+            max_times = sg.retryMaxTimes
+        props.pop(Prop.DELAY, None)
+        if r.reconsume_times >= max_times or delay_level < 0:
+            target = dlq_topic(group)
+            app.topics.ensure_system_topic(target, 1, PERM_READ_WRITE)
+            queue_id = 0
+            log.info("message_dead_lettered", group=group, msg_id=origin_id, reconsume_times=r.reconsume_times)
+        else:
+            target = retry_topic(group)
+            tc = app.topics.ensure_system_topic(target, sg.retryQueueNums, PERM_READ_WRITE)
+            queue_id = random.randrange(tc.writeQueueNums)
+            level = delay_level if delay_level > 0 else 3 + r.reconsume_times
+            props[Prop.DELAY] = str(level)
+        record = encode_record(
+            target.encode(),
+            bytes(r.body),
+            encode_properties(props),
+            flag=r.flag,
+            sys_flag=r.sys_flag,
+            born_timestamp=r.born_timestamp,
+            born_host=r.born_host,
+            reconsume_times=r.reconsume_times + 1,
+        )
+        results = app.store.put_messages(target, queue_id, record)  # type: ignore[union-attr]
+        app.stats.record_put(target, results)
+        res = results[0]
+        if res.status == PutStatus.PUT_OK:
+            return cmd.response()
+        return cmd.response(PUT_STATUS_TO_CODE.get(res.status, ResponseCode.SYSTEM_ERROR), res.reason or res.status.name)

@@ -1,0 +1,60 @@
+"""Per-(group, queue) locks for orderly consumption (RocketMQ's RebalanceLockManager).
+
+A lock is granted when the queue is free, already held by the same client, or its holder
+has not renewed it for longer than the expiry (60 s). Locks live only on masters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from pymq.protocol.route import MessageQueue
+
+
+@dataclass(slots=True)
+class LockEntry:
+    client_id: str
+    last_update: float
+
+
+class QueueLockManager:
+    def __init__(self, expiry_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.expiry_seconds = expiry_seconds
+        self.clock = clock
+        self.table: dict[str, dict[MessageQueue, LockEntry]] = {}
+
+    def _expired(self, entry: LockEntry, now: float) -> bool:
+        return now - entry.last_update > self.expiry_seconds
+
+    def try_lock_batch(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> set[MessageQueue]:
+        """Lock (or renew) what can be locked; returns the queues now held by ``client_id``."""
+        now = self.clock()
+        locks = self.table.setdefault(group, {})
+        granted = set()
+        for mq in mqs:
+            entry = locks.get(mq)
+            if entry is None or entry.client_id == client_id or self._expired(entry, now):
+                locks[mq] = LockEntry(client_id, now)
+                granted.add(mq)
+        return granted
+
+    def unlock_batch(self, group: str, mqs: Iterable[MessageQueue], client_id: str) -> None:
+        locks = self.table.get(group)
+        if not locks:
+            return
+        for mq in mqs:
+            entry = locks.get(mq)
+            if entry is not None and entry.client_id == client_id:
+                del locks[mq]
+
+    def is_locked(self, group: str, mq: MessageQueue, client_id: str) -> bool:
+        entry = self.table.get(group, {}).get(mq)
+        return entry is not None and entry.client_id == client_id and not self._expired(entry, self.clock())
+
+    def holder(self, group: str, mq: MessageQueue) -> str | None:
+        entry = self.table.get(group, {}).get(mq)
+        if entry is None or self._expired(entry, self.clock()):
+            return None
+        return entry.client_id

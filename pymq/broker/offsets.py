@@ -1,0 +1,74 @@
+"""Committed consumer offsets: ``topic@group -> {queueId -> next offset to consume}``.
+
+Persisted in ``<storeDir>/config/consumerOffset.json`` every few seconds and at shutdown
+(standard JSON: queue ids become string keys).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pymq.broker.store.config_files import read_json, write_json_atomic
+
+
+class ConsumerOffsetManager:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.table: dict[str, dict[int, int]] = {}
+        self._dirty = False
+
+    @staticmethod
+    def key(topic: str, group: str) -> str:
+        return f"{topic}@{group}"
+
+    def load(self) -> None:
+        data = read_json(self.path)
+        if data:
+            for key, offsets in data.get("offsetTable", {}).items():
+                self.table[key] = {int(q): int(o) for q, o in offsets.items()}
+
+    def persist(self) -> None:
+        self._dirty = False
+        write_json_atomic(
+            self.path,
+            {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.table.items())}},
+        )
+
+    def persist_if_dirty(self) -> bool:
+        if self._dirty:
+            self.persist()
+            return True
+        return False
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        offsets = self.table.setdefault(self.key(topic, group), {})
+        if offsets.get(queue_id) != offset:
+            offsets[queue_id] = offset
+            self._dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when the group has none for this queue."""
+        return self.table.get(self.key(topic, group), {}).get(queue_id, -1)
+
+    def offsets_of(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self.table.get(self.key(topic, group), {}))
+
+    def groups_of_topic(self, topic: str) -> list[str]:
+        prefix = topic + "@"
+        return sorted(k[len(prefix) :] for k in self.table if k.startswith(prefix))
+
+    def topics_of_group(self, group: str) -> list[str]:
+        suffix = "@" + group
+        return sorted(k[: -len(suffix)] for k in self.table if k.endswith(suffix))
+
+    def delete_topic(self, topic: str) -> None:
+        prefix = topic + "@"
+        for k in [k for k in self.table if k.startswith(prefix)]:
+            del self.table[k]
+            self._dirty = True
+
+    def delete_group(self, group: str) -> None:
+        suffix = "@" + group
+        for k in [k for k in self.table if k.endswith(suffix)]:
+            del self.table[k]
+            self._dirty = True

@@ -1,0 +1,171 @@
+"""Delay levels: moving scheduled messages to their real topic when they fall due.
+
+A message with delay level L is stored by the store in ``SCHEDULE_TOPIC_XXXX``, queue
+L-1, with its real topic and queue in REAL_TOPIC/REAL_QID. One task per level walks that
+queue in order (every message of a level has the same delay, so due times only grow),
+waits until the head is due (store time + the level's delay), re-stores it on the real
+topic without the delay property, and moves on. Progress per level is persisted in
+``config/delayOffset.json``; after a restart delivery resumes there, so nothing scheduled
+is lost (a message delivered just before a crash may be delivered twice). Only masters
+deliver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pymq.broker.store.appender import SCHEDULE_TOPIC
+from pymq.broker.store.config_files import read_json, write_json_atomic
+from pymq.broker.store.results import GetStatus, PutStatus
+from pymq.logs import get_logger
+from pymq.protocol.message import Prop
+from pymq.protocol.record import decode_properties, encode_properties, encode_record, parse_record
+
+if TYPE_CHECKING:
+    from pymq.broker.app import BrokerApp
+
+log = get_logger("broker.schedule")
+
+PERSIST_INTERVAL = 1.0
+RETRY_DELAY = 1.0
+BATCH = 32
+
+
+class ScheduleService:
+    def __init__(self, app: BrokerApp) -> None:
+        self.app = app
+        self.delays_ms = app.config.store.delay_levels_ms
+        self.path = Path(app.config.store.store_dir) / "config" / "delayOffset.json"
+        #: delay level (1-based) -> next offset to deliver in queue level-1
+        self.offsets: dict[int, int] = {}
+        self._wakeups: dict[int, asyncio.Event] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._dirty = False
+        self.delivered = 0
+
+    async def start(self) -> None:
+        data = read_json(self.path) or {}
+        for level, off in (data.get("offsetTable") or {}).items():
+            self.offsets[int(level)] = int(off)
+        if self.app.is_slave:
+            return
+        store = self.app.store
+        assert store is not None
+        store.add_arrival_listener(self._on_arrival)
+        for level in range(1, len(self.delays_ms) + 1):
+            self._wakeups[level] = asyncio.Event()
+            self._tasks.append(asyncio.ensure_future(self._deliver_level(level)))
+        self._tasks.append(asyncio.ensure_future(self._persist_loop()))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        self.persist()
+
+    def persist(self) -> None:
+        self._dirty = False
+        write_json_atomic(self.path, {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await asyncio.sleep(PERSIST_INTERVAL)
+            if self._dirty:
+                self.persist()
+
+    def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        if topic == SCHEDULE_TOPIC:
+            ev = self._wakeups.get(queue_id + 1)
+            if ev is not None:
+                ev.set()
+
+    async def _deliver_level(self, level: int) -> None:
+        store = self.app.store
+        assert store is not None
+        delay = self.delays_ms[level - 1]
+        wake = self._wakeups[level]
+        qid = level - 1
+        while True:
+            offset = self.offsets.get(level, 0)
+            result = store.get_messages("SCHEDULE", SCHEDULE_TOPIC, qid, offset, BATCH)
+            if result.status == GetStatus.OFFSET_TOO_SMALL:
+                self._advance(level, result.next_begin_offset)
+                continue
+            if result.status != GetStatus.FOUND:
+                if result.status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
+                    self._advance(level, result.next_begin_offset)
+                    continue
+                wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                    await asyncio.wait_for(wake.wait(), 1.0)
+                continue
+            records = [parse_record(buf, pos) for buf in result.buffers for pos in _positions(buf)]
+            for r in records:
+                now = int(time.time() * 1000)
+                due = r.store_timestamp + delay
+                if due > now + delay:
+                    due = now  # the clock went back by more than a delay: deliver now
+                if due > now:
+                    await asyncio.sleep((due - now) / 1000)
+                while not self._deliver(r):
+                    await asyncio.sleep(RETRY_DELAY)
+                self._advance(level, r.queue_offset + 1)
+
+    def _advance(self, level: int, offset: int) -> None:
+        if self.offsets.get(level, 0) < offset:
+            self.offsets[level] = offset
+            self._dirty = True
+
+    def _deliver(self, r) -> bool:  # type: ignore[no-untyped-def]
+        """Store one due message on its real topic; False to try again later."""
+        app = self.app
+        store = app.store
+        assert store is not None
+        props = decode_properties(r.properties)
+        topic = props.pop(Prop.REAL_TOPIC, None)
+        qid_raw = props.pop(Prop.REAL_QID, "0")
+        props.pop(Prop.DELAY, None)
+        if not topic:
+            log.warning("scheduled_message_without_real_topic", offset=r.physical_offset)
+            return True
+        tc = app.topics.get(topic)
+        if tc is None:
+            log.warning("scheduled_message_topic_gone", topic=topic, offset=r.physical_offset)
+            return True
+        queue_id = int(qid_raw) if qid_raw.isdigit() else 0
+        if queue_id >= tc.writeQueueNums:
+            queue_id %= tc.writeQueueNums
+        record = encode_record(
+            topic.encode(),
+            bytes(r.body),
+            encode_properties(props),
+            flag=r.flag,
+            sys_flag=r.sys_flag,
+            born_timestamp=r.born_timestamp,
+            born_host=r.born_host,
+            reconsume_times=r.reconsume_times,
+        )
+        res = store.put_messages(topic, queue_id, record)[0]
+        if res.status != PutStatus.PUT_OK:
+            log.warning("scheduled_delivery_failed", topic=topic, status=res.status.name, reason=res.reason)
+            return False
+        app.stats.record_put(topic, [res])
+        self.delivered += 1
+        return True
+
+
+def _positions(buf: memoryview) -> list[int]:
+    out = []
+    pos = 0
+    n = len(buf)
+    while pos + 8 <= n:
+        out.append(pos)
+        pos += int.from_bytes(buf[pos : pos + 4], "big")
+    return out

@@ -1,0 +1,54 @@
+"""Broker counters: messages and bytes in and out per topic, and rates sampled every second."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict, deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pymq.broker.store.results import PutResult
+
+
+class BrokerStats:
+    def __init__(self) -> None:
+        self.put_msgs: dict[str, int] = defaultdict(int)
+        self.put_bytes: dict[str, int] = defaultdict(int)
+        self.get_msgs: dict[str, int] = defaultdict(int)
+        self.get_bytes: dict[str, int] = defaultdict(int)
+        self.put_total = 0
+        self.get_total = 0
+        self.put_failed = 0
+        # (monotonic time, put_total, get_total) samples for rates
+        self._samples: deque[tuple[float, int, int]] = deque(maxlen=61)
+
+    def record_put(self, topic: str, results: list[PutResult]) -> None:
+        ok = 0
+        size = 0
+        for r in results:
+            if r.status == 0:
+                ok += 1
+                size += r.size
+        self.put_msgs[topic] += ok
+        self.put_bytes[topic] += size
+        self.put_total += ok
+        self.put_failed += len(results) - ok
+
+    def record_get(self, topic: str, count: int, size: int) -> None:
+        self.get_msgs[topic] += count
+        self.get_bytes[topic] += size
+        self.get_total += count
+
+    def sample(self) -> None:
+        self._samples.append((time.monotonic(), self.put_total, self.get_total))
+
+    def rates(self, window: float = 10.0) -> tuple[float, float]:
+        """(put msgs/s, get msgs/s) over about the last ``window`` seconds."""
+        if len(self._samples) < 2:
+            return 0.0, 0.0
+        last = self._samples[-1]
+        first = next((s for s in self._samples if last[0] - s[0] <= window), self._samples[0])
+        dt = last[0] - first[0]
+        if dt <= 0:
+            return 0.0, 0.0
+        return (last[1] - first[1]) / dt, (last[2] - first[2]) / dt

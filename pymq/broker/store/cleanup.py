@@ -1,0 +1,106 @@
+"""Deleting old data: expired commitlog files, and everything that pointed into them.
+
+Every pass measures how full the store's disk is, then:
+
+* at one of the ``delete_when`` hours, or when use passes ``disk_max_used_ratio`` (75 %),
+  commitlog files older than ``file_reserved_hours`` (72 h) are deleted;
+* above ``disk_clean_forcibly_ratio`` (85 %) the oldest files go even if not expired,
+  one at a time until use drops below it;
+* above ``disk_full_ratio`` (90 %) the store refuses writes until a pass finds it below.
+
+The newest commitlog file is never deleted. Consume-queue and index files whose records
+are all gone follow, and min offsets move forward.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pymq.logs import get_logger
+
+if TYPE_CHECKING:
+    from pymq.broker.store.message_store import MessageStore
+
+log = get_logger("broker.store.cleanup")
+
+
+@dataclass
+class CleanupReport:
+    disk_ratio: float
+    deleted_commitlog_files: int = 0
+    deleted_cq_files: int = 0
+    deleted_index_files: int = 0
+
+
+def disk_ratio(store: MessageStore) -> float:
+    capacity = store.config.simulated_disk_capacity
+    if capacity is not None:
+        return store.disk_bytes() / capacity
+    st = os.statvfs(store.root)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    avail = st.f_bavail * st.f_frsize
+    total = used + avail
+    return used / total if total else 0.0
+
+
+def run_cleanup(store: MessageStore, now: float | None = None) -> CleanupReport:
+    cfg = store.config
+    now = time.time() if now is None else now
+    ratio = disk_ratio(store)
+    report = CleanupReport(ratio)
+    hour = time.localtime(now).tm_hour
+    time_to_delete = hour in cfg.delete_hours
+    pressure = ratio >= cfg.disk_max_used_ratio
+    deadline = now - cfg.file_reserved_hours * 3600
+    files = store.commitlog.mfq.files
+    if time_to_delete or pressure:
+        expired = 0
+        for mf in files[:-1]:
+            if mf.mtime() < deadline:
+                expired += 1
+            else:
+                break
+        if expired:
+            report.deleted_commitlog_files += store.delete_commitlog_files(expired)
+            log.info("expired_commitlog_files_deleted", count=expired, disk_ratio=round(ratio, 3))
+    while disk_ratio(store) >= cfg.disk_clean_forcibly_ratio and len(store.commitlog.mfq.files) > 1:
+        store.delete_commitlog_files(1)
+        report.deleted_commitlog_files += 1
+        log.warning("commitlog_file_deleted_forcibly", disk_ratio=round(disk_ratio(store), 3))
+    if report.deleted_commitlog_files:
+        cq, idx = store.delete_orphaned_logics()
+        report.deleted_cq_files += cq
+        report.deleted_index_files += idx
+    ratio = disk_ratio(store)
+    full = ratio >= cfg.disk_full_ratio
+    if full != store.disk_full:
+        store.disk_full = full
+        if full:
+            log.error("disk_full_writes_refused", disk_ratio=round(ratio, 3), limit=cfg.disk_full_ratio)
+        else:
+            log.warning("disk_space_recovered_writes_accepted", disk_ratio=round(ratio, 3))
+    report.disk_ratio = ratio
+    return report
+
+
+class CleanupService(threading.Thread):
+    def __init__(self, store: MessageStore) -> None:
+        super().__init__(name="pymq-cleanup", daemon=True)
+        self.store = store
+        self.interval = store.config.cleanup_interval_ms / 1000
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.interval):
+            try:
+                run_cleanup(self.store)
+            except Exception:
+                log.exception("cleanup_failed")
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join(timeout=30)

@@ -1,0 +1,50 @@
+"""JSON config files under ``<storeDir>/config/``: atomic writes with a ``.bak`` fallback.
+
+Standard JSON (quoted keys), unlike RocketMQ's fastjson output that other languages
+cannot parse.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pymq.logs import get_logger
+
+log = get_logger("broker.store.config")
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write to a temp file, fsync, keep the previous version as ``.bak``, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    text = json.dumps(data, indent=2, sort_keys=True)
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    if path.exists():
+        shutil.copyfile(path, path.with_name(path.name + ".bak"))
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_json(path: Path) -> Any | None:
+    """The file's content, falling back to ``.bak`` when it is missing or corrupt; None if neither loads."""
+    for candidate in (path, path.with_name(path.name + ".bak")):
+        try:
+            with open(candidate, encoding="utf-8") as f:
+                return json.load(f)
+        except FileNotFoundError:
+            continue
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            log.warning("config_file_corrupt", path=str(candidate), reason=str(exc))
+            continue
+    return None

@@ -1,0 +1,227 @@
+"""Consume queues: per (topic, queueId), a fixed-width index into the commitlog.
+
+Entry N sits at byte N*20 of the queue's log (``consumequeue/<topic>/<queueId>/<20-digit
+byte offset>``)::
+
+    0   i64  commitlog offset of the record
+    8   i32  record size
+    12  i64  tags code (crc32 of the tag; the delivery time in ms for the schedule topic)
+
+An all-zero entry marks the end of the data. A gap before a queue's first entry (its
+first file starts before the first offset it holds) is filled with ``(0, INT_MAX, 0)``.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from pymq.broker.store.mapped_file import MappedFileQueue, zero_tail
+
+CQ_ENTRY = struct.Struct(">qiq")
+CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
+BLANK_ENTRY = CQ_ENTRY.pack(0, 0x7FFFFFFF, 0)
+_ZERO_ENTRY = bytes(CQ_ENTRY_SIZE)
+
+
+class ConsumeQueue:
+    __slots__ = ("directory", "entries_per_file", "file_size", "mfq", "min_offset", "queue_id", "topic")
+
+    def __init__(self, topic: str, queue_id: int, directory: Path, entries_per_file: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.directory = directory
+        self.entries_per_file = entries_per_file
+        self.file_size = entries_per_file * CQ_ENTRY_SIZE
+        self.mfq = MappedFileQueue(directory, self.file_size)
+        self.min_offset = 0
+
+    # --- offsets -----------------------------------------------------------------------------------------
+
+    @property
+    def max_offset(self) -> int:
+        """The next entry number to be written (one past the last entry)."""
+        return self.mfq.max_offset // CQ_ENTRY_SIZE
+
+    # --- writing ------------------------------------------------------------------------------------------
+
+    def append(self, entries: bytes | bytearray, first_offset: int) -> None:
+        """Write consecutive entries starting at entry number ``first_offset``.
+
+        Entries below the current end are skipped (re-dispatch after a crash); a start past
+        the end is padded with blank entries.
+        """
+        end = self.max_offset
+        if first_offset < end:
+            skip = end - first_offset
+            if skip * CQ_ENTRY_SIZE >= len(entries):
+                return
+            entries = entries[skip * CQ_ENTRY_SIZE :]
+            first_offset = end
+        if not self.mfq.files:
+            self.min_offset = first_offset
+        elif first_offset > end:
+            self._write(BLANK_ENTRY * (first_offset - end), end)
+        self._write(entries, first_offset)
+
+    def _write(self, data: bytes | bytearray, first_offset: int) -> None:
+        pos = first_offset * CQ_ENTRY_SIZE
+        view = memoryview(data)
+        while view:
+            mf = self.mfq.writable_file(pos)
+            if mf.file_from + mf.wrote_pos != pos:
+                # A new queue's first file starts on a file boundary: pad up to ``pos``.
+                pad_from = mf.file_from + mf.wrote_pos
+                if pos > pad_from:
+                    blank = BLANK_ENTRY * ((pos - pad_from) // CQ_ENTRY_SIZE)
+                    mf.mm[mf.wrote_pos : mf.wrote_pos + len(blank)] = blank
+                    mf.wrote_pos += len(blank)
+                    if mf.wrote_pos >= mf.size:
+                        continue
+            n = min(len(view), mf.size - mf.wrote_pos)
+            mf.mm[mf.wrote_pos : mf.wrote_pos + n] = view[:n]
+            mf.wrote_pos += n
+            pos += n
+            view = view[n:]
+
+    # --- reading ------------------------------------------------------------------------------------------
+
+    def read_entries(self, offset: int, max_entries: int) -> bytes:
+        """Raw entries from ``offset``, at most ``max_entries``, never crossing a file end."""
+        pos = offset * CQ_ENTRY_SIZE
+        mf = self.mfq.find(pos)
+        if mf is None:
+            return b""
+        start = pos - mf.file_from
+        end = min(mf.wrote_pos, start + max_entries * CQ_ENTRY_SIZE)
+        if end <= start:
+            return b""
+        return mf.mm[start:end]
+
+    def entry(self, offset: int) -> tuple[int, int, int] | None:
+        raw = self.read_entries(offset, 1)
+        if len(raw) < CQ_ENTRY_SIZE:
+            return None
+        return CQ_ENTRY.unpack(raw)
+
+    def last_entry(self) -> tuple[int, int, int] | None:
+        end = self.max_offset
+        if end <= self.min_offset:
+            return None
+        return self.entry(end - 1)
+
+    # --- recovery and cleanup -------------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Find the end of the valid entries (all files are loaded marked full)."""
+        self.mfq.load()
+        files = self.mfq.files
+        if not files:
+            return
+        # The last file with any entry holds the end; later (empty) files are dropped.
+        for mf in reversed(files):
+            if mf.mm[0:CQ_ENTRY_SIZE] != _ZERO_ENTRY:
+                end = self._scan_end(mf)
+                self.mfq.truncate(mf.file_from + end)
+                break
+        else:
+            self.mfq.truncate(files[0].file_from)
+        self.min_offset = self.mfq.min_offset // CQ_ENTRY_SIZE
+        # Skip leading blank fillers for the min offset.
+        while self.min_offset < self.max_offset:
+            e = self.entry(self.min_offset)
+            if e is None or e[1] != 0x7FFFFFFF:
+                break
+            self.min_offset += 1
+
+    @staticmethod
+    def _scan_end(mf) -> int:  # type: ignore[no-untyped-def]
+        # Entries are written in order; binary search for the first all-zero entry.
+        lo, hi = 0, mf.size // CQ_ENTRY_SIZE
+        mm = mf.mm
+        while lo < hi:
+            mid = (lo + hi) // 2
+            p = mid * CQ_ENTRY_SIZE
+            if mm[p : p + CQ_ENTRY_SIZE] != _ZERO_ENTRY:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo * CQ_ENTRY_SIZE
+
+    def truncate_beyond(self, max_phys: int) -> int:
+        """Drop trailing entries whose record ends past ``max_phys``; returns how many went."""
+        dropped = 0
+        while self.max_offset > self.min_offset:
+            e = self.last_entry()
+            if e is None:
+                break
+            phys, size, _ = e
+            if size != 0x7FFFFFFF and phys + size > max_phys:
+                self.mfq.truncate((self.max_offset - 1) * CQ_ENTRY_SIZE)
+                dropped += 1
+            else:
+                break
+        if self.max_offset <= self.min_offset:
+            self.min_offset = self.max_offset
+        return dropped
+
+    def truncate_to(self, offset: int) -> None:
+        pos = offset * CQ_ENTRY_SIZE
+        mf = self.mfq.find(pos)
+        self.mfq.truncate(pos)
+        if mf is not None:
+            zero_tail(mf.mm, pos - mf.file_from, mf.size)
+        self.min_offset = min(self.min_offset, offset)
+
+    def max_phys_end(self) -> int:
+        """The commitlog offset just past the last record this queue references."""
+        e = self.last_entry()
+        if e is None or e[1] == 0x7FFFFFFF:
+            return 0
+        return e[0] + e[1]
+
+    def delete_expired(self, min_phys: int) -> int:
+        """Delete files whose every entry points below ``min_phys``; move the min offset up."""
+        deleted = 0
+        files = self.mfq.files
+        while len(files) > 1:
+            mf = files[0]
+            last = CQ_ENTRY.unpack_from(mf.mm, mf.size - CQ_ENTRY_SIZE)
+            if last[1] != 0x7FFFFFFF and last[0] + last[1] <= min_phys:
+                self.mfq.delete_first(1)
+                files = self.mfq.files
+                deleted += 1
+            else:
+                break
+        self.correct_min_offset(min_phys)
+        return deleted
+
+    def correct_min_offset(self, min_phys: int) -> None:
+        """Advance the min offset past entries whose records were deleted from the commitlog."""
+        lo = max(self.min_offset, self.mfq.min_offset // CQ_ENTRY_SIZE)
+        hi = self.max_offset
+        # Entries are ordered by commitlog offset: binary search the first one still present.
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and (e[1] == 0x7FFFFFFF or e[0] < min_phys):
+                lo = mid + 1
+            else:
+                hi = mid
+        self.min_offset = lo
+
+    def flush(self) -> None:
+        self.mfq.flush()
+
+    def close(self) -> None:
+        self.mfq.close()
+
+    def destroy(self) -> None:
+        for mf in list(self.mfq.files):
+            mf.destroy()
+        self.mfq.files = []
+        try:
+            self.directory.rmdir()
+            self.directory.parent.rmdir()
+        except OSError:
+            pass

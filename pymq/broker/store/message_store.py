@@ -1,0 +1,522 @@
+"""The message store facade: what the broker calls. No sockets and no asyncio in here.
+
+Layout under ``store_dir`` (documented in ``docs/STORE.md``)::
+
+    commitlog/<20-digit offset>            records of every topic
+    consumequeue/<topic>/<qid>/<offset>    20-byte entries per queue
+    index/<yyyyMMddHHmmssSSS>              hash index by key
+    checkpoint  abort  lock  config/*.json
+
+Writes and reads happen on the caller's thread (the broker's event loop) under one lock;
+flushing and cleanup run on their own threads.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pymq.broker.store.appender import SCHEDULE_TOPIC, Appender, count_records, rejected_results
+from pymq.broker.store.checkpoint import Checkpoint
+from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup
+from pymq.broker.store.commitlog import CommitLog
+from pymq.broker.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
+from pymq.broker.store.flush import CommitLogFlusher, FlushCallback, LogicsFlusher, Warmer
+from pymq.broker.store.index import IndexService
+from pymq.broker.store.recovery import RecoveryReport, recover
+from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutStatus
+from pymq.config import FlushDiskType, StoreConfig
+from pymq.errors import StoreError, StoreLockedError
+from pymq.logs import get_logger
+from pymq.protocol.record import (
+    BODY_LEN_POS,
+    BODY_POS,
+    find_property,
+    pack_host,
+    parse_record,
+    record_store_timestamp,
+)
+
+log = get_logger("broker.store")
+
+_U16 = struct.Struct(">H")
+_I32 = struct.Struct(">i")
+#: Entries scanned per pull when a tag filter skips most of them.
+FILTER_SCAN_ENTRIES = 800
+
+ArrivalListener = Callable[[str, int, int], None]
+
+
+class MessageStore:
+    SCHEDULE_TOPIC = SCHEDULE_TOPIC
+    QID_QOFF = struct.Struct(">iq")
+
+    def __init__(self, config: StoreConfig, *, store_host: str = "127.0.0.1:10911") -> None:
+        self.config = config
+        self.root = Path(config.store_dir)
+        host, _, port = store_host.rpartition(":")
+        self.store_host = pack_host(host, int(port or 0))
+        self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_file_size)
+        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.index = IndexService(self.root / "index", config.index_hash_slots, config.index_max_entries)
+        self.delay_levels_ms = config.delay_levels_ms
+        self.appender = Appender(
+            self.commitlog,
+            self.queue_for,
+            self.index,
+            store_host=self.store_host,
+            max_message_size=config.max_message_size,
+            delay_levels_ms=self.delay_levels_ms,
+        )
+        self.lock = threading.RLock()
+        #: held by the flushers while syncing and by cleanup while deleting files
+        self.file_lock = threading.Lock()
+        self.checkpoint: Checkpoint
+        self.last_store_ts = 0
+        self.running = False
+        self.disk_full = False
+        self.recovery: RecoveryReport | None = None
+        self.started_at = 0.0
+        self.put_count = 0
+        self.put_bytes = 0
+        self.get_count = 0
+        self._lock_fd = -1
+        self._flusher: CommitLogFlusher | None = None
+        self._logics_flusher: LogicsFlusher | None = None
+        self._cleaner: CleanupService | None = None
+        self._warmer: Warmer | None = None
+        self._arrival_listeners: list[ArrivalListener] = []
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._acquire_lock()
+        try:
+            abort = self.root / "abort"
+            abnormal = abort.exists()
+            self.checkpoint = Checkpoint(self.root / "checkpoint")
+            self._load_queues()
+            self.index.load()
+            self.recovery = recover(self, abnormal=abnormal)
+            r = self.recovery
+            log.info(
+                "store_recovered",
+                abnormal=abnormal,
+                commitlog_end=r.commitlog_end,
+                scanned_mb=round(r.scanned_bytes / 1e6, 2),
+                records=r.scanned_records,
+                redispatched_cq=r.redispatched_cq,
+                redispatched_index=r.redispatched_index,
+                truncated_bytes=r.truncated_bytes,
+                dropped_cq_entries=r.dropped_cq_entries,
+                seconds=round(r.seconds, 3),
+            )
+            self.checkpoint.clean_end = -1
+            self.checkpoint.flushed_phys = self.commitlog.max_offset
+            self.checkpoint.flush()
+            abort.touch()
+            _fsync_dir(self.root)
+            self.running = True
+            self.started_at = time.time()
+            self.disk_full = disk_ratio(self) >= self.config.disk_full_ratio
+            sync = self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH
+            self._flusher = CommitLogFlusher(self, sync=sync)
+            self._logics_flusher = LogicsFlusher(self)
+            self._cleaner = CleanupService(self)
+            last = self.commitlog.mfq.last
+            if last is not None and last.warm_lock is None:
+                last.enable_warming(last.wrote_pos)
+            self._warmer = Warmer(self)
+            self._warmer.start()
+            self._flusher.start()
+            self._logics_flusher.start()
+            self._cleaner.start()
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def shutdown(self) -> None:
+        """Flush everything and mark the shutdown clean (removes the abort file)."""
+        if not self.running:
+            return
+        with self.lock:
+            self.running = False
+        for svc in (self._warmer, self._cleaner, self._logics_flusher, self._flusher):
+            if svc is not None:
+                svc.stop()
+        with self.lock, self.file_lock:
+            self.commitlog.flush()
+            self.checkpoint.physic_ts = self.last_store_ts
+            self._flush_logics_locked()
+            self.checkpoint.clean_end = self.commitlog.max_offset
+            self.checkpoint.flushed_phys = self.commitlog.max_offset
+            self.checkpoint.flush()
+            self.index.close()
+            for cq in self.queues.values():
+                cq.close()
+            self.commitlog.close()
+            self.checkpoint.close()
+        (self.root / "abort").unlink(missing_ok=True)
+        _fsync_dir(self.root)
+        self._release_lock()
+        log.info("store_shutdown_clean", commitlog_end=self.checkpoint.clean_end)
+
+    def _acquire_lock(self) -> None:
+        path = self.root / "lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreLockedError(f"store directory {self.root} is in use by another process (lock file {path})")
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _load_queues(self) -> None:
+        base = self.root / "consumequeue"
+        if not base.exists():
+            return
+        for topic_dir in sorted(base.iterdir()):
+            for qdir in sorted(topic_dir.iterdir()):
+                if not qdir.name.isdigit():
+                    continue
+                cq = ConsumeQueue(topic_dir.name, int(qdir.name), qdir, self.config.consume_queue_file_entries)
+                cq.recover()
+                self.queues[(topic_dir.name, int(qdir.name))] = cq
+
+    def queue_for(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.queues.get((topic, queue_id))
+        if cq is None:
+            directory = self.root / "consumequeue" / topic / str(queue_id)
+            cq = ConsumeQueue(topic, queue_id, directory, self.config.consume_queue_file_entries)
+            self.queues[(topic, queue_id)] = cq
+        return cq
+
+    @staticmethod
+    def topic_at(mm: object, pos: int) -> str:
+        body_len = _I32.unpack_from(mm, pos + BODY_LEN_POS)[0]  # type: ignore[arg-type]
+        p = pos + BODY_POS + body_len
+        tl = _U16.unpack_from(mm, p)[0]  # type: ignore[arg-type]
+        return bytes(mm[p + 2 : p + 2 + tl]).decode()  # type: ignore[index]
+
+    # --- writing --------------------------------------------------------------------------------------------
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        """``listener(topic, queue_id, max_offset)`` after messages land in a queue (on the writer's thread)."""
+        self._arrival_listeners.append(listener)
+
+    def put_messages(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> list[PutResult]:
+        """Append the encoded records in ``data`` to queue ``(topic, queue_id)``; one result per record.
+
+        A record that fails validation gets its own status and the others are stored.
+        """
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        if not self.running:
+            return rejected_results(count_records(data), PutStatus.SERVICE_NOT_AVAILABLE, "store is not running")
+        if self.disk_full:
+            return rejected_results(
+                count_records(data), PutStatus.SERVICE_NOT_AVAILABLE, "disk full: writes refused until cleanup"
+            )
+        items = self.appender.validate(topic, queue_id, data)
+        store_ts = int(time.time() * 1000)
+        with self.lock:
+            if not self.running:
+                return rejected_results(len(items), PutStatus.SERVICE_NOT_AVAILABLE, "store is shutting down")
+            try:
+                results = self.appender.append(topic, queue_id, data, items, store_ts)
+            except StoreError as exc:
+                log.error("append_failed", reason=str(exc))
+                return rejected_results(len(items), PutStatus.CREATE_MAPPED_FILE_FAILED, str(exc))
+            self.last_store_ts = store_ts
+        stored = 0
+        stored_bytes = 0
+        other_queues = None
+        for r in results:
+            if r.status == PutStatus.PUT_OK:
+                stored += 1
+                stored_bytes += r.size
+                if r.queue_id != queue_id or r.topic != topic:
+                    other_queues = other_queues or set()
+                    other_queues.add((r.topic, r.queue_id))
+        self.put_count += stored
+        self.put_bytes += stored_bytes
+        if stored and self._arrival_listeners:
+            for key in {(topic, queue_id)} | (other_queues or set()):
+                cq = self.queues.get(key)
+                if cq is not None:
+                    for listener in self._arrival_listeners:
+                        listener(key[0], key[1], cq.max_offset)
+        return results
+
+    def request_flush(self, offset: int, callback: FlushCallback) -> None:
+        """SYNC_FLUSH: ``callback(True)`` from the flush thread once the commitlog below ``offset`` is on disk."""
+        if self._flusher is None:
+            callback(False)
+            return
+        self._flusher.request(offset, callback)
+
+    def flush_logics(self) -> None:
+        with self.file_lock:
+            self._flush_logics_locked()
+
+    def _flush_logics_locked(self) -> None:
+        # Store times first, syncs second: the checkpoint only ever claims what was synced.
+        logics_ts = self.last_store_ts
+        for cq in list(self.queues.values()):
+            cq.flush()
+        index_ts = self.index.flush()
+        self.checkpoint.logics_ts = logics_ts
+        self.checkpoint.index_ts = index_ts
+        self.checkpoint.flush()
+
+    # --- reading --------------------------------------------------------------------------------------------
+
+    def get_messages(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        max_bytes: int = 4 * 1024 * 1024,
+        tag_codes: frozenset[int] | set[int] | None = None,
+    ) -> GetResult:
+        """Read up to ``max_count`` records from a queue starting at ``offset``, as buffer slices."""
+        with self.lock:
+            self.get_count += 1
+            cq = self.queues.get((topic, queue_id))
+            if cq is None:
+                return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+            min_off, max_off = cq.min_offset, cq.max_offset
+            if max_off == 0:
+                return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+            if offset < min_off:
+                return GetResult(GetStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+            if offset == max_off:
+                return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+            if offset > max_off:
+                return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, min_off if min_off == 0 else max_off, min_off, max_off)
+            return self._read_queue(cq, offset, max_count, max_bytes, tag_codes, min_off, max_off)
+
+    def _read_queue(
+        self,
+        cq: ConsumeQueue,
+        offset: int,
+        max_count: int,
+        max_bytes: int,
+        tag_codes: frozenset[int] | set[int] | None,
+        min_off: int,
+        max_off: int,
+    ) -> GetResult:
+        commitlog = self.commitlog
+        cl_min = commitlog.min_offset
+        cl_max = commitlog.max_offset
+        scan_limit = max(max_count, FILTER_SCAN_ENTRIES) if tag_codes else max_count
+        buffers: list[memoryview] = []
+        count = total = 0
+        next_offset = offset
+        removed = filtered = 0
+        run_file = None
+        run_start = run_end = 0
+        max_phys_read = 0
+        while count < max_count and next_offset < max_off and next_offset - offset < scan_limit:
+            raw = cq.read_entries(next_offset, min(scan_limit - (next_offset - offset), max_off - next_offset))
+            if not raw:
+                break
+            stop = False
+            for phys, size, code in CQ_ENTRY.iter_unpack(raw):
+                if count >= max_count or (count and total + size > max_bytes):
+                    stop = True
+                    break
+                next_offset += 1
+                if size == 0x7FFFFFFF or phys < cl_min:
+                    removed += 1
+                    continue
+                if phys + size > cl_max:
+                    next_offset -= 1
+                    stop = True
+                    break
+                if tag_codes and code not in tag_codes:
+                    filtered += 1
+                    continue
+                mf = commitlog.mfq.find(phys)
+                if mf is None:
+                    removed += 1
+                    continue
+                pos = phys - mf.file_from
+                if run_file is mf and pos == run_end:
+                    run_end = pos + size
+                else:
+                    if run_file is not None:
+                        buffers.append(memoryview(run_file.mm)[run_start:run_end])
+                    run_file, run_start, run_end = mf, pos, pos + size
+                count += 1
+                total += size
+                max_phys_read = phys + size
+            if stop:
+                break
+        if run_file is not None:
+            buffers.append(memoryview(run_file.mm)[run_start:run_end])
+        if count:
+            status = GetStatus.FOUND
+        elif filtered:
+            status = GetStatus.NO_MATCHED_MESSAGE
+        elif removed:
+            status = GetStatus.MESSAGE_WAS_REMOVING
+        else:
+            status = GetStatus.OFFSET_FOUND_NULL
+        return GetResult(status, next_offset, min_off, max_off, buffers, count, total, max_phys_read)
+
+    def read_record(self, phys: int) -> memoryview | None:
+        """The record stored at commitlog offset ``phys`` (view by message id)."""
+        with self.lock:
+            return self.commitlog.read_record(phys)
+
+    def query_by_key(
+        self, topic: str, key: str, max_count: int = 32, begin_ts: int = 0, end_ts: int | None = None
+    ) -> list[memoryview]:
+        """Records of ``topic`` with ``key`` (a business key or a unique id) stored in the time range, newest first."""
+        end_ts = end_ts if end_ts is not None else 2**62
+        key_b = key.encode()
+        topic_b = topic.encode()
+        out: list[memoryview] = []
+        with self.lock:
+            candidates = self.index.lookup(topic_b + b"#" + key_b, begin_ts, end_ts, max_count * 4 + 16)
+            seen = set()
+            for phys in candidates:
+                if phys in seen:
+                    continue
+                seen.add(phys)
+                rec = self.commitlog.read_record(phys)
+                if rec is None:
+                    continue
+                r = parse_record(rec)
+                if r.topic != topic_b or not begin_ts <= r.store_timestamp <= end_ts:
+                    continue
+                if _record_has_key(r.properties, key_b):
+                    out.append(rec)
+                    if len(out) >= max_count:
+                        break
+        return out
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """The first queue offset whose record was stored at or after ``timestamp`` (max offset if none)."""
+        with self.lock:
+            cq = self.queues.get((topic, queue_id))
+            if cq is None:
+                return 0
+            lo, hi = cq.min_offset, cq.max_offset
+            cl_min = self.commitlog.min_offset
+            while lo < hi:
+                mid = (lo + hi) // 2
+                e = cq.entry(mid)
+                if e is None or e[1] == 0x7FFFFFFF or e[0] < cl_min:
+                    lo = mid + 1
+                    continue
+                rec = self.commitlog.read(e[0], e[1])
+                if rec is None or record_store_timestamp(rec, 0) < timestamp:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            return lo
+
+    def store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store timestamp of the record at a queue offset (0 if gone)."""
+        with self.lock:
+            cq = self.queues.get((topic, queue_id))
+            e = cq.entry(offset) if cq is not None else None
+            if e is None or e[1] == 0x7FFFFFFF:
+                return 0
+            rec = self.commitlog.read(e[0], e[1])
+            return record_store_timestamp(rec, 0) if rec is not None else 0
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.min_offset if cq is not None else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get((topic, queue_id))
+        return cq.max_offset if cq is not None else 0
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(qid for (t, qid) in self.queues if t == topic)
+
+    def delete_topic(self, topic: str) -> None:
+        with self.lock, self.file_lock:
+            for key in [k for k in self.queues if k[0] == topic]:
+                self.queues.pop(key).destroy()
+
+    # --- cleanup --------------------------------------------------------------------------------------------
+
+    def delete_commitlog_files(self, count: int) -> int:
+        with self.lock, self.file_lock:
+            count = min(count, len(self.commitlog.mfq.files) - 1)
+            if count <= 0:
+                return 0
+            self.commitlog.mfq.delete_first(count)
+            return count
+
+    def delete_orphaned_logics(self) -> tuple[int, int]:
+        with self.lock, self.file_lock:
+            min_phys = self.commitlog.min_offset
+            cq_deleted = sum(cq.delete_expired(min_phys) for cq in self.queues.values())
+            idx_deleted = self.index.delete_below(min_phys)
+            return cq_deleted, idx_deleted
+
+    def run_cleanup(self, now: float | None = None):  # type: ignore[no-untyped-def]
+        """One cleanup pass now (the cleanup thread runs this every ``cleanup_interval_ms``)."""
+        return run_cleanup(self, now)
+
+    def disk_bytes(self) -> int:
+        return (
+            self.commitlog.mfq.disk_bytes()
+            + sum(cq.mfq.disk_bytes() for cq in list(self.queues.values()))
+            + self.index.disk_bytes()
+        )
+
+    def disk_ratio(self) -> float:
+        return disk_ratio(self)
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.commitlog.mfq.flushed_offset
+
+    def earliest_store_time(self) -> int:
+        with self.lock:
+            mf = self.commitlog.mfq.files[0] if self.commitlog.mfq.files else None
+            if mf is None or mf.wrote_pos == 0:
+                return 0
+            return record_store_timestamp(mf.mm, 0)
+
+
+def _record_has_key(props: bytes, key: bytes) -> bool:
+    uniq = find_property(props, b"UNIQ_KEY\x01")
+    if uniq == key:
+        return True
+    keys = find_property(props, b"KEYS\x01")
+    return bool(keys) and key in keys.split(b" ")
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["CQ_ENTRY_SIZE", "GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus"]

@@ -1,0 +1,88 @@
+"""Per-group consumption settings (RocketMQ's subscription group config).
+
+Persisted in ``<storeDir>/config/subscriptionGroup.json``. ``retryMaxTimes`` caps the
+reconsume count before a message goes to the group's dead-letter queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from pymq.broker.store.config_files import read_json, write_json_atomic
+from pymq.errors import InvalidRequestError
+
+
+@dataclass
+class SubscriptionGroupConfig:
+    groupName: str
+    consumeEnable: bool = True
+    consumeFromMinEnable: bool = True
+    consumeBroadcastEnable: bool = True
+    retryQueueNums: int = 1
+    retryMaxTimes: int = 16
+    brokerId: int = 0
+    whichBrokerWhenConsumeSlowly: int = 1
+    notifyConsumerIdsChangedEnable: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SubscriptionGroupConfig:
+        known = {f.name: f.type for f in fields(cls)}
+        unknown = set(d) - set(known)
+        if unknown:
+            raise InvalidRequestError(f"unknown subscription group settings: {', '.join(sorted(unknown))}")
+        if "groupName" not in d:
+            raise InvalidRequestError("subscription group config needs groupName")
+        cfg = cls(groupName=str(d["groupName"]))
+        for k, v in d.items():
+            cur = getattr(cfg, k)
+            try:
+                if isinstance(cur, bool):
+                    v = v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes")
+                elif isinstance(cur, int):
+                    v = int(v)
+            except (TypeError, ValueError) as exc:
+                raise InvalidRequestError(f"bad value for {k}: {v!r}") from exc
+            setattr(cfg, k, v)
+        if cfg.retryMaxTimes < 0 or cfg.retryQueueNums < 1:
+            raise InvalidRequestError("retryMaxTimes must be >= 0 and retryQueueNums >= 1")
+        return cfg
+
+
+class SubscriptionGroupManager:
+    def __init__(self, path: Path, *, auto_create: bool = True) -> None:
+        self.path = path
+        self.auto_create = auto_create
+        self.groups: dict[str, SubscriptionGroupConfig] = {}
+
+    def load(self) -> None:
+        data = read_json(self.path)
+        if data:
+            for name, d in data.get("subscriptionGroupTable", {}).items():
+                self.groups[name] = SubscriptionGroupConfig.from_dict(d)
+
+    def persist(self) -> None:
+        write_json_atomic(
+            self.path, {"subscriptionGroupTable": {n: g.to_dict() for n, g in sorted(self.groups.items())}}
+        )
+
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        cfg = self.groups.get(group)
+        if cfg is None and self.auto_create:
+            cfg = self.groups[group] = SubscriptionGroupConfig(group)
+            self.persist()
+        return cfg
+
+    def upsert(self, cfg: SubscriptionGroupConfig) -> None:
+        self.groups[cfg.groupName] = cfg
+        self.persist()
+
+    def delete(self, group: str) -> bool:
+        if self.groups.pop(group, None) is None:
+            return False
+        self.persist()
+        return True

@@ -1,0 +1,74 @@
+"""``pymq-broker``: the broker daemon."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from pymq.cli.common import EXIT_CONFIG, fail, log_options, run_daemon, setup_logging
+from pymq.config import SMALL_STORE_SIZES, BrokerConfig, load_config
+from pymq.errors import ConfigError
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file.")
+@click.option("--cluster", "cluster_name", default=None, help="Cluster name (default DefaultCluster).")
+@click.option("--broker-name", default=None, help="Broker group name (default broker-a).")
+@click.option("--broker-id", type=int, default=None, help="0 for the master, >0 for a slave.")
+@click.option("--role", type=click.Choice(["ASYNC_MASTER", "SYNC_MASTER", "SLAVE"]), default=None)
+@click.option("--host", default=None, help="Listen address (default 0.0.0.0).")
+@click.option("--port", type=int, default=None, help="Listen port (default 10911; 0 picks a free one).")
+@click.option("--advertised-host", default=None, help="Address clients should use (default: this host's IP).")
+@click.option("--namesrv", "namesrv", default=None, help="Nameserver addresses, ';'-separated (default 127.0.0.1:9876).")
+@click.option("--store-dir", default=None, type=click.Path(file_okay=False), help="Store directory (default ./store).")
+@click.option("--flush", "flush_disk_type", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default=None)
+@click.option("--auto-create-topic/--no-auto-create-topic", default=None, help="Create unknown topics on first send (default off).")
+@click.option("--small-files", is_flag=True, help="Small store files (32 MiB commitlog) for development and tests.")
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--port-file", type=click.Path(dir_okay=False), help="Write host:port here once serving.")
+@log_options
+def main(
+    config_path: str | None,
+    namesrv: str | None,
+    store_dir: str | None,
+    flush_disk_type: str | None,
+    small_files: bool,
+    port_file: str | None,
+    log_level: str | None,
+    log_format: str,
+    **flags: Any,
+) -> None:
+    """Run a pymq broker.
+
+    \b
+    Example:
+      pymq-broker --namesrv 127.0.0.1:9876 --store-dir ./store
+      pymq-broker --config deploy/broker-a.toml --flush SYNC_FLUSH
+    """
+    overrides: dict[str, Any] = {**flags, "log_level": log_level}
+    if namesrv:
+        overrides["namesrv_addrs"] = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
+    store: dict[str, Any] = {}
+    if small_files:
+        store.update(SMALL_STORE_SIZES)
+    if store_dir:
+        store["store_dir"] = store_dir
+    if flush_disk_type:
+        store["flush_disk_type"] = flush_disk_type
+    if store:
+        overrides["store"] = store
+    try:
+        config = load_config(BrokerConfig, config_path, overrides=overrides)
+    except ConfigError as exc:
+        fail(str(exc), EXIT_CONFIG)
+        return
+    setup_logging(config.log_level, log_format)
+    from pymq.broker.app import BrokerApp
+
+    sys.exit(run_daemon(lambda: BrokerApp(config), port_file))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""What the daemons share: logging, the event loop, signals, the port file and exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import click
+
+from pymq.errors import ConfigError, StoreLockedError
+from pymq.logs import configure_logging, get_logger
+from pymq.transport.loop import run
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_CONFIG = 2
+EXIT_STORE_LOCKED = 3
+
+log = get_logger("cli")
+
+
+class Daemon(Protocol):
+    address: str
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def log_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--log-level", default=None, help="debug, info, warning or error (default info).")(f)
+    f = click.option(
+        "--log-format",
+        type=click.Choice(["auto", "console", "json"]),
+        default="auto",
+        show_default=True,
+        help="auto: console on a terminal, JSON otherwise.",
+    )(f)
+    return f
+
+
+def setup_logging(level: str, fmt: str) -> None:
+    try:
+        configure_logging(level, json=None if fmt == "auto" else fmt == "json")
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--log-level") from exc
+
+
+def run_daemon(make: Callable[[], Daemon], port_file: str | None, on_started: Callable[[Daemon], None] | None = None) -> int:
+    """Start the daemon, serve until SIGTERM/SIGINT, stop gracefully; returns the exit code."""
+
+    async def main() -> int:
+        app = make()
+        try:
+            await app.start()
+        except ConfigError as exc:
+            log.error("startup_failed", reason=str(exc))
+            return EXIT_CONFIG
+        except StoreLockedError as exc:
+            log.error("startup_failed", reason=str(exc))
+            return EXIT_STORE_LOCKED
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        if port_file:
+            write_port_file(Path(port_file), app.address)
+        if on_started is not None:
+            on_started(app)
+        await stop.wait()
+        log.info("shutting_down")
+        await app.close()
+        return EXIT_OK
+
+    return run(main())
+
+
+def run_async(main: Callable[[], Awaitable[int]]) -> int:
+    return run(main())
+
+
+def write_port_file(path: Path, address: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(address + "\n")
+    os.replace(tmp, path)
+
+
+def fail(message: str, code: int = EXIT_FAILURE) -> None:
+    """One line on stderr, then exit: what a CLI error should look like."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)

@@ -1,0 +1,42 @@
+"""``pymq-namesrv``: the nameserver daemon."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from pymq.cli.common import EXIT_CONFIG, fail, log_options, run_daemon, setup_logging
+from pymq.config import NamesrvConfig, load_config
+from pymq.errors import ConfigError
+from pymq.nameserver.app import NamesrvApp
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file.")
+@click.option("--host", default=None, help="Listen address (default 0.0.0.0).")
+@click.option("--port", type=int, default=None, help="Listen port (default 9876; 0 picks a free one).")
+@click.option("--broker-expiry", "broker_expiry_seconds", type=float, default=None, help="Seconds before a silent broker is dropped (default 120).")
+@click.option("--scan-interval", "scan_interval_seconds", type=float, default=None, help="Seconds between expiry scans (default 10).")
+@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
+@click.option("--port-file", type=click.Path(dir_okay=False), help="Write host:port here once serving.")
+@log_options
+def main(config_path: str | None, port_file: str | None, log_level: str | None, log_format: str, **flags: object) -> None:
+    """Run a pymq nameserver.
+
+    \b
+    Example:
+      pymq-namesrv --port 9876
+      PYMQ_PORT=9877 pymq-namesrv --config deploy/namesrv-1.toml
+    """
+    try:
+        config = load_config(NamesrvConfig, config_path, overrides={**flags, "log_level": log_level})
+    except ConfigError as exc:
+        fail(str(exc), EXIT_CONFIG)
+        return
+    setup_logging(config.log_level, log_format)
+    sys.exit(run_daemon(lambda: NamesrvApp(config), port_file))
+
+
+if __name__ == "__main__":
+    main()

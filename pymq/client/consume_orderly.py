@@ -1,0 +1,243 @@
+"""Orderly consumption: each queue consumed by one task, in offset order, under a broker lock.
+
+Clustering consumers lock a queue on its master (LOCK_BATCH_MQ) before pulling it, renew
+all their locks every ``lock_renew_interval`` (20 s) and trust a lock for
+``lock_valid_seconds`` (30 s) after the last successful renewal; the broker expires locks
+after 60 s, so a crashed consumer's queues move on once its locks lapse.
+
+The listener returns SUCCESS or SUSPEND_CURRENT_QUEUE_A_MOMENT. On suspend (or an
+exception) the same messages are offered again after ``suspend_current_queue_time``, still
+in order. Unlike RocketMQ's unbounded default, a message failing ``max_reconsume_times``
+times (16 unless set) goes to the dead-letter queue and the queue moves on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from pymq.client.consumer_types import ConsumeOrderlyResult, MessageModel
+from pymq.client.process_queue import ProcessQueue
+from pymq.client.send_back import send_back
+from pymq.errors import PymqError
+from pymq.logs import get_logger
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.frame import Command
+from pymq.protocol.headers import decode_body, encode_body
+from pymq.protocol.message import MessageExt
+from pymq.protocol.route import MessageQueue
+
+if TYPE_CHECKING:
+    from pymq.client.push_consumer import Listener, PushConsumer
+
+log = get_logger("client.orderly")
+
+DEFAULT_MAX_RECONSUME = 16
+PULL_DELAY_NOT_LOCKED = 3.0
+
+
+def _is_success(result: Any) -> bool:
+    return result is None or result in (ConsumeOrderlyResult.SUCCESS, ConsumeOrderlyResult.SUCCESS.value)
+
+
+class OrderlyConsumeService:
+    def __init__(
+        self,
+        consumer: PushConsumer,
+        listener: Listener,
+        *,
+        lock_renew_interval: float | None = None,
+        lock_valid_seconds: float | None = None,
+    ) -> None:
+        self.consumer = consumer
+        self.listener = listener
+        opts = consumer._client_options
+        self.lock_renew_interval = lock_renew_interval or float(opts.get("lock_renew_interval", 20.0))
+        self.lock_valid_seconds = lock_valid_seconds or float(opts.get("lock_valid_seconds", 30.0))
+        self.max_reconsume = consumer.max_reconsume_times or DEFAULT_MAX_RECONSUME
+        self.clustering = consumer.message_model is MessageModel.CLUSTERING
+        self._workers: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._renew_task: asyncio.Task[None] | None = None
+        self._sem = asyncio.Semaphore(consumer.consume_concurrency)
+        self.consumed = 0
+        self.dead_lettered = 0
+
+    async def start(self) -> None:
+        if self.clustering:
+            self._renew_task = asyncio.ensure_future(self._renew_loop())
+
+    async def close(self) -> None:
+        if self._renew_task is not None:
+            self._renew_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renew_task
+        # Let each queue finish its current batch; offsets are committed by the consumer,
+        # then the locks are released.
+        for mq, pq in list(self.consumer.process_queues.items()):
+            pq.dropped = True
+            await self._wait_worker(mq)
+        await self.consumer.persist_offsets()
+        if self.clustering:
+            await self.unlock(list(self.consumer.process_queues))
+
+    # --- locks ---------------------------------------------------------------------------------------------
+
+    def _lock_valid(self, pq: ProcessQueue) -> bool:
+        return not self.clustering or (pq.locked and time.monotonic() - pq.last_lock_time < self.lock_valid_seconds)
+
+    async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        inst = self.consumer.instance
+        assert inst is not None
+        by_broker: dict[str, list[MessageQueue]] = defaultdict(list)
+        for mq in mqs:
+            by_broker[mq.brokerName].append(mq)
+        locked: set[MessageQueue] = set()
+        for broker, queues in by_broker.items():
+            addr = inst.broker_addr(broker)  # locks live on the master only
+            if addr is None:
+                continue
+            body = encode_body(
+                {"consumerGroup": self.consumer.group, "clientId": inst.client_id, "mqSet": [q.to_dict() for q in queues]}
+            )
+            try:
+                resp = await inst.rpc.invoke_ok(addr, Command.request(RequestCode.LOCK_BATCH_MQ, body=body), 3.0)
+            except PymqError as exc:
+                log.info("lock_failed", broker=broker, reason=str(exc))
+                continue
+            locked.update(MessageQueue.from_dict(d) for d in decode_body(resp.body).get("lockOKMQSet", []))
+        return locked
+
+    async def lock_for_new_queue(self, mq: MessageQueue) -> bool:
+        """Rebalance takes a queue only once its lock is held."""
+        return mq in await self._lock([mq])
+
+    async def unlock(self, mqs: list[MessageQueue]) -> None:
+        inst = self.consumer.instance
+        if inst is None or not mqs or not self.clustering:
+            return
+        by_broker: dict[str, list[MessageQueue]] = defaultdict(list)
+        for mq in mqs:
+            by_broker[mq.brokerName].append(mq)
+        for broker, queues in by_broker.items():
+            addr = inst.broker_addr(broker)
+            if addr is None:
+                continue
+            body = encode_body(
+                {"consumerGroup": self.consumer.group, "clientId": inst.client_id, "mqSet": [q.to_dict() for q in queues]}
+            )
+            with contextlib.suppress(PymqError):
+                await inst.rpc.invoke_ok(addr, Command.request(RequestCode.UNLOCK_BATCH_MQ, body=body), 3.0)
+
+    async def _renew_loop(self) -> None:
+        while True:
+            await self.renew_locks()
+            await asyncio.sleep(self.lock_renew_interval)
+
+    async def renew_locks(self) -> None:
+        pqs = dict(self.consumer.process_queues)
+        if not pqs:
+            return
+        locked = await self._lock(list(pqs))
+        now = time.monotonic()
+        for mq, pq in pqs.items():
+            if mq in locked:
+                was = pq.locked
+                pq.locked = True
+                pq.last_lock_time = now
+                if not was and pq.count:
+                    self._ensure_worker(mq, pq)
+            else:
+                pq.locked = False
+
+    # --- consumption ---------------------------------------------------------------------------------------
+
+    def pull_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
+        if self.clustering and not pq.locked:
+            return PULL_DELAY_NOT_LOCKED
+        return 0.0
+
+    def queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """Rebalance took the queue right after locking it (see lock_for_new_queue)."""
+        if self.clustering:
+            pq.locked = True
+            pq.last_lock_time = time.monotonic()
+
+    def submit(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        self._ensure_worker(mq, pq)
+
+    def _ensure_worker(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        task = self._workers.get(mq)
+        if task is None or task.done():
+            self._workers[mq] = asyncio.ensure_future(self._work(mq, pq))
+
+    async def _wait_worker(self, mq: MessageQueue) -> None:
+        task = self._workers.pop(mq, None)
+        if task is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
+        await self._wait_worker(mq)
+
+    async def _call(self, msgs: list[MessageExt]) -> bool:
+        consumer = self.consumer
+        try:
+            if consumer.executor is not None:
+                loop = asyncio.get_running_loop()
+                result = await asyncio.wait_for(
+                    loop.run_in_executor(consumer.executor, self.listener, msgs), consumer.consume_timeout
+                )
+            else:
+                result = await asyncio.wait_for(self.listener(msgs), consumer.consume_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("orderly_listener_failed", group=consumer.group, count=len(msgs))
+            return False
+        return _is_success(result)
+
+    async def _work(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """Consume one queue in order until it is empty, dropped, or its lock lapses."""
+        consumer = self.consumer
+        store = consumer.offset_store
+        assert store is not None
+        batch_size = consumer.consume_batch_max_size
+        while not pq.dropped:
+            if not self._lock_valid(pq):
+                return  # renewal restarts the worker once the lock is back
+            msgs = pq.take_in_order(batch_size)
+            if not msgs:
+                return
+            async with self._sem:
+                ok = await self._call(msgs)
+            if not ok:
+                poison = [m for m in msgs if m.reconsume_times + 1 >= self.max_reconsume]
+                for m in msgs:
+                    m.reconsume_times += 1
+                if poison and await self._dead_letter(poison):
+                    msgs = poison  # they leave the queue; the rest are retried in order
+                else:
+                    await asyncio.sleep(consumer.suspend_current_queue_time)
+                    continue
+            else:
+                self.consumed += len(msgs)
+            offset = pq.remove(msgs)
+            # Committed even when the queue was just taken away: we still hold its lock.
+            store.update(mq, offset, increase_only=True)
+
+    async def _dead_letter(self, msgs: list[MessageExt]) -> bool:
+        inst = self.consumer.instance
+        assert inst is not None
+        if not self.clustering:
+            log.warning("orderly_broadcast_message_dropped", group=self.consumer.group, count=len(msgs))
+            return True
+        for m in msgs:
+            # delay level -1: straight to %DLQ%<group>
+            if not await send_back(inst, self.consumer.group, m, delay_level=-1, max_reconsume_times=self.max_reconsume):
+                return False
+            self.dead_lettered += 1
+            log.warning("orderly_message_dead_lettered", group=self.consumer.group, msg_id=m.msg_id)
+        return True

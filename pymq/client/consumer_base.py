@@ -1,0 +1,414 @@
+"""What push and pull consumers share: subscriptions, rebalance, one pull task per owned queue.
+
+Rebalance (every 20 s, and at once when the broker says the group changed) lists the
+topic's readable queues and the group's members, sorted, and keeps the queues the
+allocation strategy gives this client. A queue taken away stops pulling, has its offset
+committed and its cache dropped; a queue gained starts from the group's committed offset,
+or from ``consume_from_where`` if the group has none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from abc import abstractmethod
+from pathlib import Path
+from typing import Any
+
+from pymq.client.allocate import AllocateAveragely, AllocateStrategy
+from pymq.client.consumer_types import ConsumeFromWhere, MessageModel, PullStatus
+from pymq.client.instance import ClientInstance
+from pymq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
+from pymq.client.process_queue import ProcessQueue
+from pymq.client.pull_api import RETRY_PREFIX, PullResult, pull
+from pymq.errors import ClientError, ClosedError, PymqError
+from pymq.logs import get_logger
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.filter import Subscription
+from pymq.protocol.frame import Command
+from pymq.protocol.route import PERM_READ, MessageQueue, TopicRouteData
+
+log = get_logger("client.consumer")
+
+#: how long the broker may hold a pull that finds nothing (long polling)
+BROKER_SUSPEND_MS = 15_000
+#: client-side timeout of a long-polling pull
+PULL_TIMEOUT = 30.0
+PULL_DELAY_FLOW_CONTROL = 0.05
+PULL_DELAY_ERROR = 3.0
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def read_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
+    """Every readable queue of the topic, sorted by (topic, brokerName, queueId)."""
+    out = []
+    for qd in route.queueDatas:
+        if qd.perm & PERM_READ and route.broker(qd.brokerName) is not None:
+            out.extend(MessageQueue(topic, qd.brokerName, i) for i in range(qd.readQueueNums))
+    return sorted(out)
+
+
+class ConsumerBase:
+    consume_type = "CONSUME_PASSIVELY"
+    #: clustering push consumers also consume their group's retry topic
+    uses_retry_topic = True
+
+    def __init__(
+        self,
+        namesrv: str | list[str],
+        group: str,
+        *,
+        message_model: MessageModel = MessageModel.CLUSTERING,
+        consume_from_where: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
+        consume_timestamp: int | None = None,
+        allocate_strategy: AllocateStrategy | None = None,
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue: int = 100 * 1024 * 1024,
+        offset_store_dir: str | Path | None = None,
+        **client_options: Any,
+    ) -> None:
+        if not group:
+            raise ClientError("consumer group must not be empty")
+        self.namesrv = namesrv
+        self.group = group
+        self.message_model = MessageModel(message_model)
+        self.consume_from_where = ConsumeFromWhere(consume_from_where)
+        self.consume_timestamp = consume_timestamp
+        self.allocate_strategy = allocate_strategy or AllocateAveragely()
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
+        self.offset_store_dir = Path(offset_store_dir) if offset_store_dir else default_offset_dir()
+        self._client_options = client_options
+        self.subscriptions: dict[str, Subscription] = {}
+        self.instance: ClientInstance | None = None
+        self.offset_store: OffsetStore | None = None
+        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        self._topic_queues: dict[str, list[MessageQueue]] = {}
+        self._rebalance_lock = asyncio.Lock()
+        self._started = False
+        self._closing = False
+
+    # --- subscriptions ------------------------------------------------------------------------------------
+
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        """Consume ``topic`` messages whose tag matches ``expression`` (``*`` or ``TagA || TagB``)."""
+        if self._started:
+            raise ClientError("subscribe before start()")
+        self.subscriptions[topic] = Subscription.parse(topic, expression, int(time.time() * 1000))
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+
+    async def start(self) -> Any:
+        if self._started:
+            return self
+        if not self.subscriptions:
+            raise ClientError("subscribe to at least one topic before start()")
+        inst = ClientInstance.acquire(self.namesrv, **self._client_options)
+        if self.group in inst.consumers:
+            await inst.release()
+            raise ClientError(f"consumer group {self.group} is already started in client {inst.client_id}")
+        self.instance = inst
+        if self.message_model is MessageModel.CLUSTERING:
+            if self.uses_retry_topic:
+                # Failed messages come back through the group's retry topic: subscribe to it too.
+                rt = retry_topic(self.group)
+                self.subscriptions.setdefault(rt, Subscription.parse(rt, "*"))
+            self.offset_store = RemoteOffsetStore(inst, self.group)
+        else:
+            ip = inst.client_id.split("@", 1)[0]
+            instance_name = self._client_options.get("instance_name") or "DEFAULT"
+            self.offset_store = LocalOffsetStore(self.offset_store_dir, f"{ip}@{instance_name}", self.group)
+        await self.offset_store.load()
+        inst.consumers[self.group] = self
+        await inst.start()
+        self._started = True
+        await self._on_start()
+        for topic in list(self.subscriptions):
+            try:
+                await inst.update_route(topic)
+            except PymqError as exc:
+                log.warning("route_fetch_failed", topic=topic, reason=str(exc))
+        await inst.send_heartbeat_to_all()
+        await self.rebalance()
+        inst.trigger_rebalance()
+        return self
+
+    async def _on_start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        """Stop pulling, let in-flight consumption finish, commit offsets, leave the group."""
+        if not self._started or self._closing:
+            return
+        self._closing = True
+        inst = self.instance
+        assert inst is not None
+        for task in self._pull_tasks.values():
+            task.cancel()
+        for task in list(self._pull_tasks.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._pull_tasks.clear()
+        # Consumption in flight finishes and moves the offsets before they are committed.
+        await self._on_close()
+        for pq in self.process_queues.values():
+            pq.dropped = True
+        await self.persist_offsets()
+        inst.consumers.pop(self.group, None)
+        await inst.unregister(consumer_group=self.group)
+        await inst.release()
+
+    async def _on_close(self) -> None:
+        return None
+
+    async def __aenter__(self) -> Any:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _instance(self) -> ClientInstance:
+        if self._closing:
+            raise ClosedError("consumer is closed")
+        if self.instance is None:
+            raise ClientError("consumer is not started")
+        return self.instance
+
+    # --- ClientMember ---------------------------------------------------------------------------------------
+
+    def heartbeat_data(self) -> dict[str, Any]:
+        return {
+            "groupName": self.group,
+            "consumeType": self.consume_type,
+            "messageModel": self.message_model.value,
+            "consumeFromWhere": self.consume_from_where.value,
+            "subscriptionDataSet": [s.to_dict() for s in self.subscriptions.values()],
+        }
+
+    def topics_of_interest(self) -> list[str]:
+        return list(self.subscriptions)
+
+    def route_changed(self, topic: str, route: TopicRouteData) -> None:
+        self._topic_queues[topic] = read_queues(topic, route)
+
+    # --- rebalance ---------------------------------------------------------------------------------------
+
+    async def rebalance(self) -> None:
+        if not self._started or self._closing:
+            return
+        async with self._rebalance_lock:
+            inst = self._instance()
+            for topic in list(self.subscriptions):
+                mq_all = self._topic_queues.get(topic)
+                if mq_all is None:
+                    route = await inst.update_route(topic)
+                    mq_all = self._topic_queues.get(topic, []) if route is not None else []
+                if self.message_model is MessageModel.BROADCASTING:
+                    mine = list(mq_all)
+                else:
+                    cids = await inst.consumer_ids(self.group, topic)
+                    if not cids:
+                        continue  # no broker answered: keep what we have
+                    mine = self.allocate_strategy.allocate(self.group, inst.client_id, mq_all, cids)
+                await self._update_queues(topic, set(mine))
+
+    async def _update_queues(self, topic: str, mine: set[MessageQueue]) -> None:
+        current = {mq for mq in self.process_queues if mq.topic == topic}
+        for mq in sorted(current - mine):
+            await self._release_queue(mq)
+        for mq in sorted(mine - current):
+            offset = await self._start_offset(mq)
+            if offset < 0:
+                continue
+            if not await self._can_take(mq):
+                continue
+            self.process_queues[mq] = pq = ProcessQueue()
+            self._on_queue_taken(mq, pq)
+            self._pull_tasks[mq] = asyncio.ensure_future(self._pull_loop(mq, pq, offset))
+            log.info("queue_assigned", group=self.group, queue=str(mq), offset=offset)
+        if (current - mine) or (mine - current):
+            log.info("rebalanced", group=self.group, topic=topic, queues=len(mine))
+
+    async def _can_take(self, mq: MessageQueue) -> bool:
+        """Orderly consumers lock the queue on its master first."""
+        return True
+
+    def _on_queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        return None
+
+    async def _release_queue(self, mq: MessageQueue) -> None:
+        pq = self.process_queues.pop(mq, None)
+        task = self._pull_tasks.pop(mq, None)
+        if pq is not None:
+            pq.dropped = True
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._on_queue_released(mq, pq)
+        store = self.offset_store
+        assert store is not None
+        with contextlib.suppress(PymqError):
+            await store.persist([mq])
+        store.remove(mq)
+        await self._after_queue_released(mq)
+        log.info("queue_released", group=self.group, queue=str(mq))
+
+    async def _on_queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
+        """After pulling stopped, before the offset is committed (orderly: let the batch finish)."""
+        return None
+
+    async def _after_queue_released(self, mq: MessageQueue) -> None:
+        """After the offset is committed (orderly: release the broker lock)."""
+        return None
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        store = self.offset_store
+        assert store is not None
+        try:
+            last = await store.read(mq)
+            if last >= 0:
+                return last
+            if mq.topic.startswith(RETRY_PREFIX):
+                return 0
+            if self.consume_from_where is ConsumeFromWhere.FIRST_OFFSET:
+                return await self._queue_offset(RequestCode.GET_MIN_OFFSET, mq)
+            if self.consume_from_where is ConsumeFromWhere.TIMESTAMP:
+                ts = self.consume_timestamp if self.consume_timestamp is not None else int(time.time() * 1000) - 1800_000
+                return await self._queue_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, ts)
+            return await self._queue_offset(RequestCode.GET_MAX_OFFSET, mq)
+        except PymqError as exc:
+            log.warning("start_offset_failed", group=self.group, queue=str(mq), reason=str(exc))
+            return -1
+
+    async def _queue_offset(self, code: int, mq: MessageQueue, timestamp: int | None = None) -> int:
+        inst = self._instance()
+        addr = inst.broker_addr(mq.brokerName, master_only=False)
+        if addr is None:
+            raise PymqError(f"no address for broker {mq.brokerName}")
+        ext: dict[str, Any] = {"topic": mq.topic, "queueId": mq.queueId}
+        if timestamp is not None:
+            ext["timestamp"] = timestamp
+        resp = await inst.rpc.invoke_ok(addr, Command.request(code, ext), inst.config.rpc_timeout_seconds)
+        return int(resp.ext.get("offset", 0))
+
+    # --- pulling ---------------------------------------------------------------------------------------------
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        inst = self._instance()
+        store = self.offset_store
+        assert store is not None
+        while not pq.dropped:
+            delay = self._flow_control_delay(mq, pq)
+            if delay:
+                await asyncio.sleep(delay)
+                continue
+            sub = self.subscriptions.get(mq.topic)
+            if sub is None:
+                return
+            commit = store.read_memory(mq) if self.message_model is MessageModel.CLUSTERING else -1
+            try:
+                result = await pull(
+                    inst,
+                    mq,
+                    self.group,
+                    offset,
+                    sub,
+                    max_nums=self.pull_batch_size,
+                    commit_offset=commit,
+                    suspend_ms=BROKER_SUSPEND_MS,
+                    timeout=PULL_TIMEOUT,
+                )
+            except asyncio.CancelledError:
+                raise
+            except PymqError as exc:
+                if pq.dropped:
+                    return
+                log.info("pull_failed", group=self.group, queue=str(mq), reason=str(exc))
+                await asyncio.sleep(PULL_DELAY_ERROR)
+                continue
+            if pq.dropped:
+                return
+            pq.last_pull_time = time.monotonic()
+            offset = await self._handle_pull(mq, pq, offset, result)
+
+    def _flow_control_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
+        if pq.count > self.pull_threshold_for_queue or pq.size > self.pull_threshold_size_for_queue:
+            return PULL_DELAY_FLOW_CONTROL
+        return 0.0
+
+    async def _handle_pull(self, mq: MessageQueue, pq: ProcessQueue, offset: int, result: PullResult) -> int:
+        store = self.offset_store
+        assert store is not None
+        nxt = result.next_begin_offset
+        if result.status is PullStatus.FOUND:
+            if result.messages:
+                pq.add(result.messages)
+                await self._deliver(mq, pq, result.messages)
+            elif pq.count == 0:
+                # Every message of the range was filtered out client-side: it is done.
+                self._advance(mq, nxt)
+                pq.max_offset = max(pq.max_offset, nxt - 1)
+            return nxt
+        if result.status is PullStatus.OFFSET_ILLEGAL:
+            log.warning("pull_offset_illegal", group=self.group, queue=str(mq), offset=offset, next=nxt)
+            store.update(mq, nxt)
+            with contextlib.suppress(PymqError):
+                await store.persist([mq])
+            pq.max_offset = nxt - 1
+            return nxt
+        # NO_NEW_MSG / NO_MATCHED_MSG: move on; with nothing in flight the skipped range is done.
+        if pq.count == 0 and nxt > offset:
+            self._advance(mq, nxt)
+            pq.max_offset = max(pq.max_offset, nxt - 1)
+        return nxt
+
+    def _advance(self, mq: MessageQueue, offset: int) -> None:
+        """Everything below ``offset`` is consumed (or skipped by the filter)."""
+        assert self.offset_store is not None
+        self.offset_store.update(mq, offset, increase_only=True)
+
+    @abstractmethod
+    async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[Any]) -> None:
+        """Hand pulled messages to the consumption side (listener or poll buffer)."""
+
+    # --- offsets ---------------------------------------------------------------------------------------------
+
+    async def persist_offsets(self) -> None:
+        store = self.offset_store
+        if store is None:
+            return
+        await store.persist(list(self.process_queues))
+
+    def reset_offsets(self, table: dict[MessageQueue, int]) -> None:
+        """The broker reset the group's offsets: restart the affected queues from them."""
+        asyncio.ensure_future(self._reset(table))
+
+    async def _reset(self, table: dict[MessageQueue, int]) -> None:
+        store = self.offset_store
+        assert store is not None
+        for mq, offset in table.items():
+            old = self.process_queues.get(mq)
+            if old is None:
+                continue
+            # Not _release_queue: that would commit the old offset over the reset one.
+            old.dropped = True
+            task = self._pull_tasks.pop(mq, None)
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            store.update(mq, offset)
+            self.process_queues[mq] = pq = ProcessQueue()
+            self._pull_tasks[mq] = asyncio.ensure_future(self._pull_loop(mq, pq, offset))
+            log.info("offset_reset", group=self.group, queue=str(mq), offset=offset)
+
+    def assigned_queues(self) -> list[MessageQueue]:
+        return sorted(self.process_queues)

@@ -1,0 +1,272 @@
+"""The client instance: what every producer and consumer of one client id shares.
+
+One connection per broker, the route cache, heartbeats to every broker, route refresh,
+rebalance and offset persistence run here, once per client id (``ip@instance``) and event
+loop. Producers and consumers acquire the instance when they start and release it when
+they stop; the last release closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from pymq.client.namesrv import NamesrvClient, parse_addrs
+from pymq.config import ClientConfig
+from pymq.errors import PymqError
+from pymq.logs import get_logger
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.frame import Command
+from pymq.protocol.headers import decode_body, encode_body
+from pymq.protocol.message import local_ip
+from pymq.protocol.route import MASTER_ID, MessageQueue, TopicRouteData
+from pymq.transport.client import RpcClient
+from pymq.transport.dispatch import Dispatcher
+
+if TYPE_CHECKING:
+    from pymq.transport.connection import Connection
+
+log = get_logger("client")
+
+
+class ClientMember:
+    """What the instance needs from a producer or consumer registered with it."""
+
+    group: str
+
+    def heartbeat_data(self) -> dict[str, Any] | None: ...
+
+    def topics_of_interest(self) -> list[str]: ...
+
+    def route_changed(self, topic: str, route: TopicRouteData) -> None: ...
+
+
+class ClientInstance:
+    _registry: dict[tuple[str, int], ClientInstance] = {}
+
+    def __init__(self, config: ClientConfig, client_id: str) -> None:
+        self.config = config
+        self.client_id = client_id
+        self.dispatcher = Dispatcher(
+            {
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
+            },
+            name="client",
+        )
+        self.rpc = RpcClient(self.dispatcher)
+        self.namesrv = NamesrvClient(self.rpc, config.namesrv_addrs, config.rpc_timeout_seconds)
+        self.routes: dict[str, TopicRouteData] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self.producers: dict[str, ClientMember] = {}
+        self.consumers: dict[str, Any] = {}
+        self._refs = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._rebalance_now = asyncio.Event()
+        self._started = False
+        self._key: tuple[str, int] | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------------------
+
+    @classmethod
+    def acquire(cls, namesrv: str | list[str], **options: Any) -> ClientInstance:
+        """The instance for this client id on the running loop, created on first use."""
+        config = ClientConfig(namesrv_addrs=parse_addrs(namesrv), **options)
+        instance_name = config.instance_name or str(os.getpid())
+        client_id = f"{config.client_ip or local_ip()}@{instance_name}"
+        key = (client_id, id(asyncio.get_running_loop()))
+        inst = cls._registry.get(key)
+        if inst is None:
+            # Another loop in this process already uses the id: keep ids unique per connection.
+            if any(k[0] == client_id for k in cls._registry):
+                client_id = f"{client_id}#{sum(1 for k in cls._registry if k[0].startswith(client_id)) + 1}"
+            inst = cls(config, client_id)
+            inst._key = key
+            cls._registry[key] = inst
+        inst._refs += 1
+        return inst
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        cfg = self.config
+        self._spawn(self._every(cfg.poll_namesrv_interval_seconds, self.refresh_routes), "route-refresh")
+        self._spawn(self._every(cfg.heartbeat_interval_seconds, self.send_heartbeat_to_all), "heartbeat")
+        self._spawn(self._every(cfg.persist_offset_interval_seconds, self.persist_offsets), "offset-persist")
+        self._spawn(self._rebalance_loop(), "rebalance")
+
+    async def release(self) -> None:
+        self._refs -= 1
+        if self._refs > 0:
+            return
+        if self._key is not None:
+            self._registry.pop(self._key, None)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks.clear()
+        await self.rpc.close()
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(f"pymq-client-{name}")
+        self._tasks.append(task)
+
+    @staticmethod
+    async def _every(interval: float, fn: Callable[[], Awaitable[Any]]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("client_periodic_task_failed", task=getattr(fn, "__name__", "?"))
+
+    # --- routes ------------------------------------------------------------------------------------------
+
+    async def update_route(self, topic: str) -> TopicRouteData | None:
+        """Fetch a topic's route and tell interested members; None when the topic has no route."""
+        route = await self.namesrv.route_or_none(topic)
+        if route is None:
+            return None
+        self.routes[topic] = route
+        for bd in route.brokerDatas:
+            self.broker_addrs[bd.brokerName] = dict(bd.brokerAddrs)
+        for member in [*self.producers.values(), *self.consumers.values()]:
+            if topic in member.topics_of_interest():
+                member.route_changed(topic, route)
+        return route
+
+    async def refresh_routes(self) -> None:
+        topics = set()
+        for member in [*self.producers.values(), *self.consumers.values()]:
+            topics.update(member.topics_of_interest())
+        for topic in sorted(topics):
+            try:
+                await self.update_route(topic)
+            except PymqError as exc:
+                log.warning("route_refresh_failed", topic=topic, reason=str(exc))
+
+    def broker_addr(self, broker_name: str, *, master_only: bool = True) -> str | None:
+        addrs = self.broker_addrs.get(broker_name)
+        if not addrs:
+            return None
+        if MASTER_ID in addrs:
+            return addrs[MASTER_ID]
+        if master_only:
+            return None
+        return addrs[min(addrs)]
+
+    def all_broker_addrs(self) -> list[str]:
+        return sorted({a for addrs in self.broker_addrs.values() for a in addrs.values()})
+
+    # --- heartbeats --------------------------------------------------------------------------------------
+
+    def heartbeat_body(self) -> bytes:
+        producers = [{"groupName": g} for g in self.producers]
+        consumers = [d for c in self.consumers.values() if (d := c.heartbeat_data())]
+        return encode_body(
+            {"clientID": self.client_id, "language": "PYTHON", "producerDataSet": producers, "consumerDataSet": consumers}
+        )
+
+    async def send_heartbeat_to_all(self) -> None:
+        if not self.producers and not self.consumers:
+            return
+        body = self.heartbeat_body()
+        has_consumers = bool(self.consumers)
+
+        async def one(addr: str) -> None:
+            try:
+                await self.rpc.invoke_ok(addr, Command.request(RequestCode.HEART_BEAT, body=body), self.config.rpc_timeout_seconds)
+            except PymqError as exc:
+                log.debug("heartbeat_failed", broker=addr, reason=str(exc))
+
+        targets = []
+        for addrs in self.broker_addrs.values():
+            for bid, addr in addrs.items():
+                if bid == MASTER_ID or has_consumers:
+                    targets.append(addr)
+        await asyncio.gather(*(one(a) for a in sorted(set(targets))))
+
+    async def unregister(self, producer_group: str | None = None, consumer_group: str | None = None) -> None:
+        ext: dict[str, Any] = {"clientID": self.client_id}
+        if producer_group:
+            ext["producerGroup"] = producer_group
+        if consumer_group:
+            ext["consumerGroup"] = consumer_group
+
+        async def one(addr: str) -> None:
+            with contextlib.suppress(PymqError):
+                await self.rpc.invoke_ok(addr, Command.request(RequestCode.UNREGISTER_CLIENT, dict(ext)), 2.0)
+
+        await asyncio.gather(*(one(a) for a in self.all_broker_addrs()))
+
+    # --- consumers: rebalance and offsets -------------------------------------------------------------
+
+    def trigger_rebalance(self) -> None:
+        self._rebalance_now.set()
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                await asyncio.wait_for(self._rebalance_now.wait(), self.config.rebalance_interval_seconds)
+            self._rebalance_now.clear()
+            await self.rebalance_all()
+
+    async def rebalance_all(self) -> None:
+        for consumer in list(self.consumers.values()):
+            try:
+                await consumer.rebalance()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("rebalance_failed", group=consumer.group)
+
+    async def persist_offsets(self) -> None:
+        for consumer in list(self.consumers.values()):
+            try:
+                await consumer.persist_offsets()
+            except PymqError as exc:
+                log.warning("offset_persist_failed", group=consumer.group, reason=str(exc))
+
+    async def consumer_ids(self, group: str, topic: str) -> list[str]:
+        """The group's members as one broker of ``topic`` knows them."""
+        route = self.routes.get(topic) or await self.update_route(topic)
+        if route is None:
+            return []
+        for bd in sorted(route.brokerDatas, key=lambda b: b.brokerName):
+            addr = bd.select_addr()
+            if addr is None:
+                continue
+            try:
+                resp = await self.rpc.invoke_ok(
+                    addr,
+                    Command.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}),
+                    self.config.rpc_timeout_seconds,
+                )
+            except PymqError:
+                continue
+            return sorted(decode_body(resp.body).get("consumerIdList", []))
+        return []
+
+    def _on_ids_changed(self, cmd: Command, conn: Connection) -> None:
+        log.debug("consumer_ids_changed", group=cmd.ext.get("consumerGroup"))
+        self.trigger_rebalance()
+        return None
+
+    def _on_reset_offset(self, cmd: Command, conn: Connection) -> None:
+        group = str(cmd.ext.get("group", ""))
+        consumer = self.consumers.get(group)
+        if consumer is None:
+            return None
+        body = decode_body(cmd.body, "offset reset")
+        table = {MessageQueue.from_dict(mq): int(off) for mq, off in body.get("offsetTable", [])}
+        consumer.reset_offsets(table)
+        return None

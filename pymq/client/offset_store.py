@@ -1,0 +1,135 @@
+"""Where consumer offsets live: on the broker (clustering) or in a local file (broadcasting)."""
+
+from __future__ import annotations
+
+import json
+import os
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from pymq.client.instance import ClientInstance
+from pymq.errors import PymqError, QueryNotFoundError
+from pymq.logs import get_logger
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.frame import Command
+from pymq.protocol.route import MessageQueue
+
+log = get_logger("client.offsets")
+
+
+class OffsetStore(ABC):
+    """Offsets are "next offset to consume". ``-1`` means none is known."""
+
+    def __init__(self) -> None:
+        self.table: dict[MessageQueue, int] = {}
+
+    async def load(self) -> None:
+        return None
+
+    def update(self, mq: MessageQueue, offset: int, *, increase_only: bool = False) -> None:
+        if increase_only and self.table.get(mq, -1) >= offset:
+            return
+        self.table[mq] = offset
+
+    def read_memory(self, mq: MessageQueue) -> int:
+        return self.table.get(mq, -1)
+
+    @abstractmethod
+    async def read(self, mq: MessageQueue) -> int:
+        """The committed offset from durable storage (broker or file); -1 if none."""
+
+    @abstractmethod
+    async def persist(self, mqs: list[MessageQueue]) -> None:
+        """Make the in-memory offsets of ``mqs`` durable."""
+
+    def remove(self, mq: MessageQueue) -> None:
+        self.table.pop(mq, None)
+
+
+class RemoteOffsetStore(OffsetStore):
+    """Clustering: offsets committed to the queue's broker (UPDATE/QUERY_CONSUMER_OFFSET)."""
+
+    def __init__(self, instance: ClientInstance, group: str) -> None:
+        super().__init__()
+        self.instance = instance
+        self.group = group
+
+    async def _addr(self, mq: MessageQueue) -> str | None:
+        addr = self.instance.broker_addr(mq.brokerName)
+        if addr is None:
+            await self.instance.update_route(mq.topic)
+            addr = self.instance.broker_addr(mq.brokerName)
+        return addr
+
+    async def read(self, mq: MessageQueue) -> int:
+        addr = await self._addr(mq)
+        if addr is None:
+            raise PymqError(f"no master for broker {mq.brokerName}")
+        cmd = Command.request(
+            RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queueId}
+        )
+        try:
+            resp = await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
+        except QueryNotFoundError:
+            return -1
+        offset = int(resp.ext.get("offset", -1))
+        self.table[mq] = offset
+        return offset
+
+    async def persist(self, mqs: list[MessageQueue]) -> None:
+        for mq in mqs:
+            offset = self.table.get(mq)
+            if offset is None or offset < 0:
+                continue
+            addr = await self._addr(mq)
+            if addr is None:
+                continue
+            cmd = Command.request(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queueId, "commitOffset": offset},
+            )
+            try:
+                await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
+            except PymqError as exc:
+                log.warning("offset_commit_failed", group=self.group, queue=str(mq), reason=str(exc))
+
+
+def default_offset_dir() -> Path:
+    return Path(os.environ.get("PYMQ_OFFSET_DIR", Path.home() / ".pymq_offsets"))
+
+
+class LocalOffsetStore(OffsetStore):
+    """Broadcasting: offsets in ``<dir>/<clientId>/<group>/offsets.json``, written atomically."""
+
+    def __init__(self, directory: Path, client_key: str, group: str) -> None:
+        super().__init__()
+        self.path = directory / client_key / group / "offsets.json"
+
+    async def load(self) -> None:
+        for candidate in (self.path, self.path.with_name("offsets.json.bak")):
+            try:
+                data = json.loads(candidate.read_text())
+            except FileNotFoundError:
+                continue
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                log.warning("offset_file_corrupt", path=str(candidate), reason=str(exc))
+                continue
+            for row in data.get("offsetTable", []):
+                self.table[MessageQueue(row["topic"], row["brokerName"], int(row["queueId"]))] = int(row["offset"])
+            return
+
+    async def read(self, mq: MessageQueue) -> int:
+        return self.table.get(mq, -1)
+
+    async def persist(self, mqs: list[MessageQueue]) -> None:
+        # The file holds every queue, so one write covers any subset.
+        rows = [{**mq.to_dict(), "offset": off} for mq, off in sorted(self.table.items()) if off >= 0]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name("offsets.json.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"offsetTable": rows}, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        if self.path.exists():
+            os.replace(self.path, self.path.with_name("offsets.json.bak"))
+        os.replace(tmp, self.path)

@@ -1,0 +1,421 @@
+"""The producer: encode messages into records and send them to a queue's master broker.
+
+    async with Producer("127.0.0.1:9876") as producer:
+        result = await producer.send(Message("orders", b"hello", tags="created"))
+
+A send takes at most ``send_timeout`` seconds in all, making up to ``1 + retry_times``
+attempts on different brokers when a failure is retriable. A message is encoded once (so
+its unique id survives retries) and bodies above ``compress_threshold`` are zlib-compressed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from pymq.client.instance import ClientInstance
+from pymq.client.selectors import (
+    LatencyAwareSelector,
+    MessageQueueSelector,
+    QueueSelectionStrategy,
+    RoundRobinSelector,
+    write_queues,
+)
+from pymq.errors import (
+    ClientError,
+    ClosedError,
+    MessageTooLargeError,
+    NoRouteError,
+    PymqError,
+    RequestTimeoutError,
+    TransportError,
+    error_for_response,
+)
+from pymq.logs import get_logger
+from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.frame import Command
+from pymq.protocol.message import Message, Prop, UniqueIdGenerator
+from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, offset_msg_id, pack_host
+from pymq.protocol.route import MessageQueue, TopicRouteData
+
+log = get_logger("client.producer")
+
+AUTO_CREATE_TOPIC = "TBW102"
+_STORED_CODES = {
+    ResponseCode.SUCCESS: "SEND_OK",
+    ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
+    ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
+}
+_RESERVED_BYTES = (b"\x01", b"\x02")
+
+
+class SendStatus(str, Enum):
+    """Every status means the broker stored the message; the others say what is not yet durable."""
+
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+@dataclass(slots=True)
+class SendResult:
+    status: SendStatus
+    #: the producer-assigned unique id (UNIQ_KEY) of the (first) message
+    msg_id: str
+    message_queue: MessageQueue
+    queue_offset: int
+    #: every message's unique id (one entry for a single send)
+    msg_ids: list[str] = field(default_factory=list)
+    commit_log_offsets: list[int] = field(default_factory=list)
+    store_addr: str = ""
+
+    @property
+    def offset_msg_id(self) -> str:
+        """The broker-side id (store address + commitlog offset) of the (first) message."""
+        ids = self.offset_msg_ids
+        return ids[0] if ids else ""
+
+    @property
+    def offset_msg_ids(self) -> list[str]:
+        host, _, port = self.store_addr.rpartition(":")
+        packed = pack_host(host, int(port or 0))
+        return [offset_msg_id(packed, off) for off in self.commit_log_offsets]
+
+
+class Producer:
+    """Sends messages; see the module docstring. Use as an async context manager."""
+
+    def __init__(
+        self,
+        namesrv: str | list[str],
+        group: str = "DEFAULT_PRODUCER",
+        *,
+        send_timeout: float = 3.0,
+        retry_times: int = 2,
+        compress_threshold: int = 4096,
+        compress_level: int = 5,
+        max_message_size: int = 4 * 1024 * 1024,
+        latency_aware: bool = False,
+        selector: QueueSelectionStrategy | None = None,
+        **client_options: Any,
+    ) -> None:
+        self.namesrv = namesrv
+        self.group = group
+        self.send_timeout = send_timeout
+        self.retry_times = retry_times
+        self.compress_threshold = compress_threshold
+        self.compress_level = compress_level
+        self.max_message_size = max_message_size
+        self.selector: QueueSelectionStrategy = selector or (
+            LatencyAwareSelector() if latency_aware else RoundRobinSelector()
+        )
+        self._client_options = client_options
+        self.instance: ClientInstance | None = None
+        self._queues: dict[str, list[MessageQueue]] = {}
+        self._ids: UniqueIdGenerator | None = None
+        self._born_host = b"\x00" * 8
+        self._callbacks: set[asyncio.Task[Any]] = set()
+        self._started = False
+        self._closed = False
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+
+    async def start(self) -> Producer:
+        if self._started:
+            return self
+        self.instance = ClientInstance.acquire(self.namesrv, **self._client_options)
+        if self.group in self.instance.producers:
+            await self.instance.release()
+            raise ClientError(f"producer group {self.group} is already started in client {self.instance.client_id}")
+        self.instance.producers[self.group] = self
+        ip = self.instance.client_id.split("@", 1)[0]
+        self._ids = UniqueIdGenerator(ip)
+        self._born_host = pack_host(ip, 0)
+        await self.instance.start()
+        self._started = True
+        return self
+
+    async def close(self) -> None:
+        if not self._started or self._closed:
+            return
+        self._closed = True
+        if self._callbacks:
+            await asyncio.gather(*self._callbacks, return_exceptions=True)
+        inst = self.instance
+        assert inst is not None
+        inst.producers.pop(self.group, None)
+        await inst.unregister(producer_group=self.group)
+        await inst.release()
+
+    async def __aenter__(self) -> Producer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- ClientMember -----------------------------------------------------------------------------------------
+
+    def heartbeat_data(self) -> None:
+        return None
+
+    def topics_of_interest(self) -> list[str]:
+        return list(self._queues)
+
+    def route_changed(self, topic: str, route: TopicRouteData) -> None:
+        self._queues[topic] = write_queues(topic, route)
+
+    # --- encoding -----------------------------------------------------------------------------------------
+
+    def _check(self, msg: Message) -> None:
+        if not isinstance(msg.body, (bytes, bytearray, memoryview)):
+            raise ClientError(f"message body must be bytes, got {type(msg.body).__name__}")
+        if not msg.body:
+            raise ClientError("message body is empty")
+        if len(msg.body) > self.max_message_size:
+            raise MessageTooLargeError(f"message body of {len(msg.body)} bytes exceeds {self.max_message_size}")
+        if not msg.topic:
+            raise ClientError("message topic is empty")
+
+    def _encode(self, msg: Message) -> tuple[bytes, str]:
+        """The record bytes and the unique id of one message."""
+        assert self._ids is not None
+        uniq = self._ids.next_id()
+        body = bytes(msg.body)
+        sys_flag = 0
+        if len(body) > self.compress_threshold:
+            packed = zlib.compress(body, self.compress_level)
+            if len(packed) < len(body):
+                body = packed
+                sys_flag |= SYSFLAG_COMPRESSED
+        parts = [b"UNIQ_KEY\x01", uniq.encode(), b"\x02"]
+        if msg.tags:
+            parts += [b"TAGS\x01", _prop_value(msg.tags), b"\x02"]
+        if msg.keys:
+            keys = msg.key_list()
+            if keys:
+                parts += [b"KEYS\x01", _prop_value(" ".join(keys)), b"\x02"]
+        if msg.delay_level > 0:
+            parts += [b"DELAY\x01", str(int(msg.delay_level)).encode(), b"\x02"]
+        for k, v in msg.properties.items():
+            if k in (Prop.UNIQ_KEY, Prop.TAGS, Prop.KEYS, Prop.DELAY):
+                continue
+            parts += [_prop_value(k), b"\x01", _prop_value(str(v)), b"\x02"]
+        record = encode_record(
+            msg.topic.encode(),
+            body,
+            b"".join(parts),
+            flag=msg.flag,
+            sys_flag=sys_flag,
+            born_timestamp=int(time.time() * 1000),
+            born_host=self._born_host,
+        )
+        if len(record) > self.max_message_size:
+            raise MessageTooLargeError(f"encoded message of {len(record)} bytes exceeds {self.max_message_size}")
+        return record, uniq
+
+    # --- routing ------------------------------------------------------------------------------------------
+
+    async def queues_for(self, topic: str) -> list[MessageQueue]:
+        """The topic's writable queues (fetching the route on first use)."""
+        queues = self._queues.get(topic)
+        if queues:
+            return queues
+        inst = self._instance()
+        route = await inst.update_route(topic)
+        if route is not None:
+            self._queues[topic] = write_queues(topic, route)
+        else:
+            # No route: use the auto-create template topic's brokers (min(4, their queues) each),
+            # like RocketMQ; the broker creates the topic on the first send if it allows it.
+            template = await inst.update_route(AUTO_CREATE_TOPIC)
+            if template is not None:
+                per_broker: dict[str, int] = {}
+                for q in write_queues(AUTO_CREATE_TOPIC, template):
+                    per_broker[q.brokerName] = per_broker.get(q.brokerName, 0) + 1
+                self._queues[topic] = [
+                    MessageQueue(topic, b, i) for b, n in sorted(per_broker.items()) for i in range(min(4, n))
+                ]
+        queues = self._queues.get(topic) or []
+        if not queues:
+            self._queues.pop(topic, None)
+            raise NoRouteError(f"No route info of this topic: {topic} (create it with pymq-admin topic-create)")
+        return queues
+
+    def _instance(self) -> ClientInstance:
+        if self._closed:
+            raise ClosedError("producer is closed")
+        if self.instance is None or not self._started:
+            raise ClientError("producer is not started: use 'async with Producer(...)' or await start()")
+        return self.instance
+
+    # --- sending -------------------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        msg: Message,
+        *,
+        selector: MessageQueueSelector | None = None,
+        arg: Any = None,
+        queue: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send one message and wait for the broker's answer.
+
+        With ``selector`` (and its ``arg``, e.g. an order id) or an explicit ``queue``, the
+        message goes to that queue only, without retrying elsewhere: that keeps related
+        messages in order.
+        """
+        self._check(msg)
+        record, uniq = self._encode(msg)
+        return await self._send_record(msg.topic, record, [uniq], RequestCode.SEND_MESSAGE, msg, selector, arg, queue, timeout)
+
+    async def send_batch(
+        self, messages: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
+    ) -> SendResult:
+        """Send messages of one topic in one request; they land in one queue, in order."""
+        if not messages:
+            raise ClientError("send_batch needs at least one message")
+        topic = messages[0].topic
+        records = []
+        ids = []
+        for m in messages:
+            if m.topic != topic:
+                raise ClientError("all messages of a batch must have the same topic")
+            if m.delay_level > 0:
+                raise ClientError("delayed messages cannot be sent in a batch")
+            self._check(m)
+            rec, uniq = self._encode(m)
+            records.append(rec)
+            ids.append(uniq)
+        total = sum(len(r) for r in records)
+        if total > self.max_message_size:
+            raise MessageTooLargeError(f"batch of {total} bytes exceeds {self.max_message_size}; send smaller batches")
+        return await self._send_record(
+            topic, b"".join(records), ids, RequestCode.SEND_BATCH_MESSAGE, None, None, None, queue, timeout
+        )
+
+    def send_with_callback(
+        self, msg: Message, callback: Callable[[SendResult | None, BaseException | None], Any], **kwargs: Any
+    ) -> asyncio.Task[None]:
+        """Send in the background and call ``callback(result, error)`` (a function or a coroutine function)."""
+        self._instance()
+
+        async def run() -> None:
+            result: SendResult | None = None
+            error: BaseException | None = None
+            try:
+                result = await self.send(msg, **kwargs)
+            except Exception as exc:
+                error = exc
+            try:
+                out = callback(result, error)
+                if inspect.isawaitable(out):
+                    await out
+            except Exception:
+                log.exception("send_callback_failed")
+
+        task = asyncio.ensure_future(run())
+        self._callbacks.add(task)
+        task.add_done_callback(self._callbacks.discard)
+        return task
+
+    async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
+        """Send without waiting for an answer (no result, no retry): fastest, least reliable."""
+        self._check(msg)
+        record, _ = self._encode(msg)
+        inst = self._instance()
+        mq = queue or self.selector.select(await self.queues_for(msg.topic), None)
+        addr = inst.broker_addr(mq.brokerName)
+        if addr is None:
+            raise NoRouteError(f"no master address for broker {mq.brokerName}")
+        cmd = Command.request(
+            RequestCode.SEND_MESSAGE, {"topic": msg.topic, "queueId": mq.queueId, "producerGroup": self.group}, record
+        )
+        await inst.rpc.invoke_oneway(addr, cmd)
+
+    async def _send_record(
+        self,
+        topic: str,
+        body: bytes,
+        ids: list[str],
+        code: int,
+        msg: Message | None,
+        selector: MessageQueueSelector | None,
+        arg: Any,
+        queue: MessageQueue | None,
+        timeout: float | None,
+    ) -> SendResult:
+        inst = self._instance()
+        loop = asyncio.get_running_loop()
+        budget = self.send_timeout if timeout is None else timeout
+        deadline = loop.time() + budget
+        fixed = queue is not None or selector is not None
+        attempts = 1 if fixed else 1 + self.retry_times
+        last_broker: str | None = None
+        last_error: PymqError | None = None
+        for _attempt in range(attempts):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            queues = await self.queues_for(topic)
+            if queue is not None:
+                mq = queue
+            elif selector is not None:
+                mq = selector(queues, msg, arg)
+            else:
+                mq = self.selector.select(queues, last_broker)
+            last_broker = mq.brokerName
+            addr = inst.broker_addr(mq.brokerName)
+            if addr is None:
+                await inst.update_route(topic)
+                addr = inst.broker_addr(mq.brokerName)
+                if addr is None:
+                    last_error = NoRouteError(f"no master address for broker {mq.brokerName}")
+                    continue
+            started = loop.time()
+            cmd = Command.request(code, {"topic": topic, "queueId": mq.queueId, "producerGroup": self.group}, body)
+            try:
+                resp = await inst.rpc.invoke(addr, cmd, remaining)
+            except TransportError as exc:
+                self.selector.update(mq.brokerName, (loop.time() - started) * 1000, True)
+                last_error = exc
+                continue
+            self.selector.update(mq.brokerName, (loop.time() - started) * 1000, False)
+            status = _STORED_CODES.get(resp.code)
+            if status is not None:
+                ext = resp.ext
+                return SendResult(
+                    SendStatus(status),
+                    ids[0],
+                    MessageQueue(topic, mq.brokerName, int(ext.get("queueId", mq.queueId))),
+                    int(ext.get("queueOffset", -1)),
+                    ids,
+                    list(ext.get("commitLogOffsets") or []),
+                    addr,
+                )
+            err = error_for_response(resp.code, resp.remark, addr)
+            last_error = err
+            if err.invalid_route:
+                self._queues.pop(topic, None)
+            if not err.retriable:
+                raise err
+            if resp.code in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE):
+                self.selector.update(mq.brokerName, 0, True)
+        if last_error is None:
+            raise RequestTimeoutError(f"send to {topic} timed out after {budget:.3f}s")
+        raise last_error
+
+
+def _prop_value(value: str) -> bytes:
+    raw = value.encode()
+    if b"\x01" in raw or b"\x02" in raw:
+        raise ClientError(f"property value {value!r} contains a reserved control character (\\x01 or \\x02)")
+    return raw

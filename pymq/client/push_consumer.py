@@ -1,0 +1,166 @@
+"""The push consumer: pulls in the background and calls your listener.
+
+    consumer = PushConsumer("127.0.0.1:9876", "order-service")
+    consumer.subscribe("orders", "created || paid")
+
+    @consumer.listener
+    async def handle(msgs: list[MessageExt]) -> ConsumeResult:
+        ...
+        return ConsumeResult.SUCCESS
+
+    async with consumer:
+        await asyncio.Event().wait()
+
+Listeners may be coroutine functions (run on the event loop) or plain functions (run in a
+thread pool so they may block). Each listener call gets at most ``consume_batch_max_size``
+messages. A concurrent listener that returns RECONSUME_LATER, raises, or runs past
+``consume_timeout`` sends the messages back for a later retry (clustering only); an
+orderly listener (:meth:`PushConsumer.register_orderly_listener`) consumes each queue in
+order under a broker lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pymq.client.consume_concurrent import ConcurrentConsumeService
+from pymq.client.consumer_base import ConsumerBase
+from pymq.client.consumer_types import ConsumeOrderlyResult, ConsumeResult, MessageModel
+from pymq.client.process_queue import ProcessQueue
+from pymq.errors import ClientError
+from pymq.protocol.message import MessageExt
+from pymq.protocol.route import MessageQueue
+
+Listener = Callable[[list[MessageExt]], Any]
+
+PULL_DELAY_FLOW_CONTROL = 0.05
+
+
+class PushConsumer(ConsumerBase):
+    consume_type = "CONSUME_PASSIVELY"
+
+    def __init__(
+        self,
+        namesrv: str | list[str],
+        group: str,
+        *,
+        consume_concurrency: int = 20,
+        consume_batch_max_size: int = 1,
+        consume_concurrently_max_span: int = 2000,
+        max_reconsume_times: int | None = None,
+        consume_timeout: float = 15 * 60,
+        suspend_current_queue_time: float = 1.0,
+        **options: Any,
+    ) -> None:
+        super().__init__(namesrv, group, **options)
+        if consume_concurrency < 1 or consume_batch_max_size < 1:
+            raise ClientError("consume_concurrency and consume_batch_max_size must be at least 1")
+        self.consume_concurrency = consume_concurrency
+        self.consume_batch_max_size = consume_batch_max_size
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        #: None: the broker's group setting (retryMaxTimes, 16 by default) decides
+        self.max_reconsume_times = max_reconsume_times
+        self.consume_timeout = consume_timeout
+        self.suspend_current_queue_time = min(30.0, max(0.01, suspend_current_queue_time))
+        self._listener: Listener | None = None
+        self._orderly = False
+        self.service: Any = None
+        self.executor: ThreadPoolExecutor | None = None
+
+    # --- listeners ------------------------------------------------------------------------------------------
+
+    def register_listener(self, listener: Listener) -> None:
+        """A concurrent listener: ``fn(msgs) -> ConsumeResult | None``, sync or async."""
+        self._set_listener(listener, orderly=False)
+
+    def register_orderly_listener(self, listener: Listener) -> None:
+        """An orderly listener: ``fn(msgs) -> ConsumeOrderlyResult | None``; each queue in offset order."""
+        self._set_listener(listener, orderly=True)
+
+    def listener(self, fn: Listener) -> Listener:
+        """Decorator form of :meth:`register_listener`."""
+        self.register_listener(fn)
+        return fn
+
+    def orderly_listener(self, fn: Listener) -> Listener:
+        """Decorator form of :meth:`register_orderly_listener`."""
+        self.register_orderly_listener(fn)
+        return fn
+
+    def _set_listener(self, listener: Listener, *, orderly: bool) -> None:
+        if self._started:
+            raise ClientError("register the listener before start()")
+        if not callable(listener):
+            raise ClientError("the listener must be callable")
+        self._listener = listener
+        self._orderly = orderly
+        self.consume_type = "CONSUME_PASSIVELY"
+
+    @property
+    def is_async_listener(self) -> bool:
+        fn = self._listener
+        return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+
+    @property
+    def orderly(self) -> bool:
+        return self._orderly
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+
+    async def _on_start(self) -> None:
+        if self._listener is None:
+            raise ClientError("register a listener before start()")
+        if not self.is_async_listener:
+            self.executor = ThreadPoolExecutor(self.consume_concurrency, thread_name_prefix=f"pymq-consume-{self.group}")
+        if self._orderly:
+            from pymq.client.consume_orderly import OrderlyConsumeService
+
+            self.service = OrderlyConsumeService(self, self._listener)
+        else:
+            self.service = ConcurrentConsumeService(self, self._listener)
+        await self.service.start()
+
+    async def _on_close(self) -> None:
+        if self.service is not None:
+            await self.service.close()
+        if self.executor is not None:
+            self.executor.shutdown(wait=False, cancel_futures=True)
+
+    # --- hooks from ConsumerBase ---------------------------------------------------------------------------
+
+    def _flow_control_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
+        delay = super()._flow_control_delay(mq, pq)
+        if delay:
+            return delay
+        if not self._orderly and pq.span > self.consume_concurrently_max_span:
+            return PULL_DELAY_FLOW_CONTROL
+        if self._orderly:
+            return self.service.pull_delay(mq, pq)
+        return 0.0
+
+    async def _can_take(self, mq: MessageQueue) -> bool:
+        if self._orderly and self.message_model is MessageModel.CLUSTERING:
+            return await self.service.lock_for_new_queue(mq)
+        return True
+
+    def _on_queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        if self._orderly:
+            self.service.queue_taken(mq, pq)
+
+    async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        self.service.submit(mq, pq, msgs)
+
+    async def _on_queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
+        if self.service is not None:
+            await self.service.queue_released(mq, pq)
+
+    async def _after_queue_released(self, mq: MessageQueue) -> None:
+        if self.service is not None and hasattr(self.service, "unlock"):
+            await self.service.unlock([mq])
+
+
+__all__ = ["ConsumeOrderlyResult", "ConsumeResult", "Listener", "PushConsumer"]

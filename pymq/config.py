@@ -1,0 +1,250 @@
+"""Validated settings for the nameserver, the broker and its store.
+
+Sources, later ones winning: defaults < TOML file < ``PYMQ_*`` environment variables <
+command-line flags. Nested fields use a double underscore in the environment
+(``PYMQ_STORE__FLUSH_DISK_TYPE=SYNC_FLUSH``); list fields take ``;``- or ``,``-separated
+values (``PYMQ_NAMESRV_ADDRS=10.0.0.1:9876;10.0.0.2:9876``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+import typing
+from enum import Enum
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from pymq.errors import ConfigError
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(spec: str) -> list[int]:
+    """``"1s 5s 10s 1m"`` -> delays in ms; level L is ``result[L - 1]``."""
+    out = []
+    for token in spec.split():
+        for unit in ("ms", "s", "m", "h", "d"):
+            if token.endswith(unit) and token[: -len(unit)].replace(".", "", 1).isdigit():
+                out.append(int(float(token[: -len(unit)]) * _UNITS_MS[unit]))
+                break
+        else:
+            raise ValueError(f"bad delay level {token!r}: use a number with a unit of ms, s, m, h or d")
+    if not out:
+        raise ValueError("at least one delay level is required")
+    return out
+
+
+#: Store file sizes for development and tests: 32 MiB commitlog, 2 MiB consume-queue, 8 MiB index files.
+SMALL_STORE_SIZES = {
+    "commitlog_file_size": 32 * 1024 * 1024,
+    "consume_queue_file_entries": 100_000,
+    "index_hash_slots": 100_000,
+    "index_max_entries": 400_000,
+}
+
+
+class FlushDiskType(str, Enum):
+    ASYNC_FLUSH = "ASYNC_FLUSH"
+    SYNC_FLUSH = "SYNC_FLUSH"
+
+
+class BrokerRole(str, Enum):
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
+
+
+class NamesrvConfig(_Model):
+    """``pymq-namesrv`` settings."""
+
+    host: str = "0.0.0.0"
+    port: int = Field(9876, ge=0, le=65535)
+    #: brokers silent for longer than this are dropped from the routes
+    broker_expiry_seconds: float = Field(120.0, gt=0)
+    scan_interval_seconds: float = Field(10.0, gt=0)
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    log_level: str = "info"
+
+
+class StoreConfig(_Model):
+    """Message store settings (RocketMQ's MessageStoreConfig)."""
+
+    store_dir: Path = Path("./store")
+    commitlog_file_size: int = Field(1024 * 1024 * 1024, ge=4096)
+    consume_queue_file_entries: int = Field(300_000, ge=2)
+    index_hash_slots: int = Field(5_000_000, ge=1)
+    index_max_entries: int = Field(20_000_000, ge=2)
+    flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
+    flush_interval_ms: int = Field(500, ge=1)
+    #: ASYNC_FLUSH flushes when at least this many 4 KiB pages are dirty...
+    flush_least_pages: int = Field(4, ge=0)
+    #: ...or when this long has passed since the last full flush
+    flush_thorough_interval_ms: int = Field(10_000, ge=1)
+    consume_queue_flush_interval_ms: int = Field(1000, ge=1)
+    sync_flush_timeout_ms: int = Field(5000, ge=1)
+    max_message_size: int = Field(4 * 1024 * 1024, ge=1024)
+    max_topic_length: int = Field(127, ge=1, le=65535)
+    check_crc_on_recover: bool = True
+    #: commitlog files older than this are deleted at the ``delete_when`` hours
+    file_reserved_hours: float = Field(72.0, gt=0)
+    #: hours of the day (local time) for expiry deletion, ``;``-separated
+    delete_when: str = "04"
+    disk_max_used_ratio: float = Field(0.75, gt=0, le=1)
+    disk_clean_forcibly_ratio: float = Field(0.85, gt=0, le=1)
+    disk_full_ratio: float = Field(0.90, gt=0, le=1)
+    cleanup_interval_ms: int = Field(10_000, ge=10)
+    #: testing hook: pretend the store's disk holds this many bytes and only the store uses it
+    simulated_disk_capacity: int | None = Field(None, ge=1)
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+
+    @field_validator("delete_when")
+    @classmethod
+    def _check_hours(cls, v: str) -> str:
+        for h in v.split(";"):
+            if not h.strip().isdigit() or not 0 <= int(h) <= 23:
+                raise ValueError(f"delete_when must be hours 0-23 separated by ';', got {v!r}")
+        return v
+
+    @field_validator("message_delay_level")
+    @classmethod
+    def _check_levels(cls, v: str) -> str:
+        parse_delay_levels(v)
+        return v
+
+    @property
+    def delete_hours(self) -> set[int]:
+        return {int(h) for h in self.delete_when.split(";")}
+
+    @property
+    def delay_levels_ms(self) -> list[int]:
+        return parse_delay_levels(self.message_delay_level)
+
+
+class BrokerConfig(_Model):
+    """``pymq-broker`` settings."""
+
+    cluster_name: str = "DefaultCluster"
+    broker_name: str = "broker-a"
+    broker_id: int = Field(0, ge=0)
+    role: BrokerRole = BrokerRole.ASYNC_MASTER
+    host: str = "0.0.0.0"
+    port: int = Field(10911, ge=0, le=65535)
+    #: address announced to nameservers and clients; defaults to host, or this machine's IP for 0.0.0.0
+    advertised_host: str | None = None
+    namesrv_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1:9876"])
+    register_interval_seconds: float = Field(30.0, gt=0)
+    auto_create_topic: bool = False
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = Field(8, ge=1, le=1024)
+    long_polling_max_seconds: float = Field(15.0, gt=0)
+    client_channel_expiry_seconds: float = Field(120.0, gt=0)
+    client_scan_interval_seconds: float = Field(10.0, gt=0)
+    offset_flush_interval_seconds: float = Field(5.0, gt=0)
+    queue_lock_expiry_seconds: float = Field(60.0, gt=0)
+    #: master address a slave replicates from (brokerId > 0)
+    master_addr: str | None = None
+    slave_read_enable: bool = False
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    log_level: str = "info"
+    store: StoreConfig = Field(default_factory=StoreConfig)
+
+    @field_validator("namesrv_addrs")
+    @classmethod
+    def _check_addrs(cls, v: list[str]) -> list[str]:
+        for a in v:
+            host, sep, port = a.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"nameserver address {a!r} must be host:port")
+        return v
+
+
+class ClientConfig(_Model):
+    """Settings shared by every producer and consumer of one client instance."""
+
+    namesrv_addrs: list[str]
+    #: the IP in the client id and in message ids (default: this host's outward IPv4)
+    client_ip: str | None = None
+    #: distinguishes client instances in one process (default: the pid)
+    instance_name: str | None = None
+    poll_namesrv_interval_seconds: float = Field(30.0, gt=0)
+    heartbeat_interval_seconds: float = Field(30.0, gt=0)
+    persist_offset_interval_seconds: float = Field(5.0, gt=0)
+    rebalance_interval_seconds: float = Field(20.0, gt=0)
+    rpc_timeout_seconds: float = Field(3.0, gt=0)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _is_list_field(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is list
+
+
+def _env_overrides(model: type[BaseModel], prefix: str, env: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        key = prefix + name.upper()
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            nested = _env_overrides(ann, key + "__", env)
+            if nested:
+                out[name] = nested
+            continue
+        if key in env:
+            raw = env[key]
+            out[name] = [p.strip() for p in raw.replace(",", ";").split(";") if p.strip()] if _is_list_field(
+                ann
+            ) else raw
+    return out
+
+
+def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in top.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
+    return "; ".join(parts)
+
+
+def load_config(
+    model: type[M],
+    path: str | Path | None = None,
+    *,
+    overrides: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    env_prefix: str = "PYMQ_",
+) -> M:
+    """Build a config model from a TOML file, the environment and explicit overrides."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file not found: {path}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    data = _merge(data, _env_overrides(model, env_prefix, dict(os.environ) if env is None else env))
+    data = _merge(data, {k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid configuration: {format_validation_error(exc)}") from exc

@@ -1,0 +1,64 @@
+"""The nameserver process: RPC server, route registry and the expiry scan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from pymq.config import NamesrvConfig
+from pymq.logs import get_logger
+from pymq.nameserver.handlers import NamesrvHandlers
+from pymq.nameserver.registry import RouteRegistry
+from pymq.transport.dispatch import Dispatcher
+from pymq.transport.server import RpcServer
+
+log = get_logger("namesrv")
+
+
+class NamesrvApp:
+    """Owns the server and the scan task; ``start()`` binds, ``close()`` stops everything."""
+
+    def __init__(self, config: NamesrvConfig) -> None:
+        self.config = config
+        self.registry = RouteRegistry(expiry_seconds=config.broker_expiry_seconds)
+        self.handlers = NamesrvHandlers(self.registry)
+        self.dispatcher = Dispatcher(self.handlers.table(), name="namesrv")
+        self.server = RpcServer(self.dispatcher, config.host, config.port, name="namesrv")
+        self._scan_task: asyncio.Task[None] | None = None
+        self.metrics = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.config.host if self.config.host != '0.0.0.0' else '127.0.0.1'}:{self.server.port}"
+
+    async def start(self) -> None:
+        await self.server.start()
+        self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-expiry-scan")
+        if self.config.metrics_port is not None:
+            from pymq.metrics import start_namesrv_metrics
+
+            self.metrics = start_namesrv_metrics(self, self.config.metrics_port)
+        log.info("namesrv_started", address=self.address)
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.scan_interval_seconds)
+            for addr in self.registry.scan_expired():
+                log.warning("broker_expired", addr=addr, expiry_seconds=self.config.broker_expiry_seconds)
+
+    async def close(self) -> None:
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scan_task
+        await self.server.close()
+        if self.metrics is not None:
+            self.metrics.close()
+        log.info("namesrv_stopped")
+
+    async def __aenter__(self) -> NamesrvApp:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

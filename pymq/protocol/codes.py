@@ -1,0 +1,82 @@
+"""Request and response codes. Numbering follows Apache RocketMQ where RocketMQ has the same request."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class RequestCode(IntEnum):
+    # produce
+    SEND_MESSAGE = 10
+    SEND_BATCH_MESSAGE = 320
+    # consume
+    PULL_MESSAGE = 11
+    QUERY_MESSAGE = 12
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    GET_ALL_TOPIC_CONFIG = 21
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    GET_EARLIEST_MSG_STORETIME = 32
+    VIEW_MESSAGE_BY_ID = 33
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    NOTIFY_CONSUMER_IDS_CHANGED = 40
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
+    GET_ALL_CONSUMER_OFFSET = 43
+    GET_ALL_DELAY_OFFSET = 45
+    GET_BROKER_RUNTIME_INFO = 28
+    GET_CONSUMER_CONNECTION_LIST = 203
+    GET_CONSUME_STATS = 208
+    RESET_CONSUMER_OFFSET = 222
+    # broker -> client push after an offset reset (RocketMQ: RESET_CONSUMER_CLIENT_OFFSET)
+    RESET_CONSUMER_CLIENT_OFFSET = 220
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+    GET_ALL_SUBSCRIPTIONGROUP_CONFIG = 201
+    DELETE_SUBSCRIPTIONGROUP = 207
+    UPDATE_BROKER_CONFIG = 25
+    GET_BROKER_CONFIG = 26
+    GET_TOPIC_STATS_INFO = 202
+    DELETE_TOPIC_IN_BROKER = 215
+    # nameserver
+    REGISTER_BROKER = 103
+    UNREGISTER_BROKER = 104
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    DELETE_TOPIC_IN_NAMESRV = 216
+    # replication (master/slave metadata sync and commitlog streaming)
+    HA_PULL_COMMITLOG = 900
+    # liveness check, used by benchmarks and health probes
+    PING = 999
+
+
+class ResponseCode(IntEnum):
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    FLUSH_DISK_TIMEOUT = 10
+    SLAVE_NOT_AVAILABLE = 11
+    FLUSH_SLAVE_TIMEOUT = 12
+    MESSAGE_ILLEGAL = 13
+    SERVICE_NOT_AVAILABLE = 14
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    #: a request with missing or ill-typed header fields (RocketMQ 5's INVALID_PARAMETER)
+    INVALID_PARAMETER = 213
+
+
+class LanguageCode(IntEnum):
+    JAVA = 0
+    PYTHON = 3

@@ -1,0 +1,63 @@
+"""Tag expressions: ``*`` (everything) or ``TagA || TagB``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymq.protocol.record import tag_hash
+
+SUB_ALL = "*"
+
+
+@dataclass(slots=True)
+class Subscription:
+    """One topic subscription of a consumer group (RocketMQ's SubscriptionData)."""
+
+    topic: str
+    expression: str = SUB_ALL
+    tags: frozenset[str] = field(default_factory=frozenset)
+    codes: frozenset[int] = field(default_factory=frozenset)
+    version: int = 0
+
+    @classmethod
+    def parse(cls, topic: str, expression: str | None, version: int = 0) -> Subscription:
+        tags = parse_tags(expression)
+        if tags is None:
+            return cls(topic, SUB_ALL, frozenset(), frozenset(), version)
+        return cls(topic, expression or SUB_ALL, tags, frozenset(tag_hash(t) for t in tags), version)
+
+    @property
+    def matches_all(self) -> bool:
+        return not self.tags
+
+    def matches(self, tag: str | None) -> bool:
+        """The client-side re-check after the broker's hash filter."""
+        return not self.tags or (tag is not None and tag in self.tags)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "subString": self.expression,
+            "tagsSet": sorted(self.tags),
+            "codeSet": sorted(self.codes),
+            "subVersion": self.version,
+            "expressionType": "TAG",
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Subscription:
+        return cls.parse(str(d["topic"]), d.get("subString"), int(d.get("subVersion", 0)))
+
+
+def parse_tags(expression: str | None) -> frozenset[str] | None:
+    """The set of tags in an expression, or ``None`` when it matches everything."""
+    if expression is None:
+        return None
+    expr = expression.strip()
+    if not expr or expr == SUB_ALL:
+        return None
+    tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
+    if not tags or SUB_ALL in tags:
+        return None
+    return tags

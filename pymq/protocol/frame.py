@@ -1,0 +1,210 @@
+"""The RPC envelope and its frame codec (sans-IO: bytes in, commands out).
+
+Frame layout, all integers big-endian::
+
+    0   u32  frame_len    bytes that follow this field: 4 + header_len + body_len
+    4   u32  header_len
+    8   header            msgpack array [code, opaque, flags, remark, ext]
+    8+h body              raw bytes (message payloads never pass through msgpack)
+
+``flags`` bit 0 marks a response, bit 1 a oneway request. ``ext`` is a map of named
+header fields (str -> msgpack value); a response echoes the request's ``opaque``.
+
+Request handlers only ever see :class:`Command` objects, never frames, so another wire
+format (e.g. RocketMQ's own) can feed the same handlers through its own codec.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any, Union
+
+import msgpack
+
+from pymq.errors import FrameTooLargeError, LocalProtocolError, RemoteProtocolError
+
+FLAG_RESPONSE = 0x1
+FLAG_ONEWAY = 0x2
+
+#: Largest message body (4 MiB) times a batch, plus headroom for headers.
+DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024 + 1024 * 1024
+
+_PREFIX = struct.Struct(">II")
+_PREFIX_SIZE = _PREFIX.size
+
+Buffer = Union[bytes, bytearray, memoryview]
+Body = Union[Buffer, Sequence[Buffer]]
+
+
+class Command:
+    """One request or response: code, correlation id, flags, remark, ext fields and a raw body.
+
+    ``body`` is a bytes-like object, or (outgoing only) a sequence of them, which the
+    transport writes without joining.
+    """
+
+    __slots__ = ("body", "code", "ext", "flags", "opaque", "remark")
+
+    def __init__(
+        self,
+        code: int,
+        opaque: int = 0,
+        flags: int = 0,
+        remark: str | None = None,
+        ext: dict[str, Any] | None = None,
+        body: Body = b"",
+    ) -> None:
+        self.code = code
+        self.opaque = opaque
+        self.flags = flags
+        self.remark = remark
+        self.ext = ext if ext is not None else {}
+        self.body = body
+
+    @classmethod
+    def request(cls, code: int, ext: dict[str, Any] | None = None, body: Body = b"") -> Command:
+        return cls(int(code), 0, 0, None, ext, body)
+
+    def response(
+        self,
+        code: int = 0,
+        remark: str | None = None,
+        ext: dict[str, Any] | None = None,
+        body: Body = b"",
+    ) -> Command:
+        """A response to this request (same opaque, response flag set)."""
+        return Command(int(code), self.opaque, FLAG_RESPONSE, remark, ext, body)
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flags & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flags & FLAG_ONEWAY)
+
+    def body_bytes(self) -> bytes:
+        """The body as one ``bytes`` object (joins a sequence body)."""
+        body = self.body
+        if isinstance(body, bytes):
+            return body
+        if isinstance(body, (bytearray, memoryview)):
+            return bytes(body)
+        return b"".join(body)
+
+    def __repr__(self) -> str:
+        kind = "response" if self.is_response else "request"
+        return f"<Command {kind} code={self.code} opaque={self.opaque} ext={self.ext!r} remark={self.remark!r}>"
+
+
+def _body_parts(body: Body) -> tuple[list[Buffer], int]:
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return ([body] if len(body) else []), len(body)
+    parts = [p for p in body if len(p)]
+    return parts, sum(len(p) for p in parts)
+
+
+def encode(cmd: Command) -> list[Buffer]:
+    """Encode a command into buffers to be written in order (``transport.writelines``)."""
+    try:
+        header = msgpack.packb(
+            [cmd.code, cmd.opaque, cmd.flags, cmd.remark, cmd.ext or None], use_bin_type=True
+        )
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise LocalProtocolError(f"cannot encode header of {cmd!r}: {exc}") from exc
+    parts, body_len = _body_parts(cmd.body)
+    head = _PREFIX.pack(4 + len(header) + body_len, len(header)) + header
+    return [head, *parts]
+
+
+def encode_bytes(cmd: Command) -> bytes:
+    """Encode a command into one bytes object (tests and simple callers)."""
+    return b"".join(bytes(p) for p in encode(cmd))
+
+
+def _decode_header(raw: memoryview) -> tuple[int, int, int, str | None, dict[str, Any]]:
+    try:
+        header = msgpack.unpackb(raw, raw=False, use_list=True, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        raise RemoteProtocolError(f"undecodable frame header: {exc}") from exc
+    if not isinstance(header, list) or len(header) < 5:
+        raise RemoteProtocolError("frame header is not a 5-element array")
+    code, opaque, flags, remark, ext = header[:5]
+    if not (isinstance(code, int) and isinstance(opaque, int) and isinstance(flags, int)):
+        raise RemoteProtocolError("frame header code/opaque/flags must be integers")
+    if remark is not None and not isinstance(remark, str):
+        raise RemoteProtocolError("frame header remark must be a string")
+    if ext is None:
+        ext = {}
+    elif not isinstance(ext, dict):
+        raise RemoteProtocolError("frame header ext must be a map")
+    return code, opaque, flags, remark, ext
+
+
+class FrameDecoder:
+    """Incremental decoder: feed it bytes as they arrive, get complete commands back.
+
+    The announced length is checked against ``max_frame_size`` before any buffering, so a
+    hostile length cannot make us allocate. After a :class:`~pymq.errors.ProtocolError` the
+    decoder is unusable, like the connection it serves.
+
+    Bodies are zero-copy ``memoryview`` slices. The buffer they point into is never mutated
+    afterwards: leftover bytes move to a fresh buffer.
+    """
+
+    __slots__ = ("_broken", "_buf", "max_frame_size")
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray()
+        self._broken = False
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete frame."""
+        return len(self._buf)
+
+    def feed(self, data: Buffer) -> list[Command]:
+        if self._broken:
+            raise RemoteProtocolError("decoder already failed")
+        if self._buf:
+            self._buf += data
+            src: Buffer = self._buf
+        else:
+            src = data
+        try:
+            commands, consumed = self._parse(src)
+        except Exception:
+            self._broken = True
+            self._buf = bytearray()
+            raise
+        if consumed == len(src):
+            self._buf = bytearray()
+        elif consumed or src is not self._buf:
+            # Fresh buffer: views handed out above keep the old one alive and unchanged.
+            self._buf = bytearray(memoryview(src)[consumed:])
+        return commands
+
+    def _parse(self, src: Buffer) -> tuple[list[Command], int]:
+        n = len(src)
+        pos = 0
+        out: list[Command] = []
+        mv = memoryview(src)
+        unpack_prefix = _PREFIX.unpack_from
+        max_size = self.max_frame_size
+        while n - pos >= _PREFIX_SIZE:
+            frame_len, header_len = unpack_prefix(src, pos)
+            if frame_len > max_size:
+                raise FrameTooLargeError(f"frame of {frame_len} bytes exceeds the maximum {max_size}")
+            if frame_len < 4 or header_len > frame_len - 4:
+                raise RemoteProtocolError(f"bad frame lengths: frame {frame_len}, header {header_len}")
+            end = pos + 4 + frame_len
+            if end > n:
+                break
+            header_start = pos + _PREFIX_SIZE
+            body_start = header_start + header_len
+            code, opaque, flags, remark, ext = _decode_header(mv[header_start:body_start])
+            out.append(Command(code, opaque, flags, remark, ext, mv[body_start:end]))
+            pos = end
+        return out, pos

@@ -1,0 +1,287 @@
+"""User-facing message types and the well-known property keys.
+
+:class:`Message` is what a producer sends; :class:`MessageExt` is what a consumer
+receives (a decoded record plus where it came from).
+"""
+
+from __future__ import annotations
+
+import calendar
+import itertools
+import os
+import random
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pymq.errors import MessageDecodeError
+from pymq.protocol.record import (
+    BLANK_MAGIC,
+    HEAD,
+    SYSFLAG_COMPRESSED,
+    decode_properties,
+    offset_msg_id,
+    pack_host,
+    parse_record,
+    unpack_host,
+)
+
+
+class Prop:
+    """Well-known property keys (RocketMQ's names)."""
+
+    TAGS = "TAGS"
+    KEYS = "KEYS"
+    UNIQ_KEY = "UNIQ_KEY"
+    DELAY = "DELAY"
+    WAIT = "WAIT"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QID = "REAL_QID"
+    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    RECONSUME_TIME = "RECONSUME_TIME"
+    CONSUME_START_TIME = "CONSUME_START_TIME"
+    MIN_OFFSET = "MIN_OFFSET"
+    MAX_OFFSET = "MAX_OFFSET"
+    SHARDING_KEY = "SHARDING_KEY"
+    DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+    DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+
+
+#: Properties the SDK manages itself; user code sets them through Message attributes.
+RESERVED_PROPERTIES = frozenset({Prop.TAGS, Prop.KEYS, Prop.UNIQ_KEY, Prop.DELAY})
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to send. ``keys`` are business keys (indexed on the broker for lookup)."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: list[str] | str | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    delay_level: int = 0
+
+    def key_list(self) -> list[str]:
+        if not self.keys:
+            return []
+        if isinstance(self.keys, str):
+            return [k for k in self.keys.split(" ") if k]
+        return [k for k in self.keys if k]
+
+    def all_properties(self) -> dict[str, str]:
+        """User properties plus the ones derived from tags, keys and delay level."""
+        props: dict[str, str] = {}
+        if self.tags:
+            props[Prop.TAGS] = self.tags
+        keys = self.key_list()
+        if keys:
+            props[Prop.KEYS] = " ".join(keys)
+        if self.delay_level > 0:
+            props[Prop.DELAY] = str(self.delay_level)
+        for k, v in self.properties.items():
+            props.setdefault(k, v)
+        return props
+
+
+class MessageExt:
+    """A received message: the decoded record and where it was stored."""
+
+    __slots__ = (
+        "body",
+        "body_crc",
+        "born_host",
+        "born_timestamp",
+        "broker_name",
+        "commitlog_offset",
+        "flag",
+        "prepared_tx_offset",
+        "properties",
+        "queue_id",
+        "queue_offset",
+        "reconsume_times",
+        "store_host",
+        "store_size",
+        "store_timestamp",
+        "sys_flag",
+        "topic",
+    )
+
+    topic: str
+    body: bytes
+    properties: dict[str, str]
+    flag: int
+    sys_flag: int
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    born_timestamp: int
+    born_host: str
+    store_timestamp: int
+    store_host: str
+    reconsume_times: int
+    prepared_tx_offset: int
+    store_size: int
+    body_crc: int
+    broker_name: str
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(Prop.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(Prop.KEYS)
+        return [k for k in raw.split(" ") if k] if raw else []
+
+    @property
+    def msg_id(self) -> str:
+        """The producer-assigned unique id (UNIQ_KEY), or the offset id if the producer set none."""
+        return self.properties.get(Prop.UNIQ_KEY) or self.offset_msg_id
+
+    @property
+    def offset_msg_id(self) -> str:
+        host, _, port = self.store_host.rpartition(":")
+        return offset_msg_id(pack_host(host, int(port)), self.commitlog_offset)
+
+    @property
+    def delay_level(self) -> int:
+        return int(self.properties.get(Prop.DELAY, "0") or 0)
+
+    def __repr__(self) -> str:
+        return (
+            f"<MessageExt topic={self.topic!r} queue={self.broker_name}:{self.queue_id} "
+            f"offset={self.queue_offset} msg_id={self.msg_id} tags={self.tags!r} "
+            f"reconsume_times={self.reconsume_times} body={len(self.body)}B>"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "brokerName": self.broker_name,
+            "queueId": self.queue_id,
+            "queueOffset": self.queue_offset,
+            "commitLogOffset": self.commitlog_offset,
+            "msgId": self.msg_id,
+            "offsetMsgId": self.offset_msg_id,
+            "tags": self.tags,
+            "keys": self.keys,
+            "properties": dict(self.properties),
+            "bornTimestamp": self.born_timestamp,
+            "bornHost": self.born_host,
+            "storeTimestamp": self.store_timestamp,
+            "storeHost": self.store_host,
+            "reconsumeTimes": self.reconsume_times,
+            "storeSize": self.store_size,
+            "sysFlag": self.sys_flag,
+            "flag": self.flag,
+        }
+
+
+def decode_message(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, broker_name: str = "", decompress: bool = True
+) -> MessageExt:
+    """Decode the record at ``pos`` into a :class:`MessageExt` (copies the body)."""
+    r = parse_record(buf, pos)
+    m = MessageExt()
+    try:
+        m.topic = r.topic.decode()
+    except UnicodeDecodeError as exc:
+        raise MessageDecodeError(f"topic is not UTF-8 at {pos}: {exc}") from exc
+    body = bytes(r.body)
+    if decompress and r.sys_flag & SYSFLAG_COMPRESSED:
+        try:
+            body = zlib.decompress(body)
+        except zlib.error as exc:
+            raise MessageDecodeError(f"cannot decompress body at {pos}: {exc}") from exc
+    m.body = body
+    m.properties = decode_properties(r.properties)
+    m.flag = r.flag
+    m.sys_flag = r.sys_flag
+    m.queue_id = r.queue_id
+    m.queue_offset = r.queue_offset
+    m.commitlog_offset = r.physical_offset
+    m.born_timestamp = r.born_timestamp
+    m.born_host = unpack_host(r.born_host)
+    m.store_timestamp = r.store_timestamp
+    m.store_host = unpack_host(r.store_host)
+    m.reconsume_times = r.reconsume_times
+    m.prepared_tx_offset = r.prepared_tx_offset
+    m.store_size = r.total_size
+    m.body_crc = r.body_crc
+    m.broker_name = broker_name
+    return m
+
+
+def iter_messages(
+    buf: bytes | bytearray | memoryview, *, broker_name: str = "", decompress: bool = True
+) -> Iterator[MessageExt]:
+    """Decode concatenated records (a pull response body), stopping at a blank marker."""
+    pos = 0
+    n = len(buf)
+    while n - pos >= HEAD.size:
+        size, magic = HEAD.unpack_from(buf, pos)
+        if magic == BLANK_MAGIC:
+            return
+        yield decode_message(buf, pos, broker_name=broker_name, decompress=decompress)
+        pos += size
+
+
+class UniqueIdGenerator:
+    """Producer-side unique message ids (UNIQ_KEY): 32 uppercase hex characters.
+
+    ip (4) + pid (2) + random (4) + ms since the start of this month (4) + counter (2),
+    like RocketMQ's ``MessageClientIDSetter``. Unique per process without coordination.
+    """
+
+    def __init__(self, ip: str | None = None) -> None:
+        try:
+            ip_bytes = socket.inet_aton(ip or local_ip())
+        except OSError:
+            ip_bytes = b"\x7f\x00\x00\x01"
+        self._prefix = (ip_bytes + struct.pack(">HI", os.getpid() & 0xFFFF, random.getrandbits(32))).hex().upper()
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+        self._month_start_ms = 0
+        self._next_month_ms = 0
+
+    def _roll_month(self, now_ms: int) -> None:
+        t = time.gmtime(now_ms / 1000)
+        year, month = (t.tm_year + 1, 1) if t.tm_mon == 12 else (t.tm_year, t.tm_mon + 1)
+        self._month_start_ms = calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) * 1000
+        self._next_month_ms = calendar.timegm((year, month, 1, 0, 0, 0, 0, 0, 0)) * 1000
+
+    def next_id(self) -> str:
+        now = int(time.time() * 1000)
+        if now >= self._next_month_ms:
+            with self._lock:
+                self._roll_month(now)
+        elapsed = (now - self._month_start_ms) & 0xFFFFFFFF
+        c = next(self._counter) & 0xFFFF
+        return f"{self._prefix}{elapsed:08X}{c:04X}"
+
+
+_LOCAL_IP: str | None = None
+
+
+def local_ip() -> str:
+    """This host's outward IPv4 address (no packet is sent); 127.0.0.1 if there is none."""
+    global _LOCAL_IP
+    if _LOCAL_IP is None:
+        ip = "127.0.0.1"
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect(("10.255.255.255", 1))
+                ip = s.getsockname()[0]
+        except OSError:
+            pass
+        _LOCAL_IP = ip
+    return _LOCAL_IP

@@ -1,0 +1,315 @@
+"""The message record: the one byte layout shared by producers, the commitlog and pull responses.
+
+A producer encodes each message into a record; the broker validates it, patches the
+broker-assigned block in place and appends the bytes to the commitlog unchanged; a pull
+response carries the same bytes back. Integers are big-endian::
+
+    off  size  field
+    0    4     total_size           whole record, this field included
+    4    4     magic                0x706D7131 ("pmq1")
+    8    4     body_crc             zlib.crc32 of the stored (possibly compressed) body
+    12   4     flag                 user flag
+    16   4     sys_flag             SYSFLAG_* bits
+    20   8     born_timestamp       ms since the epoch, set by the producer
+    28   8     born_host            IPv4 (4) + port (u32)
+    36   4     reconsume_times
+    40   8     prepared_tx_offset
+    48   4     queue_id             --- broker-assigned block (patched in one write) ---
+    52   8     queue_offset         entry number in the consume queue
+    60   8     physical_offset      commitlog offset of this record
+    68   8     store_timestamp      ms since the epoch
+    76   8     store_host           IPv4 (4) + port (u32)
+    84   4     body_len, then body
+    ..   2     topic_len, then topic (UTF-8)
+    ..   2     properties_len, then properties: key \\x01 value \\x02 ...
+
+Host fields are IPv4 only (an IPv6 peer is recorded as 0.0.0.0 with its port).
+The end of a commitlog file that cannot hold the next record carries a blank marker:
+``[i32 remaining bytes][u32 BLANK_MAGIC]``.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+
+from pymq.errors import LocalProtocolError, MessageDecodeError
+
+MAGIC = 0x706D7131
+BLANK_MAGIC = 0xCBD43194
+
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TX_PREPARED = 0x4
+SYSFLAG_TX_COMMIT = 0x8
+SYSFLAG_TX_ROLLBACK = 0xC
+
+PROP_SEPARATOR = b"\x02"
+NAME_VALUE_SEPARATOR = b"\x01"
+
+FIXED = struct.Struct(">iIIiiq8siqiqqq8si")
+FIXED_SIZE = FIXED.size  # 88, including body_len
+assert FIXED_SIZE == 88
+
+#: total_size, magic, body_crc, flag, sys_flag, born_ts, born_host, reconsume, prepared
+#: (the producer-owned prefix, up to the broker-assigned block)
+BROKER_BLOCK_OFFSET = 48
+BROKER_BLOCK = struct.Struct(">iqqq8s")  # queue_id, queue_offset, physical_offset, store_ts, store_host
+QUEUE_OFFSET_POS = 52
+PHYSICAL_OFFSET_POS = 60
+STORE_TIMESTAMP_POS = 68
+BODY_LEN_POS = 84
+BODY_POS = 88
+MIN_RECORD_SIZE = FIXED_SIZE + 2 + 2
+
+HEAD = struct.Struct(">iI")  # total_size, magic
+_I32 = struct.Struct(">i")
+_U16 = struct.Struct(">H")
+_BLANK = struct.Struct(">iI")
+_STORE_TS = struct.Struct(">q")
+
+MAX_PROPERTIES_SIZE = 32767
+
+EMPTY_HOST = b"\x00" * 8
+
+
+def pack_host(host: str, port: int) -> bytes:
+    """Encode ``host:port`` into the 8-byte host field (IPv4 only; others become 0.0.0.0)."""
+    try:
+        ip = socket.inet_aton(host)
+    except OSError:
+        ip = b"\x00\x00\x00\x00"
+    return ip + struct.pack(">I", port & 0xFFFFFFFF)
+
+
+def unpack_host(raw: bytes) -> str:
+    return f"{socket.inet_ntoa(raw[:4])}:{struct.unpack('>I', raw[4:8])[0]}"
+
+
+def blank_marker(free: int) -> bytes:
+    return _BLANK.pack(free, BLANK_MAGIC)
+
+
+def encode_properties(props: dict[str, str]) -> bytes:
+    """``k\\x01v\\x02…``. Keys and values may not contain the two separator bytes."""
+    if not props:
+        return b""
+    parts = []
+    for k, v in props.items():
+        kb = k.encode()
+        vb = str(v).encode()
+        if b"\x01" in kb or b"\x02" in kb or b"\x01" in vb or b"\x02" in vb:
+            raise LocalProtocolError(f"property {k!r} contains a reserved separator byte")
+        parts.append(kb + b"\x01" + vb + b"\x02")
+    return b"".join(parts)
+
+
+def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
+    """Inverse of :func:`encode_properties`; accepts a missing trailing separator."""
+    out: dict[str, str] = {}
+    if not raw:
+        return out
+    for item in bytes(raw).split(b"\x02"):
+        if not item:
+            continue
+        k, sep, v = item.partition(b"\x01")
+        if sep:
+            out[k.decode(errors="replace")] = v.decode(errors="replace")
+    return out
+
+
+def find_property(props: bytes, key: bytes) -> bytes | None:
+    """One property's raw value without decoding the whole map (hot path helper).
+
+    ``key`` must already end with ``\\x01`` (e.g. ``b"TAGS\\x01"``).
+    """
+    if props.startswith(key):
+        start = len(key)
+    else:
+        i = props.find(b"\x02" + key)
+        if i < 0:
+            return None
+        start = i + 1 + len(key)
+    end = props.find(b"\x02", start)
+    return props[start:] if end < 0 else props[start:end]
+
+
+def tag_hash(tag: str | bytes | None) -> int:
+    """The consume-queue tags code: crc32 of the tag, 0 when there is none.
+
+    Collisions are harmless: the broker filters on the code, the client re-checks the tag.
+    """
+    if not tag:
+        return 0
+    if isinstance(tag, str):
+        tag = tag.encode()
+    return zlib.crc32(tag)
+
+
+def encode_record(
+    topic: bytes,
+    body: bytes,
+    properties: bytes,
+    *,
+    flag: int = 0,
+    sys_flag: int = 0,
+    born_timestamp: int = 0,
+    born_host: bytes = EMPTY_HOST,
+    reconsume_times: int = 0,
+    prepared_tx_offset: int = 0,
+    queue_id: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+    store_timestamp: int = 0,
+    store_host: bytes = EMPTY_HOST,
+) -> bytes:
+    """Encode one record. Producers leave the broker-assigned block at zero."""
+    if len(topic) > 0xFFFF:
+        raise LocalProtocolError("topic too long")
+    if len(properties) > MAX_PROPERTIES_SIZE:
+        raise LocalProtocolError(f"properties of {len(properties)} bytes exceed {MAX_PROPERTIES_SIZE}")
+    total = FIXED_SIZE + len(body) + 2 + len(topic) + 2 + len(properties)
+    head = FIXED.pack(
+        total,
+        MAGIC,
+        zlib.crc32(body),
+        flag,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        reconsume_times,
+        prepared_tx_offset,
+        queue_id,
+        queue_offset,
+        physical_offset,
+        store_timestamp,
+        store_host,
+        len(body),
+    )
+    return b"".join((head, body, _U16.pack(len(topic)), topic, _U16.pack(len(properties)), properties))
+
+
+class RecordFields:
+    """The parsed fields of one record, sliced from a buffer without copying the body."""
+
+    __slots__ = (
+        "body",
+        "body_crc",
+        "born_host",
+        "born_timestamp",
+        "flag",
+        "physical_offset",
+        "prepared_tx_offset",
+        "properties",
+        "queue_id",
+        "queue_offset",
+        "reconsume_times",
+        "store_host",
+        "store_timestamp",
+        "sys_flag",
+        "topic",
+        "total_size",
+    )
+
+    total_size: int
+    body_crc: int
+    flag: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: bytes
+    reconsume_times: int
+    prepared_tx_offset: int
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    store_timestamp: int
+    store_host: bytes
+    body: memoryview
+    topic: bytes
+    properties: bytes
+
+
+def parse_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = False) -> RecordFields:
+    """Parse and validate the record at ``pos``; raise :class:`MessageDecodeError` if it is not one."""
+    n = len(buf)
+    if n - pos < MIN_RECORD_SIZE:
+        raise MessageDecodeError(f"truncated record at {pos}: {n - pos} bytes left")
+    (
+        total,
+        magic,
+        crc,
+        flag,
+        sys_flag,
+        born_ts,
+        born_host,
+        reconsume,
+        prepared,
+        queue_id,
+        queue_offset,
+        physical,
+        store_ts,
+        store_host,
+        body_len,
+    ) = FIXED.unpack_from(buf, pos)
+    if magic != MAGIC:
+        raise MessageDecodeError(f"bad magic {magic:#x} at {pos}")
+    if total < MIN_RECORD_SIZE or total > n - pos:
+        raise MessageDecodeError(f"bad record size {total} at {pos}")
+    end = pos + total
+    p = pos + BODY_POS
+    if body_len < 0 or p + body_len + 4 > end:
+        raise MessageDecodeError(f"bad body length {body_len} at {pos}")
+    mv = memoryview(buf)
+    body = mv[p : p + body_len]
+    p += body_len
+    (topic_len,) = _U16.unpack_from(buf, p)
+    p += 2
+    if p + topic_len + 2 > end:
+        raise MessageDecodeError(f"bad topic length at {pos}")
+    topic = bytes(mv[p : p + topic_len])
+    p += topic_len
+    (props_len,) = _U16.unpack_from(buf, p)
+    p += 2
+    if p + props_len != end:
+        raise MessageDecodeError(f"record lengths do not add up at {pos}")
+    if check_crc and zlib.crc32(body) != crc:
+        raise MessageDecodeError(f"body crc mismatch at {pos}")
+    r = RecordFields()
+    r.total_size = total
+    r.body_crc = crc
+    r.flag = flag
+    r.sys_flag = sys_flag
+    r.born_timestamp = born_ts
+    r.born_host = born_host
+    r.reconsume_times = reconsume
+    r.prepared_tx_offset = prepared
+    r.queue_id = queue_id
+    r.queue_offset = queue_offset
+    r.physical_offset = physical
+    r.store_timestamp = store_ts
+    r.store_host = store_host
+    r.body = body
+    r.topic = topic
+    r.properties = bytes(mv[p:end])
+    return r
+
+
+def record_store_timestamp(buf: bytes | bytearray | memoryview, pos: int) -> int:
+    return _STORE_TS.unpack_from(buf, pos + STORE_TIMESTAMP_POS)[0]
+
+
+def offset_msg_id(store_host: bytes, physical_offset: int) -> str:
+    """The broker-side message id: store IPv4 + port + commitlog offset, 32 uppercase hex chars."""
+    return (store_host + struct.pack(">q", physical_offset)).hex().upper()
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[str, int]:
+    """``(store "ip:port", commitlog offset)`` from an offset message id."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError as exc:
+        raise MessageDecodeError(f"not a message id: {msg_id!r}") from exc
+    if len(raw) != 16:
+        raise MessageDecodeError(f"not a message id: {msg_id!r}")
+    return unpack_host(raw[:8]), struct.unpack(">q", raw[8:])[0]

@@ -1,0 +1,19 @@
+"""asyncio RPC over framed TCP: connections, server, client, dispatch and flow control."""
+
+from pymq.transport.client import Backoff, RpcClient, split_addr
+from pymq.transport.connection import Connection
+from pymq.transport.dispatch import Dispatcher, Handler
+from pymq.transport.loop import new_event_loop, run
+from pymq.transport.server import RpcServer
+
+__all__ = [
+    "Backoff",
+    "Connection",
+    "Dispatcher",
+    "Handler",
+    "RpcClient",
+    "RpcServer",
+    "new_event_loop",
+    "run",
+    "split_addr",
+]

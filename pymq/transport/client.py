@@ -1,0 +1,178 @@
+"""The RPC client: one shared connection per address, reconnect with backoff."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import time
+from dataclasses import dataclass
+
+from pymq.errors import ClosedError, ConnectError, ConnectionClosedError, error_for_response
+from pymq.logs import get_logger
+from pymq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, Command
+from pymq.transport.connection import Connection
+from pymq.transport.dispatch import Dispatcher
+
+log = get_logger("transport.client")
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConnectError(f"bad address {addr!r}, expected host:port")
+    return host or "127.0.0.1", int(port)
+
+
+@dataclass(slots=True)
+class Backoff:
+    """Exponential backoff with jitter between failed connection attempts to one address."""
+
+    initial: float = 0.05
+    maximum: float = 5.0
+    delay: float = 0.0
+    next_attempt: float = 0.0
+
+    def failed(self, now: float) -> None:
+        self.delay = self.initial if self.delay == 0 else min(self.maximum, self.delay * 2)
+        self.next_attempt = now + self.delay * (0.5 + random.random() / 2)
+
+    def succeeded(self) -> None:
+        self.delay = 0.0
+        self.next_attempt = 0.0
+
+    def remaining(self, now: float) -> float:
+        return max(0.0, self.next_attempt - now)
+
+
+class RpcClient:
+    """Sends requests to many peers. Callers share one connection per address.
+
+    ``dispatcher`` handles requests the server pushes over those connections.
+    """
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher | None = None,
+        *,
+        connect_timeout: float = 3.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        backoff_max: float = 5.0,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.connect_timeout = connect_timeout
+        self.max_frame_size = max_frame_size
+        self.backoff_max = backoff_max
+        self._conns: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        self._backoff: dict[str, Backoff] = {}
+        self._closed = False
+
+    async def connection(self, addr: str) -> Connection:
+        conn = self._conns.get(addr)
+        if conn is not None and conn.is_open:
+            return conn
+        if self._closed:
+            raise ClosedError("rpc client is closed")
+        pending = self._connecting.get(addr)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[Connection] = asyncio.get_running_loop().create_future()
+        self._connecting[addr] = fut
+        try:
+            conn = await self._connect(addr)
+        except BaseException as exc:
+            if not fut.done():
+                fut.set_exception(exc if isinstance(exc, Exception) else ConnectError(str(exc)))
+                fut.exception()  # mark retrieved: other waiters may be absent
+            raise
+        else:
+            fut.set_result(conn)
+            return conn
+        finally:
+            self._connecting.pop(addr, None)
+
+    async def _connect(self, addr: str) -> Connection:
+        backoff = self._backoff.setdefault(addr, Backoff(maximum=self.backoff_max))
+        now = time.monotonic()
+        wait = backoff.remaining(now)
+        if wait > 0:
+            raise ConnectError(f"cannot connect to {addr}: backing off for {wait:.2f}s after a failure")
+        host, port = split_addr(addr)
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: Connection(self.dispatcher, max_frame_size=self.max_frame_size),
+                    host,
+                    port,
+                    family=socket.AF_INET,
+                ),
+                timeout=self.connect_timeout,
+            )
+        except (OSError, asyncio.TimeoutError, TimeoutError) as exc:
+            backoff.failed(time.monotonic())
+            raise ConnectError(f"cannot connect to {addr}: {exc or type(exc).__name__}") from exc
+        backoff.succeeded()
+        self._conns[addr] = conn
+        conn.attrs["addr"] = addr
+        conn.add_close_callback(self._forget)
+        if self._closed:
+            conn.close()
+            raise ClosedError("rpc client is closed")
+        return conn
+
+    def _forget(self, conn: Connection) -> None:
+        addr = conn.attrs.get("addr")
+        if addr is not None and self._conns.get(addr) is conn:
+            del self._conns[addr]
+
+    async def invoke(self, addr: str, cmd: Command, timeout: float = 3.0) -> Command:
+        """Send a request and return the response, whatever its code."""
+        conn = self._conns.get(addr)
+        if conn is None or not conn.is_open:
+            conn = await self.connection(addr)
+        return await conn.request(cmd, timeout)
+
+    async def invoke_ok(self, addr: str, cmd: Command, timeout: float = 3.0, ok: tuple[int, ...] = (0,)) -> Command:
+        """Like :meth:`invoke`, but raise the mapped :class:`~pymq.errors.RemoteError` unless the code is in ``ok``."""
+        resp = await self.invoke(addr, cmd, timeout)
+        if resp.code not in ok:
+            raise error_for_response(resp.code, resp.remark, addr)
+        return resp
+
+    async def invoke_oneway(self, addr: str, cmd: Command) -> None:
+        conn = self._conns.get(addr)
+        if conn is None or not conn.is_open:
+            conn = await self.connection(addr)
+        await conn.send_oneway(cmd)
+
+    def is_connected(self, addr: str) -> bool:
+        conn = self._conns.get(addr)
+        return conn is not None and conn.is_open
+
+    def close_connection(self, addr: str) -> None:
+        conn = self._conns.pop(addr, None)
+        if conn is not None:
+            conn.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        conns = list(self._conns.values())
+        self._conns.clear()
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            try:
+                await asyncio.wait_for(asyncio.shield(conn.closed), timeout=1.0)
+            except (asyncio.TimeoutError, TimeoutError):
+                conn.abort()
+
+    async def __aenter__(self) -> RpcClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+__all__ = ["Backoff", "ConnectionClosedError", "RpcClient", "split_addr"]

@@ -1,0 +1,218 @@
+"""One TCP connection carrying framed commands in both directions.
+
+The same protocol class serves both ends: a connection can send requests and match their
+responses by opaque, and hand incoming requests to a dispatcher (the server's handlers,
+or a client's handlers for requests the server pushes, e.g. NOTIFY_CONSUMER_IDS_CHANGED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pymq.errors import ConnectionClosedError, ProtocolError, RequestTimeoutError
+from pymq.logs import get_logger
+from pymq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FLAG_ONEWAY, Command, FrameDecoder, encode
+from pymq.transport.flow_control import FlowControl
+
+if TYPE_CHECKING:
+    from pymq.transport.dispatch import Dispatcher
+
+log = get_logger("transport")
+
+_opaques = itertools.count(1)
+
+#: Handlers still running for one connection above which its further requests wait.
+MAX_INFLIGHT_HANDLERS = 1024
+
+#: Output buffered above this pauses the writer (server: stops reading that peer).
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+WRITE_LOW_WATER = 1024 * 1024
+
+
+class Connection(asyncio.Protocol):
+    """Frames in, commands out; requests matched to responses by opaque."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher | None,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        server_side: bool = False,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.server_side = server_side
+        self.decoder = FrameDecoder(max_frame_size)
+        self.transport: asyncio.Transport | None = None
+        self.remote_addr = "?"
+        self.local_addr = "?"
+        self.flow: FlowControl | None = None
+        self.closed = asyncio.get_running_loop().create_future()
+        #: per-connection data for handlers (e.g. the client id that uses it)
+        self.attrs: dict[str, Any] = {}
+        self._pending: dict[int, asyncio.Future[Command]] = {}
+        #: requests received while the peer is not reading our responses (flow control)
+        self._backlog: deque[Command] = deque()
+        #: handlers of this connection's requests that have not answered yet (set by the dispatcher)
+        self.inflight = 0
+        self._close_callbacks: list[Callable[[Connection], None]] = []
+        self._loop = asyncio.get_running_loop()
+
+    # --- asyncio.Protocol ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  # uvloop transports are not asyncio.Transport subclasses
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
+        if peer:
+            self.remote_addr = f"{peer[0]}:{peer[1]}"
+        if local:
+            self.local_addr = f"{local[0]}:{local[1]}"
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)  # type: ignore[attr-defined]
+        self.flow = FlowControl(self.transport, pause_reading_when_blocked=self.server_side)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            commands = self.decoder.feed(data)
+        except ProtocolError as exc:
+            log.warning("malformed_frame_closing_connection", peer=self.remote_addr, reason=str(exc))
+            self.abort()
+            return
+        flow = self.flow
+        for cmd in commands:
+            if cmd.is_response:
+                fut = self._pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+            elif self._backlog or (flow is not None and flow.read_paused) or self.inflight >= MAX_INFLIGHT_HANDLERS:
+                # One read can carry many pipelined requests: past the high-water mark they
+                # wait here, so the responses we buffer stay bounded.
+                self._backlog.append(cmd)
+            else:
+                self._dispatch(cmd)
+
+    def _dispatch(self, cmd: Command) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.dispatch(self, cmd)
+        elif not cmd.is_oneway:
+            self.write_command(cmd.response(3, "this endpoint serves no requests"))
+
+    def _run_backlog(self) -> None:
+        flow = self.flow
+        while (
+            self._backlog
+            and not (flow is not None and flow.read_paused)
+            and self.inflight < MAX_INFLIGHT_HANDLERS
+        ):
+            self._dispatch(self._backlog.popleft())
+
+    def handler_finished(self) -> None:
+        """An async handler of this connection answered (called by the dispatcher)."""
+        self.inflight -= 1
+        if self._backlog:
+            self._run_backlog()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._backlog.clear()
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionClosedError(f"connection to {self.remote_addr} closed"))
+        if self.flow is not None:
+            self.flow.connection_lost()
+        if not self.closed.done():
+            self.closed.set_result(None)
+        for cb in self._close_callbacks:
+            try:
+                cb(self)
+            except Exception:
+                log.exception("close_callback_failed", peer=self.remote_addr)
+
+    def pause_writing(self) -> None:
+        if self.flow is not None:
+            self.flow.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.flow is not None:
+            self.flow.resume_writing()
+            if self._backlog:
+                self._run_backlog()
+
+    # --- sending -------------------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self.transport is not None and not self.closed.done() and not self.transport.is_closing()
+
+    def add_close_callback(self, cb: Callable[[Connection], None]) -> None:
+        self._close_callbacks.append(cb)
+
+    def write_command(self, cmd: Command) -> None:
+        """Write a command now (responses, oneways); dropped if the connection is gone."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        self.transport.writelines(encode(cmd))
+
+    async def request(self, cmd: Command, timeout: float) -> Command:
+        """Send a request and wait for its response."""
+        if not self.is_open:
+            raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
+        flow = self.flow
+        if flow is not None and not flow.writable:
+            await flow.drain()
+            if not self.is_open:
+                raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
+        opaque = next(_opaques)
+        cmd.opaque = opaque
+        cmd.flags &= ~FLAG_ONEWAY
+        fut: asyncio.Future[Command] = self._loop.create_future()
+        self._pending[opaque] = fut
+        timer = self._loop.call_later(timeout, self._expire, opaque, timeout)
+        try:
+            self.write_command(cmd)
+            return await fut
+        finally:
+            timer.cancel()
+            self._pending.pop(opaque, None)
+
+    def _expire(self, opaque: int, timeout: float) -> None:
+        fut = self._pending.pop(opaque, None)
+        if fut is not None and not fut.done():
+            fut.set_exception(RequestTimeoutError(f"no response from {self.remote_addr} within {timeout:.3f}s"))
+
+    async def send_oneway(self, cmd: Command) -> None:
+        if not self.is_open:
+            raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
+        flow = self.flow
+        if flow is not None and not flow.writable:
+            await flow.drain()
+            if not self.is_open:
+                raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
+        cmd.opaque = next(_opaques)
+        cmd.flags |= FLAG_ONEWAY
+        self.write_command(cmd)
+
+    def push_oneway(self, cmd: Command) -> None:
+        """Write a oneway request now, without waiting for flow control (server pushes)."""
+        cmd.opaque = next(_opaques)
+        cmd.flags |= FLAG_ONEWAY
+        self.write_command(cmd)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)

@@ -1,0 +1,86 @@
+"""The RPC server: accepts connections and hands their requests to a dispatcher."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+from pymq.logs import get_logger
+from pymq.protocol.frame import DEFAULT_MAX_FRAME_SIZE
+from pymq.transport.connection import Connection
+from pymq.transport.dispatch import Dispatcher
+
+log = get_logger("transport.server")
+
+
+class RpcServer:
+    """Listens on ``host:port`` (port 0 picks a free one); :attr:`port` is the bound port after start."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        name: str = "rpc",
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.host = host
+        self.port = port
+        self.max_frame_size = max_frame_size
+        self.name = name
+        self.connections: set[Connection] = set()
+        self._server: asyncio.base_events.Server | None = None
+
+    def _make_connection(self) -> Connection:
+        conn = Connection(self.dispatcher, max_frame_size=self.max_frame_size, server_side=True)
+        self.connections.add(conn)
+        conn.add_close_callback(self.connections.discard)
+        return conn
+
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """Start serving; ``sock`` is an already bound socket to serve on (see :func:`bind_socket`)."""
+        loop = asyncio.get_running_loop()
+        if sock is not None:
+            self._server = await loop.create_server(self._make_connection, sock=sock, backlog=1024)
+        else:
+            self._server = await loop.create_server(
+                self._make_connection, self.host, self.port, reuse_address=True, family=socket.AF_INET, backlog=1024
+            )
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        log.info("listening", server=self.name, host=self.host, port=self.port)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def close(self, grace: float = 5.0) -> None:
+        """Stop accepting, let running handlers finish for up to ``grace`` seconds, then close."""
+        if self._server is not None:
+            self._server.close()
+        await self.dispatcher.drain(grace)
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            try:
+                await asyncio.wait_for(self._server.wait_closed(), timeout=grace)
+            except (TimeoutError, asyncio.TimeoutError):
+                for conn in list(self.connections):
+                    conn.abort()
+            self._server = None
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind a listening TCP socket now (to learn the port before serving)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock

@@ -1,0 +1,37 @@
+"""Shared fixtures: quiet logs, an in-process cluster, daemon processes that are always stopped."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from pymq.logs import configure_logging
+from pymq.testing import DaemonProcess, LocalCluster
+
+configure_logging(os.environ.get("PYMQ_TEST_LOG_LEVEL", "warning"), json=False)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[LocalCluster]:
+    """One nameserver and one broker, in-process, on ephemeral ports."""
+    async with LocalCluster(tmp_path / "cluster", brokers=1) as c:
+        yield c
+
+
+@pytest.fixture
+async def cluster2(tmp_path: Path) -> AsyncIterator[LocalCluster]:
+    """One nameserver and two brokers, in-process, on ephemeral ports."""
+    async with LocalCluster(tmp_path / "cluster", brokers=2) as c:
+        yield c
+
+
+@pytest.fixture
+def processes() -> Iterator[list[DaemonProcess]]:
+    """Daemons a test starts go in this list; every one is stopped (by PID) afterwards."""
+    procs: list[DaemonProcess] = []
+    yield procs
+    for p in reversed(procs):
+        p.stop()
