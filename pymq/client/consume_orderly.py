@@ -44,19 +44,11 @@ def _is_success(result: Any) -> bool:
 
 
 class OrderlyConsumeService:
-    def __init__(
-        self,
-        consumer: PushConsumer,
-        listener: Listener,
-        *,
-        lock_renew_interval: float | None = None,
-        lock_valid_seconds: float | None = None,
-    ) -> None:
+    def __init__(self, consumer: PushConsumer, listener: Listener) -> None:
         self.consumer = consumer
         self.listener = listener
-        opts = consumer._client_options
-        self.lock_renew_interval = lock_renew_interval or float(opts.get("lock_renew_interval", 20.0))
-        self.lock_valid_seconds = lock_valid_seconds or float(opts.get("lock_valid_seconds", 30.0))
+        self.lock_renew_interval = consumer.lock_renew_interval
+        self.lock_valid_seconds = consumer.lock_valid_seconds
         self.max_reconsume = consumer.max_reconsume_times or DEFAULT_MAX_RECONSUME
         self.clustering = consumer.message_model is MessageModel.CLUSTERING
         self._workers: dict[MessageQueue, asyncio.Task[None]] = {}

@@ -204,20 +204,23 @@ class ConsumerBase:
         if not self._started or self._closing:
             return
         async with self._rebalance_lock:
-            inst = self._instance()
-            for topic in list(self.subscriptions):
-                mq_all = self._topic_queues.get(topic)
-                if mq_all is None:
-                    route = await inst.update_route(topic)
-                    mq_all = self._topic_queues.get(topic, []) if route is not None else []
-                if self.message_model is MessageModel.BROADCASTING:
-                    mine = list(mq_all)
-                else:
-                    cids = await inst.consumer_ids(self.group, topic)
-                    if not cids:
-                        continue  # no broker answered: keep what we have
-                    mine = self.allocate_strategy.allocate(self.group, inst.client_id, mq_all, cids)
-                await self._update_queues(topic, set(mine))
+            await self._do_rebalance()
+
+    async def _do_rebalance(self) -> None:
+        inst = self._instance()
+        for topic in list(self.subscriptions):
+            mq_all = self._topic_queues.get(topic)
+            if mq_all is None:
+                route = await inst.update_route(topic)
+                mq_all = self._topic_queues.get(topic, []) if route is not None else []
+            if self.message_model is MessageModel.BROADCASTING:
+                mine = list(mq_all)
+            else:
+                cids = await inst.consumer_ids(self.group, topic)
+                if not cids:
+                    continue  # no broker answered: keep what we have
+                mine = self.allocate_strategy.allocate(self.group, inst.client_id, mq_all, cids)
+            await self._update_queues(topic, set(mine))
 
     async def _update_queues(self, topic: str, mine: set[MessageQueue]) -> None:
         current = {mq for mq in self.process_queues if mq.topic == topic}

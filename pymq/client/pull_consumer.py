@@ -71,14 +71,12 @@ class PullConsumer(ConsumerBase):
             await inst.update_route(topic)
         return list(self._topic_queues.get(topic, []))
 
-    async def rebalance(self) -> None:
-        if self._assigned is not None:
-            if not self._started or self._closing:
-                return
-            for topic in {mq.topic for mq in self._assigned}:
-                await self._update_queues(topic, {mq for mq in self._assigned if mq.topic == topic})
+    async def _do_rebalance(self) -> None:
+        if self._assigned is None:
+            await super()._do_rebalance()
             return
-        await super().rebalance()
+        for topic in {mq.topic for mq in self._assigned}:
+            await self._update_queues(topic, {mq for mq in self._assigned if mq.topic == topic})
 
     # --- polling -------------------------------------------------------------------------------------------
 

@@ -54,6 +54,8 @@ class PushConsumer(ConsumerBase):
         max_reconsume_times: int | None = None,
         consume_timeout: float = 15 * 60,
         suspend_current_queue_time: float = 1.0,
+        lock_renew_interval: float = 20.0,
+        lock_valid_seconds: float = 30.0,
         **options: Any,
     ) -> None:
         super().__init__(namesrv, group, **options)
@@ -66,6 +68,9 @@ class PushConsumer(ConsumerBase):
         self.max_reconsume_times = max_reconsume_times
         self.consume_timeout = consume_timeout
         self.suspend_current_queue_time = min(30.0, max(0.01, suspend_current_queue_time))
+        #: orderly: how often queue locks are renewed, and how long a renewed lock is trusted
+        self.lock_renew_interval = lock_renew_interval
+        self.lock_valid_seconds = lock_valid_seconds
         self._listener: Listener | None = None
         self._orderly = False
         self.service: Any = None

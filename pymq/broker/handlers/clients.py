@@ -34,7 +34,10 @@ class ClientHandlers:
         if not isinstance(body, dict) or not isinstance(body.get("clientID"), str):
             raise InvalidRequestError("heartbeat body needs a clientID")
         client_id = body["clientID"]
-        conn.attrs.setdefault("client_id", client_id)
+        if "client_id" not in conn.attrs:
+            conn.attrs["client_id"] = client_id
+            # A closed connection removes its client at once (no waiting for the 120 s expiry).
+            conn.add_close_callback(app.consumers.connection_closed)
         try:
             for p in body.get("producerDataSet") or []:
                 app.consumers.register_producer(str(p["groupName"]), client_id, conn)

@@ -1,0 +1,24 @@
+"""Small helpers shared by tests: polling with a deadline instead of sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> None:
+    """Poll ``predicate`` until it is true; fail the test with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        await asyncio.sleep(interval)
+
+
+def wait_until_sync(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
