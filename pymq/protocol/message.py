@@ -22,12 +22,14 @@ from typing import Any
 from pymq.errors import MessageDecodeError
 from pymq.protocol.record import (
     BLANK_MAGIC,
+    BODY_POS,
+    FIXED,
     HEAD,
+    MAGIC,
+    MIN_RECORD_SIZE,
     SYSFLAG_COMPRESSED,
     decode_properties,
     offset_msg_id,
-    pack_host,
-    parse_record,
     unpack_host,
 )
 
@@ -93,22 +95,27 @@ class Message:
 
 
 class MessageExt:
-    """A received message: the decoded record and where it was stored."""
+    """A received message: the decoded record and where it was stored.
+
+    Properties and host addresses are decoded on first access: a consumer that only looks
+    at the body does not pay for them.
+    """
 
     __slots__ = (
+        "_born_host",
+        "_properties",
+        "_props_raw",
+        "_store_host",
         "body",
         "body_crc",
-        "born_host",
         "born_timestamp",
         "broker_name",
         "commitlog_offset",
         "flag",
         "prepared_tx_offset",
-        "properties",
         "queue_id",
         "queue_offset",
         "reconsume_times",
-        "store_host",
         "store_size",
         "store_timestamp",
         "sys_flag",
@@ -117,21 +124,37 @@ class MessageExt:
 
     topic: str
     body: bytes
-    properties: dict[str, str]
     flag: int
     sys_flag: int
     queue_id: int
     queue_offset: int
     commitlog_offset: int
     born_timestamp: int
-    born_host: str
     store_timestamp: int
-    store_host: str
     reconsume_times: int
     prepared_tx_offset: int
     store_size: int
     body_crc: int
     broker_name: str
+
+    @property
+    def properties(self) -> dict[str, str]:
+        props = self._properties
+        if props is None:
+            props = self._properties = decode_properties(self._props_raw)
+        return props
+
+    @properties.setter
+    def properties(self, value: dict[str, str]) -> None:
+        self._properties = value
+
+    @property
+    def born_host(self) -> str:
+        return unpack_host(self._born_host)
+
+    @property
+    def store_host(self) -> str:
+        return unpack_host(self._store_host)
 
     @property
     def tags(self) -> str | None:
@@ -149,8 +172,7 @@ class MessageExt:
 
     @property
     def offset_msg_id(self) -> str:
-        host, _, port = self.store_host.rpartition(":")
-        return offset_msg_id(pack_host(host, int(port)), self.commitlog_offset)
+        return offset_msg_id(self._store_host, self.commitlog_offset)
 
     @property
     def delay_level(self) -> int:
@@ -186,37 +208,70 @@ class MessageExt:
         }
 
 
+_TOPICS: dict[bytes, str] = {}
+_U16 = struct.Struct(">H")
+
+
+def _topic_str(raw: bytes) -> str:
+    topic = _TOPICS.get(raw)
+    if topic is None:
+        try:
+            topic = raw.decode()
+        except UnicodeDecodeError as exc:
+            raise MessageDecodeError(f"topic is not UTF-8: {exc}") from exc
+        if len(_TOPICS) < 10_000:
+            _TOPICS[raw] = topic
+    return topic
+
+
 def decode_message(
     buf: bytes | bytearray | memoryview, pos: int = 0, *, broker_name: str = "", decompress: bool = True
 ) -> MessageExt:
     """Decode the record at ``pos`` into a :class:`MessageExt` (copies the body)."""
-    r = parse_record(buf, pos)
-    m = MessageExt()
-    try:
-        m.topic = r.topic.decode()
-    except UnicodeDecodeError as exc:
-        raise MessageDecodeError(f"topic is not UTF-8 at {pos}: {exc}") from exc
-    body = bytes(r.body)
-    if decompress and r.sys_flag & SYSFLAG_COMPRESSED:
+    n = len(buf)
+    if n - pos < MIN_RECORD_SIZE:
+        raise MessageDecodeError(f"truncated record at {pos}: {n - pos} bytes left")
+    (
+        total, magic, crc, flag, sys_flag, born_ts, born_host, reconsume, prepared,
+        queue_id, queue_offset, physical, store_ts, store_host, body_len,
+    ) = FIXED.unpack_from(buf, pos)  # fmt: skip
+    end = pos + total
+    p = pos + BODY_POS
+    if magic != MAGIC or total < MIN_RECORD_SIZE or end > n or body_len < 0 or p + body_len + 4 > end:
+        raise MessageDecodeError(f"bad record at {pos}")
+    body = bytes(buf[p : p + body_len])
+    p += body_len
+    tl = _U16.unpack_from(buf, p)[0]
+    p += 2
+    if p + tl + 2 > end:
+        raise MessageDecodeError(f"bad topic length at {pos}")
+    topic = _topic_str(bytes(buf[p : p + tl]))
+    p += tl + 2
+    if p + _U16.unpack_from(buf, p - 2)[0] != end:
+        raise MessageDecodeError(f"record lengths do not add up at {pos}")
+    if decompress and sys_flag & SYSFLAG_COMPRESSED:
         try:
             body = zlib.decompress(body)
         except zlib.error as exc:
             raise MessageDecodeError(f"cannot decompress body at {pos}: {exc}") from exc
+    m = MessageExt.__new__(MessageExt)
+    m.topic = topic
     m.body = body
-    m.properties = decode_properties(r.properties)
-    m.flag = r.flag
-    m.sys_flag = r.sys_flag
-    m.queue_id = r.queue_id
-    m.queue_offset = r.queue_offset
-    m.commitlog_offset = r.physical_offset
-    m.born_timestamp = r.born_timestamp
-    m.born_host = unpack_host(r.born_host)
-    m.store_timestamp = r.store_timestamp
-    m.store_host = unpack_host(r.store_host)
-    m.reconsume_times = r.reconsume_times
-    m.prepared_tx_offset = r.prepared_tx_offset
-    m.store_size = r.total_size
-    m.body_crc = r.body_crc
+    m._props_raw = bytes(buf[p:end])
+    m._properties = None
+    m.flag = flag
+    m.sys_flag = sys_flag
+    m.queue_id = queue_id
+    m.queue_offset = queue_offset
+    m.commitlog_offset = physical
+    m.born_timestamp = born_ts
+    m._born_host = born_host
+    m.store_timestamp = store_ts
+    m._store_host = store_host
+    m.reconsume_times = reconsume
+    m.prepared_tx_offset = prepared
+    m.store_size = total
+    m.body_crc = crc
     m.broker_name = broker_name
     return m
 
@@ -227,12 +282,14 @@ def iter_messages(
     """Decode concatenated records (a pull response body), stopping at a blank marker."""
     pos = 0
     n = len(buf)
+    unpack_head = HEAD.unpack_from
     while n - pos >= HEAD.size:
-        size, magic = HEAD.unpack_from(buf, pos)
+        size, magic = unpack_head(buf, pos)
         if magic == BLANK_MAGIC:
             return
-        yield decode_message(buf, pos, broker_name=broker_name, decompress=decompress)
-        pos += size
+        m = decode_message(buf, pos, broker_name=broker_name, decompress=decompress)
+        yield m
+        pos += m.store_size
 
 
 class UniqueIdGenerator:

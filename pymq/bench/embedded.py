@@ -1,0 +1,74 @@
+"""A throwaway cluster (one nameserver, one broker) in a child process, for ``--embedded`` runs.
+
+A child process rather than this one, so the broker does not share the benchmark's event
+loop and GIL: the figures then mean what they would with a separate broker on this host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import signal
+import tempfile
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+
+def _serve(conn: Connection, store_dir: str, flush: str) -> None:
+    from pymq.broker.app import BrokerApp
+    from pymq.config import SMALL_STORE_SIZES, BrokerConfig, NamesrvConfig, StoreConfig
+    from pymq.logs import configure_logging
+    from pymq.nameserver.app import NamesrvApp
+    from pymq.transport.loop import run
+
+    configure_logging("warning")
+
+    async def main() -> None:
+        ns = NamesrvApp(NamesrvConfig(host="127.0.0.1", port=0))
+        await ns.start()
+        store = StoreConfig(store_dir=store_dir, flush_disk_type=flush, **{**SMALL_STORE_SIZES, "commitlog_file_size": 256 << 20})
+        broker = BrokerApp(
+            BrokerConfig(host="127.0.0.1", port=0, namesrv_addrs=[ns.address], auto_create_topic=True, store=store)
+        )
+        await broker.start()
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        conn.send(ns.address)
+        await stop.wait()
+        await broker.close()
+        await ns.close()
+
+    run(main())
+
+
+class EmbeddedCluster:
+    def __init__(self, flush: str = "ASYNC_FLUSH") -> None:
+        self.flush = flush
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._proc: Any = None
+        self.namesrv = ""
+
+    def __enter__(self) -> EmbeddedCluster:
+        self._tmp = tempfile.TemporaryDirectory(prefix="pymq-bench-")
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_serve, args=(child, str(Path(self._tmp.name) / "store"), self.flush), daemon=True)
+        self._proc.start()
+        if not parent.poll(60):
+            self.__exit__()
+            raise RuntimeError("the embedded cluster did not start within 60 s")
+        self.namesrv = parent.recv()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None:
+            self._proc.terminate()  # SIGTERM: the broker shuts down cleanly
+            self._proc.join(30)
+            if self._proc.is_alive():
+                self._proc.kill()
+                self._proc.join(5)
+            self._proc = None
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None

@@ -1,0 +1,198 @@
+"""The benchmark workloads: produce, consume, and produce+consume (end-to-end latency)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pymq.bench.stats import Recorder
+from pymq.client import ConsumeFromWhere, Message, Producer, PushConsumer
+from pymq.client.consumer_base import read_queues
+from pymq.client.namesrv import NamesrvClient, parse_addrs
+from pymq.errors import PymqError
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.frame import Command
+from pymq.transport.client import RpcClient
+
+#: property carrying the send time in ns, for end-to-end latency
+SENT_NS = "bench_sent_ns"
+
+
+@dataclass
+class ProducerSpec:
+    namesrv: str
+    topic: str
+    body_size: int = 1024
+    batch_size: int = 1
+    concurrency: int = 1
+    count: int | None = None
+    duration: float | None = None
+    mode: str = "sync"  # sync | async | oneway
+    #: messages per second across all workers; 0 = as fast as possible
+    rate: float = 0.0
+    max_in_flight: int = 8
+
+
+async def topic_max_offsets(namesrv: str, topic: str) -> int:
+    """Sum of the max offsets of every queue of a topic (messages ever stored in it)."""
+    async with RpcClient() as rpc:
+        route = await NamesrvClient(rpc, parse_addrs(namesrv)).route(topic)
+        total = 0
+        for mq in read_queues(topic, route):
+            bd = route.broker(mq.brokerName)
+            addr = bd.select_addr() if bd else None
+            if addr is None:
+                continue
+            ext = {"topic": topic, "queueId": mq.queueId}
+            resp = await rpc.invoke_ok(addr, Command.request(RequestCode.GET_MAX_OFFSET, ext))
+            total += int(resp.ext["offset"])
+        return total
+
+
+async def ensure_topic(namesrv: str, topic: str, queues: int = 8) -> None:
+    """Create the topic on every master that lacks it (benchmarks need no manual setup)."""
+    async with RpcClient() as rpc:
+        ns = NamesrvClient(rpc, parse_addrs(namesrv))
+        if await ns.route_or_none(topic) is not None:
+            return
+        info = await ns.cluster_info()
+        for bd in info.get("brokerAddrTable", {}).values():
+            addr = bd.get("brokerAddrs", {}).get(0) or bd.get("brokerAddrs", {}).get("0")
+            if addr:
+                ext = {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues}
+                await rpc.invoke_ok(addr, Command.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+        deadline = time.monotonic() + 10
+        while await ns.route_or_none(topic) is None:
+            if time.monotonic() > deadline:
+                raise PymqError(f"topic {topic} did not appear in the nameserver routes")
+            await asyncio.sleep(0.1)
+
+
+class _Pacer:
+    """Spreads sends evenly to hold a target rate (messages per second)."""
+
+    def __init__(self, rate: float) -> None:
+        self.interval = 1.0 / rate if rate > 0 else 0.0
+        self.next = time.perf_counter()
+
+    async def wait(self, n: int) -> None:
+        if not self.interval:
+            return
+        self.next += self.interval * n
+        delay = self.next - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+async def run_producers(spec: ProducerSpec, recorders: list[Recorder]) -> None:
+    """Fill one recorder per worker; each worker has its own client (its own connections)."""
+    body = os.urandom(spec.body_size)
+    deadline = time.perf_counter() + spec.duration if spec.duration else None
+    remaining = [spec.count if spec.count is not None else -1]
+    pacer = _Pacer(spec.rate)
+
+    def take(n: int) -> int:
+        if deadline is not None and time.perf_counter() >= deadline:
+            return 0
+        if remaining[0] < 0:
+            return n
+        n = min(n, remaining[0])
+        remaining[0] -= n
+        return n
+
+    async def worker(i: int, rec: Recorder) -> None:
+        name = f"bench-{os.getpid()}-{i}"
+        async with Producer(spec.namesrv, f"bench-producer-{i}", instance_name=name) as producer:
+            in_flight = asyncio.Semaphore(spec.max_in_flight)
+            pending: set[asyncio.Task[Any]] = set()
+            while n := take(spec.batch_size):
+                await pacer.wait(n)
+                props = {SENT_NS: str(time.time_ns())} if spec.rate else {}
+                msgs = [Message(spec.topic, body, properties=props) for _ in range(n)]
+                if spec.mode == "oneway":
+                    try:
+                        for m in msgs:
+                            await producer.send_oneway(m)
+                        rec.ok(n)
+                    except PymqError:
+                        rec.fail(n)
+                elif spec.mode == "async":
+                    await in_flight.acquire()
+                    task = asyncio.ensure_future(_timed_send(producer, msgs, rec))
+                    task.add_done_callback(lambda _t: in_flight.release())
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                else:
+                    await _timed_send(producer, msgs, rec)
+            if pending:
+                await asyncio.gather(*pending)
+        rec.stop()
+
+    await asyncio.gather(*(worker(i, r) for i, r in enumerate(recorders)))
+
+
+async def _timed_send(producer: Producer, msgs: list[Message], rec: Recorder) -> None:
+    t0 = time.perf_counter()
+    try:
+        if len(msgs) == 1:
+            await producer.send(msgs[0])
+        else:
+            await producer.send_batch(msgs)
+    except PymqError:
+        rec.fail(len(msgs))
+        return
+    rec.ok(len(msgs), time.perf_counter() - t0)
+
+
+async def run_consumer(
+    namesrv: str,
+    topic: str,
+    group: str,
+    rec: Recorder,
+    *,
+    duration: float | None,
+    expect: int | None = None,
+    batch_size: int = 32,
+    e2e: bool = False,
+    idle_stop: float = 2.0,
+) -> PushConsumer:
+    """Consume until ``expect`` messages arrived, ``duration`` passed, or nothing came for ``idle_stop`` s."""
+    consumer = PushConsumer(
+        namesrv,
+        group,
+        instance_name=f"bench-consumer-{os.getpid()}",
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        consume_batch_max_size=batch_size,
+        pull_batch_size=max(32, batch_size),
+    )
+    consumer.subscribe(topic)
+    last = [time.perf_counter()]
+
+    @consumer.listener
+    async def on(msgs: list[Any]) -> None:
+        now_ns = time.time_ns()
+        if e2e:
+            for m in msgs:
+                sent = m.properties.get(SENT_NS)
+                if sent:
+                    rec.latencies.append((now_ns - int(sent)) / 1e9)
+        rec.messages += len(msgs)
+        last[0] = time.perf_counter()
+
+    await consumer.start()
+    rec.started = time.perf_counter()
+    deadline = rec.started + duration if duration else None
+    while True:
+        await asyncio.sleep(0.05)
+        now = time.perf_counter()
+        if expect is not None and rec.messages >= expect:
+            break
+        if deadline is not None and now >= deadline:
+            break
+        if expect is None and duration is None and rec.messages and now - last[0] > idle_stop:
+            break
+    rec.finished = last[0] if expect is not None and rec.messages >= expect else time.perf_counter()
+    return consumer

@@ -1,0 +1,216 @@
+"""``pymq-bench``: measure producing, consuming and end-to-end latency.
+
+Counts are checked against the broker: the topic's max offsets must grow by exactly the
+number of messages the benchmark saw acknowledged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from pymq.bench.embedded import EmbeddedCluster
+from pymq.bench.progress import live
+from pymq.bench.stats import Recorder
+from pymq.bench.workloads import ProducerSpec, ensure_topic, run_consumer, run_producers, topic_max_offsets
+from pymq.cli.common import fail
+from pymq.errors import PymqError
+from pymq.logs import configure_logging
+from pymq.transport.loop import run
+
+COLUMNS = [
+    ("workload", "workload"),
+    ("messages", "messages"),
+    ("msgs_per_sec", "msgs/s"),
+    ("mb_per_sec", "MB/s"),
+    ("latency_ms_p50", "p50 ms"),
+    ("latency_ms_p95", "p95 ms"),
+    ("latency_ms_p99", "p99 ms"),
+    ("latency_ms_max", "max ms"),
+    ("errors", "errors"),
+]
+
+
+@contextlib.contextmanager
+def cluster_addr(namesrv: str | None, embedded: bool, flush: str = "ASYNC_FLUSH") -> Iterator[str]:
+    if embedded:
+        with EmbeddedCluster(flush) as cluster:
+            yield cluster.namesrv
+    else:
+        yield namesrv or os.environ.get("PYMQ_NAMESRV", "127.0.0.1:9876")
+
+
+def print_summary(rows: list[dict[str, Any]], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
+        return
+    table = [[("-" if r.get(k) is None else f"{r[k]:,}" if isinstance(r[k], (int, float)) else str(r[k])) for k, _ in COLUMNS] for r in rows]
+    widths = [max(len(h), *(len(row[i]) for row in table)) for i, (_, h) in enumerate(COLUMNS)]
+    click.echo("  ".join(h.rjust(w) for (_, h), w in zip(COLUMNS, widths, strict=True)))
+    for row in table:
+        click.echo("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    for r in rows:
+        extra = {k: v for k, v in r.items() if k not in dict(COLUMNS) and k != "seconds"}
+        if extra:
+            click.echo("  " + ", ".join(f"{k}={v}" for k, v in extra.items()))
+
+
+def common(f: Any) -> Any:
+    f = click.option("--namesrv", default=None, help="Nameserver address (default $PYMQ_NAMESRV or 127.0.0.1:9876).")(f)
+    f = click.option("--embedded", is_flag=True, help="Start a throwaway nameserver+broker (in a child process).")(f)
+    f = click.option("--topic", default="BenchTopic", show_default=True)(f)
+    f = click.option("--body-size", default=1024, show_default=True, help="Bytes per message.")(f)
+    f = click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")(f)
+    f = click.option("--quiet", is_flag=True, help="No live progress.")(f)
+    return f
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """Benchmark a pymq cluster.
+
+    \b
+    Examples:
+      pymq-bench producer --embedded --count 100000 --batch-size 64
+      pymq-bench consumer --namesrv 127.0.0.1:9876 --topic BenchTopic --group bench
+      pymq-bench e2e --embedded --rate 20000 --duration 10
+    """
+    configure_logging("error")
+
+
+def _producer_spec(namesrv: str, **kw: Any) -> ProducerSpec:
+    if kw["count"] is None and kw["duration"] is None:
+        kw["count"] = 100_000
+    return ProducerSpec(namesrv=namesrv, **kw)
+
+
+async def _produce(spec: ProducerSpec, quiet: bool) -> dict[str, Any]:
+    await ensure_topic(spec.namesrv, spec.topic)
+    before = await topic_max_offsets(spec.namesrv, spec.topic)
+    recs = [Recorder(spec.body_size) for _ in range(spec.concurrency)]
+    async with live(lambda: recs, f"produce ({spec.mode}, batch {spec.batch_size}, x{spec.concurrency})", not quiet):
+        await run_producers(spec, recs)
+    total = Recorder(spec.body_size, sum(r.messages for r in recs), sum(r.errors for r in recs))
+    total.latencies = [x for r in recs for x in r.latencies]
+    total.started = min(r.started for r in recs)
+    total.finished = max(r.finished for r in recs)
+    stored = await topic_max_offsets(spec.namesrv, spec.topic) - before
+    exact = stored == total.messages if spec.mode != "oneway" else None
+    return total.summary(
+        f"produce-{spec.mode}", batch=spec.batch_size, concurrency=spec.concurrency, broker_stored=stored, counts_match=exact
+    )
+
+
+@main.command()
+@common
+@click.option("--batch-size", default=1, show_default=True, help="Messages per request (send_batch when > 1).")
+@click.option("--concurrency", default=1, show_default=True, help="Concurrent producers, each with its own connection.")
+@click.option("--count", type=int, default=None, help="Messages to send (default 100000 unless --duration).")
+@click.option("--duration", type=float, default=None, help="Seconds to send for.")
+@click.option("--mode", type=click.Choice(["sync", "async", "oneway"]), default="sync", show_default=True)
+@click.option("--flush", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default="ASYNC_FLUSH", help="Embedded broker flush mode.")
+def producer(namesrv: str | None, embedded: bool, quiet: bool, as_json: bool, flush: str, **kw: Any) -> None:
+    """Send messages as fast as possible; report throughput and per-request latency.
+
+    \b
+    Example:
+      pymq-bench producer --embedded --count 200000 --batch-size 64
+    """
+    try:
+        with cluster_addr(namesrv, embedded, flush) as addr:
+            print_summary([run(_produce(_producer_spec(addr, **kw), quiet))], as_json)
+    except PymqError as exc:
+        fail(str(exc))
+
+
+@main.command()
+@common
+@click.option("--group", default="bench-consumer", show_default=True)
+@click.option("--duration", type=float, default=None, help="Seconds to consume (default: until drained).")
+@click.option("--count", type=int, default=200_000, show_default=True, help="With --embedded: messages to produce first.")
+@click.option("--batch-size", default=32, show_default=True, help="Messages per listener call.")
+def consumer(
+    namesrv: str | None, embedded: bool, quiet: bool, as_json: bool, topic: str, body_size: int,
+    group: str, duration: float | None, count: int, batch_size: int,
+) -> None:  # fmt: skip
+    """Consume a topic with a push consumer (offsets committed); report msgs/s.
+
+    With --embedded, COUNT messages are produced first (not timed), then consumed.
+
+    \b
+    Example:
+      pymq-bench consumer --embedded --count 200000
+    """
+
+    async def go(addr: str) -> dict[str, Any]:
+        await ensure_topic(addr, topic)
+        expect = None
+        if embedded:
+            prod = ProducerSpec(addr, topic, body_size, batch_size=64, count=count)
+            await run_producers(prod, [Recorder(body_size)])
+            expect = count
+        rec = Recorder(body_size)
+        async with live(lambda: [rec], "consume", not quiet):
+            c = await run_consumer(addr, topic, group, rec, duration=duration, expect=expect, batch_size=batch_size)
+        await c.close()
+        return rec.summary("consume", group=group, batch=batch_size)
+
+    try:
+        with cluster_addr(namesrv, embedded) as addr:
+            print_summary([run(go(addr))], as_json)
+    except PymqError as exc:
+        fail(str(exc))
+
+
+@main.command()
+@common
+@click.option("--rate", type=float, default=10_000, show_default=True, help="Messages per second to produce.")
+@click.option("--duration", type=float, default=10.0, show_default=True)
+@click.option("--batch-size", default=1, show_default=True, help="Messages per send request.")
+@click.option("--group", default=None, help="Consumer group (default: a fresh one).")
+def e2e(
+    namesrv: str | None, embedded: bool, quiet: bool, as_json: bool, topic: str, body_size: int,
+    rate: float, duration: float, batch_size: int, group: str | None,
+) -> None:  # fmt: skip
+    """Produce at RATE while consuming; latency is consume time minus send time.
+
+    \b
+    Example:
+      pymq-bench e2e --embedded --rate 20000 --duration 10
+    """
+    import asyncio
+
+    async def go(addr: str) -> list[dict[str, Any]]:
+        await ensure_topic(addr, topic)
+        grp = group or f"bench-e2e-{os.getpid()}"
+        crec = Recorder(body_size)
+        consumer_task = asyncio.ensure_future(
+            run_consumer(addr, topic, grp, crec, duration=None, expect=None, e2e=True, idle_stop=3.0)
+        )
+        await asyncio.sleep(2.0)  # joined and parked on long polls
+        spec = ProducerSpec(addr, topic, body_size, batch_size=batch_size, duration=duration, rate=rate, mode="sync")
+        precs = [Recorder(body_size)]
+        async with live(lambda: precs + [crec], f"e2e at {rate:,.0f} msgs/s", not quiet):
+            await run_producers(spec, precs)
+            c = await consumer_task
+        await c.close()
+        p = precs[0].summary("e2e-produce", rate=rate)
+        s = crec.summary("e2e-consume", note="latency = send to listener")
+        s["msgs_per_sec"] = round(crec.messages / max(1e-9, precs[0].elapsed), 1)
+        return [p, s]
+
+    try:
+        with cluster_addr(namesrv, embedded) as addr:
+            print_summary(run(go(addr)), as_json)
+    except PymqError as exc:
+        fail(str(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
