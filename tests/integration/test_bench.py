@@ -1,0 +1,42 @@
+"""pymq-bench runs on its own (--embedded) and its counts match the broker's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def bench(*args: str) -> list[dict] | dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "pymq.cli.bench", *args, "--embedded", "--json", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_bench_producer_counts_match() -> None:
+    """The producer benchmark reports exactly what the broker stored, with latency percentiles."""
+    r = bench("producer", "--count", "3000", "--batch-size", "16", "--concurrency", "2")
+    assert r["messages"] == 3000 and r["broker_stored"] == 3000 and r["counts_match"] is True
+    assert r["errors"] == 0 and r["msgs_per_sec"] > 0 and r["latency_ms_p99"] is not None
+
+
+def test_bench_consumer_drains_what_was_produced() -> None:
+    """The consumer benchmark consumes every pre-produced message."""
+    r = bench("consumer", "--count", "3000")
+    assert r["messages"] == 3000 and r["errors"] == 0
+
+
+def test_bench_e2e_reports_latency() -> None:
+    """The end-to-end benchmark consumes what it produced at the target rate and reports latency."""
+    produced, consumed = bench("e2e", "--rate", "500", "--duration", "2")
+    assert produced["messages"] > 0 and consumed["messages"] == produced["messages"]
+    assert consumed["latency_ms_p99"] is not None and consumed["latency_ms_p99"] < 1000
