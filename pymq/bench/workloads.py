@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pymq.bench.stats import Recorder
-from pymq.client import ConsumeFromWhere, Message, Producer, PushConsumer
+from pymq.client import ConsumeFromWhere, ConsumeResult, Message, Producer, PushConsumer
 from pymq.client.consumer_base import read_queues
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.errors import PymqError
@@ -158,8 +158,14 @@ async def run_consumer(
     batch_size: int = 32,
     e2e: bool = False,
     idle_stop: float = 2.0,
+    orderly: bool = False,
+    fail_first: bool = False,
 ) -> PushConsumer:
-    """Consume until ``expect`` messages arrived, ``duration`` passed, or nothing came for ``idle_stop`` s."""
+    """Consume until ``expect`` messages arrived, ``duration`` passed, or nothing came for ``idle_stop`` s.
+
+    ``fail_first``: the listener fails every first delivery, so each message takes the retry
+    path once (send-back, delay, redelivery); ``rec`` then counts send-backs.
+    """
     consumer = PushConsumer(
         namesrv,
         group,
@@ -171,16 +177,25 @@ async def run_consumer(
     consumer.subscribe(topic)
     last = [time.perf_counter()]
 
-    @consumer.listener
-    async def on(msgs: list[Any]) -> None:
+    async def on(msgs: list[Any]) -> Any:
         now_ns = time.time_ns()
         if e2e:
             for m in msgs:
                 sent = m.properties.get(SENT_NS)
                 if sent:
                     rec.latencies.append((now_ns - int(sent)) / 1e9)
-        rec.messages += len(msgs)
         last[0] = time.perf_counter()
+        if fail_first:
+            first = [m for m in msgs if m.reconsume_times == 0]
+            rec.messages += len(first)
+            return ConsumeResult.RECONSUME_LATER if first else ConsumeResult.SUCCESS
+        rec.messages += len(msgs)
+        return None
+
+    if orderly:
+        consumer.register_orderly_listener(on)
+    else:
+        consumer.register_listener(on)
 
     await consumer.start()
     rec.started = time.perf_counter()

@@ -135,31 +135,40 @@ def producer(namesrv: str | None, embedded: bool, quiet: bool, as_json: bool, fl
 @click.option("--duration", type=float, default=None, help="Seconds to consume (default: until drained).")
 @click.option("--count", type=int, default=200_000, show_default=True, help="With --embedded: messages to produce first.")
 @click.option("--batch-size", default=32, show_default=True, help="Messages per listener call.")
+@click.option("--orderly", is_flag=True, help="Orderly listener (queue locks, one task per queue).")
+@click.option("--fail-first", is_flag=True, help="Fail every first delivery: measures the send-back (retry) path.")
+@click.option("--queues", default=8, show_default=True, help="Queues of the topic if it has to be created.")
 def consumer(
     namesrv: str | None, embedded: bool, quiet: bool, as_json: bool, topic: str, body_size: int,
-    group: str, duration: float | None, count: int, batch_size: int,
+    group: str, duration: float | None, count: int, batch_size: int, orderly: bool, fail_first: bool, queues: int,
 ) -> None:  # fmt: skip
     """Consume a topic with a push consumer (offsets committed); report msgs/s.
 
-    With --embedded, COUNT messages are produced first (not timed), then consumed.
+    With --embedded, COUNT messages are produced first (not timed), then consumed. With
+    --fail-first the figure is send-backs per second (each message fails once).
 
     \b
     Example:
       pymq-bench consumer --embedded --count 200000
+      pymq-bench consumer --embedded --count 50000 --orderly --batch-size 1
     """
 
     async def go(addr: str) -> dict[str, Any]:
-        await ensure_topic(addr, topic)
+        await ensure_topic(addr, topic, queues)
         expect = None
         if embedded:
             prod = ProducerSpec(addr, topic, body_size, batch_size=64, count=count)
             await run_producers(prod, [Recorder(body_size)])
             expect = count
         rec = Recorder(body_size)
-        async with live(lambda: [rec], "consume", not quiet):
-            c = await run_consumer(addr, topic, group, rec, duration=duration, expect=expect, batch_size=batch_size)
+        name = "send-back" if fail_first else "consume-orderly" if orderly else "consume"
+        async with live(lambda: [rec], name, not quiet):
+            c = await run_consumer(
+                addr, topic, group, rec, duration=duration, expect=expect, batch_size=batch_size,
+                orderly=orderly, fail_first=fail_first,
+            )  # fmt: skip
         await c.close()
-        return rec.summary("consume", group=group, batch=batch_size)
+        return rec.summary(name, group=group, batch=batch_size)
 
     try:
         with cluster_addr(namesrv, embedded) as addr:

@@ -133,9 +133,11 @@ class ConcurrentConsumeService:
         consumer = self.consumer
         inst = consumer.instance
         assert inst is not None
+        results = await asyncio.gather(
+            *(send_back(inst, consumer.group, m, max_reconsume_times=consumer.max_reconsume_times) for m in msgs)
+        )
         keep = []
-        for m in msgs:
-            ok = await send_back(inst, consumer.group, m, max_reconsume_times=consumer.max_reconsume_times)
+        for m, ok in zip(msgs, results, strict=True):
             if not ok:
                 m.reconsume_times += 1
                 keep.append(m)
