@@ -121,9 +121,15 @@ class BrokerApp:
 
     async def start(self) -> None:
         cfg = self.config
+        if cfg.metrics_port is not None:
+            # First: a metrics port that cannot be served fails startup before anything is held.
+            from pymq.metrics import start_broker_metrics
+
+            self.metrics = start_broker_metrics(self, cfg.metrics_port)
         try:
             sock = bind_socket(cfg.host, cfg.port)
         except OSError as exc:
+            self._close_metrics()
             raise ConfigError(f"cannot listen on {cfg.host}:{cfg.port}: {exc}") from exc
         port = sock.getsockname()[1]
         self.address = f"{self._advertised_host()}:{port}"
@@ -133,6 +139,7 @@ class BrokerApp:
             await asyncio.to_thread(self.store.start)
         except BaseException:
             sock.close()
+            self._close_metrics()
             raise
         self.store.add_arrival_listener(self.pull_hold.notify)
         self.topics.load()
@@ -146,10 +153,6 @@ class BrokerApp:
         self._spawn(self._every(cfg.client_scan_interval_seconds, self._scan_clients), "client-scan")
         self._spawn(self._every(cfg.offset_flush_interval_seconds, self._persist_offsets), "offset-persist")
         self._spawn(self._every(1.0, self._sample_stats), "stats-sample")
-        if cfg.metrics_port is not None:
-            from pymq.metrics import start_broker_metrics
-
-            self.metrics = start_broker_metrics(self, cfg.metrics_port)
         await self.registrar.register_all()
         self.registrar.start()
         log.info(
@@ -162,6 +165,11 @@ class BrokerApp:
             flush=cfg.store.flush_disk_type.value,
             pid=os.getpid(),
         )
+
+    def _close_metrics(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+            self.metrics = None
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         self._tasks.append(asyncio.ensure_future(coro))
@@ -209,8 +217,7 @@ class BrokerApp:
         for svc in reversed(self.services):
             await svc.stop()
         await self.namesrv_client.close()
-        if self.metrics is not None:
-            self.metrics.close()
+        self._close_metrics()
         if self.store is not None and self.store.running:
             self.offsets.persist()
             await asyncio.to_thread(self.store.shutdown)

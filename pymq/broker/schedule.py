@@ -45,9 +45,11 @@ class ScheduleService:
         self._wakeups: dict[int, asyncio.Event] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._dirty = False
+        self._started = False
         self.delivered = 0
 
     async def start(self) -> None:
+        self._started = True
         data = read_json(self.path) or {}
         for level, off in (data.get("offsetTable") or {}).items():
             self.offsets[int(level)] = int(off)
@@ -68,7 +70,8 @@ class ScheduleService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
-        self.persist()
+        if self._started:
+            self.persist()
 
     def persist(self) -> None:
         self._dirty = False

@@ -26,7 +26,12 @@ from pymq.errors import ConfigError
 @click.option("--flush", "flush_disk_type", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default=None)
 @click.option("--auto-create-topic/--no-auto-create-topic", default=None, help="Create unknown topics on first send (default off).")
 @click.option("--small-files", is_flag=True, help="Small store files (32 MiB commitlog) for development and tests.")
-@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; needs pymq[metrics]).",
+)
 @click.option("--port-file", type=click.Path(dir_okay=False), help="Write host:port here once serving.")
 @log_options
 def main(
@@ -45,7 +50,7 @@ def main(
     \b
     Example:
       pymq-broker --namesrv 127.0.0.1:9876 --store-dir ./store
-      pymq-broker --config deploy/broker-a.toml --flush SYNC_FLUSH
+      pymq-broker --config deploy/config/broker-a.toml --store-dir ./store-a --flush SYNC_FLUSH
     """
     overrides: dict[str, Any] = {**flags, "log_level": log_level}
     if namesrv:

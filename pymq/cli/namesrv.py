@@ -18,7 +18,12 @@ from pymq.nameserver.app import NamesrvApp
 @click.option("--port", type=int, default=None, help="Listen port (default 9876; 0 picks a free one).")
 @click.option("--broker-expiry", "broker_expiry_seconds", type=float, default=None, help="Seconds before a silent broker is dropped (default 120).")
 @click.option("--scan-interval", "scan_interval_seconds", type=float, default=None, help="Seconds between expiry scans (default 10).")
-@click.option("--metrics-port", type=int, default=None, help="Serve Prometheus metrics on this port.")
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; needs pymq[metrics]).",
+)
 @click.option("--port-file", type=click.Path(dir_okay=False), help="Write host:port here once serving.")
 @log_options
 def main(config_path: str | None, port_file: str | None, log_level: str | None, log_format: str, **flags: object) -> None:
@@ -27,7 +32,7 @@ def main(config_path: str | None, port_file: str | None, log_level: str | None, 
     \b
     Example:
       pymq-namesrv --port 9876
-      PYMQ_PORT=9877 pymq-namesrv --config deploy/namesrv-1.toml
+      PYMQ_PORT=9878 pymq-namesrv --config deploy/config/namesrv-1.toml --metrics-port 0
     """
     try:
         config = load_config(NamesrvConfig, config_path, overrides={**flags, "log_level": log_level})

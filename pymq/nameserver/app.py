@@ -32,12 +32,18 @@ class NamesrvApp:
         return f"{self.config.host if self.config.host != '0.0.0.0' else '127.0.0.1'}:{self.server.port}"
 
     async def start(self) -> None:
-        await self.server.start()
-        self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-expiry-scan")
         if self.config.metrics_port is not None:
+            # First: a metrics port that cannot be served fails startup before anything is held.
             from pymq.metrics import start_namesrv_metrics
 
             self.metrics = start_namesrv_metrics(self, self.config.metrics_port)
+        try:
+            await self.server.start()
+        except BaseException:
+            if self.metrics is not None:
+                self.metrics.close()
+            raise
+        self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-expiry-scan")
         log.info("namesrv_started", address=self.address)
 
     async def _scan_loop(self) -> None:

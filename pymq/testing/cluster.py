@@ -77,7 +77,11 @@ class LocalCluster:
         try:
             for _ in range(self._namesrv_count):
                 ns = NamesrvApp(NamesrvConfig(host="127.0.0.1", port=0, **self._namesrv_overrides))
-                await ns.start()
+                try:
+                    await ns.start()
+                except BaseException:
+                    await ns.close()
+                    raise
                 self.namesrvs.append(ns)
             for i in range(self._broker_count):
                 await self.add_broker(i)
@@ -89,7 +93,11 @@ class LocalCluster:
         """Start one more broker (``i`` picks its name: 0 -> broker-a)."""
         i = len(self.brokers) if i is None else i
         app = BrokerApp(self.broker_config(i, **overrides))
-        await app.start()
+        try:
+            await app.start()
+        except BaseException:
+            await app.close()
+            raise
         self.brokers.append(app)
         return app
 

@@ -59,8 +59,8 @@ class Dispatcher:
                     cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {cmd.code} not supported")
                 )
             return
-        observer = self.observer
-        started = asyncio.get_running_loop().time() if observer is not None else 0.0
+        # -1: no observer when the request came in, so none is told about it later either.
+        started = asyncio.get_running_loop().time() if self.observer is not None else -1.0
         try:
             result = handler(cmd, conn)
         except Exception as exc:
@@ -95,7 +95,7 @@ class Dispatcher:
             except LocalProtocolError as exc:
                 self._answer_error(conn, cmd, exc, started)
                 return
-        if self.observer is not None:
+        if self.observer is not None and started >= 0:
             ok = result is None or result.code == 0
             self.observer(cmd.code, int(ok), asyncio.get_running_loop().time() - started)
 
@@ -108,7 +108,7 @@ class Dispatcher:
             log.error("handler_failed", code=cmd.code, peer=conn.remote_addr, exc_info=exc)
         if not cmd.is_oneway:
             conn.write_command(cmd.response(code, remark))
-        if self.observer is not None:
+        if self.observer is not None and started >= 0:
             self.observer(cmd.code, 0, asyncio.get_running_loop().time() - started)
 
     @property

@@ -140,7 +140,7 @@ class Warmer(threading.Thread):
     See :meth:`pymq.broker.store.mapped_file.MappedFile.warm_step` for why and how.
     """
 
-    def __init__(self, store: MessageStore, ahead: int = 32 * 1024 * 1024) -> None:
+    def __init__(self, store: MessageStore, ahead: int = 64 * 1024 * 1024) -> None:
         super().__init__(name="pymq-warmer", daemon=True)
         self.store = store
         self.ahead = ahead

@@ -25,7 +25,7 @@ def file_name(offset: int) -> str:
 _ZERO_CHUNK = bytes(1 << 20)
 
 #: The writer reserves room ahead of itself in steps of this size (see :meth:`MappedFile.reserve`).
-RESERVE_STEP = 1 << 20
+RESERVE_STEP = 4 << 20
 WARM_CHUNK = 256 * 1024
 
 
@@ -57,6 +57,7 @@ class MappedFile:
         "path",
         "reserved",
         "size",
+        "warm_busy",
         "warm_lock",
         "warm_pos",
         "wrote_pos",
@@ -72,7 +73,9 @@ class MappedFile:
         # Warming is off until enable_warming(): the whole file counts as reserved.
         self.reserved = size
         self.warm_pos = size
-        self.warm_lock: threading.Lock | None = None
+        self.warm_lock: threading.Condition | None = None
+        #: the chunk the warmer is writing right now, as (start, end); (0, 0) when idle
+        self.warm_busy = (0, 0)
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         try:
             self.fd = os.open(path, flags, 0o644)
@@ -113,36 +116,46 @@ class MappedFile:
     # memcpy into the mapping run at ~400 MB/s. A warmer thread pre-writes zeros with
     # pwrite (which releases the GIL) ahead of the writer, so the writer finds the pages in
     # the page cache. The two never touch the same bytes: the writer only writes below
-    # ``reserved`` and moves it only under ``warm_lock``; the warmer only writes at or above
-    # ``reserved``, holding the lock while it does.
+    # ``reserved`` and moves it only under ``warm_lock``, waiting if the chunk the warmer is
+    # writing would fall inside its new reservation; the warmer only claims chunks at or
+    # above ``reserved``. Neither holds the lock during I/O.
 
     def enable_warming(self, start: int) -> None:
-        self.warm_lock = threading.Lock()
+        self.warm_lock = threading.Condition(threading.Lock())
         self.reserved = start
         self.warm_pos = start
 
     def reserve(self, end: int) -> None:
         """Claim ``[.., end)`` for the writer before writing there (writers check ``end > reserved`` first)."""
-        lock = self.warm_lock
-        if lock is None:
+        cond = self.warm_lock
+        if cond is None:
             return
-        with lock:
-            self.reserved = min(self.size, max(self.reserved, end + RESERVE_STEP))
+        with cond:
+            new = min(self.size, max(self.reserved, end + RESERVE_STEP))
+            while self.warm_busy[0] < new and self.warm_busy[1] > self.reserved:
+                cond.wait()
+            self.reserved = new
 
     def warm_step(self, ahead: int) -> bool:
         """Pre-fault one chunk ahead of the writer; False when there is nothing to do."""
-        lock = self.warm_lock
-        if lock is None or self.closed:
+        cond = self.warm_lock
+        if cond is None or self.closed:
             return False
-        with lock:
+        with cond:
             start = max(self.warm_pos, self.reserved)
             limit = min(self.size, self.reserved + ahead)
             if start >= limit:
                 return False
-            n = min(WARM_CHUNK, limit - start)
-            os.pwrite(self.fd, _ZERO_CHUNK[:n], start)
-            self.warm_pos = start + n
-            return True
+            end = start + min(WARM_CHUNK, limit - start)
+            self.warm_busy = (start, end)
+        try:
+            os.pwrite(self.fd, _ZERO_CHUNK[: end - start], start)
+        finally:
+            with cond:
+                self.warm_busy = (0, 0)
+                self.warm_pos = end
+                cond.notify_all()
+        return True
 
     @property
     def warmed(self) -> bool:

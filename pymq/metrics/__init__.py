@@ -1,0 +1,64 @@
+"""Prometheus metrics for the daemons (the optional ``pymq[metrics]`` extra).
+
+Each daemon gets its own :class:`~prometheus_client.CollectorRegistry`, served over HTTP on
+the event loop (``GET /metrics``). Request counts and latencies come from the dispatcher's
+observer hook; everything else is read from the live state when Prometheus scrapes, so no
+task or thread keeps gauges up to date. Series are listed in ``deploy/README.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from pymq.errors import ConfigError
+from pymq.metrics.server import MetricsServer
+
+if TYPE_CHECKING:
+    from pymq.broker.app import BrokerApp
+    from pymq.nameserver.app import NamesrvApp
+
+__all__ = ["MetricsServer", "start_broker_metrics", "start_namesrv_metrics"]
+
+INSTALL_HINT = "pip install 'pymq[metrics]'"
+
+
+def _new_registry() -> Any:
+    try:
+        import prometheus_client as prom
+    except ImportError as exc:
+        raise ConfigError(
+            f"a metrics port is configured but prometheus-client is not installed: {INSTALL_HINT}"
+            " (or drop metrics_port / --metrics-port)"
+        ) from exc
+    registry = prom.CollectorRegistry()
+    prom.ProcessCollector(registry=registry)
+    prom.PlatformCollector(registry=registry)
+    prom.GCCollector(registry=registry)
+    return registry
+
+
+def _serve(app: Any, registry: Any, collector: Any, port: int, name: str) -> MetricsServer:
+    from pymq.metrics.requests import RequestMetrics
+
+    registry.register(collector)
+    observer = RequestMetrics(registry, app.dispatcher.codes)
+    server = MetricsServer(registry, app.config.host, port, name=name)
+    server.attach_observer(app.dispatcher, observer)
+    return server
+
+
+def start_broker_metrics(app: BrokerApp, port: int) -> MetricsServer:
+    """Serve a broker's metrics on ``port`` (0: any free port, see ``.port``) of its listen host."""
+    from pymq.metrics.broker import BrokerCollector
+
+    registry = _new_registry()
+    return _serve(app, registry, BrokerCollector(app), port, "broker")
+
+
+def start_namesrv_metrics(app: NamesrvApp, port: int) -> MetricsServer:
+    """Serve a nameserver's metrics on ``port`` (0: any free port, see ``.port``) of its listen host."""
+    from pymq.metrics.namesrv import NamesrvCollector
+
+    registry = _new_registry()
+    return _serve(app, registry, NamesrvCollector(app, started_at=time.time()), port, "namesrv")

@@ -1,0 +1,137 @@
+"""The broker's series, read from its live state at scrape time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+from pymq import __version__
+
+if TYPE_CHECKING:
+    from pymq.broker.app import BrokerApp
+
+
+def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def per_topic(name: str, doc: str, table: dict[str, int]) -> CounterMetricFamily:
+    fam = CounterMetricFamily(name, doc, labels=["topic"])
+    for topic, value in sorted(table.items()):
+        fam.add_metric([topic], value)
+    return fam
+
+
+def clients_per_group(name: str, doc: str, groups: dict[str, Any]) -> GaugeMetricFamily:
+    fam = GaugeMetricFamily(name, doc, labels=["group"])
+    for group, channels in sorted(groups.items()):
+        fam.add_metric([group], len(channels))
+    return fam
+
+
+class BrokerCollector:
+    """A custom collector: ``collect()`` runs on the event loop for every scrape."""
+
+    def __init__(self, app: BrokerApp) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Any]:
+        app = self.app
+        cfg = app.config
+        yield InfoMetricFamily(
+            "pymq_broker",
+            "This broker: cluster, group, id, role, address, version.",
+            value={
+                "cluster": cfg.cluster_name,
+                "broker": cfg.broker_name,
+                "broker_id": str(cfg.broker_id),
+                "role": cfg.role.value,
+                "address": app.address,
+                "version": __version__,
+            },
+        )
+        yield gauge("pymq_uptime_seconds", "Seconds since the daemon started.", self._uptime())
+        yield from self._traffic()
+        yield from self._store()
+        yield from self._clients()
+        yield self._lag()
+
+    def _uptime(self) -> float:
+        started = self.app.started_at
+        return time.time() - started if started else 0.0
+
+    def _traffic(self) -> Iterator[Any]:
+        stats = self.app.stats
+        yield per_topic("pymq_messages_in", "Messages stored, by topic.", stats.put_msgs)
+        yield per_topic("pymq_messages_in_bytes", "Bytes of stored records, by topic.", stats.put_bytes)
+        yield per_topic("pymq_messages_out", "Messages returned to pulls, by topic.", stats.get_msgs)
+        yield per_topic(
+            "pymq_messages_out_bytes", "Bytes of records returned to pulls, by topic.", stats.get_bytes
+        )
+        yield CounterMetricFamily("pymq_put_failures", "Messages the store refused.", value=stats.put_failed)
+        put_tps, get_tps = stats.rates()
+        yield gauge("pymq_put_tps", "Messages stored per second, over the last 10 s.", put_tps)
+        yield gauge("pymq_get_tps", "Messages returned to pulls per second, over the last 10 s.", get_tps)
+
+    def _store(self) -> Iterator[Any]:
+        store = self.app.store
+        if store is None or not store.running:
+            return
+        cl_max = store.commitlog.max_offset
+        flushed = store.flushed_offset
+        yield gauge(
+            "pymq_store_size_bytes", "Bytes of commitlog, consume-queue and index files.", store.disk_bytes()
+        )
+        yield gauge("pymq_disk_used_ratio", "Used fraction of the store's disk (0..1).", store.disk_ratio())
+        yield gauge(
+            "pymq_disk_full",
+            "1 while the store refuses writes because the disk is full.",
+            int(store.disk_full),
+        )
+        yield gauge(
+            "pymq_commitlog_min_offset",
+            "First physical offset still in the commitlog.",
+            store.commitlog.min_offset,
+        )
+        yield gauge("pymq_commitlog_max_offset", "Physical offset after the last stored record.", cl_max)
+        yield gauge("pymq_commitlog_flushed_offset", "Physical offset flushed to disk.", flushed)
+        yield gauge(
+            "pymq_commitlog_unflushed_bytes",
+            "Stored bytes not yet flushed to disk.",
+            max(0, cl_max - flushed),
+        )
+        yield gauge("pymq_topics", "Topics configured on this broker.", len(self.app.topics.topics))
+
+    def _clients(self) -> Iterator[Any]:
+        app = self.app
+        consumers = app.consumers
+        yield gauge("pymq_connections", "Open client connections.", len(app.server.connections))
+        yield clients_per_group(
+            "pymq_consumer_clients",
+            "Consumer clients connected, by group.",
+            {g: info.channels for g, info in consumers.groups.items()},
+        )
+        yield clients_per_group(
+            "pymq_producer_clients", "Producer clients connected, by group.", consumers.producers
+        )
+        yield gauge("pymq_held_pulls", "Pull requests held by long polling.", app.pull_hold.held_count)
+
+    def _lag(self) -> GaugeMetricFamily:
+        fam = GaugeMetricFamily(
+            "pymq_consumer_lag_messages",
+            "Messages behind: queue max offset minus the group's committed offset.",
+            labels=["group", "topic", "queue"],
+        )
+        store = self.app.store
+        if store is None or not store.running:
+            return fam
+        for key, offsets in sorted(self.app.offsets.table.items()):
+            topic, _, group = key.partition("@")
+            for queue_id, committed in sorted(offsets.items()):
+                if committed >= 0:
+                    lag = max(0, store.max_offset(topic, queue_id) - committed)
+                    fam.add_metric([group, topic, str(queue_id)], lag)
+        return fam

@@ -1,0 +1,57 @@
+"""The nameserver's series, read from its route registry at scrape time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+
+from pymq import __version__
+
+if TYPE_CHECKING:
+    from pymq.nameserver.app import NamesrvApp
+
+
+class NamesrvCollector:
+    """A custom collector: ``collect()`` runs on the event loop for every scrape."""
+
+    def __init__(self, app: NamesrvApp, *, started_at: float) -> None:
+        self.app = app
+        self.started_at = started_at
+
+    def collect(self) -> Iterator[Any]:
+        app = self.app
+        reg = app.registry
+        yield InfoMetricFamily(
+            "pymq_namesrv",
+            "This nameserver: address, version.",
+            value={"address": app.address, "version": __version__},
+        )
+        yield GaugeMetricFamily(
+            "pymq_uptime_seconds", "Seconds since the daemon started.", value=time.time() - self.started_at
+        )
+        yield GaugeMetricFamily(
+            "pymq_connections", "Open connections (brokers and clients).", value=len(app.server.connections)
+        )
+        yield GaugeMetricFamily(
+            "pymq_namesrv_live_brokers", "Broker addresses with a live registration.", value=len(reg.live)
+        )
+        yield GaugeMetricFamily(
+            "pymq_namesrv_broker_groups",
+            "Broker groups (broker names) with a live member.",
+            value=len(reg.brokers),
+        )
+        yield GaugeMetricFamily("pymq_namesrv_topics", "Topics with a route.", value=len(reg.topic_queues))
+        age = GaugeMetricFamily(
+            "pymq_namesrv_broker_heartbeat_age_seconds",
+            f"Seconds since each broker's last registration (dropped after {reg.expiry_seconds:g} s).",
+            labels=["cluster", "broker", "broker_id", "address"],
+        )
+        now = reg.clock()
+        for addr, info in sorted(reg.live.items()):
+            age.add_metric(
+                [info.cluster, info.broker_name, str(info.broker_id), addr], max(0.0, now - info.last_update)
+            )
+        yield age
