@@ -35,3 +35,21 @@ def processes() -> Iterator[list[DaemonProcess]]:
     yield procs
     for p in reversed(procs):
         p.stop()
+
+
+@pytest.fixture
+def free_ports():
+    """A function returning n currently free TCP ports on 127.0.0.1."""
+    import socket
+
+    def take(n: int) -> list[int]:
+        socks = [socket.socket() for _ in range(n)]
+        try:
+            for s in socks:
+                s.bind(("127.0.0.1", 0))
+            return [s.getsockname()[1] for s in socks]
+        finally:
+            for s in socks:
+                s.close()
+
+    return take

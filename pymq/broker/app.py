@@ -40,9 +40,9 @@ from pymq.errors import ConfigError, InvalidRequestError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
-from pymq.protocol.message import local_ip
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
+from pymq.transport.net import local_ip
 from pymq.transport.server import RpcServer, bind_socket
 
 log = get_logger("broker")
@@ -84,6 +84,8 @@ class BrokerApp:
         self.locks = QueueLockManager(config.queue_lock_expiry_seconds)
         self.pull_hold = PullHoldService()
         self.stats = BrokerStats()
+        #: (group, topic, queueId) -> client id of the last consumer that pulled it
+        self.pull_owners: dict[tuple[str, str, int], str] = {}
         self.store: MessageStore | None = None  # type: ignore[assignment]
         self.dispatcher = Dispatcher(name="broker")
         for family in (

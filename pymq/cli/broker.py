@@ -25,6 +25,8 @@ from pymq.errors import ConfigError
 @click.option("--store-dir", default=None, type=click.Path(file_okay=False), help="Store directory (default ./store).")
 @click.option("--flush", "flush_disk_type", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default=None)
 @click.option("--auto-create-topic/--no-auto-create-topic", default=None, help="Create unknown topics on first send (default off).")
+@click.option("--register-interval", "register_interval_seconds", type=float, default=None,
+              help="Seconds between registrations with the nameservers (default 30).")
 @click.option("--small-files", is_flag=True, help="Small store files (32 MiB commitlog) for development and tests.")
 @click.option(
     "--metrics-port",

@@ -108,7 +108,7 @@ class ConcurrentConsumeService:
                     results = await asyncio.wait_for(fut, consumer.consume_timeout)
                 else:
                     results = await asyncio.wait_for(self._run_listener_async(msgs), consumer.consume_timeout)
-            except (asyncio.TimeoutError, TimeoutError):
+            except TimeoutError:
                 log.warning("consume_timeout", group=consumer.group, queue=str(mq), count=len(msgs))
                 results = [False] * len(msgs)
             failed = [m for m, ok in zip(msgs, results, strict=True) if not ok]

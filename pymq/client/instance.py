@@ -21,10 +21,10 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body, encode_body
-from pymq.protocol.message import local_ip
 from pymq.protocol.route import MASTER_ID, MessageQueue, TopicRouteData
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
+from pymq.transport.net import local_ip
 
 if TYPE_CHECKING:
     from pymq.transport.connection import Connection

@@ -107,7 +107,7 @@ class PullConsumer(ConsumerBase):
                     item = await asyncio.wait_for(self._buffer.get(), remaining)
                 else:
                     item = self._buffer.get_nowait()
-            except (asyncio.TimeoutError, TimeoutError):
+            except TimeoutError:
                 break
             mq, pq, msgs = item
             self._buffered -= len(msgs)

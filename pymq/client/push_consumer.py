@@ -21,7 +21,6 @@ order under a broker lock.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor

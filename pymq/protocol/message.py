@@ -300,8 +300,9 @@ class UniqueIdGenerator:
     """
 
     def __init__(self, ip: str | None = None) -> None:
+        """``ip``: the producer's address (the client passes its own; loopback otherwise)."""
         try:
-            ip_bytes = socket.inet_aton(ip or local_ip())
+            ip_bytes = socket.inet_aton(ip or "127.0.0.1")
         except OSError:
             ip_bytes = b"\x7f\x00\x00\x01"
         self._prefix = (ip_bytes + struct.pack(">HI", os.getpid() & 0xFFFF, random.getrandbits(32))).hex().upper()
@@ -324,21 +325,3 @@ class UniqueIdGenerator:
         elapsed = (now - self._month_start_ms) & 0xFFFFFFFF
         c = next(self._counter) & 0xFFFF
         return f"{self._prefix}{elapsed:08X}{c:04X}"
-
-
-_LOCAL_IP: str | None = None
-
-
-def local_ip() -> str:
-    """This host's outward IPv4 address (no packet is sent); 127.0.0.1 if there is none."""
-    global _LOCAL_IP
-    if _LOCAL_IP is None:
-        ip = "127.0.0.1"
-        try:
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-                s.connect(("10.255.255.255", 1))
-                ip = s.getsockname()[0]
-        except OSError:
-            pass
-        _LOCAL_IP = ip
-    return _LOCAL_IP

@@ -110,7 +110,7 @@ class RpcClient:
                 ),
                 timeout=self.connect_timeout,
             )
-        except (OSError, asyncio.TimeoutError, TimeoutError) as exc:
+        except (OSError, TimeoutError) as exc:
             backoff.failed(time.monotonic())
             raise ConnectError(f"cannot connect to {addr}: {exc or type(exc).__name__}") from exc
         backoff.succeeded()
@@ -165,7 +165,7 @@ class RpcClient:
         for conn in conns:
             try:
                 await asyncio.wait_for(asyncio.shield(conn.closed), timeout=1.0)
-            except (asyncio.TimeoutError, TimeoutError):
+            except TimeoutError:
                 conn.abort()
 
     async def __aenter__(self) -> RpcClient:

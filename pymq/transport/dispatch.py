@@ -24,7 +24,7 @@ from pymq.protocol.frame import Command
 if TYPE_CHECKING:
     from pymq.transport.connection import Connection
 
-HandlerResult = Union[Command, None, Awaitable[Union[Command, None]]]
+HandlerResult = Union[Command, None, Awaitable[Command | None]]
 Handler = Callable[[Command, "Connection"], HandlerResult]
 
 log = get_logger("transport.dispatch")

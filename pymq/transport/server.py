@@ -66,7 +66,7 @@ class RpcServer:
         if self._server is not None:
             try:
                 await asyncio.wait_for(self._server.wait_closed(), timeout=grace)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 for conn in list(self.connections):
                     conn.abort()
             self._server = None

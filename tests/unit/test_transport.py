@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import struct
 import time
 
@@ -12,8 +10,7 @@ import pytest
 
 from pymq import errors
 from pymq.protocol.codes import ResponseCode
-from pymq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FLAG_ONEWAY, Command, FrameDecoder, encode_bytes
-from pymq.protocol.headers import get_str
+from pymq.protocol.frame import Command, FrameDecoder, encode_bytes
 from pymq.transport import Backoff, Connection, Dispatcher, RpcClient, RpcServer
 
 ECHO, SLOW, BIG, PUSH = 1, 2, 3, 4

@@ -73,7 +73,10 @@ class OffsetHandlers:
         app = self.app
         group = get_str(cmd.ext, "consumerGroup")
         only_topic = cmd.ext.get("topic")
-        topics = [only_topic] if only_topic else app.offsets.topics_of_group(group)
+        topics = [only_topic] if only_topic else sorted(
+            set(app.offsets.topics_of_group(group))
+            | set(getattr(app.consumers.groups.get(group), "subscriptions", {}) or {})
+        )
         rows = []
         for topic in topics:
             tc = app.topics.get(topic)
@@ -84,6 +87,9 @@ class OffsetHandlers:
                 max_off = app.store.max_offset(topic, qid)
                 consumer = committed.get(qid, -1)
                 last_ts = app.store.store_time_at(topic, qid, max_off - 1) if max_off > 0 else 0
+                owner = app.pull_owners.get((group, topic, qid))
+                if owner is not None and app.consumers.find_channel(group, owner) is None:
+                    owner = None  # the last puller has left the group
                 rows.append(
                     {
                         "topic": topic,
@@ -92,6 +98,7 @@ class OffsetHandlers:
                         "brokerOffset": max_off,
                         "consumerOffset": consumer,
                         "lastTimestamp": last_ts,
+                        "clientId": owner,
                     }
                 )
         return cmd.response(body=encode_body({"offsetTable": rows}))

@@ -94,6 +94,10 @@ class PullHandlers:
                 "slave does not serve reads",
                 {"nextBeginOffset": offset, "minOffset": 0, "maxOffset": 0, "suggestWhichBrokerId": 0},
             )
+        client_id = conn.attrs.get("client_id")
+        if client_id is not None:
+            # Who pulls a queue is who owns it: consumer-progress shows it per queue.
+            app.pull_owners[(group, topic, queue_id)] = client_id
         codes = self._tag_codes(topic, ext.get("subscription"))
         if sys_flag & FLAG_COMMIT_OFFSET and not app.is_slave:
             commit = get_int(ext, "commitOffset", -1)

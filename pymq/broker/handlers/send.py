@@ -113,7 +113,7 @@ class SendHandlers:
         self.app.store.request_flush(end, done)
         try:
             ok = await asyncio.wait_for(fut, self.flush_timeout)
-        except (asyncio.TimeoutError, TimeoutError):
+        except TimeoutError:
             ok = False
         if not ok:
             resp.code = ResponseCode.FLUSH_DISK_TIMEOUT

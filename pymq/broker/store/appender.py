@@ -37,9 +37,9 @@ from pymq.protocol.record import (
 
 if TYPE_CHECKING:
     from pymq.broker.store.commitlog import CommitLog
-    from pymq.broker.store.mapped_file import MappedFile
     from pymq.broker.store.consume_queue import ConsumeQueue
     from pymq.broker.store.index import IndexService
+    from pymq.broker.store.mapped_file import MappedFile
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 

@@ -1,0 +1,194 @@
+"""``pymq-admin``: operate a pymq cluster from the command line (like RocketMQ's mqadmin).
+
+Errors are one line on stderr and a non-zero exit; ``--json`` on the group makes every
+command print JSON.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from pymq.cli.output import emit, table
+from pymq.client.admin import AdminClient
+from pymq.errors import PymqError
+from pymq.logs import configure_logging
+from pymq.protocol.route import perm_to_string
+from pymq.transport.loop import run
+
+
+@dataclass
+class AdminContext:
+    namesrv: str
+    as_json: bool
+    timeout: float
+
+
+def admin_command(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+    """Run ``fn(admin, ctx, **options)`` on the event loop; pymq errors become one line and exit 1."""
+
+    @click.pass_obj
+    @functools.wraps(fn)
+    def wrapper(ctx: AdminContext, **kwargs: Any) -> None:
+        async def go() -> None:
+            async with AdminClient(ctx.namesrv, timeout=ctx.timeout) as admin:
+                await fn(admin, ctx, **kwargs)
+
+        try:
+            run(go())
+        except (PymqError, ValueError, OSError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--namesrv", envvar="PYMQ_NAMESRV", default="127.0.0.1:9876", show_default=True,
+              help="Nameserver address(es), ';'-separated (env PYMQ_NAMESRV).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--timeout", default=5.0, show_default=True, help="Seconds per request.")
+@click.pass_context
+def main(ctx: click.Context, namesrv: str, as_json: bool, timeout: float) -> None:
+    """Administer a pymq cluster.
+
+    \b
+    Example:
+      pymq-admin --namesrv 127.0.0.1:9876 cluster-list
+      pymq-admin --json topic-route --topic orders
+    """
+    configure_logging("error")
+    ctx.obj = AdminContext(namesrv, as_json, timeout)
+
+
+# --- cluster and topics ------------------------------------------------------------------------------
+
+
+@main.command("cluster-list")
+@admin_command
+async def cluster_list(admin: AdminClient, ctx: AdminContext) -> None:
+    """List clusters, broker groups and their addresses.
+
+    \b
+    Example:
+      pymq-admin cluster-list
+    """
+    info = await admin.cluster_info()
+    rows = []
+    for cluster, names in sorted(info.get("clusterAddrTable", {}).items()):
+        for name in names:
+            addrs = info["brokerAddrTable"].get(name, {}).get("brokerAddrs", {})
+            for bid, addr in sorted(addrs.items(), key=lambda kv: int(kv[0])):
+                rows.append({"cluster": cluster, "brokerName": name, "brokerId": int(bid), "addr": addr,
+                             "role": "master" if int(bid) == 0 else "slave"})
+    emit(info if ctx.as_json else rows, ctx.as_json,
+         table(rows, [("cluster", "CLUSTER"), ("brokerName", "BROKER"), ("brokerId", "ID"), ("role", "ROLE"),
+                      ("addr", "ADDRESS")]))
+
+
+@main.command("topic-create")
+@click.option("--topic", required=True)
+@click.option("--queues", default=8, show_default=True, help="Read and write queues per broker.")
+@click.option("--cluster", default=None, help="Create on every master of this cluster (default: all clusters).")
+@click.option("--broker", "broker_addr", default=None, help="Create on this broker address only.")
+@click.option("--order", is_flag=True, help="Mark the topic as ordered.")
+@admin_command
+async def topic_create(admin: AdminClient, ctx: AdminContext, topic: str, queues: int, cluster: str | None,
+                       broker_addr: str | None, order: bool) -> None:
+    """Create or update a topic.
+
+    \b
+    Example:
+      pymq-admin topic-create --topic orders --queues 8
+      pymq-admin topic-create --topic orders --broker 10.0.0.5:10911
+    """
+    addrs = await admin.create_topic(topic, queues, cluster=cluster, broker_addr=broker_addr, order=order)
+    emit({"topic": topic, "queues": queues, "brokers": addrs}, ctx.as_json,
+         f"topic {topic} created with {queues} queues on {', '.join(addrs)}")
+
+
+@main.command("topic-list")
+@admin_command
+async def topic_list(admin: AdminClient, ctx: AdminContext) -> None:
+    """List every topic the nameserver routes.
+
+    \b
+    Example:
+      pymq-admin topic-list
+    """
+    topics = await admin.topic_list()
+    emit(topics, ctx.as_json, "\n".join(topics))
+
+
+@main.command("topic-route")
+@click.option("--topic", required=True)
+@admin_command
+async def topic_route(admin: AdminClient, ctx: AdminContext, topic: str) -> None:
+    """Show a topic's queues per broker and the brokers' addresses.
+
+    \b
+    Example:
+      pymq-admin topic-route --topic orders
+    """
+    route = await admin.topic_route(topic)
+    rows = []
+    for qd in route.queueDatas:
+        bd = route.broker(qd.brokerName)
+        rows.append({"brokerName": qd.brokerName, "read": qd.readQueueNums, "write": qd.writeQueueNums,
+                     "perm": perm_to_string(qd.perm),
+                     "addrs": [f"{bid}={a}" for bid, a in sorted((bd.brokerAddrs if bd else {}).items())]})
+    emit(route.to_dict(), ctx.as_json,
+         table(rows, [("brokerName", "BROKER"), ("read", "READ"), ("write", "WRITE"), ("perm", "PERM"),
+                      ("addrs", "ADDRESSES (id=addr)")]))
+
+
+@main.command("topic-delete")
+@click.option("--topic", required=True)
+@click.option("--cluster", default=None, help="Only from this cluster's brokers.")
+@admin_command
+async def topic_delete(admin: AdminClient, ctx: AdminContext, topic: str, cluster: str | None) -> None:
+    """Delete a topic from its brokers and from every nameserver.
+
+    \b
+    Example:
+      pymq-admin topic-delete --topic orders
+    """
+    addrs = await admin.delete_topic(topic, cluster=cluster)
+    emit({"topic": topic, "brokers": addrs}, ctx.as_json, f"topic {topic} deleted from {', '.join(addrs) or 'routes'}")
+
+
+@main.command("topic-status")
+@click.option("--topic", required=True)
+@admin_command
+async def topic_status(admin: AdminClient, ctx: AdminContext, topic: str) -> None:
+    """Per queue: broker, min/max offset and last store time.
+
+    \b
+    Example:
+      pymq-admin topic-status --topic orders
+    """
+    from pymq.cli.admin_ops import fmt_ms
+
+    rows = await admin.topic_status(topic)
+    view = [{**r, "last": fmt_ms(r.get("lastUpdateTimestamp"))} for r in rows]
+    emit(rows, ctx.as_json, table(view, [("brokerName", "BROKER"), ("queueId", "QUEUE"), ("minOffset", "MIN"),
+                                         ("maxOffset", "MAX"), ("last", "LAST STORED")]))
+
+
+def _register_more() -> None:
+    # Commands for groups, messages and brokers live in their own modules.
+    from pymq.cli import admin_ops  # noqa: F401
+
+
+_register_more()
+
+if __name__ == "__main__":
+    # Run through the importable module: the other command modules register on its group.
+    from pymq.cli.admin import main as _main
+
+    _main()

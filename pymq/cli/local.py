@@ -1,0 +1,103 @@
+"""``pymq-local``: one nameserver and one broker in this process, for trying pymq out.
+
+Runs in the foreground, prints where it listens and how to send and receive a first
+message, and stops both cleanly on Ctrl-C (or SIGTERM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from pymq.cli.common import EXIT_CONFIG, EXIT_OK, EXIT_STORE_LOCKED
+from pymq.config import SMALL_STORE_SIZES, BrokerConfig, NamesrvConfig, StoreConfig
+from pymq.errors import ConfigError, StoreLockedError
+from pymq.logs import configure_logging
+from pymq.transport.loop import run
+
+GUIDE = """
+pymq is running.
+  nameserver  {ns}
+  broker      {broker}  (store: {store})
+
+Try it from another terminal (with the virtualenv's bin/ on your PATH):
+  pymq-admin --namesrv {ns} topic-create --topic hello --queues 4
+  pymq-admin --namesrv {ns} send --topic hello --body 'hi there' --keys greeting-1
+  pymq-admin --namesrv {ns} consume --topic hello --count 1
+  pymq-admin --namesrv {ns} query-key --topic hello --key greeting-1
+
+Or from Python:
+  import asyncio
+  from pymq.client import Message, Producer
+  async def main():
+      async with Producer("{ns}") as producer:
+          print(await producer.send(Message("hello", b"hi from Python")))
+  asyncio.run(main())
+
+Press Ctrl-C to stop.
+"""
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address both servers listen on.")
+@click.option("--namesrv-port", default=9876, show_default=True)
+@click.option("--broker-port", default=10911, show_default=True)
+@click.option("--store-dir", default="./pymq-local-store", show_default=True, type=click.Path(file_okay=False))
+@click.option("--log-level", default="warning", show_default=True)
+def main(host: str, namesrv_port: int, broker_port: int, store_dir: str, log_level: str) -> None:
+    """Start a local pymq cluster (one nameserver, one broker) in the foreground.
+
+    \b
+    Example:
+      pymq-local
+      pymq-local --namesrv-port 19876 --broker-port 20911 --store-dir /tmp/pymq
+    """
+    configure_logging(log_level)
+    sys.exit(run(_serve(host, namesrv_port, broker_port, Path(store_dir))))
+
+
+async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path) -> int:
+    from pymq.broker.app import BrokerApp
+    from pymq.nameserver.app import NamesrvApp
+
+    namesrv = NamesrvApp(NamesrvConfig(host=host, port=namesrv_port))
+    try:
+        await namesrv.start()
+    except OSError as exc:
+        click.echo(f"error: cannot start the nameserver on {host}:{namesrv_port}: {exc.strerror or exc}", err=True)
+        return EXIT_CONFIG
+    broker_cfg = BrokerConfig(
+        host=host,
+        port=broker_port,
+        advertised_host=host if host != "0.0.0.0" else None,
+        namesrv_addrs=[namesrv.address],
+        auto_create_topic=True,
+        store=StoreConfig(store_dir=store_dir, **SMALL_STORE_SIZES),
+    )
+    broker = BrokerApp(broker_cfg)
+    try:
+        await broker.start()
+    except (ConfigError, StoreLockedError) as exc:
+        await namesrv.close()
+        click.echo(f"error: cannot start the broker: {exc}", err=True)
+        return EXIT_STORE_LOCKED if isinstance(exc, StoreLockedError) else EXIT_CONFIG
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    click.echo(GUIDE.format(ns=namesrv.address, broker=broker.address, store=store_dir.resolve()), nl=False)
+    sys.stdout.flush()
+    await stop.wait()
+    click.echo("stopping ...")
+    await broker.close()
+    await namesrv.close()
+    click.echo("stopped.")
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,339 @@
+"""Administration of a cluster: topics, brokers, consumer groups, messages, dead letters.
+
+    async with AdminClient("127.0.0.1:9876") as admin:
+        await admin.create_topic("orders", queues=8)
+        print(await admin.topic_route("orders"))
+
+Every method raises :mod:`pymq.errors` exceptions (never prints); ``pymq-admin`` is a thin
+CLI over this class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from pymq.client.consumer_base import read_queues
+from pymq.client.namesrv import NamesrvClient, parse_addrs
+from pymq.errors import ClientError, NoRouteError, PymqError, QueryNotFoundError, TopicNotExistError
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.frame import Command
+from pymq.protocol.headers import decode_body, encode_body
+from pymq.protocol.message import MessageExt, iter_messages
+from pymq.protocol.record import decode_offset_msg_id
+from pymq.protocol.route import MASTER_ID, PERM_READ_WRITE, MessageQueue, TopicRouteData
+from pymq.transport.client import RpcClient
+
+#: consumer group used by admin reads (print-message, dlq-list)
+ADMIN_GROUP = "PYMQ_ADMIN"
+
+
+class AdminClient:
+    def __init__(self, namesrv: str | list[str], *, timeout: float = 5.0) -> None:
+        self.rpc = RpcClient(connect_timeout=timeout)
+        self.ns = NamesrvClient(self.rpc, parse_addrs(namesrv), timeout)
+        self.timeout = timeout
+
+    async def close(self) -> None:
+        await self.rpc.close()
+
+    async def __aenter__(self) -> AdminClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- plumbing ---------------------------------------------------------------------------------------
+
+    async def broker_call(
+        self, addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", ok: tuple[int, ...] = (0,)
+    ) -> Command:
+        """One request to one broker; raises the mapped error unless the answer's code is in ``ok``."""
+        return await self.rpc.invoke_ok(addr, Command.request(code, ext, body), self.timeout, ok)
+
+    async def cluster_info(self) -> dict[str, Any]:
+        return await self.ns.cluster_info()
+
+    async def master_addrs(self, cluster: str | None = None) -> dict[str, str]:
+        """brokerName -> master address, for one cluster or all of them."""
+        info = await self.cluster_info()
+        names = (
+            info.get("clusterAddrTable", {}).get(cluster, [])
+            if cluster
+            else list(info.get("brokerAddrTable", {}))
+        )
+        if cluster and not names:
+            raise ClientError(f"cluster {cluster!r} is unknown to the nameserver")
+        out = {}
+        for name in names:
+            addrs = info["brokerAddrTable"].get(name, {}).get("brokerAddrs", {})
+            master = addrs.get(MASTER_ID) or addrs.get(str(MASTER_ID))
+            if master:
+                out[name] = master
+        return out
+
+    # --- topics -------------------------------------------------------------------------------------------
+
+    async def topic_list(self) -> list[str]:
+        return await self.ns.topics()
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        return await self.ns.route(topic)
+
+    async def create_topic(
+        self,
+        topic: str,
+        queues: int = 8,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        perm: int = PERM_READ_WRITE,
+        order: bool = False,
+    ) -> list[str]:
+        """Create (or update) a topic on one broker or every master of a cluster; returns the addresses."""
+        targets = [broker_addr] if broker_addr else list((await self.master_addrs(cluster)).values())
+        if not targets:
+            raise ClientError("no master broker to create the topic on")
+        ext = {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": perm, "order": order}
+        await asyncio.gather(*(self.broker_call(a, RequestCode.UPDATE_AND_CREATE_TOPIC, dict(ext)) for a in targets))
+        return targets
+
+    async def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:
+        """Delete a topic from the masters that hold it, then from every nameserver."""
+        masters = await self.master_addrs(cluster)
+        route = await self.ns.route_or_none(topic)
+        holders = [masters[q.brokerName] for q in (route.queueDatas if route else []) if q.brokerName in masters]
+        for addr in holders:
+            await self.broker_call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+        for addr in self.ns.addrs:
+            await self.rpc.invoke_ok(
+                addr, Command.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}), self.timeout
+            )
+        if route is None and not holders:
+            raise TopicNotExistError(17, f"topic {topic} does not exist")
+        return holders
+
+    async def _queue_addrs(self, topic: str) -> list[tuple[MessageQueue, str]]:
+        route = await self.topic_route(topic)
+        out = []
+        for mq in read_queues(topic, route):
+            bd = route.broker(mq.brokerName)
+            addr = bd.select_addr() if bd else None
+            if addr:
+                out.append((mq, addr))
+        return out
+
+    async def topic_status(self, topic: str) -> list[dict[str, Any]]:
+        """Per queue: broker, min and max offset, last store time."""
+        route = await self.topic_route(topic)
+        rows: list[dict[str, Any]] = []
+        for bd in sorted(route.brokerDatas, key=lambda b: b.brokerName):
+            addr = bd.select_addr()
+            if addr is None:
+                continue
+            resp = await self.broker_call(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+            for row in decode_body(resp.body).get("offsetTable", []):
+                rows.append({"brokerAddr": addr, **row})
+        return sorted(rows, key=lambda r: (r["brokerName"], r["queueId"]))
+
+    # --- brokers ------------------------------------------------------------------------------------------
+
+    async def broker_status(self, addr: str) -> dict[str, Any]:
+        resp = await self.broker_call(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+        return decode_body(resp.body)
+
+    async def _targets(self, broker_addr: str | None, cluster: str | None) -> list[str]:
+        targets = [broker_addr] if broker_addr else list((await self.master_addrs(cluster)).values())
+        if not targets:
+            raise ClientError("no broker to send the update to")
+        return targets
+
+    async def update_broker_config(
+        self, settings: dict[str, Any], *, broker_addr: str | None = None, cluster: str | None = None
+    ) -> dict[str, dict[str, Any]]:
+        out = {}
+        for addr in await self._targets(broker_addr, cluster):
+            resp = await self.broker_call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=encode_body(settings))
+            out[addr] = decode_body(resp.body)
+        return out
+
+    async def update_subscription_group(
+        self, config: dict[str, Any], *, broker_addr: str | None = None, cluster: str | None = None
+    ) -> dict[str, dict[str, Any]]:
+        out = {}
+        for addr in await self._targets(broker_addr, cluster):
+            resp = await self.broker_call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=encode_body(config))
+            out[addr] = decode_body(resp.body)
+        return out
+
+    # --- consumer groups ----------------------------------------------------------------------------------
+
+    async def consumer_connection(self, group: str) -> dict[str, Any]:
+        """Clients, subscriptions and message model of a group, as the first broker that knows it says."""
+        last: PymqError | None = None
+        for addr in (await self.master_addrs()).values():
+            try:
+                resp = await self.broker_call(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+            except PymqError as exc:
+                last = exc
+                continue
+            return decode_body(resp.body)
+        raise last or ClientError(f"no broker knows consumer group {group}")
+
+    async def consumer_progress(self, group: str, topic: str | None = None) -> dict[str, Any]:
+        """Per queue: broker offset, consumer offset, lag and owning client; plus the total lag."""
+        rows: list[dict[str, Any]] = []
+        for addr in (await self.master_addrs()).values():
+            ext: dict[str, Any] = {"consumerGroup": group}
+            if topic:
+                ext["topic"] = topic
+            resp = await self.broker_call(addr, RequestCode.GET_CONSUME_STATS, ext)
+            for row in decode_body(resp.body).get("offsetTable", []):
+                consumer = row["consumerOffset"]
+                row["lag"] = max(0, row["brokerOffset"] - max(consumer, 0))
+                rows.append(row)
+        rows.sort(key=lambda r: (r["topic"], r["brokerName"], r["queueId"]))
+        return {"group": group, "queues": rows, "totalLag": sum(r["lag"] for r in rows)}
+
+    async def reset_offset(self, group: str, topic: str, timestamp: int) -> dict[str, dict[str, int]]:
+        """Move the group's offsets on ``topic`` to ``timestamp`` (ms; -1 latest, -2 earliest); consumers follow at once."""
+        route = await self.topic_route(topic)
+        out = {}
+        for bd in route.brokerDatas:
+            addr = bd.master_addr
+            if addr is None:
+                continue
+            resp = await self.broker_call(
+                addr, RequestCode.RESET_CONSUMER_OFFSET, {"group": group, "topic": topic, "timestamp": timestamp}
+            )
+            out[bd.brokerName] = decode_body(resp.body).get("offsetTable", {})
+        return out
+
+    # --- messages -----------------------------------------------------------------------------------------
+
+    async def query_key(
+        self, topic: str, key: str, *, begin: int = 0, end: int | None = None, max_num: int = 32
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` with a business key (or unique id), from every broker of the topic."""
+        route = await self.topic_route(topic)
+        out: list[MessageExt] = []
+        for bd in route.brokerDatas:
+            addr = bd.select_addr()
+            if addr is None:
+                continue
+            ext = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin, "endTimestamp": end or 2**62}
+            try:
+                resp = await self.broker_call(addr, RequestCode.QUERY_MESSAGE, ext)
+            except QueryNotFoundError:
+                continue
+            out.extend(iter_messages(resp.body, broker_name=bd.brokerName))
+        return sorted(out, key=lambda m: m.store_timestamp)
+
+    async def query_id(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """A message by its offset id (broker address + commitlog offset), or by unique id with ``topic``."""
+        try:
+            addr, offset = decode_offset_msg_id(msg_id)
+        except PymqError:
+            addr, offset = "", -1
+        if addr and not addr.startswith("0.0.0.0"):
+            try:
+                resp = await self.broker_call(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
+                return next(iter_messages(resp.body, broker_name=await self._broker_name(addr)))
+            except (PymqError, StopIteration):
+                if topic is None:
+                    raise
+        if topic is None:
+            raise ClientError(f"{msg_id} is not an offset message id; pass the topic to look up a unique id")
+        found = await self.query_key(topic, msg_id)
+        if not found:
+            raise QueryNotFoundError(22, f"no message with id {msg_id} in topic {topic}")
+        return found[-1]
+
+    async def _broker_name(self, addr: str) -> str:
+        info = await self.cluster_info()
+        for name, bd in info.get("brokerAddrTable", {}).items():
+            if addr in bd.get("brokerAddrs", {}).values():
+                return str(name)
+        return ""
+
+    async def read_queue(self, mq: MessageQueue, offset: int, count: int = 32) -> list[MessageExt]:
+        """Up to ``count`` messages of one queue from ``offset`` (no group offsets are touched)."""
+        route = await self.topic_route(mq.topic)
+        bd = route.broker(mq.brokerName)
+        addr = bd.select_addr() if bd else None
+        if addr is None:
+            raise NoRouteError(f"no broker {mq.brokerName} for topic {mq.topic}")
+        ext = {
+            "consumerGroup": ADMIN_GROUP,
+            "topic": mq.topic,
+            "queueId": mq.queueId,
+            "queueOffset": offset,
+            "maxMsgNums": count,
+            "sysFlag": 0,
+        }
+        resp = await self.rpc.invoke(addr, Command.request(RequestCode.PULL_MESSAGE, ext), self.timeout)
+        if resp.code == 21 and offset < int(resp.ext.get("minOffset", 0)):
+            # Those offsets were cleaned up: start at the oldest one still there.
+            return await self.read_queue(mq, int(resp.ext["minOffset"]), count)
+        if resp.code != 0:
+            return []
+        return list(iter_messages(resp.body, broker_name=mq.brokerName))
+
+    async def print_message(self, topic: str, queue_id: int, offset: int, broker: str | None = None) -> MessageExt:
+        route = await self.topic_route(topic)
+        names = [broker] if broker else sorted(q.brokerName for q in route.queueDatas)
+        for name in names:
+            msgs = await self.read_queue(MessageQueue(topic, name, queue_id), offset, 1)
+            if msgs:
+                return msgs[0]
+        raise QueryNotFoundError(22, f"no message at {topic} queue {queue_id} offset {offset}")
+
+    # --- dead letters ---------------------------------------------------------------------------------------
+
+    async def dlq_list(self, group: str, limit: int = 1000) -> list[MessageExt]:
+        """The messages in ``%DLQ%<group>`` (oldest first)."""
+        topic = f"%DLQ%{group}"
+        try:
+            queues = await self._queue_addrs(topic)
+        except TopicNotExistError:
+            return []
+        out: list[MessageExt] = []
+        for mq, _addr in queues:
+            offset = 0
+            while len(out) < limit:
+                batch = await self.read_queue(mq, offset, min(32, limit - len(out)))
+                if not batch:
+                    break
+                out.extend(batch)
+                offset = batch[-1].queue_offset + 1
+        return out
+
+    async def dlq_resend(self, group: str, msg_ids: list[str] | None = None) -> list[str]:
+        """Send dead letters back to their original topic (all, or those with these ids); returns the ids.
+
+        The dead-letter queue keeps its copy (it is the audit trail); the resent message gets a new
+        id and carries the old one in ``DLQ_ORIGIN_MESSAGE_ID``.
+        """
+        from pymq.client.producer import Producer  # the admin client only needs a producer here
+        from pymq.protocol.message import Message, Prop
+
+        letters = await self.dlq_list(group)
+        if msg_ids is not None:
+            wanted = set(msg_ids)
+            letters = [m for m in letters if m.msg_id in wanted or m.offset_msg_id in wanted]
+            missing = wanted - {m.msg_id for m in letters} - {m.offset_msg_id for m in letters}
+            if missing:
+                raise QueryNotFoundError(22, f"not in %DLQ%{group}: {', '.join(sorted(missing))}")
+        internal = {
+            Prop.UNIQ_KEY, Prop.TAGS, Prop.KEYS, Prop.DELAY, Prop.RETRY_TOPIC, Prop.REAL_TOPIC, Prop.REAL_QID,
+            Prop.ORIGIN_MESSAGE_ID, Prop.MAX_RECONSUME_TIMES, Prop.RECONSUME_TIME,
+        }  # fmt: skip
+        resent = []
+        async with Producer(self.ns.addrs, "PYMQ_ADMIN_PRODUCER", instance_name="pymq-admin") as producer:
+            for m in letters:
+                topic = m.properties.get(Prop.RETRY_TOPIC) or m.topic
+                props = {k: v for k, v in m.properties.items() if k not in internal}
+                props[Prop.DLQ_ORIGIN_MESSAGE_ID] = m.msg_id
+                await producer.send(Message(topic, m.body, tags=m.tags, keys=m.keys, properties=props, flag=m.flag))
+                resent.append(m.msg_id)
+        return resent

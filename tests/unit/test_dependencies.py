@@ -1,0 +1,90 @@
+"""The dependency rules of STYLE.md, checked by walking every module's imports (without importing)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[2] / "pymq"
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def modules(sub: str = "") -> dict[str, set[str]]:
+    root = PKG / sub if sub else PKG
+    out = {}
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        out[".".join(rel.parts)] = imports_of(path)
+    return out
+
+
+def offenders(mods: dict[str, set[str]], bad: callable) -> list[str]:  # type: ignore[valid-type]
+    return sorted(f"{m} -> {i}" for m, imps in mods.items() for i in imps if bad(i))
+
+
+def ours(name: str) -> bool:
+    return name == "pymq" or name.startswith("pymq.")
+
+
+def test_protocol_imports_nothing_of_ours_but_errors() -> None:
+    """pymq.protocol depends only on itself and pymq.errors (no I/O layers)."""
+    bad = offenders(modules("protocol"), lambda i: ours(i) and not (i.startswith("pymq.protocol") or i == "pymq.errors"))
+    assert bad == []
+
+
+def test_protocol_does_no_io() -> None:
+    """pymq.protocol imports no event loop or I/O multiplexing (sans-IO)."""
+    bad = offenders(modules("protocol"), lambda i: i.split(".")[0] in {"asyncio", "uvloop", "selectors", "ssl"})
+    assert bad == []
+
+
+def test_store_has_no_sockets_or_asyncio() -> None:
+    """pymq.broker.store never imports asyncio, uvloop, socket or pymq.transport."""
+    bad = offenders(
+        modules("broker/store"),
+        lambda i: i.split(".")[0] in {"asyncio", "uvloop", "socket", "selectors"} or i.startswith("pymq.transport"),
+    )
+    assert bad == []
+
+
+def test_client_never_imports_server_side() -> None:
+    """pymq.client never imports the broker, its store or the nameserver."""
+    bad = offenders(modules("client"), lambda i: i.startswith(("pymq.broker", "pymq.nameserver")))
+    assert bad == []
+
+
+def test_only_spark_connector_imports_pyspark_and_nobody_imports_it() -> None:
+    """pyspark is imported only in pymq.spark_connector, and nothing imports pymq.spark_connector."""
+    mods = modules()
+    uses_pyspark = offenders(
+        {m: i for m, i in mods.items() if not m.startswith("pymq.spark_connector")}, lambda i: i.split(".")[0] == "pyspark"
+    )
+    imports_connector = offenders(
+        {m: i for m, i in mods.items() if not m.startswith("pymq.spark_connector")},
+        lambda i: i.startswith("pymq.spark_connector"),
+    )
+    assert uses_pyspark == [] and imports_connector == []
+
+
+def test_production_code_never_imports_testing() -> None:
+    """Nothing outside pymq.testing imports pymq.testing."""
+    bad = offenders({m: i for m, i in modules().items() if not m.startswith("pymq.testing")},
+                    lambda i: i.startswith("pymq.testing"))
+    assert bad == []
+
+
+def test_walk_sees_the_whole_package() -> None:
+    """The checks above really walk the code (guards against a silently empty walk)."""
+    mods = modules()
+    assert "pymq.broker.store.message_store" in mods and "pymq.client.producer" in mods
+    assert "pymq.errors" in mods["pymq.protocol.frame"]
