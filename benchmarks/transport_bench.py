@@ -24,6 +24,7 @@ def serve(conn) -> None:  # type: ignore[no-untyped-def]
     from pymq.logs import configure_logging
 
     configure_logging("warning")
+
     async def main() -> None:
         server = RpcServer(Dispatcher({RequestCode.PING: lambda cmd, c: cmd.response()}), "127.0.0.1", 0)
         await server.start()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import tomllib
 import typing
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,12 +47,12 @@ SMALL_STORE_SIZES = {
 }
 
 
-class FlushDiskType(str, Enum):
+class FlushDiskType(StrEnum):
     ASYNC_FLUSH = "ASYNC_FLUSH"
     SYNC_FLUSH = "SYNC_FLUSH"
 
 
-class BrokerRole(str, Enum):
+class BrokerRole(StrEnum):
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
     SLAVE = "SLAVE"
@@ -200,9 +200,9 @@ def _env_overrides(model: type[BaseModel], prefix: str, env: dict[str, str]) -> 
             continue
         if key in env:
             raw = env[key]
-            out[name] = [p.strip() for p in raw.replace(",", ";").split(";") if p.strip()] if _is_list_field(
-                ann
-            ) else raw
+            out[name] = (
+                [p.strip() for p in raw.replace(",", ";").split(";") if p.strip()] if _is_list_field(ann) else raw
+            )
     return out
 
 

@@ -7,7 +7,9 @@ import time
 from collections.abc import Callable
 
 
-async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> None:
+async def wait_until(
+    predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> None:
     """Poll ``predicate`` until it is true; fail the test with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -16,7 +18,9 @@ async def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, inter
         await asyncio.sleep(interval)
 
 
-def wait_until_sync(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> None:
+def wait_until_sync(
+    predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

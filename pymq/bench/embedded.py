@@ -27,7 +27,11 @@ def _serve(conn: Connection, store_dir: str, flush: str) -> None:
     async def main() -> None:
         ns = NamesrvApp(NamesrvConfig(host="127.0.0.1", port=0))
         await ns.start()
-        store = StoreConfig(store_dir=store_dir, flush_disk_type=flush, **{**SMALL_STORE_SIZES, "commitlog_file_size": 256 << 20})
+        store = StoreConfig(
+            store_dir=store_dir,
+            flush_disk_type=flush,
+            **{**SMALL_STORE_SIZES, "commitlog_file_size": 256 << 20},
+        )
         broker = BrokerApp(
             BrokerConfig(host="127.0.0.1", port=0, namesrv_addrs=[ns.address], auto_create_topic=True, store=store)
         )
@@ -53,7 +57,9 @@ class EmbeddedCluster:
         self._tmp = tempfile.TemporaryDirectory(prefix="pymq-bench-")
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_serve, args=(child, str(Path(self._tmp.name) / "store"), self.flush), daemon=True)
+        self._proc = ctx.Process(
+            target=_serve, args=(child, str(Path(self._tmp.name) / "store"), self.flush), daemon=True
+        )
         self._proc.start()
         if not parent.poll(60):
             self.__exit__()

@@ -25,7 +25,8 @@ async def live(recorders: Callable[[], list[Recorder]], label: str, enabled: boo
         errs = sum(r.errors for r in rs)
         secs = max(1e-9, max((r.elapsed for r in rs), default=0.0))
         size = rs[0].body_size if rs else 0
-        return f"{label}: {msgs:>10,d} msgs  {msgs / secs:>10,.0f} msgs/s  {msgs * size / secs / 1e6:>8.1f} MB/s  errors {errs}"
+        rate = msgs / secs
+        return f"{label}: {msgs:>10,d} msgs  {rate:>10,.0f} msgs/s  {rate * size / 1e6:>8.1f} MB/s  errors {errs}"
 
     async def plain() -> None:
         last = 0.0

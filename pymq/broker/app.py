@@ -80,7 +80,9 @@ class BrokerApp:
         self.subscription_groups = SubscriptionGroupManager(
             cfg_dir / "subscriptionGroup.json", auto_create=config.auto_create_subscription_group
         )
-        self.consumers = ConsumerManager(expiry_seconds=config.client_channel_expiry_seconds, notify=self._notify_ids_changed)
+        self.consumers = ConsumerManager(
+            expiry_seconds=config.client_channel_expiry_seconds, notify=self._notify_ids_changed
+        )
         self.locks = QueueLockManager(config.queue_lock_expiry_seconds)
         self.pull_hold = PullHoldService()
         self.stats = BrokerStats()
@@ -267,7 +269,8 @@ class BrokerApp:
         unknown = set(changes) - RUNTIME_SETTINGS
         if unknown:
             raise InvalidRequestError(
-                f"not changeable at runtime: {', '.join(sorted(unknown))}; allowed: {', '.join(sorted(RUNTIME_SETTINGS))}"
+                f"not changeable at runtime: {', '.join(sorted(unknown))}; "
+                f"allowed: {', '.join(sorted(RUNTIME_SETTINGS))}"
             )
         data = self.config.model_dump()
         for key, value in changes.items():

@@ -189,7 +189,12 @@ class ConsumerManager:
             "consumeFromWhere": info.consume_from_where,
             "subscriptions": [s.to_dict() for s in info.subscriptions.values()],
             "connections": [
-                {"clientId": ch.client_id, "clientAddr": ch.addr, "language": ch.language, "version": ch.version}
+                {
+                    "clientId": ch.client_id,
+                    "clientAddr": ch.addr,
+                    "language": ch.language,
+                    "version": ch.version,
+                }
                 for ch in sorted(info.channels.values(), key=lambda c: c.client_id)
             ],
         }

@@ -41,7 +41,8 @@ class NamesrvRegistrar:
         """Register with every nameserver at once; returns how many accepted."""
         body = encode_body({"topicConfigTable": self.app.topics.table(), "dataVersion": self.app.topics.data_version})
         results = await asyncio.gather(
-            *(self._register_one(addr, body) for addr in self.app.config.namesrv_addrs), return_exceptions=True
+            *(self._register_one(addr, body) for addr in self.app.config.namesrv_addrs),
+            return_exceptions=True,
         )
         return sum(1 for r in results if r is True)
 

@@ -69,14 +69,20 @@ class TopicConfigManager:
                 self.topics[name] = TopicConfig.from_dict(d)
             dv = data.get("dataVersion")
             if isinstance(dv, dict):
-                self.data_version = {"timestamp": int(dv.get("timestamp", 0)), "counter": int(dv.get("counter", 0))}
+                self.data_version = {
+                    "timestamp": int(dv.get("timestamp", 0)),
+                    "counter": int(dv.get("counter", 0)),
+                }
         # System topics always exist.
         self.topics.setdefault(SCHEDULE_TOPIC, TopicConfig(SCHEDULE_TOPIC, self._delay_levels, self._delay_levels))
         if self.auto_create:
             self.topics.setdefault(
                 AUTO_CREATE_TOPIC,
                 TopicConfig(
-                    AUTO_CREATE_TOPIC, self.default_queue_nums, self.default_queue_nums, PERM_READ_WRITE | PERM_INHERIT
+                    AUTO_CREATE_TOPIC,
+                    self.default_queue_nums,
+                    self.default_queue_nums,
+                    PERM_READ_WRITE | PERM_INHERIT,
                 ),
             )
 
@@ -90,7 +96,10 @@ class TopicConfigManager:
         )
 
     def _changed(self) -> None:
-        self.data_version = {"timestamp": int(time.time() * 1000), "counter": self.data_version["counter"] + 1}
+        self.data_version = {
+            "timestamp": int(time.time() * 1000),
+            "counter": self.data_version["counter"] + 1,
+        }
         self.persist()
         if self.on_change is not None:
             self.on_change()
@@ -104,7 +113,13 @@ class TopicConfigManager:
         old = self.topics.get(tc.topicName)
         self.topics[tc.topicName] = tc
         if old != tc:
-            log.info("topic_updated", topic=tc.topicName, read=tc.readQueueNums, write=tc.writeQueueNums, perm=tc.perm)
+            log.info(
+                "topic_updated",
+                topic=tc.topicName,
+                read=tc.readQueueNums,
+                write=tc.writeQueueNums,
+                perm=tc.perm,
+            )
             self._changed()
         return tc
 

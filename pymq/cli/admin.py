@@ -49,8 +49,13 @@ def admin_command(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--namesrv", envvar="PYMQ_NAMESRV", default="127.0.0.1:9876", show_default=True,
-              help="Nameserver address(es), ';'-separated (env PYMQ_NAMESRV).")
+@click.option(
+    "--namesrv",
+    envvar="PYMQ_NAMESRV",
+    default="127.0.0.1:9876",
+    show_default=True,
+    help="Nameserver address(es), ';'-separated (env PYMQ_NAMESRV).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--timeout", default=5.0, show_default=True, help="Seconds per request.")
 @click.pass_context
@@ -84,11 +89,29 @@ async def cluster_list(admin: AdminClient, ctx: AdminContext) -> None:
         for name in names:
             addrs = info["brokerAddrTable"].get(name, {}).get("brokerAddrs", {})
             for bid, addr in sorted(addrs.items(), key=lambda kv: int(kv[0])):
-                rows.append({"cluster": cluster, "brokerName": name, "brokerId": int(bid), "addr": addr,
-                             "role": "master" if int(bid) == 0 else "slave"})
-    emit(info if ctx.as_json else rows, ctx.as_json,
-         table(rows, [("cluster", "CLUSTER"), ("brokerName", "BROKER"), ("brokerId", "ID"), ("role", "ROLE"),
-                      ("addr", "ADDRESS")]))
+                rows.append(
+                    {
+                        "cluster": cluster,
+                        "brokerName": name,
+                        "brokerId": int(bid),
+                        "addr": addr,
+                        "role": "master" if int(bid) == 0 else "slave",
+                    }
+                )
+    emit(
+        info if ctx.as_json else rows,
+        ctx.as_json,
+        table(
+            rows,
+            [
+                ("cluster", "CLUSTER"),
+                ("brokerName", "BROKER"),
+                ("brokerId", "ID"),
+                ("role", "ROLE"),
+                ("addr", "ADDRESS"),
+            ],
+        ),
+    )
 
 
 @main.command("topic-create")
@@ -98,8 +121,15 @@ async def cluster_list(admin: AdminClient, ctx: AdminContext) -> None:
 @click.option("--broker", "broker_addr", default=None, help="Create on this broker address only.")
 @click.option("--order", is_flag=True, help="Mark the topic as ordered.")
 @admin_command
-async def topic_create(admin: AdminClient, ctx: AdminContext, topic: str, queues: int, cluster: str | None,
-                       broker_addr: str | None, order: bool) -> None:
+async def topic_create(
+    admin: AdminClient,
+    ctx: AdminContext,
+    topic: str,
+    queues: int,
+    cluster: str | None,
+    broker_addr: str | None,
+    order: bool,
+) -> None:
     """Create or update a topic.
 
     \b
@@ -108,8 +138,11 @@ async def topic_create(admin: AdminClient, ctx: AdminContext, topic: str, queues
       pymq-admin topic-create --topic orders --broker 10.0.0.5:10911
     """
     addrs = await admin.create_topic(topic, queues, cluster=cluster, broker_addr=broker_addr, order=order)
-    emit({"topic": topic, "queues": queues, "brokers": addrs}, ctx.as_json,
-         f"topic {topic} created with {queues} queues on {', '.join(addrs)}")
+    emit(
+        {"topic": topic, "queues": queues, "brokers": addrs},
+        ctx.as_json,
+        f"topic {topic} created with {queues} queues on {', '.join(addrs)}",
+    )
 
 
 @main.command("topic-list")
@@ -139,12 +172,29 @@ async def topic_route(admin: AdminClient, ctx: AdminContext, topic: str) -> None
     rows = []
     for qd in route.queueDatas:
         bd = route.broker(qd.brokerName)
-        rows.append({"brokerName": qd.brokerName, "read": qd.readQueueNums, "write": qd.writeQueueNums,
-                     "perm": perm_to_string(qd.perm),
-                     "addrs": [f"{bid}={a}" for bid, a in sorted((bd.brokerAddrs if bd else {}).items())]})
-    emit(route.to_dict(), ctx.as_json,
-         table(rows, [("brokerName", "BROKER"), ("read", "READ"), ("write", "WRITE"), ("perm", "PERM"),
-                      ("addrs", "ADDRESSES (id=addr)")]))
+        rows.append(
+            {
+                "brokerName": qd.brokerName,
+                "read": qd.readQueueNums,
+                "write": qd.writeQueueNums,
+                "perm": perm_to_string(qd.perm),
+                "addrs": [f"{bid}={a}" for bid, a in sorted((bd.brokerAddrs if bd else {}).items())],
+            }
+        )
+    emit(
+        route.to_dict(),
+        ctx.as_json,
+        table(
+            rows,
+            [
+                ("brokerName", "BROKER"),
+                ("read", "READ"),
+                ("write", "WRITE"),
+                ("perm", "PERM"),
+                ("addrs", "ADDRESSES (id=addr)"),
+            ],
+        ),
+    )
 
 
 @main.command("topic-delete")
@@ -159,7 +209,11 @@ async def topic_delete(admin: AdminClient, ctx: AdminContext, topic: str, cluste
       pymq-admin topic-delete --topic orders
     """
     addrs = await admin.delete_topic(topic, cluster=cluster)
-    emit({"topic": topic, "brokers": addrs}, ctx.as_json, f"topic {topic} deleted from {', '.join(addrs) or 'routes'}")
+    emit(
+        {"topic": topic, "brokers": addrs},
+        ctx.as_json,
+        f"topic {topic} deleted from {', '.join(addrs) or 'routes'}",
+    )
 
 
 @main.command("topic-status")
@@ -176,8 +230,20 @@ async def topic_status(admin: AdminClient, ctx: AdminContext, topic: str) -> Non
 
     rows = await admin.topic_status(topic)
     view = [{**r, "last": fmt_ms(r.get("lastUpdateTimestamp"))} for r in rows]
-    emit(rows, ctx.as_json, table(view, [("brokerName", "BROKER"), ("queueId", "QUEUE"), ("minOffset", "MIN"),
-                                         ("maxOffset", "MAX"), ("last", "LAST STORED")]))
+    emit(
+        rows,
+        ctx.as_json,
+        table(
+            view,
+            [
+                ("brokerName", "BROKER"),
+                ("queueId", "QUEUE"),
+                ("minOffset", "MIN"),
+                ("maxOffset", "MAX"),
+                ("last", "LAST STORED"),
+            ],
+        ),
+    )
 
 
 def _register_more() -> None:

@@ -54,8 +54,16 @@ def message_row(m: MessageExt) -> dict[str, Any]:
     }
 
 
-MESSAGE_COLUMNS = [("msgId", "MSG ID"), ("broker", "BROKER"), ("queueId", "Q"), ("queueOffset", "OFFSET"),
-                   ("tags", "TAGS"), ("keys", "KEYS"), ("stored", "STORED"), ("size", "BYTES")]
+MESSAGE_COLUMNS = [
+    ("msgId", "MSG ID"),
+    ("broker", "BROKER"),
+    ("queueId", "Q"),
+    ("queueOffset", "OFFSET"),
+    ("tags", "TAGS"),
+    ("keys", "KEYS"),
+    ("stored", "STORED"),
+    ("size", "BYTES"),
+]
 
 
 def preview(body: bytes, limit: int = 200) -> str:
@@ -78,9 +86,18 @@ async def consumer_progress(admin: AdminClient, ctx: AdminContext, group: str, t
       pymq-admin consumer-progress --group order-service
     """
     data = await admin.consumer_progress(group, topic)
-    human = table(data["queues"], [("topic", "TOPIC"), ("brokerName", "BROKER"), ("queueId", "Q"),
-                                   ("brokerOffset", "BROKER OFFSET"), ("consumerOffset", "CONSUMER OFFSET"),
-                                   ("lag", "LAG"), ("clientId", "CLIENT")])
+    human = table(
+        data["queues"],
+        [
+            ("topic", "TOPIC"),
+            ("brokerName", "BROKER"),
+            ("queueId", "Q"),
+            ("brokerOffset", "BROKER OFFSET"),
+            ("consumerOffset", "CONSUMER OFFSET"),
+            ("lag", "LAG"),
+            ("clientId", "CLIENT"),
+        ],
+    )
     emit(data, ctx.as_json, f"{human}\n\ntotal lag: {data['totalLag']}")
 
 
@@ -107,7 +124,11 @@ async def consumer_connection(admin: AdminClient, ctx: AdminContext, group: str)
 @main.command("reset-offset")
 @click.option("--group", required=True)
 @click.option("--topic", required=True)
-@click.option("--timestamp", required=True, help="ms since the epoch or ISO-8601 (2026-11-22T10:00:00Z); -1 latest, -2 earliest.")
+@click.option(
+    "--timestamp",
+    required=True,
+    help="ms since the epoch or ISO-8601 (2026-11-22T10:00:00Z); -1 latest, -2 earliest.",
+)
 @admin_command
 async def reset_offset(admin: AdminClient, ctx: AdminContext, group: str, topic: str, timestamp: str) -> None:
     """Move a group's offsets on a topic to a point in time; running consumers follow at once.
@@ -117,19 +138,32 @@ async def reset_offset(admin: AdminClient, ctx: AdminContext, group: str, topic:
       pymq-admin reset-offset --group order-service --topic orders --timestamp 2026-11-22T08:00:00Z
     """
     result = await admin.reset_offset(group, topic, parse_time(timestamp))
-    rows = [{"broker": b, "queueId": int(q), "offset": o} for b, t in sorted(result.items()) for q, o in sorted(t.items())]
+    rows = [
+        {"broker": b, "queueId": int(q), "offset": o} for b, t in sorted(result.items()) for q, o in sorted(t.items())
+    ]
     emit(result, ctx.as_json, table(rows, [("broker", "BROKER"), ("queueId", "Q"), ("offset", "NEW OFFSET")]))
 
 
 @main.command("update-subscription-group")
 @click.option("--group", required=True)
-@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
-              help="e.g. retryMaxTimes=5, consumeEnable=false, retryQueueNums=1 (repeatable).")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="e.g. retryMaxTimes=5, consumeEnable=false, retryQueueNums=1 (repeatable).",
+)
 @click.option("--cluster", default=None)
 @click.option("--broker", "broker_addr", default=None)
 @admin_command
-async def update_subscription_group(admin: AdminClient, ctx: AdminContext, group: str, settings: tuple[str, ...],
-                                    cluster: str | None, broker_addr: str | None) -> None:
+async def update_subscription_group(
+    admin: AdminClient,
+    ctx: AdminContext,
+    group: str,
+    settings: tuple[str, ...],
+    cluster: str | None,
+    broker_addr: str | None,
+) -> None:
     """Create or change a consumer group's settings on the brokers.
 
     \b
@@ -172,13 +206,24 @@ async def broker_status(admin: AdminClient, ctx: AdminContext, broker_addr: str)
 
 
 @main.command("update-broker-config")
-@click.option("--set", "settings", multiple=True, required=True, metavar="KEY=VALUE",
-              help="e.g. auto_create_topic=true or store.disk_full_ratio=0.95 (repeatable).")
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    required=True,
+    metavar="KEY=VALUE",
+    help="e.g. auto_create_topic=true or store.disk_full_ratio=0.95 (repeatable).",
+)
 @click.option("--cluster", default=None)
 @click.option("--broker", "broker_addr", default=None)
 @admin_command
-async def update_broker_config(admin: AdminClient, ctx: AdminContext, settings: tuple[str, ...],
-                               cluster: str | None, broker_addr: str | None) -> None:
+async def update_broker_config(
+    admin: AdminClient,
+    ctx: AdminContext,
+    settings: tuple[str, ...],
+    cluster: str | None,
+    broker_addr: str | None,
+) -> None:
     """Change broker settings that may change at runtime.
 
     \b
@@ -199,16 +244,28 @@ async def update_broker_config(admin: AdminClient, ctx: AdminContext, settings: 
 @click.option("--end", default=None, help="Stored at or before (ms or ISO-8601).")
 @click.option("--max", "max_num", default=32, show_default=True)
 @admin_command
-async def query_key(admin: AdminClient, ctx: AdminContext, topic: str, key: str, begin: str | None, end: str | None,
-                    max_num: int) -> None:
+async def query_key(
+    admin: AdminClient,
+    ctx: AdminContext,
+    topic: str,
+    key: str,
+    begin: str | None,
+    end: str | None,
+    max_num: int,
+) -> None:
     """Find messages by business key (or unique message id).
 
     \b
     Example:
       pymq-admin query-key --topic orders --key order-1
     """
-    msgs = await admin.query_key(topic, key, begin=parse_time(begin) if begin else 0,
-                                 end=parse_time(end) if end else None, max_num=max_num)
+    msgs = await admin.query_key(
+        topic,
+        key,
+        begin=parse_time(begin) if begin else 0,
+        end=parse_time(end) if end else None,
+        max_num=max_num,
+    )
     rows = [message_row(m) for m in msgs]
     emit(rows, ctx.as_json, table(rows, MESSAGE_COLUMNS) if rows else "no message found")
 
@@ -236,8 +293,15 @@ async def query_id(admin: AdminClient, ctx: AdminContext, msg_id: str, topic: st
 @click.option("--broker", default=None, help="Broker name (default: the first that has the offset).")
 @click.option("--raw", is_flag=True, help="Write the body bytes to stdout, nothing else.")
 @admin_command
-async def print_message(admin: AdminClient, ctx: AdminContext, topic: str, queue_id: int, offset: int,
-                        broker: str | None, raw: bool) -> None:
+async def print_message(
+    admin: AdminClient,
+    ctx: AdminContext,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    broker: str | None,
+    raw: bool,
+) -> None:
     """Headers and a body preview of the message at a queue offset.
 
     \b
@@ -265,8 +329,15 @@ def _show(ctx: AdminContext, m: MessageExt, raw: bool) -> None:
 @click.option("--keys", default=None, help="Space-separated business keys.")
 @click.option("--delay-level", type=int, default=0, help="Deliver later (1-18: 1s 5s 10s 30s 1m ... 2h).")
 @admin_command
-async def send(admin: AdminClient, ctx: AdminContext, topic: str, body: str, tags: str | None, keys: str | None,
-               delay_level: int) -> None:
+async def send(
+    admin: AdminClient,
+    ctx: AdminContext,
+    topic: str,
+    body: str,
+    tags: str | None,
+    keys: str | None,
+    delay_level: int,
+) -> None:
     """Send one message.
 
     \b
@@ -277,8 +348,14 @@ async def send(admin: AdminClient, ctx: AdminContext, topic: str, body: str, tag
 
     async with Producer(admin.ns.addrs, "PYMQ_ADMIN_PRODUCER", instance_name="pymq-admin") as producer:
         r = await producer.send(Message(topic, body.encode(), tags=tags, keys=keys, delay_level=delay_level))
-    data = {"status": r.status.value, "msgId": r.msg_id, "offsetMsgId": r.offset_msg_id,
-            "broker": r.message_queue.brokerName, "queueId": r.message_queue.queueId, "queueOffset": r.queue_offset}
+    data = {
+        "status": r.status.value,
+        "msgId": r.msg_id,
+        "offsetMsgId": r.offset_msg_id,
+        "broker": r.message_queue.brokerName,
+        "queueId": r.message_queue.queueId,
+        "queueOffset": r.queue_offset,
+    }
     emit(data, ctx.as_json, key_values(data))
 
 
@@ -290,8 +367,16 @@ async def send(admin: AdminClient, ctx: AdminContext, topic: str, body: str, tag
 @click.option("--wait", type=float, default=5.0, show_default=True, help="Give up after this many idle seconds.")
 @click.option("--from-latest", is_flag=True, help="A new group starts at the end instead of the beginning.")
 @admin_command
-async def consume(admin: AdminClient, ctx: AdminContext, topic: str, group: str, count: int, tags: str,
-                  wait: float, from_latest: bool) -> None:
+async def consume(
+    admin: AdminClient,
+    ctx: AdminContext,
+    topic: str,
+    group: str,
+    count: int,
+    tags: str,
+    wait: float,
+    from_latest: bool,
+) -> None:
     """Read and print messages (the group's offsets are committed).
 
     \b
@@ -301,8 +386,14 @@ async def consume(admin: AdminClient, ctx: AdminContext, topic: str, group: str,
     from pymq.client import ConsumeFromWhere, PullConsumer
 
     where = ConsumeFromWhere.LAST_OFFSET if from_latest else ConsumeFromWhere.FIRST_OFFSET
-    consumer = PullConsumer(admin.ns.addrs, group, consume_from_where=where, instance_name="pymq-admin",
-                            poll_batch_size=min(count, 32), auto_commit=False)
+    consumer = PullConsumer(
+        admin.ns.addrs,
+        group,
+        consume_from_where=where,
+        instance_name="pymq-admin",
+        poll_batch_size=min(count, 32),
+        auto_commit=False,
+    )
     consumer.subscribe(topic, tags)
     got: list[MessageExt] = []
     async with consumer:
@@ -321,8 +412,11 @@ async def consume(admin: AdminClient, ctx: AdminContext, topic: str, group: str,
         if shown:
             await consumer.commit(shown)
     rows = [{**message_row(m), "body": preview(m.body, 80)} for m in got]
-    emit([{**m.to_dict(), "body": preview(m.body)} for m in got], ctx.as_json,
-         table(rows, [*MESSAGE_COLUMNS[:5], ("body", "BODY")]) if rows else "no message")
+    emit(
+        [{**m.to_dict(), "body": preview(m.body)} for m in got],
+        ctx.as_json,
+        table(rows, [*MESSAGE_COLUMNS[:5], ("body", "BODY")]) if rows else "no message",
+    )
 
 
 # --- dead letters ---------------------------------------------------------------------------------------
@@ -341,8 +435,21 @@ async def dlq_list(admin: AdminClient, ctx: AdminContext, group: str, limit: int
     """
     msgs = await admin.dlq_list(group, limit)
     rows = [{**message_row(m), "originTopic": m.properties.get("RETRY_TOPIC")} for m in msgs]
-    emit(rows, ctx.as_json, table(rows, [*MESSAGE_COLUMNS[:1], ("originTopic", "ORIGIN TOPIC"), *MESSAGE_COLUMNS[4:],
-                                         ("reconsumeTimes", "RECONSUMES")]) if rows else "dead-letter queue is empty")
+    emit(
+        rows,
+        ctx.as_json,
+        table(
+            rows,
+            [
+                *MESSAGE_COLUMNS[:1],
+                ("originTopic", "ORIGIN TOPIC"),
+                *MESSAGE_COLUMNS[4:],
+                ("reconsumeTimes", "RECONSUMES"),
+            ],
+        )
+        if rows
+        else "dead-letter queue is empty",
+    )
 
 
 @main.command("dlq-resend")
@@ -350,7 +457,9 @@ async def dlq_list(admin: AdminClient, ctx: AdminContext, group: str, limit: int
 @click.option("--id", "msg_ids", multiple=True, help="Message id to resend (repeatable).")
 @click.option("--all", "resend_all", is_flag=True, help="Resend every dead letter of the group.")
 @admin_command
-async def dlq_resend(admin: AdminClient, ctx: AdminContext, group: str, msg_ids: tuple[str, ...], resend_all: bool) -> None:
+async def dlq_resend(
+    admin: AdminClient, ctx: AdminContext, group: str, msg_ids: tuple[str, ...], resend_all: bool
+) -> None:
     """Put dead letters back on their original topic.
 
     \b

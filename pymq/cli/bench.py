@@ -50,7 +50,13 @@ def print_summary(rows: list[dict[str, Any]], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows if len(rows) > 1 else rows[0], indent=2))
         return
-    table = [[("-" if r.get(k) is None else f"{r[k]:,}" if isinstance(r[k], (int, float)) else str(r[k])) for k, _ in COLUMNS] for r in rows]
+    table = [
+        [
+            ("-" if r.get(k) is None else f"{r[k]:,}" if isinstance(r[k], (int, float)) else str(r[k]))
+            for k, _ in COLUMNS
+        ]
+        for r in rows
+    ]
     widths = [max(len(h), *(len(row[i]) for row in table)) for i, (_, h) in enumerate(COLUMNS)]
     click.echo("  ".join(h.rjust(w) for (_, h), w in zip(COLUMNS, widths, strict=True)))
     for row in table:
@@ -103,7 +109,11 @@ async def _produce(spec: ProducerSpec, quiet: bool) -> dict[str, Any]:
     stored = await topic_max_offsets(spec.namesrv, spec.topic) - before
     exact = stored == total.messages if spec.mode != "oneway" else None
     return total.summary(
-        f"produce-{spec.mode}", batch=spec.batch_size, concurrency=spec.concurrency, broker_stored=stored, counts_match=exact
+        f"produce-{spec.mode}",
+        batch=spec.batch_size,
+        concurrency=spec.concurrency,
+        broker_stored=stored,
+        counts_match=exact,
     )
 
 
@@ -114,7 +124,12 @@ async def _produce(spec: ProducerSpec, quiet: bool) -> dict[str, Any]:
 @click.option("--count", type=int, default=None, help="Messages to send (default 100000 unless --duration).")
 @click.option("--duration", type=float, default=None, help="Seconds to send for.")
 @click.option("--mode", type=click.Choice(["sync", "async", "oneway"]), default="sync", show_default=True)
-@click.option("--flush", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default="ASYNC_FLUSH", help="Embedded broker flush mode.")
+@click.option(
+    "--flush",
+    type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]),
+    default="ASYNC_FLUSH",
+    help="Embedded broker flush mode.",
+)
 def producer(namesrv: str | None, embedded: bool, quiet: bool, as_json: bool, flush: str, **kw: Any) -> None:
     """Send messages as fast as possible; report throughput and per-request latency.
 
@@ -133,7 +148,13 @@ def producer(namesrv: str | None, embedded: bool, quiet: bool, as_json: bool, fl
 @common
 @click.option("--group", default="bench-consumer", show_default=True)
 @click.option("--duration", type=float, default=None, help="Seconds to consume (default: until drained).")
-@click.option("--count", type=int, default=200_000, show_default=True, help="With --embedded: messages to produce first.")
+@click.option(
+    "--count",
+    type=int,
+    default=200_000,
+    show_default=True,
+    help="With --embedded: messages to produce first.",
+)
 @click.option("--batch-size", default=32, show_default=True, help="Messages per listener call.")
 @click.option("--orderly", is_flag=True, help="Orderly listener (queue locks, one task per queue).")
 @click.option("--fail-first", is_flag=True, help="Fail every first delivery: measures the send-back (retry) path.")
@@ -205,7 +226,7 @@ def e2e(
         await asyncio.sleep(2.0)  # joined and parked on long polls
         spec = ProducerSpec(addr, topic, body_size, batch_size=batch_size, duration=duration, rate=rate, mode="sync")
         precs = [Recorder(body_size)]
-        async with live(lambda: precs + [crec], f"e2e at {rate:,.0f} msgs/s", not quiet):
+        async with live(lambda: [*precs, crec], f"e2e at {rate:,.0f} msgs/s", not quiet):
             await run_producers(spec, precs)
             c = await consumer_task
         await c.close()

@@ -21,12 +21,23 @@ from pymq.errors import ConfigError
 @click.option("--host", default=None, help="Listen address (default 0.0.0.0).")
 @click.option("--port", type=int, default=None, help="Listen port (default 10911; 0 picks a free one).")
 @click.option("--advertised-host", default=None, help="Address clients should use (default: this host's IP).")
-@click.option("--namesrv", "namesrv", default=None, help="Nameserver addresses, ';'-separated (default 127.0.0.1:9876).")
+@click.option(
+    "--namesrv", "namesrv", default=None, help="Nameserver addresses, ';'-separated (default 127.0.0.1:9876)."
+)
 @click.option("--store-dir", default=None, type=click.Path(file_okay=False), help="Store directory (default ./store).")
 @click.option("--flush", "flush_disk_type", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default=None)
-@click.option("--auto-create-topic/--no-auto-create-topic", default=None, help="Create unknown topics on first send (default off).")
-@click.option("--register-interval", "register_interval_seconds", type=float, default=None,
-              help="Seconds between registrations with the nameservers (default 30).")
+@click.option(
+    "--auto-create-topic/--no-auto-create-topic",
+    default=None,
+    help="Create unknown topics on first send (default off).",
+)
+@click.option(
+    "--register-interval",
+    "register_interval_seconds",
+    type=float,
+    default=None,
+    help="Seconds between registrations with the nameservers (default 30).",
+)
 @click.option("--small-files", is_flag=True, help="Small store files (32 MiB commitlog) for development and tests.")
 @click.option(
     "--metrics-port",

@@ -51,7 +51,9 @@ def setup_logging(level: str, fmt: str) -> None:
         raise click.BadParameter(str(exc), param_hint="--log-level") from exc
 
 
-def run_daemon(make: Callable[[], Daemon], port_file: str | None, on_started: Callable[[Daemon], None] | None = None) -> int:
+def run_daemon(
+    make: Callable[[], Daemon], port_file: str | None, on_started: Callable[[Daemon], None] | None = None
+) -> int:
     """Start the daemon, serve until SIGTERM/SIGINT, stop gracefully; returns the exit code."""
 
     async def main() -> int:

@@ -16,8 +16,20 @@ from pymq.nameserver.app import NamesrvApp
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file.")
 @click.option("--host", default=None, help="Listen address (default 0.0.0.0).")
 @click.option("--port", type=int, default=None, help="Listen port (default 9876; 0 picks a free one).")
-@click.option("--broker-expiry", "broker_expiry_seconds", type=float, default=None, help="Seconds before a silent broker is dropped (default 120).")
-@click.option("--scan-interval", "scan_interval_seconds", type=float, default=None, help="Seconds between expiry scans (default 10).")
+@click.option(
+    "--broker-expiry",
+    "broker_expiry_seconds",
+    type=float,
+    default=None,
+    help="Seconds before a silent broker is dropped (default 120).",
+)
+@click.option(
+    "--scan-interval",
+    "scan_interval_seconds",
+    type=float,
+    default=None,
+    help="Seconds between expiry scans (default 10).",
+)
 @click.option(
     "--metrics-port",
     type=int,
@@ -26,7 +38,9 @@ from pymq.nameserver.app import NamesrvApp
 )
 @click.option("--port-file", type=click.Path(dir_okay=False), help="Write host:port here once serving.")
 @log_options
-def main(config_path: str | None, port_file: str | None, log_level: str | None, log_format: str, **flags: object) -> None:
+def main(
+    config_path: str | None, port_file: str | None, log_level: str | None, log_format: str, **flags: object
+) -> None:
     """Run a pymq nameserver.
 
     \b

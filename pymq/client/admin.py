@@ -46,7 +46,12 @@ class AdminClient:
     # --- plumbing ---------------------------------------------------------------------------------------
 
     async def broker_call(
-        self, addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", ok: tuple[int, ...] = (0,)
+        self,
+        addr: str,
+        code: int,
+        ext: dict[str, Any] | None = None,
+        body: bytes = b"",
+        ok: tuple[int, ...] = (0,),
     ) -> Command:
         """One request to one broker; raises the mapped error unless the answer's code is in ``ok``."""
         return await self.rpc.invoke_ok(addr, Command.request(code, ext, body), self.timeout, ok)
@@ -57,11 +62,7 @@ class AdminClient:
     async def master_addrs(self, cluster: str | None = None) -> dict[str, str]:
         """brokerName -> master address, for one cluster or all of them."""
         info = await self.cluster_info()
-        names = (
-            info.get("clusterAddrTable", {}).get(cluster, [])
-            if cluster
-            else list(info.get("brokerAddrTable", {}))
-        )
+        names = info.get("clusterAddrTable", {}).get(cluster, []) if cluster else list(info.get("brokerAddrTable", {}))
         if cluster and not names:
             raise ClientError(f"cluster {cluster!r} is unknown to the nameserver")
         out = {}
@@ -94,7 +95,13 @@ class AdminClient:
         targets = [broker_addr] if broker_addr else list((await self.master_addrs(cluster)).values())
         if not targets:
             raise ClientError("no master broker to create the topic on")
-        ext = {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues, "perm": perm, "order": order}
+        ext = {
+            "topic": topic,
+            "readQueueNums": queues,
+            "writeQueueNums": queues,
+            "perm": perm,
+            "order": order,
+        }
         await asyncio.gather(*(self.broker_call(a, RequestCode.UPDATE_AND_CREATE_TOPIC, dict(ext)) for a in targets))
         return targets
 
@@ -162,7 +169,9 @@ class AdminClient:
     ) -> dict[str, dict[str, Any]]:
         out = {}
         for addr in await self._targets(broker_addr, cluster):
-            resp = await self.broker_call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=encode_body(config))
+            resp = await self.broker_call(
+                addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=encode_body(config)
+            )
             out[addr] = decode_body(resp.body)
         return out
 
@@ -196,7 +205,10 @@ class AdminClient:
         return {"group": group, "queues": rows, "totalLag": sum(r["lag"] for r in rows)}
 
     async def reset_offset(self, group: str, topic: str, timestamp: int) -> dict[str, dict[str, int]]:
-        """Move the group's offsets on ``topic`` to ``timestamp`` (ms; -1 latest, -2 earliest); consumers follow at once."""
+        """Move the group's offsets on ``topic`` to ``timestamp`` (ms; -1 latest, -2 earliest).
+
+        Running consumers of the group are told by the broker and restart from there at once.
+        """
         route = await self.topic_route(topic)
         out = {}
         for bd in route.brokerDatas:
@@ -204,7 +216,9 @@ class AdminClient:
             if addr is None:
                 continue
             resp = await self.broker_call(
-                addr, RequestCode.RESET_CONSUMER_OFFSET, {"group": group, "topic": topic, "timestamp": timestamp}
+                addr,
+                RequestCode.RESET_CONSUMER_OFFSET,
+                {"group": group, "topic": topic, "timestamp": timestamp},
             )
             out[bd.brokerName] = decode_body(resp.body).get("offsetTable", {})
         return out
@@ -221,7 +235,13 @@ class AdminClient:
             addr = bd.select_addr()
             if addr is None:
                 continue
-            ext = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin, "endTimestamp": end or 2**62}
+            ext = {
+                "topic": topic,
+                "key": key,
+                "maxNum": max_num,
+                "beginTimestamp": begin,
+                "endTimestamp": end or 2**62,
+            }
             try:
                 resp = await self.broker_call(addr, RequestCode.QUERY_MESSAGE, ext)
             except QueryNotFoundError:

@@ -92,7 +92,11 @@ class OrderlyConsumeService:
             if addr is None:
                 continue
             body = encode_body(
-                {"consumerGroup": self.consumer.group, "clientId": inst.client_id, "mqSet": [q.to_dict() for q in queues]}
+                {
+                    "consumerGroup": self.consumer.group,
+                    "clientId": inst.client_id,
+                    "mqSet": [q.to_dict() for q in queues],
+                }
             )
             try:
                 resp = await inst.rpc.invoke_ok(addr, Command.request(RequestCode.LOCK_BATCH_MQ, body=body), 3.0)
@@ -118,7 +122,11 @@ class OrderlyConsumeService:
             if addr is None:
                 continue
             body = encode_body(
-                {"consumerGroup": self.consumer.group, "clientId": inst.client_id, "mqSet": [q.to_dict() for q in queues]}
+                {
+                    "consumerGroup": self.consumer.group,
+                    "clientId": inst.client_id,
+                    "mqSet": [q.to_dict() for q in queues],
+                }
             )
             with contextlib.suppress(PymqError):
                 await inst.rpc.invoke_ok(addr, Command.request(RequestCode.UNLOCK_BATCH_MQ, body=body), 3.0)
@@ -228,7 +236,9 @@ class OrderlyConsumeService:
             return True
         for m in msgs:
             # delay level -1: straight to %DLQ%<group>
-            if not await send_back(inst, self.consumer.group, m, delay_level=-1, max_reconsume_times=self.max_reconsume):
+            if not await send_back(
+                inst, self.consumer.group, m, delay_level=-1, max_reconsume_times=self.max_reconsume
+            ):
                 return False
             self.dead_lettered += 1
             log.warning("orderly_message_dead_lettered", group=self.consumer.group, msg_id=m.msg_id)

@@ -92,6 +92,7 @@ class ConsumerBase:
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         self._topic_queues: dict[str, list[MessageQueue]] = {}
         self._rebalance_lock = asyncio.Lock()
+        self._background: set[asyncio.Task[None]] = set()
         self._started = False
         self._closing = False
 
@@ -284,7 +285,9 @@ class ConsumerBase:
             if self.consume_from_where is ConsumeFromWhere.FIRST_OFFSET:
                 return await self._queue_offset(RequestCode.GET_MIN_OFFSET, mq)
             if self.consume_from_where is ConsumeFromWhere.TIMESTAMP:
-                ts = self.consume_timestamp if self.consume_timestamp is not None else int(time.time() * 1000) - 1800_000
+                ts = (
+                    self.consume_timestamp if self.consume_timestamp is not None else int(time.time() * 1000) - 1800_000
+                )
                 return await self._queue_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, ts)
             return await self._queue_offset(RequestCode.GET_MAX_OFFSET, mq)
         except PymqError as exc:
@@ -392,7 +395,9 @@ class ConsumerBase:
 
     def reset_offsets(self, table: dict[MessageQueue, int]) -> None:
         """The broker reset the group's offsets: restart the affected queues from them."""
-        asyncio.ensure_future(self._reset(table))
+        task = asyncio.ensure_future(self._reset(table))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _reset(self, table: dict[MessageQueue, int]) -> None:
         store = self.offset_store

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class MessageModel(str, Enum):
+class MessageModel(StrEnum):
     #: each message goes to one member of the group; offsets on the broker
     CLUSTERING = "CLUSTERING"
     #: each message goes to every member; offsets in a local file
     BROADCASTING = "BROADCASTING"
 
 
-class ConsumeFromWhere(str, Enum):
+class ConsumeFromWhere(StrEnum):
     """Where a group with no committed offset starts (committed offsets always win)."""
 
     LAST_OFFSET = "CONSUME_FROM_LAST_OFFSET"
@@ -20,21 +20,21 @@ class ConsumeFromWhere(str, Enum):
     TIMESTAMP = "CONSUME_FROM_TIMESTAMP"
 
 
-class ConsumeResult(str, Enum):
+class ConsumeResult(StrEnum):
     """What a concurrent listener returns (``None`` counts as SUCCESS; raising as RECONSUME_LATER)."""
 
     SUCCESS = "CONSUME_SUCCESS"
     RECONSUME_LATER = "RECONSUME_LATER"
 
 
-class ConsumeOrderlyResult(str, Enum):
+class ConsumeOrderlyResult(StrEnum):
     """What an orderly listener returns (``None`` counts as SUCCESS)."""
 
     SUCCESS = "SUCCESS"
     SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
 
 
-class PullStatus(str, Enum):
+class PullStatus(StrEnum):
     FOUND = "FOUND"
     NO_NEW_MSG = "NO_NEW_MSG"
     NO_MATCHED_MSG = "NO_MATCHED_MSG"

@@ -173,7 +173,12 @@ class ClientInstance:
         producers = [{"groupName": g} for g in self.producers]
         consumers = [d for c in self.consumers.values() if (d := c.heartbeat_data())]
         return encode_body(
-            {"clientID": self.client_id, "language": "PYTHON", "producerDataSet": producers, "consumerDataSet": consumers}
+            {
+                "clientID": self.client_id,
+                "language": "PYTHON",
+                "producerDataSet": producers,
+                "consumerDataSet": consumers,
+            }
         )
 
     async def send_heartbeat_to_all(self) -> None:
@@ -184,7 +189,9 @@ class ClientInstance:
 
         async def one(addr: str) -> None:
             try:
-                await self.rpc.invoke_ok(addr, Command.request(RequestCode.HEART_BEAT, body=body), self.config.rpc_timeout_seconds)
+                await self.rpc.invoke_ok(
+                    addr, Command.request(RequestCode.HEART_BEAT, body=body), self.config.rpc_timeout_seconds
+                )
             except PymqError as exc:
                 log.debug("heartbeat_failed", broker=addr, reason=str(exc))
 

@@ -15,10 +15,7 @@ from pymq.transport.client import RpcClient
 
 def parse_addrs(namesrv: str | list[str]) -> list[str]:
     """``"a:9876;b:9876"`` (or a list) -> addresses; ``,`` also separates."""
-    if isinstance(namesrv, str):
-        parts = namesrv.replace(",", ";").split(";")
-    else:
-        parts = list(namesrv)
+    parts = namesrv.replace(",", ";").split(";") if isinstance(namesrv, str) else list(namesrv)
     addrs = [p.strip() for p in parts if p and p.strip()]
     if not addrs:
         raise ValueError("at least one nameserver address (host:port) is required")
@@ -40,7 +37,9 @@ class NamesrvClient:
         for i in range(n):
             addr = self.addrs[(self._start + i) % n]
             try:
-                resp = await self.rpc.invoke_ok(addr, Command(cmd.code, 0, 0, None, dict(cmd.ext), cmd.body), self.timeout)
+                resp = await self.rpc.invoke_ok(
+                    addr, Command(cmd.code, 0, 0, None, dict(cmd.ext), cmd.body), self.timeout
+                )
             except TransportError as exc:
                 last = exc
                 continue
@@ -71,4 +70,3 @@ class NamesrvClient:
     async def topics(self) -> list[str]:
         resp = await self.invoke(Command.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
         return list(decode_body(resp.body, "topic list").get("topicList", []))
-

@@ -66,7 +66,8 @@ class RemoteOffsetStore(OffsetStore):
         if addr is None:
             raise PymqError(f"no master for broker {mq.brokerName}")
         cmd = Command.request(
-            RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queueId}
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queueId},
         )
         try:
             resp = await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
@@ -86,7 +87,12 @@ class RemoteOffsetStore(OffsetStore):
                 continue
             cmd = Command.request(
                 RequestCode.UPDATE_CONSUMER_OFFSET,
-                {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queueId, "commitOffset": offset},
+                {
+                    "consumerGroup": self.group,
+                    "topic": mq.topic,
+                    "queueId": mq.queueId,
+                    "commitOffset": offset,
+                },
             )
             try:
                 await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)

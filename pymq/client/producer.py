@@ -16,7 +16,7 @@ import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from pymq.client.instance import ClientInstance
@@ -56,7 +56,7 @@ _STORED_CODES = {
 _RESERVED_BYTES = (b"\x01", b"\x02")
 
 
-class SendStatus(str, Enum):
+class SendStatus(StrEnum):
     """Every status means the broker stored the message; the others say what is not yet durable."""
 
     SEND_OK = "SEND_OK"
@@ -275,7 +275,9 @@ class Producer:
         """
         self._check(msg)
         record, uniq = self._encode(msg)
-        return await self._send_record(msg.topic, record, [uniq], RequestCode.SEND_MESSAGE, msg, selector, arg, queue, timeout)
+        return await self._send_record(
+            msg.topic, record, [uniq], RequestCode.SEND_MESSAGE, msg, selector, arg, queue, timeout
+        )
 
     async def send_batch(
         self, messages: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
@@ -337,7 +339,9 @@ class Producer:
         if addr is None:
             raise NoRouteError(f"no master address for broker {mq.brokerName}")
         cmd = Command.request(
-            RequestCode.SEND_MESSAGE, {"topic": msg.topic, "queueId": mq.queueId, "producerGroup": self.group}, record
+            RequestCode.SEND_MESSAGE,
+            {"topic": msg.topic, "queueId": mq.queueId, "producerGroup": self.group},
+            record,
         )
         await inst.rpc.invoke_oneway(addr, cmd)
 

@@ -77,7 +77,9 @@ async def pull(
     if status is None:
         raise error_for_response(resp.code, resp.remark, addr)
     e = resp.ext
-    result = PullResult(status, int(e.get("nextBeginOffset", offset)), int(e.get("minOffset", 0)), int(e.get("maxOffset", 0)))
+    result = PullResult(
+        status, int(e.get("nextBeginOffset", offset)), int(e.get("minOffset", 0)), int(e.get("maxOffset", 0))
+    )
     if status is PullStatus.FOUND:
         result.messages = decode_pulled(resp.body, mq, sub)
     return result

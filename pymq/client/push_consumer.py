@@ -107,7 +107,7 @@ class PushConsumer(ConsumerBase):
     @property
     def is_async_listener(self) -> bool:
         fn = self._listener
-        return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+        return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
     @property
     def orderly(self) -> bool:
@@ -119,7 +119,9 @@ class PushConsumer(ConsumerBase):
         if self._listener is None:
             raise ClientError("register a listener before start()")
         if not self.is_async_listener:
-            self.executor = ThreadPoolExecutor(self.consume_concurrency, thread_name_prefix=f"pymq-consume-{self.group}")
+            self.executor = ThreadPoolExecutor(
+                self.consume_concurrency, thread_name_prefix=f"pymq-consume-{self.group}"
+            )
         if self._orderly:
             from pymq.client.consume_orderly import OrderlyConsumeService
 

@@ -137,9 +137,7 @@ class LatencyFaultTable:
 
     def update(self, broker_name: str, latency_ms: float, not_available_ms: float) -> None:
         """Record a send's latency; the broker is avoided for ``not_available_ms`` from now."""
-        self._items[broker_name] = FaultItem(
-            broker_name, latency_ms, self._clock() + not_available_ms / 1000.0
-        )
+        self._items[broker_name] = FaultItem(broker_name, latency_ms, self._clock() + not_available_ms / 1000.0)
 
     def is_available(self, broker_name: str) -> bool:
         """True unless the broker is within its not-available window; unknown brokers are available."""
@@ -161,9 +159,7 @@ class LatencyFaultTable:
         # Unknown brokers count as available now with no latency: the best there is.
         ranked = sorted(
             dict.fromkeys(broker_names),
-            key=lambda b: (
-                (it.available_at, it.latency_ms, b) if (it := self._items.get(b)) else (now, 0.0, b)
-            ),
+            key=lambda b: (it.available_at, it.latency_ms, b) if (it := self._items.get(b)) else (now, 0.0, b),
         )
         half = len(ranked) // 2
         if half <= 0:
@@ -205,9 +201,7 @@ class LatencyAwareSelector:
 
     def not_available_duration(self, latency_ms: float) -> float:
         """How long (ms) a broker is avoided after a send that took ``latency_ms``."""
-        for threshold, duration in zip(
-            reversed(self.latency_max), reversed(self.not_available_ms), strict=True
-        ):
+        for threshold, duration in zip(reversed(self.latency_max), reversed(self.not_available_ms), strict=True):
             if latency_ms >= threshold:
                 return duration
         return 0
@@ -255,10 +249,8 @@ class SelectByHash:
 
     def __call__(self, queues: Sequence[MessageQueue], message: Any, arg: Any) -> MessageQueue:
         _require_queues(queues)
-        if isinstance(arg, int) and not isinstance(arg, bool):
-            h = abs(arg)
-        else:
-            h = zlib.crc32(str(arg).encode("utf-8"))
+        is_int = isinstance(arg, int) and not isinstance(arg, bool)
+        h = abs(arg) if is_int else zlib.crc32(str(arg).encode("utf-8"))
         return queues[h % len(queues)]
 
 

@@ -50,7 +50,9 @@ async def send_back(
         }
         try:
             await instance.rpc.invoke_ok(
-                addr, Command.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext), instance.config.rpc_timeout_seconds
+                addr,
+                Command.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext),
+                instance.config.rpc_timeout_seconds,
             )
             return True
         except PymqError as exc:

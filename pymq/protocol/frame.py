@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 import msgpack
 
@@ -33,8 +33,8 @@ DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024 + 1024 * 1024
 _PREFIX = struct.Struct(">II")
 _PREFIX_SIZE = _PREFIX.size
 
-Buffer = Union[bytes, bytearray, memoryview]
-Body = Union[Buffer, Sequence[Buffer]]
+Buffer = bytes | bytearray | memoryview
+Body = Buffer | Sequence[Buffer]
 
 
 class Command:
@@ -108,9 +108,7 @@ def _body_parts(body: Body) -> tuple[list[Buffer], int]:
 def encode(cmd: Command) -> list[Buffer]:
     """Encode a command into buffers to be written in order (``transport.writelines``)."""
     try:
-        header = msgpack.packb(
-            [cmd.code, cmd.opaque, cmd.flags, cmd.remark, cmd.ext or None], use_bin_type=True
-        )
+        header = msgpack.packb([cmd.code, cmd.opaque, cmd.flags, cmd.remark, cmd.ext or None], use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as exc:
         raise LocalProtocolError(f"cannot encode header of {cmd!r}: {exc}") from exc
     parts, body_len = _body_parts(cmd.body)

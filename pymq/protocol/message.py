@@ -284,7 +284,7 @@ def iter_messages(
     n = len(buf)
     unpack_head = HEAD.unpack_from
     while n - pos >= HEAD.size:
-        size, magic = unpack_head(buf, pos)
+        _size, magic = unpack_head(buf, pos)
         if magic == BLANK_MAGIC:
             return
         m = decode_message(buf, pos, broker_name=broker_name, decompress=decompress)

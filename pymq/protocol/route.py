@@ -28,8 +28,8 @@ def perm_writable(perm: int) -> bool:
 
 
 def perm_to_string(perm: int) -> str:
-    return ("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-") + (
-        "X" if perm & PERM_INHERIT else "-"
+    return (
+        ("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-") + ("X" if perm & PERM_INHERIT else "-")
     )
 
 

@@ -107,7 +107,12 @@ class LocalCluster:
             self.brokers.remove(app)
 
     async def create_topic(
-        self, topic: str, queues: int = 4, *, perm: int = PERM_READ_WRITE, brokers: list[BrokerApp] | None = None
+        self,
+        topic: str,
+        queues: int = 4,
+        *,
+        perm: int = PERM_READ_WRITE,
+        brokers: list[BrokerApp] | None = None,
     ) -> None:
         """Create a topic on every (or the given) broker and wait until the nameservers route it."""
         targets = brokers if brokers is not None else [b for b in self.brokers if not b.is_slave]

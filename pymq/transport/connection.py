@@ -106,11 +106,7 @@ class Connection(asyncio.Protocol):
 
     def _run_backlog(self) -> None:
         flow = self.flow
-        while (
-            self._backlog
-            and not (flow is not None and flow.read_paused)
-            and self.inflight < MAX_INFLIGHT_HANDLERS
-        ):
+        while self._backlog and not (flow is not None and flow.read_paused) and self.inflight < MAX_INFLIGHT_HANDLERS:
             self._dispatch(self._backlog.popleft())
 
     def handler_finished(self) -> None:

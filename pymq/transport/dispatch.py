@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 from pymq.errors import LocalProtocolError, RemoteError
 from pymq.logs import get_logger
@@ -24,7 +24,7 @@ from pymq.protocol.frame import Command
 if TYPE_CHECKING:
     from pymq.transport.connection import Connection
 
-HandlerResult = Union[Command, None, Awaitable[Command | None]]
+HandlerResult = Command | None | Awaitable[Command | None]
 Handler = Callable[[Command, "Connection"], HandlerResult]
 
 log = get_logger("transport.dispatch")

@@ -46,7 +46,12 @@ class RpcServer:
             self._server = await loop.create_server(self._make_connection, sock=sock, backlog=1024)
         else:
             self._server = await loop.create_server(
-                self._make_connection, self.host, self.port, reuse_address=True, family=socket.AF_INET, backlog=1024
+                self._make_connection,
+                self.host,
+                self.port,
+                reuse_address=True,
+                family=socket.AF_INET,
+                backlog=1024,
             )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]

@@ -39,8 +39,12 @@ def daemons(tmp_path_factory: pytest.TempPathFactory):
 
 
 def run(ns: DaemonProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run([sys.executable, "-m", "pymq.cli.admin", "--namesrv", ns.address, *args],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "pymq.cli.admin", "--namesrv", ns.address, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if ok:
         assert out.returncode == 0, out.stderr
     return out
@@ -55,7 +59,11 @@ def make_topic(ns: DaemonProcess, topic: str, queues: int = 2) -> None:
     wait_until_sync(lambda: topic in js(ns, "topic-list"), what=f"{topic} routed")
 
 
-FAST = {"rebalance_interval_seconds": 1.0, "heartbeat_interval_seconds": 1.0, "persist_offset_interval_seconds": 0.3}
+FAST = {
+    "rebalance_interval_seconds": 1.0,
+    "heartbeat_interval_seconds": 1.0,
+    "persist_offset_interval_seconds": 0.3,
+}
 
 
 def test_topic_commands(daemons) -> None:
@@ -84,11 +92,32 @@ def test_message_commands(daemons) -> None:
     by_offset_id = js(ns, "query-id", "--id", sent["offsetMsgId"])
     by_uniq = js(ns, "query-id", "--id", sent["msgId"], "--topic", "t-msg")
     assert by_offset_id["msgId"] == by_uniq["msgId"] == sent["msgId"]
-    shown = js(ns, "print-message", "--topic", "t-msg", "--queue", str(sent["queueId"]), "--offset", "0",
-               "--broker", sent["broker"])
+    shown = js(
+        ns,
+        "print-message",
+        "--topic",
+        "t-msg",
+        "--queue",
+        str(sent["queueId"]),
+        "--offset",
+        "0",
+        "--broker",
+        sent["broker"],
+    )
     assert shown["bodyPreview"] == "hello admin" and shown["tags"] == "A"
-    raw = run(ns, "print-message", "--topic", "t-msg", "--queue", str(sent["queueId"]), "--offset", "0",
-              "--broker", sent["broker"], "--raw")
+    raw = run(
+        ns,
+        "print-message",
+        "--topic",
+        "t-msg",
+        "--queue",
+        str(sent["queueId"]),
+        "--offset",
+        "0",
+        "--broker",
+        sent["broker"],
+        "--raw",
+    )
     assert raw.stdout == "hello admin"
 
 
@@ -141,8 +170,9 @@ async def test_group_commands_and_dead_letters(daemons) -> None:
         assert [m["msgId"] for m in letters] == [poison.msg_id] and letters[0]["originTopic"] == "t-group"
         assert len([m for m in seen if m.body == b"poison"]) == 3
         before = len(seen)
-        reset = await asyncio.to_thread(js, ns, "reset-offset", "--group", "g-admin", "--topic", "t-group",
-                                         "--timestamp", "-2")
+        reset = await asyncio.to_thread(
+            js, ns, "reset-offset", "--group", "g-admin", "--topic", "t-group", "--timestamp", "-2"
+        )
         assert sum(1 for t in reset.values() for _ in t) == 4
         await wait_until(lambda: len(seen) >= before + 7, timeout=10, what="redelivery after reset")
     fresh: list = []
@@ -158,7 +188,7 @@ async def test_group_commands_and_dead_letters(daemons) -> None:
         out = await asyncio.to_thread(js, ns, "dlq-resend", "--group", "g-admin", "--all")
         assert out["resent"] == [poison.msg_id]
         await wait_until(lambda: any(m.body == b"poison" for m in fresh), timeout=10, what="resent message")
-    resent = [m for m in fresh if m.body == b"poison"][0]
+    resent = next(m for m in fresh if m.body == b"poison")
     assert resent.keys == ["bad-1"] and resent.properties["DLQ_ORIGIN_MESSAGE_ID"] == poison.msg_id
 
 
@@ -167,6 +197,11 @@ def test_every_command_has_an_example() -> None:
     from pymq.cli.admin import main
 
     for name in main.commands:
-        out = subprocess.run([sys.executable, "-m", "pymq.cli.admin", name, "--help"], capture_output=True, text=True,
-                             timeout=30, env={**os.environ})
+        out = subprocess.run(
+            [sys.executable, "-m", "pymq.cli.admin", name, "--help"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ},
+        )
         assert out.returncode == 0 and "Example" in out.stdout, name

@@ -22,7 +22,11 @@ from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
-FAST = {"rebalance_interval_seconds": 1.0, "heartbeat_interval_seconds": 1.0, "persist_offset_interval_seconds": 0.5}
+FAST = {
+    "rebalance_interval_seconds": 1.0,
+    "heartbeat_interval_seconds": 1.0,
+    "persist_offset_interval_seconds": 0.5,
+}
 
 
 @pytest.fixture
@@ -34,7 +38,12 @@ async def cluster(tmp_path: Path):
 
 def push_consumer(cluster: LocalCluster, group: str, name: str, sink: list, **kw) -> PushConsumer:
     c = PushConsumer(
-        cluster.namesrv_addr, group, instance_name=name, consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST, **kw
+        cluster.namesrv_addr,
+        group,
+        instance_name=name,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        **FAST,
+        **kw,
     )
     c.subscribe("orders", kw.pop("expression", "*") if "expression" in kw else "*")
 
@@ -93,13 +102,22 @@ async def test_join_and_leave_rebalances_without_loss(cluster: LocalCluster) -> 
             c = push_consumer(cluster, "g", name, seen)
             await c.start()
             members.append(c)
-            await wait_until(lambda: owners(members) == Counter({mq: 1 for mq in owners(members)})
-                             and len(owners(members)) == 8 and all(m.assigned_queues() for m in members),
-                             timeout=3.0, what="one owner per queue after join")
+            await wait_until(
+                lambda: (
+                    owners(members) == Counter({mq: 1 for mq in owners(members)})
+                    and len(owners(members)) == 8
+                    and all(m.assigned_queues() for m in members)
+                ),
+                timeout=3.0,
+                what="one owner per queue after join",
+            )
         leaving = members.pop(1)
         await leaving.close()
-        await wait_until(lambda: len(owners(members)) == 8 and set(owners(members).values()) == {1},
-                         timeout=3.0, what="one owner per queue after leave")
+        await wait_until(
+            lambda: len(owners(members)) == 8 and set(owners(members).values()) == {1},
+            timeout=3.0,
+            what="one owner per queue after leave",
+        )
         await asyncio.sleep(0.5)
     finally:
         stop.set()
@@ -181,7 +199,7 @@ async def test_long_poll_delivers_within_50ms(cluster: LocalCluster) -> None:
         for i in range(10):
             t0 = time.perf_counter()
             r = await p.send(Message("orders", f"n{i}".encode()))
-            await wait_until(lambda: r.msg_id in arrived, timeout=2, interval=0.001)
+            await wait_until(lambda r=r: r.msg_id in arrived, timeout=2, interval=0.001)
             delays.append(arrived[r.msg_id] - t0)
             await asyncio.sleep(0.05)
     assert max(delays) < 0.05, delays
@@ -190,7 +208,13 @@ async def test_long_poll_delivers_within_50ms(cluster: LocalCluster) -> None:
 async def test_tag_filter_delivers_only_matching(cluster: LocalCluster) -> None:
     """A subscription 'A || C' gets the A and C messages and none of the others."""
     seen: list = []
-    c = PushConsumer(cluster.namesrv_addr, "tg", instance_name="tg", consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST)
+    c = PushConsumer(
+        cluster.namesrv_addr,
+        "tg",
+        instance_name="tg",
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        **FAST,
+    )
     c.subscribe("orders", "A || C")
 
     @c.listener
@@ -213,7 +237,11 @@ async def test_pull_consumer_assign_seek_pause_commit(cluster: LocalCluster) -> 
     mq = results[0].message_queue
     in_mq = [r for r in results if r.message_queue == mq]
     c = PullConsumer(
-        cluster.namesrv_addr, "pg", auto_commit=False, instance_name="pc", consume_from_where=ConsumeFromWhere.FIRST_OFFSET
+        cluster.namesrv_addr,
+        "pg",
+        auto_commit=False,
+        instance_name="pc",
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
     )
     c.assign([mq])
     async with c:

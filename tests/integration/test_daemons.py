@@ -20,7 +20,10 @@ pytestmark = pytest.mark.integration
 
 def admin(namesrv: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     out = subprocess.run(
-        [sys.executable, "-m", "pymq.cli.admin", "--namesrv", namesrv, *args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "pymq.cli.admin", "--namesrv", namesrv, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     if check:
         assert out.returncode == 0, out.stderr
@@ -51,7 +54,7 @@ def cluster(tmp_path: Path, processes: list[DaemonProcess]) -> tuple[DaemonProce
 
 def test_topic_routed_then_frozen_broker_expires(cluster) -> None:
     """A topic created through pymq-admin is routed on both brokers; a frozen broker's queues expire."""
-    ns, (a, b) = cluster
+    ns, (_a, b) = cluster
     admin(ns.address, "topic-create", "--topic", "orders", "--queues", "6")
     wait_until_sync(lambda: brokers_in_route(ns.address, "orders") == {"broker-a": 6, "broker-b": 6}, what="route")
     info = json.loads(admin(ns.address, "--json", "cluster-list").stdout)
@@ -67,7 +70,7 @@ def test_topic_routed_then_frozen_broker_expires(cluster) -> None:
 
 def test_killed_broker_leaves_route_at_once(cluster) -> None:
     """A SIGKILLed broker's closed channel removes its queue data without waiting for the expiry."""
-    ns, (a, b) = cluster
+    ns, (_a, b) = cluster
     admin(ns.address, "topic-create", "--topic", "orders", "--queues", "2")
     wait_until_sync(lambda: len(brokers_in_route(ns.address, "orders")) == 2, what="route")
     b.kill()
@@ -76,7 +79,7 @@ def test_killed_broker_leaves_route_at_once(cluster) -> None:
 
 def test_sigterm_stops_cleanly_and_unregisters(cluster) -> None:
     """SIGTERM: the broker unregisters, exits 0 and leaves a clean store (no abort file)."""
-    ns, (a, b) = cluster
+    ns, (_a, b) = cluster
     admin(ns.address, "topic-create", "--topic", "orders", "--queues", "2")
     wait_until_sync(lambda: len(brokers_in_route(ns.address, "orders")) == 2, what="route")
     assert b.stop() == 0
@@ -86,7 +89,7 @@ def test_sigterm_stops_cleanly_and_unregisters(cluster) -> None:
 
 def test_second_broker_on_same_store_refused(cluster, tmp_path: Path) -> None:
     """A second broker on a store directory in use exits with code 3 and says why."""
-    ns, (a, _) = cluster
+    ns, (_a, _) = cluster
     dup = broker_process(tmp_path, ns.address, "broker-a")
     with pytest.raises(RuntimeError) as err:
         dup.start(timeout=20)
@@ -113,8 +116,12 @@ def test_bad_toml_exits_2(tmp_path: Path) -> None:
     """An invalid value in the TOML config is reported as one line with exit code 2."""
     cfg = tmp_path / "broker.toml"
     cfg.write_text('[store]\nflush_disk_type = "SOMETIMES"\n')
-    out = subprocess.run([sys.executable, "-m", "pymq.cli.broker", "--config", str(cfg)],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "pymq.cli.broker", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 2 and "flush_disk_type" in out.stderr and "Traceback" not in out.stderr
 
 

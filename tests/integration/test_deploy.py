@@ -68,9 +68,7 @@ class Launched:
         with open(self.out_path, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.status: dict[str, Any] = {}
-        wait_until_sync(
-            lambda: self.status_path.exists() or self.proc.poll() is not None, timeout=90, what="launcher"
-        )
+        wait_until_sync(lambda: self.status_path.exists() or self.proc.poll() is not None, timeout=90, what="launcher")
         assert self.status_path.exists(), f"launcher exited {self.proc.returncode}:\n{self.output()}"
         self.status = json.loads(self.status_path.read_text())
 

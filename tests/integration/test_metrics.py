@@ -73,9 +73,7 @@ def names(text: str) -> set[str]:
 @pytest.fixture
 async def traffic(tmp_path: Path) -> AsyncIterator[tuple[LocalCluster, PullConsumer, dict[int, int]]]:
     """A cluster with metrics on, SENT messages produced and consumed, one queue committed short."""
-    async with LocalCluster(
-        tmp_path / "c", broker={"metrics_port": 0}, namesrv={"metrics_port": 0}
-    ) as cluster:
+    async with LocalCluster(tmp_path / "c", broker={"metrics_port": 0}, namesrv={"metrics_port": 0}) as cluster:
         await cluster.create_topic("orders", 4)
         broker = cluster.brokers[0]
         broker.stats.sample()
@@ -114,9 +112,7 @@ async def test_broker_metrics_serve_every_series(traffic) -> None:
     cluster, _consumer, maxes = traffic
     broker = cluster.brokers[0]
     async with RpcClient() as rpc:  # one failing request
-        resp = await rpc.invoke(
-            broker.address, Command.request(RequestCode.SEND_MESSAGE, {"topic": "no-such-topic"})
-        )
+        resp = await rpc.invoke(broker.address, Command.request(RequestCode.SEND_MESSAGE, {"topic": "no-such-topic"}))
         assert resp.code != 0
     await wait_until(lambda: broker.pull_hold.held_count > 0, what="a held pull")
     text, s = await scrape(broker.metrics.url)
@@ -201,9 +197,7 @@ async def test_http_endpoint_paths_gzip_and_close(tmp_path: Path) -> None:
     async with NamesrvApp(NamesrvConfig(host="127.0.0.1", port=0, metrics_port=0)) as ns:
         m = ns.metrics
         base = f"http://127.0.0.1:{m.port}"
-        status, headers, body = await asyncio.to_thread(
-            http_get, base + "/metrics", {"Accept-Encoding": "gzip"}
-        )
+        status, headers, body = await asyncio.to_thread(http_get, base + "/metrics", {"Accept-Encoding": "gzip"})
         assert status == 200 and headers["Content-Encoding"] == "gzip"
         assert b"pymq_namesrv_live_brokers" in gzip.decompress(body)
         status, headers, body = await asyncio.to_thread(http_get, base + "/metrics", None, "HEAD")

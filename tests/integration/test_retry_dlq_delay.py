@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from pathlib import Path
 
@@ -26,7 +27,11 @@ pytestmark = pytest.mark.integration
 
 # Level L waits L x 100 ms, so retry n (level 3 + n - 1) waits (n + 2) x 100 ms.
 LEVELS = " ".join(f"{(i + 1) * 100}ms" for i in range(18))
-FAST = {"rebalance_interval_seconds": 1.0, "heartbeat_interval_seconds": 1.0, "persist_offset_interval_seconds": 0.5}
+FAST = {
+    "rebalance_interval_seconds": 1.0,
+    "heartbeat_interval_seconds": 1.0,
+    "persist_offset_interval_seconds": 0.5,
+}
 
 
 @pytest.fixture
@@ -73,7 +78,7 @@ async def test_failed_message_retried_with_growing_delays_then_done(cluster: Loc
         await asyncio.sleep(1.0)  # it must not come back after succeeding
     assert [d[1] for d in deliveries] == [0, 1, 2, 3]
     assert {d[2] for d in deliveries} == {"orders"}  # the listener sees the original topic
-    gaps = [b[0] - a[0] for a, b in zip(deliveries, deliveries[1:], strict=False)]
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(deliveries)]
     for n, gap in enumerate(gaps, start=1):
         expected = (n + 2) * 0.1  # level 3 + reconsumeTimes
         assert expected - 0.02 <= gap <= expected + 0.6, (n, gap, gaps)
@@ -154,4 +159,4 @@ async def test_delayed_messages_survive_broker_restart(tmp_path: Path) -> None:
             await wait_until(lambda: len(arrived) >= 20, timeout=15, what="all 20 delayed messages")
     assert set(arrived) == set(due)
     for msg_id, t in arrived.items():
-        assert due[msg_id] - 0.05 <= t <= due[msg_id] + 1.0, (t - due[msg_id])
+        assert due[msg_id] - 0.05 <= t <= due[msg_id] + 1.0, t - due[msg_id]

@@ -81,7 +81,9 @@ def producer() -> Producer:
 def test_producer_encodes_properties_and_compresses() -> None:
     """Tags, keys, delay and user properties are encoded; a body over the threshold is zlib-compressed."""
     body = b"a" * 5000
-    rec, uniq = producer()._encode(Message("T", body, tags="t1", keys=["k1", "k2"], properties={"x": "y"}, delay_level=2))
+    rec, uniq = producer()._encode(
+        Message("T", body, tags="t1", keys=["k1", "k2"], properties={"x": "y"}, delay_level=2)
+    )
     r = parse_record(rec, check_crc=True)
     assert r.sys_flag & SYSFLAG_COMPRESSED and zlib.decompress(bytes(r.body)) == body
     m = decode_message(rec)

@@ -98,10 +98,14 @@ def test_precedence(toml_file) -> None:
     """Overrides beat env, env beats TOML, TOML beats defaults, field by field (nested too)."""
     path = toml_file(
         'broker_name = "toml"\nport = 1\ncluster_name = "toml-cluster"\n'
-        '[store]\nflush_interval_ms = 11\nsync_flush_timeout_ms = 12\nflush_least_pages = 13\n'
+        "[store]\nflush_interval_ms = 11\nsync_flush_timeout_ms = 12\nflush_least_pages = 13\n"
     )
-    env = {"PYMQ_BROKER_NAME": "env", "PYMQ_PORT": "2", "PYMQ_STORE__FLUSH_INTERVAL_MS": "21",
-           "PYMQ_STORE__SYNC_FLUSH_TIMEOUT_MS": "22"}
+    env = {
+        "PYMQ_BROKER_NAME": "env",
+        "PYMQ_PORT": "2",
+        "PYMQ_STORE__FLUSH_INTERVAL_MS": "21",
+        "PYMQ_STORE__SYNC_FLUSH_TIMEOUT_MS": "22",
+    }
     overrides = {"port": 3, "cluster_name": None, "store": {"flush_interval_ms": 31}}
     cfg = load_config(BrokerConfig, path, env=env, overrides=overrides)
     assert cfg.port == 3  # flag

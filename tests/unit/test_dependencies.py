@@ -38,7 +38,9 @@ def ours(name: str) -> bool:
 
 def test_protocol_imports_nothing_of_ours_but_errors() -> None:
     """pymq.protocol depends only on itself and pymq.errors (no I/O layers)."""
-    bad = offenders(modules("protocol"), lambda i: ours(i) and not (i.startswith("pymq.protocol") or i == "pymq.errors"))
+    bad = offenders(
+        modules("protocol"), lambda i: ours(i) and not (i.startswith("pymq.protocol") or i == "pymq.errors")
+    )
     assert bad == []
 
 
@@ -67,7 +69,8 @@ def test_only_spark_connector_imports_pyspark_and_nobody_imports_it() -> None:
     """pyspark is imported only in pymq.spark_connector, and nothing imports pymq.spark_connector."""
     mods = modules()
     uses_pyspark = offenders(
-        {m: i for m, i in mods.items() if not m.startswith("pymq.spark_connector")}, lambda i: i.split(".")[0] == "pyspark"
+        {m: i for m, i in mods.items() if not m.startswith("pymq.spark_connector")},
+        lambda i: i.split(".")[0] == "pyspark",
     )
     imports_connector = offenders(
         {m: i for m, i in mods.items() if not m.startswith("pymq.spark_connector")},
@@ -78,8 +81,10 @@ def test_only_spark_connector_imports_pyspark_and_nobody_imports_it() -> None:
 
 def test_production_code_never_imports_testing() -> None:
     """Nothing outside pymq.testing imports pymq.testing."""
-    bad = offenders({m: i for m, i in modules().items() if not m.startswith("pymq.testing")},
-                    lambda i: i.startswith("pymq.testing"))
+    bad = offenders(
+        {m: i for m, i in modules().items() if not m.startswith("pymq.testing")},
+        lambda i: i.startswith("pymq.testing"),
+    )
     assert bad == []
 
 

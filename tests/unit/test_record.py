@@ -61,15 +61,30 @@ def test_record_round_trip(topic: bytes, body: bytes, props: dict[str, str], int
     raw = encode_properties(props)
     born_host = pack_host("1.2.3.4", 5)
     rec = encode_record(
-        topic, body, raw, flag=flag, sys_flag=sys_flag, born_timestamp=born, born_host=born_host,
-        reconsume_times=recon, prepared_tx_offset=prep, queue_id=qid, queue_offset=qoff,
-        physical_offset=phys, store_timestamp=sts, store_host=pack_host("10.0.0.9", 10911),
+        topic,
+        body,
+        raw,
+        flag=flag,
+        sys_flag=sys_flag,
+        born_timestamp=born,
+        born_host=born_host,
+        reconsume_times=recon,
+        prepared_tx_offset=prep,
+        queue_id=qid,
+        queue_offset=qoff,
+        physical_offset=phys,
+        store_timestamp=sts,
+        store_host=pack_host("10.0.0.9", 10911),
     )
     r = parse_record(rec, check_crc=True)
     assert r.total_size == len(rec)
     assert (r.topic, bytes(r.body), r.properties) == (topic, body, raw)
     assert (r.flag, r.sys_flag, r.born_timestamp, r.reconsume_times, r.prepared_tx_offset) == (
-        flag, sys_flag, born, recon, prep,
+        flag,
+        sys_flag,
+        born,
+        recon,
+        prep,
     )
     assert (r.queue_id, r.queue_offset, r.physical_offset, r.store_timestamp) == (qid, qoff, phys, sts)
     assert unpack_host(r.born_host) == "1.2.3.4:5" and unpack_host(r.store_host) == "10.0.0.9:10911"
@@ -106,8 +121,14 @@ def test_corrupt_records_raise_only_decode_error(noise: bytes, data: st.DataObje
 def test_layout_offsets() -> None:
     """Documented offsets hold (queue_id 48, queue_offset 52, physical 60, ts 68, host 76, body 88)."""
     rec = sample(
-        queue_id=7, queue_offset=123456789012, physical_offset=987654321098, store_timestamp=1700000000123,
-        store_host=pack_host("192.168.1.2", 10911), flag=3, sys_flag=0, born_timestamp=1699999999999,
+        queue_id=7,
+        queue_offset=123456789012,
+        physical_offset=987654321098,
+        store_timestamp=1700000000123,
+        store_host=pack_host("192.168.1.2", 10911),
+        flag=3,
+        sys_flag=0,
+        born_timestamp=1699999999999,
     )
     assert struct.unpack_from(">i", rec, 0)[0] == len(rec)
     assert struct.unpack_from(">I", rec, 4)[0] == MAGIC
@@ -134,7 +155,10 @@ def test_broker_block_patch() -> None:
     assert (r.queue_id, r.queue_offset, r.physical_offset, r.store_timestamp) == (3, 42, 4096, 1234)
     assert unpack_host(r.store_host) == "10.1.1.1:9"
     assert (r.topic, bytes(r.body), r.properties, r.born_timestamp) == (
-        before.topic, bytes(before.body), before.properties, before.born_timestamp,
+        before.topic,
+        bytes(before.body),
+        before.properties,
+        before.born_timestamp,
     )
 
 
@@ -166,8 +190,19 @@ def _with_int(rec: bytes, pos: int, fmt: str, value: int) -> bytes:
         lambda r: r[:50],  # truncated below minimum
         lambda r: b"",  # nothing
     ],
-    ids=["magic", "total-big", "total-small", "total-neg", "body-neg", "body-big", "topic-big", "props",
-         "trunc-1", "trunc-50", "empty"],
+    ids=[
+        "magic",
+        "total-big",
+        "total-small",
+        "total-neg",
+        "body-neg",
+        "body-big",
+        "topic-big",
+        "props",
+        "trunc-1",
+        "trunc-50",
+        "empty",
+    ],
 )
 def test_corrupt_record_examples(mutate) -> None:
     """Each kind of corruption raises MessageDecodeError."""
@@ -272,9 +307,16 @@ def test_pack_host_non_ipv4() -> None:
 def test_decode_message_fields() -> None:
     """decode_message fills MessageExt from the record, including tags, keys and ids."""
     props = encode_properties({"TAGS": "t1", "KEYS": "a b", "UNIQ_KEY": "U1", "DELAY": "3"})
-    rec = sample(properties=props, queue_id=2, queue_offset=5, physical_offset=100,
-                 store_host=pack_host("10.0.0.1", 10911), born_host=pack_host("10.0.0.2", 1234),
-                 reconsume_times=1, flag=9)
+    rec = sample(
+        properties=props,
+        queue_id=2,
+        queue_offset=5,
+        physical_offset=100,
+        store_host=pack_host("10.0.0.1", 10911),
+        born_host=pack_host("10.0.0.2", 1234),
+        reconsume_times=1,
+        flag=9,
+    )
     m = decode_message(rec, broker_name="broker-a")
     assert (m.topic, m.body, m.tags, m.keys) == ("TopicA", b"hello", "t1", ["a", "b"])
     assert (m.msg_id, m.delay_level) == ("U1", 3)

@@ -34,8 +34,15 @@ def topics(*names: str, queues: int = 4, perm: int = 6) -> dict[str, TopicConfig
 
 def test_registration_creates_tables(reg: RouteRegistry, clock: FakeClock) -> None:
     """A master's registration fills clusters, brokers, live info and topic queue tables."""
-    res = reg.register_broker("C1", A_MASTER, "broker-a", MASTER_ID, topic_configs=topics("T1", "T2"),
-                              data_version=1, ha_server_addr="10.0.0.1:10912")
+    res = reg.register_broker(
+        "C1",
+        A_MASTER,
+        "broker-a",
+        MASTER_ID,
+        topic_configs=topics("T1", "T2"),
+        data_version=1,
+        ha_server_addr="10.0.0.1:10912",
+    )
     assert res.master_addr is None and res.ha_server_addr is None
     assert reg.clusters == {"C1": {"broker-a"}}
     assert reg.brokers["broker-a"].brokerAddrs == {0: A_MASTER}
@@ -53,8 +60,15 @@ def test_slave_queue_data_ignored_and_master_addr_returned(reg: RouteRegistry) -
     res = reg.register_broker("C1", A_SLAVE, "broker-a", 1, topic_configs=topics("T1"), data_version=1)
     assert res.master_addr is None
     assert reg.topic_queues == {}
-    reg.register_broker("C1", A_MASTER, "broker-a", 0, topic_configs=topics("T1"), data_version=1,
-                        ha_server_addr="10.0.0.1:10912")
+    reg.register_broker(
+        "C1",
+        A_MASTER,
+        "broker-a",
+        0,
+        topic_configs=topics("T1"),
+        data_version=1,
+        ha_server_addr="10.0.0.1:10912",
+    )
     res = reg.register_broker("C1", A_SLAVE, "broker-a", 1, topic_configs=topics("T9"), data_version=2)
     assert res.master_addr == A_MASTER and res.ha_server_addr == "10.0.0.1:10912"
     assert reg.topics() == ["T1"]
@@ -64,8 +78,7 @@ def test_slave_queue_data_ignored_and_master_addr_returned(reg: RouteRegistry) -
 def test_queue_data_only_on_first_or_version_change(reg: RouteRegistry) -> None:
     """Heartbeats with an unchanged data version leave queue data alone; a new version replaces it."""
     reg.register_broker("C1", A_MASTER, "broker-a", 0, topic_configs=topics("T1", queues=4), data_version=1)
-    reg.register_broker("C1", A_MASTER, "broker-a", 0, topic_configs=topics("T1", "T2", queues=8),
-                        data_version=1)
+    reg.register_broker("C1", A_MASTER, "broker-a", 0, topic_configs=topics("T1", "T2", queues=8), data_version=1)
     assert reg.topics() == ["T1"] and reg.topic_queues["T1"]["broker-a"].readQueueNums == 4
     reg.register_broker("C1", A_MASTER, "broker-a", 0, topic_configs=topics("T2", queues=8), data_version=2)
     assert reg.topics() == ["T2"] and reg.topic_queues["T2"]["broker-a"].writeQueueNums == 8

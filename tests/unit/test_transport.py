@@ -167,8 +167,6 @@ def test_backoff_schedule() -> None:
     assert b.delay == 0 and b.remaining(100.0) == 0
 
 
-
-
 @pytest.mark.parametrize("burst", [False, True], ids=["trickle", "burst"])
 async def test_flow_control_pauses_reading(net, burst: bool) -> None:
     """A peer that never reads large responses makes the server pause reading it, with bounded buffering."""

@@ -20,7 +20,11 @@ def _parse(body: object) -> tuple[str, str, list[MessageQueue]]:
     if not isinstance(body, dict):
         raise InvalidRequestError("lock body must be a map")
     try:
-        return str(body["consumerGroup"]), str(body["clientId"]), [MessageQueue.from_dict(m) for m in body["mqSet"]]
+        return (
+            str(body["consumerGroup"]),
+            str(body["clientId"]),
+            [MessageQueue.from_dict(m) for m in body["mqSet"]],
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidRequestError(f"bad lock body: {exc}") from exc
 

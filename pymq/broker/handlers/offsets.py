@@ -43,19 +43,28 @@ class OffsetHandlers:
         ext = cmd.ext
         if not self.app.is_slave:
             self.app.offsets.commit(
-                get_str(ext, "consumerGroup"), get_str(ext, "topic"), get_int(ext, "queueId"), get_int(ext, "commitOffset")
+                get_str(ext, "consumerGroup"),
+                get_str(ext, "topic"),
+                get_int(ext, "queueId"),
+                get_int(ext, "commitOffset"),
             )
         return cmd.response()
 
     def max_offset(self, cmd: Command, conn: Connection) -> Command:
-        return cmd.response(ext={"offset": self.app.store.max_offset(get_str(cmd.ext, "topic"), get_int(cmd.ext, "queueId"))})
+        return cmd.response(
+            ext={"offset": self.app.store.max_offset(get_str(cmd.ext, "topic"), get_int(cmd.ext, "queueId"))}
+        )
 
     def min_offset(self, cmd: Command, conn: Connection) -> Command:
-        return cmd.response(ext={"offset": self.app.store.min_offset(get_str(cmd.ext, "topic"), get_int(cmd.ext, "queueId"))})
+        return cmd.response(
+            ext={"offset": self.app.store.min_offset(get_str(cmd.ext, "topic"), get_int(cmd.ext, "queueId"))}
+        )
 
     def search_by_time(self, cmd: Command, conn: Connection) -> Command:
         ext = cmd.ext
-        offset = self.app.store.offset_by_time(get_str(ext, "topic"), get_int(ext, "queueId"), get_int(ext, "timestamp"))
+        offset = self.app.store.offset_by_time(
+            get_str(ext, "topic"), get_int(ext, "queueId"), get_int(ext, "timestamp")
+        )
         return cmd.response(ext={"offset": offset})
 
     def earliest_store_time(self, cmd: Command, conn: Connection) -> Command:
@@ -73,9 +82,13 @@ class OffsetHandlers:
         app = self.app
         group = get_str(cmd.ext, "consumerGroup")
         only_topic = cmd.ext.get("topic")
-        topics = [only_topic] if only_topic else sorted(
-            set(app.offsets.topics_of_group(group))
-            | set(getattr(app.consumers.groups.get(group), "subscriptions", {}) or {})
+        topics = (
+            [only_topic]
+            if only_topic
+            else sorted(
+                set(app.offsets.topics_of_group(group))
+                | set(getattr(app.consumers.groups.get(group), "subscriptions", {}) or {})
+            )
         )
         rows = []
         for topic in topics:
@@ -137,4 +150,6 @@ class OffsetHandlers:
             for ch in info.channels.values():
                 ch.conn.push_oneway(Command(push.code, 0, 0, None, dict(push.ext), push.body))
                 notified += 1
-        return cmd.response(body=encode_body({"offsetTable": {str(q): o for q, o in table.items()}, "notified": notified}))
+        return cmd.response(
+            body=encode_body({"offsetTable": {str(q): o for q, o in table.items()}, "notified": notified})
+        )

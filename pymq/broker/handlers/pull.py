@@ -81,7 +81,8 @@ class PullHandlers:
             return cmd.response(ResponseCode.NO_PERMISSION, f"topic[{topic}] is not readable on {app.address}")
         if queue_id < 0 or queue_id >= tc.readQueueNums:
             return cmd.response(
-                ResponseCode.SYSTEM_ERROR, f"queueId {queue_id} out of range (topic {topic} has {tc.readQueueNums})"
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId {queue_id} out of range (topic {topic} has {tc.readQueueNums})",
             )
         sg = app.subscription_groups.get(group)
         if sg is None:

@@ -19,7 +19,10 @@ class QueryHandlers:
         self.app = app
 
     def table(self) -> dict[int, Handler]:
-        return {RequestCode.QUERY_MESSAGE: self.query_message, RequestCode.VIEW_MESSAGE_BY_ID: self.view_message}
+        return {
+            RequestCode.QUERY_MESSAGE: self.query_message,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
+        }
 
     def query_message(self, cmd: Command, conn: Connection) -> Command:
         ext = cmd.ext

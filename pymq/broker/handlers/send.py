@@ -62,7 +62,8 @@ class SendHandlers:
             tc = app.topics.auto_create_for_send(topic)
             if tc is None:
                 return cmd.response(
-                    ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {app.address}, create it first"
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] does not exist on {app.address}, create it first",
                 )
         if not perm_writable(tc.perm):
             return cmd.response(ResponseCode.NO_PERMISSION, f"topic[{topic}] is not writable on {app.address}")
@@ -70,7 +71,8 @@ class SendHandlers:
             queue_id = random.randrange(tc.writeQueueNums)
         elif queue_id >= tc.writeQueueNums:
             return cmd.response(
-                ResponseCode.SYSTEM_ERROR, f"queueId {queue_id} out of range (topic {topic} has {tc.writeQueueNums})"
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId {queue_id} out of range (topic {topic} has {tc.writeQueueNums})",
             )
         return topic, queue_id
 

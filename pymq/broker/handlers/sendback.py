@@ -89,4 +89,6 @@ class SendBackHandlers:
         res = results[0]
         if res.status == PutStatus.PUT_OK:
             return cmd.response()
-        return cmd.response(PUT_STATUS_TO_CODE.get(res.status, ResponseCode.SYSTEM_ERROR), res.reason or res.status.name)
+        return cmd.response(
+            PUT_STATUS_TO_CODE.get(res.status, ResponseCode.SYSTEM_ERROR), res.reason or res.status.name
+        )

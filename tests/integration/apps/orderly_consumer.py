@@ -55,7 +55,8 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     async with consumer:
-        open(out_path + ".ready", "w").write(str(os.getpid()))
+        with open(out_path + ".ready", "w") as ready:
+            ready.write(str(os.getpid()))
         await stop.wait()
     out.close()
 
