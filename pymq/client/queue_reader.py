@@ -1,0 +1,203 @@
+"""A small blocking reader of queues by offset range, for code that plans its own reads (Spark).
+
+Unlike the consumers it keeps no group state: it lists queues, reads min/max offsets, finds
+offsets by time, reads the raw records of ``[start, end)`` from one queue, and commits
+offsets for a group when asked. Each instance runs its own private event loop, so it works
+in any thread or process without an application loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+from pymq.client.consumer_base import read_queues
+from pymq.client.namesrv import NamesrvClient, parse_addrs
+from pymq.errors import ClientError, PymqError, QueryNotFoundError, error_for_response
+from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.frame import Command
+from pymq.protocol.route import TopicRouteData
+from pymq.transport.client import RpcClient
+from pymq.transport.loop import new_event_loop
+
+#: (topic, brokerName, queueId)
+QueueKey = tuple[str, str, int]
+
+#: group name used for reads that commit nothing
+READER_GROUP = "PYMQ_READER"
+MAX_PULL = 1024
+
+
+class OffsetsLostError(PymqError):
+    """The range asked for starts below the queue's min offset: those messages were deleted."""
+
+
+class QueueReader:
+    def __init__(self, namesrv: str | list[str], *, timeout: float = 10.0) -> None:
+        self._loop = new_event_loop()
+        self.timeout = timeout
+        self._rpc = RpcClient(connect_timeout=timeout)
+        self._ns = NamesrvClient(self._rpc, parse_addrs(namesrv), timeout)
+        self._routes: dict[str, TopicRouteData] = {}
+
+    def _run(self, coro: Any) -> Any:
+        return self._loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        if not self._loop.is_closed():
+            self._run(self._rpc.close())
+            self._loop.close()
+
+    def __enter__(self) -> QueueReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- metadata -------------------------------------------------------------------------------------------
+
+    async def _route(self, topic: str, refresh: bool = False) -> TopicRouteData:
+        if refresh or topic not in self._routes:
+            self._routes[topic] = await self._ns.route(topic)
+        return self._routes[topic]
+
+    async def _addr(self, topic: str, broker: str, *, master: bool = False) -> str | None:
+        for refresh in (False, True):
+            bd = (await self._route(topic, refresh)).broker(broker)
+            addr = (bd.master_addr if master else bd.select_addr()) if bd else None
+            if addr:
+                return addr
+        if master:
+            return None
+        raise ClientError(f"no address for broker {broker} of topic {topic}")
+
+    def queues(self, topics: list[str]) -> list[QueueKey]:
+        """Every readable queue of the topics, sorted."""
+
+        async def all_() -> list[QueueKey]:
+            out: list[QueueKey] = []
+            for topic in topics:
+                route = await self._route(topic, True)
+                out.extend((mq.topic, mq.brokerName, mq.queueId) for mq in read_queues(topic, route))
+            return sorted(out)
+
+        return self._run(all_())
+
+    async def _offset(self, code: int, key: QueueKey, timestamp: int | None = None) -> int:
+        ext: dict[str, Any] = {"topic": key[0], "queueId": key[2]}
+        if timestamp is not None:
+            ext["timestamp"] = timestamp
+        addr = await self._addr(key[0], key[1])
+        resp = await self._rpc.invoke_ok(addr, Command.request(code, ext), self.timeout)
+        return int(resp.ext["offset"])
+
+    def min_max(self, keys: list[QueueKey]) -> dict[QueueKey, tuple[int, int]]:
+        async def both(k: QueueKey) -> tuple[int, int]:
+            lo, hi = await asyncio.gather(
+                self._offset(RequestCode.GET_MIN_OFFSET, k), self._offset(RequestCode.GET_MAX_OFFSET, k)
+            )
+            return lo, hi
+
+        async def all_() -> list[tuple[int, int]]:
+            return await asyncio.gather(*(both(k) for k in keys))
+
+        return dict(zip(keys, self._run(all_()), strict=True))
+
+    def offsets_for_time(self, keys: list[QueueKey], timestamp: int) -> dict[QueueKey, int]:
+        """The first offset stored at or after ``timestamp`` (ms) in each queue."""
+
+        async def all_() -> list[int]:
+            return await asyncio.gather(
+                *(self._offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, k, timestamp) for k in keys)
+            )
+
+        return dict(zip(keys, self._run(all_()), strict=True))
+
+    # --- reading --------------------------------------------------------------------------------------------
+
+    def read_range(
+        self, key: QueueKey, start: int, end: int, *, tags: str = "*", fail_on_data_loss: bool = True
+    ) -> Iterator[tuple[bytes | memoryview, int]]:
+        """Yield ``(records, next_offset)`` chunks of raw records covering ``[start, end)`` of one queue.
+
+        Records past ``end`` are never returned. If ``start`` was deleted by cleanup, raise
+        :class:`OffsetsLostError` or, with ``fail_on_data_loss=False``, continue from the
+        oldest offset still stored.
+        """
+        topic, broker, qid = key
+        offset = start
+        while offset < end:
+            ext = {
+                "consumerGroup": READER_GROUP,
+                "topic": topic,
+                "queueId": qid,
+                "queueOffset": offset,
+                "maxMsgNums": min(MAX_PULL, end - offset),
+                "sysFlag": 0x4,
+                "subscription": tags,
+            }
+            resp = self._run(self._pull(topic, broker, ext))
+            nxt = int(resp.ext.get("nextBeginOffset", offset))
+            if resp.code == ResponseCode.SUCCESS:
+                yield resp.body, min(nxt, end)
+            elif resp.code == ResponseCode.PULL_OFFSET_MOVED:
+                low = int(resp.ext.get("minOffset", 0))
+                if offset < low:
+                    if fail_on_data_loss:
+                        raise OffsetsLostError(
+                            f"{topic}/{broker}/{qid}: offsets {offset}..{low - 1} were deleted from the broker "
+                            f"(set failOnDataLoss=false to skip them)"
+                        )
+                    nxt = low
+                else:
+                    raise OffsetsLostError(f"{topic}/{broker}/{qid}: offset {offset} is past the queue's end")
+            elif resp.code == ResponseCode.PULL_NOT_FOUND:
+                break  # nothing more (the end was past the max offset)
+            elif resp.code != ResponseCode.PULL_RETRY_IMMEDIATELY:
+                raise error_for_response(resp.code, resp.remark)
+            if nxt <= offset:
+                break
+            offset = nxt
+
+    async def _pull(self, topic: str, broker: str, ext: dict[str, Any]) -> Command:
+        addr = await self._addr(topic, broker)
+        assert addr is not None
+        return await self._rpc.invoke(addr, Command.request(RequestCode.PULL_MESSAGE, ext), self.timeout)
+
+    # --- group offsets --------------------------------------------------------------------------------------
+
+    def commit(self, group: str, offsets: dict[QueueKey, int]) -> None:
+        """Store ``offsets`` (next offset to read) as the group's committed offsets on the masters."""
+
+        async def one(key: QueueKey, off: int) -> None:
+            topic, broker, qid = key
+            addr = await self._addr(topic, broker, master=True)
+            if addr is None:
+                return
+            ext = {"consumerGroup": group, "topic": topic, "queueId": qid, "commitOffset": off}
+            await self._rpc.invoke_ok(addr, Command.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext), self.timeout)
+
+        async def all_() -> None:
+            await asyncio.gather(*(one(k, o) for k, o in offsets.items()))
+
+        self._run(all_())
+
+    def committed(self, group: str, key: QueueKey) -> int:
+        """The group's committed offset for a queue, -1 if none."""
+        topic, broker, qid = key
+
+        async def query() -> int:
+            addr = await self._addr(topic, broker, master=True)
+            if addr is None:
+                return -1
+            ext = {"consumerGroup": group, "topic": topic, "queueId": qid}
+            try:
+                resp = await self._rpc.invoke_ok(
+                    addr, Command.request(RequestCode.QUERY_CONSUMER_OFFSET, ext), self.timeout
+                )
+            except QueryNotFoundError:
+                return -1
+            return int(resp.ext["offset"])
+
+        return self._run(query())
