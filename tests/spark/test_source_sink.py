@@ -1,0 +1,250 @@
+"""The pymq Spark source and sink on a real cluster and a local[2] SparkSession."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pymq.client.queue_reader import QueueReader
+from pymq.client.sync import Message, Producer
+
+pytestmark = pytest.mark.spark
+
+
+def produce(ns: str, topic: str, n: int, start: int = 0, **kw: Any) -> list[str]:
+    with Producer(ns, f"spark-test-{topic}") as p:
+        return [
+            p.send(Message(topic, f"{topic}-{i}".encode(), keys=[f"k{i}"], **kw)).msg_id
+            for i in range(start, start + n)
+        ]
+
+
+def stream(spark, ns: str, topic: str, **options: str):
+    reader = spark.readStream.format("pymq").option("namesrv", ns).option("topic", topic)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def ids_in(spark, path: Path) -> list[str]:
+    return [r.msgId for r in spark.read.parquet(str(path)).select("msgId").collect()]
+
+
+def run_available_now(spark, df, out: Path, cp: Path) -> Any:
+    q = (
+        df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(cp))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    try:
+        assert q.awaitTermination(180)
+    finally:
+        q.stop()
+    return q
+
+
+def test_available_now_restart_reads_each_message_once(spark, pymq_cluster, tmp_path: Path) -> None:
+    """availableNow, stopped and restarted from its checkpoint while producing goes on: nothing lost, nothing twice."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("an", 2)
+    sent = produce(ns, "an", 40)
+    out, cp = tmp_path / "out", tmp_path / "cp"
+    run_available_now(spark, stream(spark, ns, "an", startingOffsets="earliest"), out, cp)
+    assert sorted(ids_in(spark, out)) == sorted(sent)
+    sent += produce(ns, "an", 25, start=40)
+    run_available_now(spark, stream(spark, ns, "an", startingOffsets="earliest"), out, cp)
+    got = ids_in(spark, out)
+    assert sorted(got) == sorted(sent) and len(got) == len(set(got))
+
+
+def test_processing_time_restart_while_producing(spark, pymq_cluster, tmp_path: Path) -> None:
+    """A processingTime query keeps up with a producer, and a restart resumes at exactly the next offset."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("pt", 2)
+    out, cp = tmp_path / "out", tmp_path / "cp"
+    sent: list[str] = []
+    stop = threading.Event()
+
+    def producing() -> None:
+        i = 0
+        while not stop.is_set():
+            sent.extend(produce(ns, "pt", 5, start=i))
+            i += 5
+            time.sleep(0.05)
+
+    def query():
+        return (
+            stream(spark, ns, "pt", startingOffsets="earliest").writeStream.format("parquet")
+            .option("path", str(out)).option("checkpointLocation", str(cp)).trigger(processingTime="1 second").start()
+        )  # fmt: skip
+
+    t = threading.Thread(target=producing)
+    t.start()
+    try:
+        q = query()
+        time.sleep(4)
+        q.stop()
+        time.sleep(1)
+        q = query()
+        time.sleep(3)
+    finally:
+        stop.set()
+        t.join()
+    q.processAllAvailable()
+    q.stop()
+    got = ids_in(spark, out)
+    assert sorted(got) == sorted(sent) and len(got) == len(set(got)) and len(got) > 20
+
+
+def test_max_offsets_per_trigger_bounds_batches(spark, pymq_cluster, tmp_path: Path) -> None:
+    """maxOffsetsPerTrigger caps every micro-batch, with availableNow too, and all rows still arrive."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("cap", 2)
+    sent = produce(ns, "cap", 100)
+    q = run_available_now(
+        spark,
+        stream(spark, ns, "cap", startingOffsets="earliest", maxOffsetsPerTrigger="30"),
+        tmp_path / "o",
+        tmp_path / "c",
+    )
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert len(sizes) >= 4 and max(sizes) <= 30 and sum(sizes) == 100
+    assert sorted(ids_in(spark, tmp_path / "o")) == sorted(sent)
+
+
+def test_min_offsets_per_trigger_holds_small_batches(spark, pymq_cluster, tmp_path: Path) -> None:
+    """With minOffsetsPerTrigger, a small backlog waits until maxTriggerDelay; a big one goes at once."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("minb", 2)
+    df = stream(spark, ns, "minb", startingOffsets="earliest", minOffsetsPerTrigger="50", maxTriggerDelay="4s")
+    q = (
+        df.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "c"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        time.sleep(1.0)
+        produce(ns, "minb", 10)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 10 and not any(p["numInputRows"] for p in q.recentProgress):
+            time.sleep(0.1)
+        held = time.monotonic() - t0
+        assert 2.5 <= held < 9, held  # waited for the delay, not for 50 rows
+        produce(ns, "minb", 60, start=10)
+        t1 = time.monotonic()
+        while time.monotonic() - t1 < 4 and sum(p["numInputRows"] for p in q.recentProgress) < 70:
+            time.sleep(0.1)
+        assert sum(p["numInputRows"] for p in q.recentProgress) == 70
+        assert time.monotonic() - t1 < 3.5  # 60 >= 50: no waiting for the delay
+    finally:
+        q.stop()
+
+
+def test_batch_ranges_by_offsets_and_timestamp(spark, pymq_cluster) -> None:
+    """startingOffsets (JSON), startingTimestamp and endingOffsets select the right ranges in batch reads."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("rng", 1)
+    first = produce(ns, "rng", 10)
+    time.sleep(0.05)
+    middle_ts = int(time.time() * 1000)
+    time.sleep(0.05)
+    later = produce(ns, "rng", 10, start=10)
+    with QueueReader(ns) as reader:
+        (queue_a, queue_b) = reader.queues(["rng"])
+
+    def read(**options: str) -> list[str]:
+        r = spark.read.format("pymq").option("namesrv", ns).option("topic", "rng")
+        for k, v in options.items():
+            r = r.option(k, v)
+        return sorted(row.msgId for row in r.load().collect())
+
+    assert read() == sorted(first + later)
+    assert read(startingTimestamp=str(middle_ts)) == sorted(later)
+    spec = f'{{"rng": {{"{queue_a[1]}": {{"0": 2}}, "{queue_b[1]}": {{"0": 3}}}}}}'
+    end = f'{{"rng": {{"{queue_a[1]}": {{"0": 4}}, "{queue_b[1]}": {{"0": 3}}}}}}'
+    got = spark.read.format("pymq").option("namesrv", ns).option("topic", "rng").option("startingOffsets", spec)
+    rows = got.option("endingOffsets", end).load().collect()
+    assert [(r.brokerName, r.queueOffset) for r in sorted(rows, key=lambda r: r.queueOffset)] == [
+        (queue_a[1], 2),
+        (queue_a[1], 3),
+    ]
+
+
+def test_stream_write_and_batch_read_round_trip(spark, pymq_cluster, tmp_path: Path) -> None:
+    """Rows streamed into a topic by the sink come back from a batch read with the same bodies, keys and tags."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("src", 2)
+    pymq_cluster.create_topic("dst", 2)
+    produce(ns, "src", 30, tags="T")
+    copy = stream(spark, ns, "src", startingOffsets="earliest").selectExpr("body", "keys", "tags", "properties")
+    q = (
+        copy.writeStream.format("pymq").option("namesrv", ns).option("topic", "dst")
+        .option("checkpointLocation", str(tmp_path / "c")).trigger(availableNow=True).start()
+    )  # fmt: skip
+    assert q.awaitTermination(180)
+    src = spark.read.format("pymq").option("namesrv", ns).option("topic", "src").load()
+    dst = spark.read.format("pymq").option("namesrv", ns).option("topic", "dst").load()
+
+    def shape(df):
+        return sorted((bytes(r.body), tuple(r.keys), r.tags) for r in df.collect())
+
+    assert shape(src) == shape(dst) and len(shape(dst)) == 30
+
+
+def test_batch_write_keeps_a_sharding_key_in_one_queue(spark, pymq_cluster) -> None:
+    """The sink sends a shardingKey's rows to one queue, in order; string bodies and topic columns work."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("shard", 4)
+    rows = [("shard", f"{key}:{i}", key) for i in range(10) for key in ("alpha", "beta", "gamma")]
+    df = spark.createDataFrame(rows, "topic string, body string, shardingKey string")
+    df.coalesce(1).write.format("pymq").option("namesrv", ns).mode("append").save()
+    back = spark.read.format("pymq").option("namesrv", ns).option("topic", "shard").load().collect()
+    by_key: dict[str, set] = {}
+    order: dict[str, list[tuple[int, int]]] = {}
+    for r in back:
+        key, i = bytes(r.body).decode().split(":")
+        by_key.setdefault(key, set()).add((r.brokerName, r.queueId))
+        order.setdefault(key, []).append((r.queueOffset, int(i)))
+    assert all(len(q) == 1 for q in by_key.values()) and len(back) == 30
+    assert all([i for _, i in sorted(v)] == list(range(10)) for v in order.values())
+
+
+def test_fail_on_data_loss(spark, pymq_cluster, tmp_path: Path) -> None:
+    """Offsets deleted by cleanup fail the query with a clear message, or are skipped with failOnDataLoss=false."""
+    ns = pymq_cluster.namesrv
+    owner = pymq_cluster.cluster.brokers[0]
+    pymq_cluster.call(pymq_cluster.cluster.create_topic("loss", 1, brokers=[owner]))
+    with Producer(ns, "spark-loss") as p:
+        for i in range(1500):  # ~1.6 MB on one broker: more than one 1 MiB commitlog file
+            p.send(Message("loss", b"x" * 1000 + str(i).encode()))
+    store = owner.store
+    assert store.delete_commitlog_files(1) == 1
+    store.delete_orphaned_logics()
+    lowest = store.min_offset("loss", 0)
+    assert lowest > 0
+    start = f'{{"loss": {{"{owner.config.broker_name}": {{"0": 0}}}}}}'
+    df = stream(spark, ns, "loss", startingOffsets=start)
+    with pytest.raises(Exception, match="deleted from the broker"):
+        run_available_now(spark, df, tmp_path / "o1", tmp_path / "c1")
+    lenient = stream(spark, ns, "loss", startingOffsets=start, failOnDataLoss="false")
+    run_available_now(spark, lenient, tmp_path / "o2", tmp_path / "c2")
+    offsets = sorted(r.queueOffset for r in spark.read.parquet(str(tmp_path / "o2")).collect())
+    assert offsets == list(range(lowest, 1500))
+
+
+def test_consumer_group_offsets_advance(spark, pymq_cluster, tmp_path: Path) -> None:
+    """With consumerGroup set, the broker holds the query's processed offsets (so consumer-progress shows lag)."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("grp", 2)
+    produce(ns, "grp", 20)
+    df = stream(spark, ns, "grp", startingOffsets="earliest", consumerGroup="spark-pipeline", maxOffsetsPerTrigger="8")
+    run_available_now(spark, df, tmp_path / "o", tmp_path / "c")
+    with QueueReader(ns) as reader:
+        queues = reader.queues(["grp"])
+        committed = {q: reader.committed("spark-pipeline", q) for q in queues}
+        ends = {q: hi for q, (_, hi) in reader.min_max(queues).items()}
+    assert committed == ends and sum(ends.values()) == 20

@@ -1,0 +1,92 @@
+"""The connector's pure parts, without a JVM: options, offsets, rate limits, record decoding."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_properties, encode_record, offset_msg_id, pack_host
+from pymq.spark_connector.arrow import records_to_batch
+from pymq.spark_connector.offsets import backlog, from_json, rate_limit, to_json
+from pymq.spark_connector.options import OptionError, parse_duration, parse_source_options
+
+
+def test_required_options_and_defaults() -> None:
+    """namesrv and topic are required; streams start at latest, batches at earliest; topics are a sorted set."""
+    with pytest.raises(OptionError, match="namesrv"):
+        parse_source_options({"topic": "t"}, streaming=True)
+    with pytest.raises(OptionError, match="topic"):
+        parse_source_options({"namesrv": "h:1"}, streaming=True)
+    s = parse_source_options({"namesrv": "h:1", "topic": "b, a,b"}, streaming=True)
+    assert s.topics == ("a", "b") and s.starting == "latest" and s.fail_on_data_loss and s.tags == "*"
+    b = parse_source_options({"NAMESRV": "h:1", "Topic": "a"}, streaming=False)
+    assert b.starting == "earliest" and b.ending == "latest"
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({"startingOffsets": "latest"}, False, "not allowed for batch"),
+        ({"endingOffsets": "latest"}, True, "only for batch"),
+        ({"startingOffsets": "{bad"}, True, "JSON"),
+        ({"startingOffsets": '{"t": 3}'}, True, "brokerName"),
+        ({"maxOffsetsPerTrigger": "10", "minOffsetsPerTrigger": "20"}, True, "must not exceed"),
+        ({"maxOffsetsPerTrigger": "ten"}, True, "integer"),
+        ({"failOnDataLoss": "maybe"}, True, "true or false"),
+    ],
+)
+def test_bad_options_are_clear_errors(options: dict, streaming: bool, message: str) -> None:
+    """Bad option values raise OptionError saying what is wrong."""
+    with pytest.raises(OptionError, match=message):
+        parse_source_options({"namesrv": "h:1", "topic": "t", **options}, streaming=streaming)
+
+
+def test_durations() -> None:
+    """maxTriggerDelay accepts Spark-like durations."""
+    assert [parse_duration(d) for d in ("15m", "10 seconds", "500ms", "1h", "30")] == [900, 10, 0.5, 3600, 30]
+    with pytest.raises(OptionError):
+        parse_duration("soon")
+
+
+def test_offsets_json_is_canonical() -> None:
+    """Offsets serialise with string keys sorted at every level, whatever order they were built in."""
+    a = to_json({("t2", "b", 10): 5, ("t1", "b", 2): 1, ("t1", "a", 0): 3})
+    b = to_json({("t1", "a", 0): 3, ("t1", "b", 2): 1, ("t2", "b", 10): 5})
+    assert a == b and list(a) == ["t1", "t2"] and list(a["t1"]) == ["a", "b"]
+    assert from_json(a) == {("t2", "b", 10): 5, ("t1", "b", 2): 1, ("t1", "a", 0): 3}
+    assert list(to_json({("t", "a", 10): 1, ("t", "a", 9): 1})["t"]["a"]) == ["9", "10"]
+
+
+def test_rate_limit_splits_by_backlog() -> None:
+    """maxOffsetsPerTrigger is shared in proportion to backlog; small shares round up; never past latest."""
+    start = {("t", "a", 0): 0, ("t", "a", 1): 0, ("t", "a", 2): 10}
+    latest = {("t", "a", 0): 100, ("t", "a", 1): 1, ("t", "a", 2): 10}
+    end = rate_limit(start, latest, 10)
+    assert end == {("t", "a", 0): 9, ("t", "a", 1): 1, ("t", "a", 2): 10}
+    assert rate_limit(start, latest, 1000) == latest
+    assert backlog(start, latest) == 101
+
+
+def rec(body: bytes, props: dict, offset: int = 0, sys_flag: int = 0) -> bytes:
+    return encode_record(
+        b"orders", body, encode_properties(props), queue_id=3, queue_offset=offset, physical_offset=77,
+        sys_flag=sys_flag, store_host=pack_host("127.0.0.1", 10911), born_timestamp=1000, store_timestamp=2000,
+    )  # fmt: skip
+
+
+def test_records_to_arrow_columns() -> None:
+    """Records decode to the source schema's columns; compressed bodies are inflated; tags filter rows."""
+    chunk = (
+        rec(b"a", {"UNIQ_KEY": "U1", "TAGS": "x", "KEYS": "k1 k2"}, 0)
+        + rec(zlib.compress(b"b" * 100), {"TAGS": "y"}, 1, SYSFLAG_COMPRESSED)
+        + rec(b"c", {"TAGS": "x", "p": "v"}, 2)
+    )
+    batch = records_to_batch([chunk], "broker-a")
+    rows = batch.to_pylist()
+    assert [r["queueOffset"] for r in rows] == [0, 1, 2] and rows[0]["brokerName"] == "broker-a"
+    assert rows[0]["msgId"] == "U1" and rows[0]["keys"] == ["k1", "k2"] and rows[0]["queueId"] == 3
+    assert rows[1]["body"] == b"b" * 100 and rows[1]["msgId"] == offset_msg_id(pack_host("127.0.0.1", 10911), 77)
+    assert dict(rows[2]["properties"])["p"] == "v" and rows[2]["storeTimestamp"].timestamp() == 2.0
+    filtered = records_to_batch([chunk], "broker-a", frozenset({"x"}))
+    assert [r["body"] for r in filtered.to_pylist()] == [b"a", b"c"]
