@@ -36,20 +36,25 @@ def records_to_batch(
     """Decode concatenated records (pull response bodies) into one RecordBatch of the source schema.
 
     ``tags``: keep only records whose tag is in the set (the broker filtered by hash already).
+    Variable-size columns (keys, properties) are built flat with offsets, one Arrow array each.
     """
     topics: list[str] = []
     qids: list[int] = []
     offsets: list[int] = []
     ids: list[str] = []
     tag_col: list[str | None] = []
-    keys_col: list[list[str]] = []
+    key_offsets = [0]
+    key_values: list[str] = []
     bodies: list[bytes] = []
-    props_col: list[list[tuple[str, str]]] = []
+    prop_offsets = [0]
+    prop_keys: list[str] = []
+    prop_values: list[str] = []
     born: list[int] = []
     stored: list[int] = []
     reconsumes: list[int] = []
     topic_cache: dict[bytes, str] = {}
     unpack = FIXED.unpack_from
+    unpack_u16 = _U16.unpack_from
     for buf in chunks:
         pos = 0
         n = len(buf)
@@ -61,57 +66,75 @@ def records_to_batch(
             if magic != MAGIC:
                 raise ValueError(f"not a pymq record at byte {pos}")
             end = pos + total
-            p = pos + BODY_POS
-            body = bytes(buf[p : p + body_len])
-            p += body_len
-            tl = _U16.unpack_from(buf, p)[0]
-            traw = bytes(buf[p + 2 : p + 2 + tl])
-            topic = topic_cache.get(traw) or topic_cache.setdefault(traw, traw.decode())
-            items = []
+            p = pos + BODY_POS + body_len
+            tl = unpack_u16(buf, p)[0]
+            traw = buf[p + 2 : p + 2 + tl]
+            props = buf[p + 4 + tl : end]
+            body_at = pos + BODY_POS
+            pos = end
             tag = uniq = None
-            keys: list[str] = []
-            for item in bytes(buf[p + 4 + tl : end]).split(b"\x02"):
+            nprops = 0
+            for item in props.split(b"\x02"):
                 if not item:
                     continue
                 k, _, v = item.partition(b"\x01")
-                ks, vs = k.decode(errors="replace"), v.decode(errors="replace")
-                items.append((ks, vs))
+                ks = k.decode(errors="replace")
+                vs = v.decode(errors="replace")
+                prop_keys.append(ks)
+                prop_values.append(vs)
+                nprops += 1
                 if ks == "TAGS":
                     tag = vs
                 elif ks == "UNIQ_KEY":
                     uniq = vs
                 elif ks == "KEYS":
-                    keys = [x for x in vs.split(" ") if x]
-            pos = end
+                    key_values.extend(x for x in vs.split(" ") if x)
             if tags is not None and tag not in tags:
+                del prop_keys[len(prop_keys) - nprops :]
+                del prop_values[len(prop_values) - nprops :]
+                del key_values[key_offsets[-1] :]
                 continue
-            if sys_flag & SYSFLAG_COMPRESSED:
-                body = zlib.decompress(body)
+            topic = topic_cache.get(traw)
+            if topic is None:
+                topic = topic_cache[traw] = bytes(traw).decode()
+            body = buf[body_at : body_at + body_len]
+            bodies.append(zlib.decompress(body) if sys_flag & SYSFLAG_COMPRESSED else body)
             topics.append(topic)
             qids.append(qid)
             offsets.append(qoff)
             ids.append(uniq or offset_msg_id(store_host, phys))
             tag_col.append(tag)
-            keys_col.append(keys)
-            bodies.append(body)
-            props_col.append(items)
-            born.append(born_ts * 1000)
-            stored.append(store_ts * 1000)
+            key_offsets.append(len(key_values))
+            prop_offsets.append(len(prop_keys))
+            born.append(born_ts)
+            stored.append(store_ts)
             reconsumes.append(reconsume)
+    rows = len(topics)
     return pa.RecordBatch.from_arrays(
         [
             pa.array(topics, pa.string()),
-            pa.array([broker] * len(topics), pa.string()),
+            pa.array([broker] * rows, pa.string()),
             pa.array(qids, pa.int32()),
             pa.array(offsets, pa.int64()),
             pa.array(ids, pa.string()),
             pa.array(tag_col, pa.string()),
-            pa.array(keys_col, pa.list_(pa.string())),
+            pa.ListArray.from_arrays(pa.array(key_offsets, pa.int32()), pa.array(key_values, pa.string())),
             pa.array(bodies, pa.binary()),
-            pa.array(props_col, pa.map_(pa.string(), pa.string())),
-            pa.array(born, pa.timestamp("us", tz="UTC")),
-            pa.array(stored, pa.timestamp("us", tz="UTC")),
+            pa.MapArray.from_arrays(
+                pa.array(prop_offsets, pa.int32()), pa.array(prop_keys, pa.string()), pa.array(prop_values, pa.string())
+            ),
+            _timestamps(born),
+            _timestamps(stored),
             pa.array(reconsumes, pa.int32()),
         ],
         schema=ARROW_SCHEMA,
     )
+
+
+_MS_TO_US = pa.scalar(1000, pa.int64())
+
+
+def _timestamps(ms: list[int]) -> pa.Array:
+    import pyarrow.compute as pc
+
+    return pc.multiply(pa.array(ms, pa.int64()), _MS_TO_US).cast(pa.timestamp("us", tz="UTC"))
