@@ -38,7 +38,8 @@ class _Range(InputPartition):
 
 
 class CeilingStream(DataSourceStreamReader):
-    """Yields Arrow batches of constant rows: the most the API can move, with nothing to fetch."""
+    """Yields one prebuilt Arrow batch of the pymq schema again and again: the most the API can move
+    for these columns, with nothing fetched or decoded."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.rows = int(options["rows"])
@@ -55,15 +56,13 @@ class CeilingStream(DataSourceStreamReader):
         return [] if n <= 0 else [_Range(n // self.parts) for _ in range(self.parts)]
 
     def read(self, partition: _Range):  # type: ignore[no-untyped-def]
-        import pyarrow as pa
+        from pymq.protocol.record import encode_properties, encode_record
+        from pymq.spark_connector.arrow import records_to_batch
 
-        body = b"x" * 1024
+        one = encode_record(b"SparkBench", b"x" * 1024, encode_properties({"UNIQ_KEY": "C0A80001" * 4}))
+        batch = records_to_batch([one * 4096], "broker-a")
         for off in range(0, partition.n, 4096):
-            k = min(4096, partition.n - off)
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(["t"] * k), pa.array(range(off, off + k), pa.int64()), pa.array([body] * k, pa.binary())],
-                names=["topic", "queueOffset", "body"],
-            )
+            yield batch.slice(0, min(4096, partition.n - off))
 
 
 class CeilingSource(DataSource):
@@ -72,7 +71,9 @@ class CeilingSource(DataSource):
         return "ceiling"
 
     def schema(self) -> str:
-        return "topic STRING, queueOffset BIGINT, body BINARY"
+        from pymq.spark_connector.options import SCHEMA_DDL
+
+        return SCHEMA_DDL
 
     def streamReader(self, schema):  # type: ignore[no-untyped-def]
         return CeilingStream(self.options)
