@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
-from pymq.cli.common import EXIT_CONFIG, fail, log_options, run_daemon, setup_logging
-from pymq.config import SMALL_STORE_SIZES, BrokerConfig, load_config
-from pymq.errors import ConfigError
+from pymq.cli.common import log_options, serve
+from pymq.config import SMALL_STORE_SIZES, BrokerConfig
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -77,15 +75,9 @@ def main(
         store["flush_disk_type"] = flush_disk_type
     if store:
         overrides["store"] = store
-    try:
-        config = load_config(BrokerConfig, config_path, overrides=overrides)
-    except ConfigError as exc:
-        fail(str(exc), EXIT_CONFIG)
-        return
-    setup_logging(config.log_level, log_format)
     from pymq.broker.app import BrokerApp
 
-    sys.exit(run_daemon(lambda: BrokerApp(config), port_file))
+    serve(BrokerConfig, config_path, overrides, log_format, port_file, BrokerApp)
 
 
 if __name__ == "__main__":

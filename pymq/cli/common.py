@@ -82,6 +82,27 @@ def run_daemon(
     return run(main())
 
 
+def serve(
+    model: type[Any],
+    config_path: str | None,
+    overrides: dict[str, Any],
+    log_format: str,
+    port_file: str | None,
+    make: Callable[[Any], Daemon],
+) -> None:
+    """The body of a daemon command: load and validate the config (exit 2 on a bad value), set up
+    logging, serve until a signal, exit with the daemon's code."""
+    from pymq.config import load_config
+
+    try:
+        config = load_config(model, config_path, overrides=overrides)
+    except ConfigError as exc:
+        fail(str(exc), EXIT_CONFIG)
+        return
+    setup_logging(config.log_level, log_format)
+    sys.exit(run_daemon(lambda: make(config), port_file))
+
+
 def run_async(main: Callable[[], Awaitable[int]]) -> int:
     return run(main())
 

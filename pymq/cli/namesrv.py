@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from pymq.cli.common import EXIT_CONFIG, fail, log_options, run_daemon, setup_logging
-from pymq.config import NamesrvConfig, load_config
-from pymq.errors import ConfigError
+from pymq.cli.common import log_options, serve
+from pymq.config import NamesrvConfig
 from pymq.nameserver.app import NamesrvApp
 
 
@@ -48,13 +45,7 @@ def main(
       pymq-namesrv --port 9876
       PYMQ_PORT=9878 pymq-namesrv --config deploy/config/namesrv-1.toml --metrics-port 0
     """
-    try:
-        config = load_config(NamesrvConfig, config_path, overrides={**flags, "log_level": log_level})
-    except ConfigError as exc:
-        fail(str(exc), EXIT_CONFIG)
-        return
-    setup_logging(config.log_level, log_format)
-    sys.exit(run_daemon(lambda: NamesrvApp(config), port_file))
+    serve(NamesrvConfig, config_path, {**flags, "log_level": log_level}, log_format, port_file, NamesrvApp)
 
 
 if __name__ == "__main__":

@@ -156,15 +156,20 @@ class Connection(asyncio.Protocol):
             return
         self.transport.writelines(encode(cmd))
 
+    async def _writable(self) -> None:
+        """Wait for room in the output buffer; raise if the connection is (or gets) closed."""
+        if self.is_open:
+            flow = self.flow
+            if flow is None or flow.writable:
+                return
+            await flow.drain()
+            if self.is_open:
+                return
+        raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
+
     async def request(self, cmd: Command, timeout: float) -> Command:
         """Send a request and wait for its response."""
-        if not self.is_open:
-            raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
-        flow = self.flow
-        if flow is not None and not flow.writable:
-            await flow.drain()
-            if not self.is_open:
-                raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
+        await self._writable()
         opaque = next(_opaques)
         cmd.opaque = opaque
         cmd.flags &= ~FLAG_ONEWAY
@@ -184,13 +189,7 @@ class Connection(asyncio.Protocol):
             fut.set_exception(RequestTimeoutError(f"no response from {self.remote_addr} within {timeout:.3f}s"))
 
     async def send_oneway(self, cmd: Command) -> None:
-        if not self.is_open:
-            raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
-        flow = self.flow
-        if flow is not None and not flow.writable:
-            await flow.drain()
-            if not self.is_open:
-                raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
+        await self._writable()
         cmd.opaque = next(_opaques)
         cmd.flags |= FLAG_ONEWAY
         self.write_command(cmd)

@@ -215,3 +215,122 @@ async def test_sender_waits_for_drain_and_is_released_on_close(net, kind: str) -
         assert result is None or isinstance(result, errors.ConnectionClosedError)
     else:
         assert isinstance(result, errors.ConnectionClosedError), result
+
+
+@pytest.mark.parametrize(
+    ("handler", "reason"),
+    [
+        (boom, "RuntimeError: boom"),
+        (aboom, "KeyError: 'kaboom'"),
+        (unencodable, "cannot encode"),
+        (aunencodable, "cannot encode"),
+    ],
+    ids=["sync", "async", "unencodable", "async-unencodable"],
+)
+async def test_handler_failure_is_system_error(net, handler, reason: str) -> None:
+    """A failing handler answers SYSTEM_ERROR with the reason, and the server keeps serving."""
+    srv = await net.server({SLOW: handler})
+    client = net.client()
+    resp = await client.invoke(srv.address, Command.request(SLOW))
+    assert resp.code == ResponseCode.SYSTEM_ERROR and reason in resp.remark
+    assert await echoed(client, srv.address, b"still here") == b"still here"
+
+
+async def test_remote_error_keeps_its_code(net) -> None:
+    """A handler raising InvalidRequestError answers INVALID_PARAMETER (213) with its message."""
+    srv = await net.server({SLOW: invalid})
+    resp = await net.client().invoke(srv.address, Command.request(SLOW))
+    assert resp.code == ResponseCode.INVALID_PARAMETER and resp.remark == "bad queueId"
+
+
+async def test_timeout_then_late_response_ignored(net) -> None:
+    """A request past its timeout raises RequestTimeoutError; its late answer is dropped quietly."""
+    gate = asyncio.Event()
+
+    async def slow(cmd: Command, conn: Connection) -> Command:
+        await gate.wait()
+        return cmd.response()
+
+    srv = await net.server({SLOW: slow})
+    client = net.client()
+    with pytest.raises(errors.RequestTimeoutError):
+        await client.invoke(srv.address, Command.request(SLOW), timeout=0.05)
+    gate.set()
+    assert await echoed(client, srv.address, b"next") == b"next"
+
+
+async def test_oneway_reaches_handler_without_answer(net) -> None:
+    """A oneway request is handled and never answered."""
+    got: list[bytes] = []
+
+    def record(cmd: Command, conn: Connection) -> Command:
+        got.append(cmd.body_bytes())
+        return cmd.response()
+
+    srv = await net.server({SLOW: record})
+    client = net.client()
+    await client.invoke_oneway(srv.address, Command.request(SLOW, body=b"fire"))
+    await eventually(lambda: got == [b"fire"])
+    conn = await client.connection(srv.address)
+    await asyncio.sleep(0.05)
+    assert conn.in_flight == 0
+
+
+async def test_server_pushes_request_to_client(net) -> None:
+    """A server handler can send a request back over the same connection; the client's dispatcher answers."""
+    answers: list[Command] = []
+
+    async def push(cmd: Command, conn: Connection) -> Command:
+        answers.append(await conn.request(Command.request(PUSH, {"q": 1}), timeout=2))
+        return cmd.response()
+
+    srv = await net.server({SLOW: push})
+    client = net.client(Dispatcher({PUSH: lambda cmd, conn: cmd.response(ext={"a": cmd.ext["q"] + 1})}))
+    assert (await client.invoke(srv.address, Command.request(SLOW))).code == 0
+    assert answers[0].ext == {"a": 2}
+
+
+@pytest.mark.parametrize("garbage", [b"\xff" * 12, struct.pack(">II", 1 << 30, 4) + b"xxxx"], ids=["junk", "oversized"])
+async def test_malformed_frame_closes_only_that_connection(net, garbage: bytes) -> None:
+    """Garbage or an oversized length closes that connection; other clients are unaffected."""
+    srv = await net.server()
+    client = net.client()
+    assert await echoed(client, srv.address, b"a") == b"a"
+    reader, writer = await net.raw(srv.port)
+    writer.write(garbage)
+    await writer.drain()
+    assert await asyncio.wait_for(reader.read(), 3) == b""
+    assert await echoed(client, srv.address, b"b") == b"b"
+
+
+async def test_connection_loss_fails_pending_requests(net) -> None:
+    """Pending requests fail with ConnectionClosedError when the connection drops."""
+    gate = asyncio.Event()
+
+    async def never(cmd: Command, conn: Connection) -> Command:
+        conn.abort()
+        await gate.wait()
+        return cmd.response()
+
+    srv = await net.server({SLOW: never})
+    with pytest.raises(errors.ConnectionClosedError):
+        await net.client().invoke(srv.address, Command.request(SLOW), timeout=5)
+    gate.set()
+
+
+async def test_reconnects_after_server_restart_and_backs_off(net) -> None:
+    """After a failed connect the next attempt fails fast (backoff); once the server is back, calls succeed."""
+    srv = await net.server()
+    port = srv.port
+    client = net.client()
+    assert await echoed(client, srv.address, b"1") == b"1"
+    await srv.close(grace=0.1)
+    net.servers.remove(srv)
+    await asyncio.sleep(0.05)
+    with pytest.raises(errors.TransportError):
+        await client.invoke(f"127.0.0.1:{port}", Command.request(ECHO), timeout=1)
+    with pytest.raises(errors.ConnectError, match="backing off"):
+        await client.invoke(f"127.0.0.1:{port}", Command.request(ECHO), timeout=1)
+    again = await net.server(port=port)
+    await asyncio.sleep(0.2)  # longer than the first backoff step
+    assert await echoed(client, again.address, b"2") == b"2"

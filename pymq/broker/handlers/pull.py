@@ -8,7 +8,7 @@ held until a message lands in its queue or its suspend time runs out.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pymq.broker.store.results import GetResult, GetStatus
 from pymq.protocol.codes import RequestCode, ResponseCode
@@ -37,6 +37,18 @@ _STATUS_TO_CODE = {
     GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
     GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
 }
+
+
+class _Read(NamedTuple):
+    """What one pull reads (kept for the re-read after a long-polling wait)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_nums: int
+    max_bytes: int
+    codes: frozenset[int] | None
 
 
 def pull_code(result: GetResult, offset: int) -> int:
@@ -104,47 +116,27 @@ class PullHandlers:
             commit = get_int(ext, "commitOffset", -1)
             if commit >= 0:
                 app.offsets.commit(group, topic, queue_id, commit)
-        resp = self._read(cmd, group, topic, queue_id, offset, max_nums, max_bytes, codes)
+        read = _Read(group, topic, queue_id, offset, max_nums, max_bytes, codes)
+        resp = self._read(cmd, read)
         if resp.code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND and suspend_ms > 0:
             timeout = min(suspend_ms / 1000, app.config.long_polling_max_seconds)
-            return self._hold(cmd, group, topic, queue_id, offset, max_nums, max_bytes, codes, timeout)
+            return self._hold(cmd, read, timeout)
         return resp
 
-    def _read(
-        self,
-        cmd: Command,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_nums: int,
-        max_bytes: int,
-        codes: frozenset[int] | None,
-    ) -> Command:
-        result = self.app.store.get_messages(group, topic, queue_id, offset, max_nums, max_bytes, codes)
+    def _read(self, cmd: Command, r: _Read) -> Command:
+        result = self.app.store.get_messages(r.group, r.topic, r.queue_id, r.offset, r.max_nums, r.max_bytes, r.codes)
         ext = {
             "nextBeginOffset": result.next_begin_offset,
             "minOffset": result.min_offset,
             "maxOffset": result.max_offset,
             "suggestWhichBrokerId": 0,
         }
-        code = pull_code(result, offset)
+        code = pull_code(result, r.offset)
         if code == ResponseCode.SUCCESS:
-            self.app.stats.record_get(topic, result.message_count, result.total_size)
+            self.app.stats.record_get(r.topic, result.message_count, result.total_size)
             return cmd.response(code, None, ext, result.buffers)
         return cmd.response(code, result.status.name, ext)
 
-    async def _hold(
-        self,
-        cmd: Command,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_nums: int,
-        max_bytes: int,
-        codes: frozenset[int] | None,
-        timeout: float,
-    ) -> Command:
-        await self.app.pull_hold.hold(topic, queue_id, offset, timeout)
-        return self._read(cmd, group, topic, queue_id, offset, max_nums, max_bytes, codes)
+    async def _hold(self, cmd: Command, r: _Read, timeout: float) -> Command:
+        await self.app.pull_hold.hold(r.topic, r.queue_id, r.offset, timeout)
+        return self._read(cmd, r)
