@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from pymq.protocol.frame import Command
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.net import local_ip
+from pymq.transport.periodic import every
 from pymq.transport.server import RpcServer, bind_socket
 
 log = get_logger("broker")
@@ -154,9 +155,9 @@ class BrokerApp:
             await svc.start()
         await self.server.start(sock)
         self.started_at = time.time()
-        self._spawn(self._every(cfg.client_scan_interval_seconds, self._scan_clients), "client-scan")
-        self._spawn(self._every(cfg.offset_flush_interval_seconds, self._persist_offsets), "offset-persist")
-        self._spawn(self._every(1.0, self._sample_stats), "stats-sample")
+        self._spawn(every(cfg.client_scan_interval_seconds, self._scan_clients), "client-scan")
+        self._spawn(every(cfg.offset_flush_interval_seconds, self._persist_offsets), "offset-persist")
+        self._spawn(every(1.0, self._sample_stats), "stats-sample")
         await self.registrar.register_all()
         self.registrar.start()
         log.info(
@@ -178,15 +179,6 @@ class BrokerApp:
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         self._tasks.append(asyncio.ensure_future(coro))
         self._tasks[-1].set_name(f"broker-{name}")
-
-    @staticmethod
-    async def _every(interval: float, fn: Callable[[], None]) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                fn()
-            except Exception:
-                log.exception("periodic_task_failed", task=getattr(fn, "__name__", "?"))
 
     def _scan_clients(self) -> None:
         self.consumers.scan_expired()

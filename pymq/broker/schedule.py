@@ -24,6 +24,7 @@ from pymq.broker.store.results import GetStatus, PutStatus
 from pymq.logs import get_logger
 from pymq.protocol.message import Prop
 from pymq.protocol.record import decode_properties, encode_properties, encode_record, parse_record
+from pymq.transport.periodic import every
 
 if TYPE_CHECKING:
     from pymq.broker.app import BrokerApp
@@ -61,7 +62,7 @@ class ScheduleService:
         for level in range(1, len(self.delays_ms) + 1):
             self._wakeups[level] = asyncio.Event()
             self._tasks.append(asyncio.ensure_future(self._deliver_level(level)))
-        self._tasks.append(asyncio.ensure_future(self._persist_loop()))
+        self._tasks.append(asyncio.ensure_future(every(PERSIST_INTERVAL, self._persist_if_dirty)))
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -77,11 +78,9 @@ class ScheduleService:
         self._dirty = False
         write_json_atomic(self.path, {"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
 
-    async def _persist_loop(self) -> None:
-        while True:
-            await asyncio.sleep(PERSIST_INTERVAL)
-            if self._dirty:
-                self.persist()
+    def _persist_if_dirty(self) -> None:
+        if self._dirty:
+            self.persist()
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         if topic == SCHEDULE_TOPIC:

@@ -80,43 +80,14 @@ class OrderlyConsumeService:
     def _lock_valid(self, pq: ProcessQueue) -> bool:
         return not self.clustering or (pq.locked and time.monotonic() - pq.last_lock_time < self.lock_valid_seconds)
 
-    async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+    async def _per_master(self, code: int, mqs: list[MessageQueue]) -> list[Command]:
+        """Send a lock/unlock request for ``mqs`` to each of their masters (locks live there only)."""
         inst = self.consumer.instance
         assert inst is not None
         by_broker: dict[str, list[MessageQueue]] = defaultdict(list)
         for mq in mqs:
             by_broker[mq.brokerName].append(mq)
-        locked: set[MessageQueue] = set()
-        for broker, queues in by_broker.items():
-            addr = inst.broker_addr(broker)  # locks live on the master only
-            if addr is None:
-                continue
-            body = encode_body(
-                {
-                    "consumerGroup": self.consumer.group,
-                    "clientId": inst.client_id,
-                    "mqSet": [q.to_dict() for q in queues],
-                }
-            )
-            try:
-                resp = await inst.rpc.invoke_ok(addr, Command.request(RequestCode.LOCK_BATCH_MQ, body=body), 3.0)
-            except PymqError as exc:
-                log.info("lock_failed", broker=broker, reason=str(exc))
-                continue
-            locked.update(MessageQueue.from_dict(d) for d in decode_body(resp.body).get("lockOKMQSet", []))
-        return locked
-
-    async def lock_for_new_queue(self, mq: MessageQueue) -> bool:
-        """Rebalance takes a queue only once its lock is held."""
-        return mq in await self._lock([mq])
-
-    async def unlock(self, mqs: list[MessageQueue]) -> None:
-        inst = self.consumer.instance
-        if inst is None or not mqs or not self.clustering:
-            return
-        by_broker: dict[str, list[MessageQueue]] = defaultdict(list)
-        for mq in mqs:
-            by_broker[mq.brokerName].append(mq)
+        answers = []
         for broker, queues in by_broker.items():
             addr = inst.broker_addr(broker)
             if addr is None:
@@ -128,8 +99,25 @@ class OrderlyConsumeService:
                     "mqSet": [q.to_dict() for q in queues],
                 }
             )
-            with contextlib.suppress(PymqError):
-                await inst.rpc.invoke_ok(addr, Command.request(RequestCode.UNLOCK_BATCH_MQ, body=body), 3.0)
+            try:
+                answers.append(await inst.rpc.invoke_ok(addr, Command.request(code, body=body), 3.0))
+            except PymqError as exc:
+                log.info("lock_request_failed", broker=broker, code=code, reason=str(exc))
+        return answers
+
+    async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        locked: set[MessageQueue] = set()
+        for resp in await self._per_master(RequestCode.LOCK_BATCH_MQ, mqs):
+            locked.update(MessageQueue.from_dict(d) for d in decode_body(resp.body).get("lockOKMQSet", []))
+        return locked
+
+    async def lock_for_new_queue(self, mq: MessageQueue) -> bool:
+        """Rebalance takes a queue only once its lock is held."""
+        return mq in await self._lock([mq])
+
+    async def unlock(self, mqs: list[MessageQueue]) -> None:
+        if self.consumer.instance is not None and mqs and self.clustering:
+            await self._per_master(RequestCode.UNLOCK_BATCH_MQ, mqs)
 
     async def _renew_loop(self) -> None:
         while True:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from pymq.client.namesrv import NamesrvClient, parse_addrs
@@ -25,6 +25,7 @@ from pymq.protocol.route import MASTER_ID, MessageQueue, TopicRouteData
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.net import local_ip
+from pymq.transport.periodic import every
 
 if TYPE_CHECKING:
     from pymq.transport.connection import Connection
@@ -94,9 +95,9 @@ class ClientInstance:
             return
         self._started = True
         cfg = self.config
-        self._spawn(self._every(cfg.poll_namesrv_interval_seconds, self.refresh_routes), "route-refresh")
-        self._spawn(self._every(cfg.heartbeat_interval_seconds, self.send_heartbeat_to_all), "heartbeat")
-        self._spawn(self._every(cfg.persist_offset_interval_seconds, self.persist_offsets), "offset-persist")
+        self._spawn(every(cfg.poll_namesrv_interval_seconds, self.refresh_routes), "route-refresh")
+        self._spawn(every(cfg.heartbeat_interval_seconds, self.send_heartbeat_to_all), "heartbeat")
+        self._spawn(every(cfg.persist_offset_interval_seconds, self.persist_offsets), "offset-persist")
         self._spawn(self._rebalance_loop(), "rebalance")
 
     async def release(self) -> None:
@@ -117,17 +118,6 @@ class ClientInstance:
         task = asyncio.ensure_future(coro)
         task.set_name(f"pymq-client-{name}")
         self._tasks.append(task)
-
-    @staticmethod
-    async def _every(interval: float, fn: Callable[[], Awaitable[Any]]) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await fn()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("client_periodic_task_failed", task=getattr(fn, "__name__", "?"))
 
     # --- routes ------------------------------------------------------------------------------------------
 
