@@ -19,7 +19,15 @@ from pymq.config import SMALL_STORE_SIZES, BrokerConfig, NamesrvConfig, StoreCon
 from pymq.nameserver.app import NamesrvApp
 from pymq.protocol.route import PERM_READ_WRITE, TopicConfig
 
-SMALL_STORE = SMALL_STORE_SIZES
+#: Store files for tests: 8 MiB commitlog, 400 KB consume-queue and 2 MB index files, so that
+#: a suite starting dozens of brokers stays small on disk.
+SMALL_STORE = {
+    **SMALL_STORE_SIZES,
+    "commitlog_file_size": 8 * 1024 * 1024,
+    "consume_queue_file_entries": 20_000,
+    "index_hash_slots": 20_000,
+    "index_max_entries": 100_000,
+}
 
 
 def broker_name(i: int) -> str:
