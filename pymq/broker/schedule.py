@@ -23,7 +23,7 @@ from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.broker.store.results import GetStatus, PutStatus
 from pymq.logs import get_logger
 from pymq.protocol.message import Prop
-from pymq.protocol.record import decode_properties, encode_properties, encode_record, parse_record
+from pymq.protocol.record import decode_properties, encode_properties, parse_record, reencode
 from pymq.transport.periodic import every
 
 if TYPE_CHECKING:
@@ -144,16 +144,7 @@ class ScheduleService:
         queue_id = int(qid_raw) if qid_raw.isdigit() else 0
         if queue_id >= tc.writeQueueNums:
             queue_id %= tc.writeQueueNums
-        record = encode_record(
-            topic.encode(),
-            bytes(r.body),
-            encode_properties(props),
-            flag=r.flag,
-            sys_flag=r.sys_flag,
-            born_timestamp=r.born_timestamp,
-            born_host=r.born_host,
-            reconsume_times=r.reconsume_times,
-        )
+        record = reencode(r, topic.encode(), encode_properties(props))
         res = store.put_messages(topic, queue_id, record)[0]
         if res.status != PutStatus.PUT_OK:
             log.warning("scheduled_delivery_failed", topic=topic, status=res.status.name, reason=res.reason)

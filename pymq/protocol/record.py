@@ -295,6 +295,25 @@ def parse_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc
     return r
 
 
+def reencode(r: RecordFields, topic: bytes, properties: bytes, *, reconsume_times: int | None = None) -> bytes:
+    """A new producer-side record for another topic and properties; body, flags and born time carry over.
+
+    Used when the broker moves a message: to the schedule topic, from it to the real topic,
+    to a retry or dead-letter topic.
+    """
+    return encode_record(
+        topic,
+        bytes(r.body),
+        properties,
+        flag=r.flag,
+        sys_flag=r.sys_flag,
+        born_timestamp=r.born_timestamp,
+        born_host=r.born_host,
+        reconsume_times=r.reconsume_times if reconsume_times is None else reconsume_times,
+        prepared_tx_offset=r.prepared_tx_offset,
+    )
+
+
 def record_store_timestamp(buf: bytes | bytearray | memoryview, pos: int) -> int:
     return _STORE_TS.unpack_from(buf, pos + STORE_TIMESTAMP_POS)[0]
 

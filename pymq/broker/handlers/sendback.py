@@ -20,7 +20,7 @@ from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.frame import Command
 from pymq.protocol.headers import get_int, get_str
 from pymq.protocol.message import Prop
-from pymq.protocol.record import decode_properties, encode_properties, encode_record, parse_record
+from pymq.protocol.record import decode_properties, encode_properties, parse_record, reencode
 from pymq.protocol.route import PERM_READ_WRITE
 from pymq.transport.dispatch import Handler
 
@@ -74,16 +74,7 @@ class SendBackHandlers:
             queue_id = random.randrange(tc.writeQueueNums)
             level = delay_level if delay_level > 0 else 3 + r.reconsume_times
             props[Prop.DELAY] = str(level)
-        record = encode_record(
-            target.encode(),
-            bytes(r.body),
-            encode_properties(props),
-            flag=r.flag,
-            sys_flag=r.sys_flag,
-            born_timestamp=r.born_timestamp,
-            born_host=r.born_host,
-            reconsume_times=r.reconsume_times + 1,
-        )
+        record = reencode(r, target.encode(), encode_properties(props), reconsume_times=r.reconsume_times + 1)
         results = app.store.put_messages(target, queue_id, record)  # type: ignore[union-attr]
         app.stats.record_put(target, results)
         res = results[0]
