@@ -5,7 +5,7 @@ Every pass measures how full the store's disk is, then:
 * at one of the ``delete_when`` hours, or when use passes ``disk_max_used_ratio`` (75 %),
   commitlog files older than ``file_reserved_hours`` (72 h) are deleted;
 * above ``disk_clean_forcibly_ratio`` (85 %) the oldest files go even if not expired,
-  one at a time until use drops below it;
+  one at a time until use drops below it (at most ``MAX_FORCED_DELETES`` per pass);
 * above ``disk_full_ratio`` (90 %) the store refuses writes until a pass finds it below.
 
 The newest commitlog file is never deleted. Consume-queue and index files whose records
@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from pymq.broker.store.message_store import MessageStore
 
 log = get_logger("broker.store.cleanup")
+
+#: Unexpired files deleted per pass at most: a file a reader still maps frees its space only
+#: when the reader lets go, so "until below the ratio" must not mean "everything".
+MAX_FORCED_DELETES = 10
 
 
 @dataclass
@@ -67,8 +71,13 @@ def run_cleanup(store: MessageStore, now: float | None = None) -> CleanupReport:
         if expired:
             report.deleted_commitlog_files += store.delete_commitlog_files(expired)
             log.info("expired_commitlog_files_deleted", count=expired, disk_ratio=round(ratio, 3))
-    while disk_ratio(store) >= cfg.disk_clean_forcibly_ratio and len(store.commitlog.mfq.files) > 1:
-        store.delete_commitlog_files(1)
+    forced = 0
+    while (
+        forced < MAX_FORCED_DELETES
+        and disk_ratio(store) >= cfg.disk_clean_forcibly_ratio
+        and store.delete_commitlog_files(1)
+    ):
+        forced += 1
         report.deleted_commitlog_files += 1
         log.warning("commitlog_file_deleted_forcibly", disk_ratio=round(disk_ratio(store), 3))
     if report.deleted_commitlog_files:

@@ -7,8 +7,11 @@ byte offset>``)::
     8   i32  record size
     12  i64  tags code (crc32 of the tag; the delivery time in ms for the schedule topic)
 
-An all-zero entry marks the end of the data. A gap before a queue's first entry (its
-first file starts before the first offset it holds) is filled with ``(0, INT_MAX, 0)``.
+Big-endian, like the commitlog. Each file holds ``consume_queue_file_entries`` entries
+(300,000 by default, 6,000,000 bytes) and is named by the byte offset of its first entry.
+An all-zero entry marks the end of the data. A gap before a queue's first entry (its first
+file starts before the first offset it holds) is filled with ``(0, INT_MAX, 0)``. Entries
+are written after the records they point to, in commitlog order.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from pymq.broker.store.mapped_file import MappedFileQueue, zero_tail
+from pymq.broker.store.mapped_file import MappedFileQueue
 
 CQ_ENTRY = struct.Struct(">qiq")
+#: the size field of a blank filler entry
+BLANK_SIZE = 0x7FFFFFFF
 CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
-BLANK_ENTRY = CQ_ENTRY.pack(0, 0x7FFFFFFF, 0)
+BLANK_ENTRY = CQ_ENTRY.pack(0, BLANK_SIZE, 0)
 _ZERO_ENTRY = bytes(CQ_ENTRY_SIZE)
 
 
@@ -130,7 +135,7 @@ class ConsumeQueue:
         # Skip leading blank fillers for the min offset.
         while self.min_offset < self.max_offset:
             e = self.entry(self.min_offset)
-            if e is None or e[1] != 0x7FFFFFFF:
+            if e is None or e[1] != BLANK_SIZE:
                 break
             self.min_offset += 1
 
@@ -150,33 +155,47 @@ class ConsumeQueue:
 
     def truncate_beyond(self, max_phys: int) -> int:
         """Drop trailing entries whose record ends past ``max_phys``; returns how many went."""
-        dropped = 0
-        while self.max_offset > self.min_offset:
-            e = self.last_entry()
-            if e is None:
-                break
-            phys, size, _ = e
-            if size != 0x7FFFFFFF and phys + size > max_phys:
-                self.mfq.truncate((self.max_offset - 1) * CQ_ENTRY_SIZE)
-                dropped += 1
+        lo, hi = self.min_offset, self.max_offset
+        # Entries are ordered by commitlog offset (blank fillers only lead): binary search
+        # the first one that ends past max_phys, then truncate once.
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and (e[1] == BLANK_SIZE or e[0] + e[1] <= max_phys):
+                lo = mid + 1
             else:
-                break
-        if self.max_offset <= self.min_offset:
-            self.min_offset = self.max_offset
+                hi = mid
+        dropped = self.max_offset - lo
+        if dropped > 0:
+            self.truncate_to(lo)
         return dropped
 
     def truncate_to(self, offset: int) -> None:
+        """Make ``offset`` the end of the queue (later entries are zeroed or their files deleted)."""
+        files = self.mfq.files
+        pos = offset * CQ_ENTRY_SIZE
+        if files and pos < files[0].file_from:
+            # Keep the first file, empty, so that the queue's offsets never restart at 0.
+            pos = files[0].file_from
+        self.mfq.truncate(pos)
+        self.min_offset = min(self.min_offset, self.max_offset)
+
+    def fix_entry(self, offset: int, entry: bytes) -> bool:
+        """Overwrite entry ``offset`` (below the end) if it differs from ``entry``; True if it did."""
         pos = offset * CQ_ENTRY_SIZE
         mf = self.mfq.find(pos)
-        self.mfq.truncate(pos)
-        if mf is not None:
-            zero_tail(mf.mm, pos - mf.file_from, mf.size)
-        self.min_offset = min(self.min_offset, offset)
+        if mf is None or pos - mf.file_from + CQ_ENTRY_SIZE > mf.wrote_pos:
+            return False
+        at = pos - mf.file_from
+        if mf.mm[at : at + CQ_ENTRY_SIZE] == entry:
+            return False
+        mf.mm[at : at + CQ_ENTRY_SIZE] = entry
+        return True
 
     def max_phys_end(self) -> int:
         """The commitlog offset just past the last record this queue references."""
         e = self.last_entry()
-        if e is None or e[1] == 0x7FFFFFFF:
+        if e is None or e[1] == BLANK_SIZE:
             return 0
         return e[0] + e[1]
 
@@ -187,7 +206,8 @@ class ConsumeQueue:
         while len(files) > 1:
             mf = files[0]
             last = CQ_ENTRY.unpack_from(mf.mm, mf.size - CQ_ENTRY_SIZE)
-            if last[1] != 0x7FFFFFFF and last[0] + last[1] <= min_phys:
+            # A file whose last entry is a blank filler holds nothing but fillers.
+            if last[1] == BLANK_SIZE or last[0] + last[1] <= min_phys:
                 self.mfq.delete_first(1)
                 files = self.mfq.files
                 deleted += 1
@@ -204,7 +224,7 @@ class ConsumeQueue:
         while lo < hi:
             mid = (lo + hi) // 2
             e = self.entry(mid)
-            if e is not None and (e[1] == 0x7FFFFFFF or e[0] < min_phys):
+            if e is not None and (e[1] == BLANK_SIZE or e[0] < min_phys):
                 lo = mid + 1
             else:
                 hi = mid

@@ -1,12 +1,21 @@
-"""Background flushing, on threads (fdatasync releases the GIL, so the event loop keeps running).
+"""Background threads: flushing and warming (the syscalls release the GIL, so the event loop keeps running).
 
-* :class:`CommitLogFlusher` — ASYNC_FLUSH: every interval, flush when enough pages are dirty
-  or the thorough interval has passed. SYNC_FLUSH: group commit — callers queue
-  ``(offset, callback)`` requests; one fdatasync covers every request queued before it.
-* :class:`LogicsFlusher` — consume queues and index every second, then the checkpoint.
+* :class:`CommitLogFlusher` — ASYNC_FLUSH: every ``flush_interval_ms``, sync the commitlog
+  range written since the last flush if at least ``flush_least_pages`` pages are dirty, or
+  whatever is dirty once ``flush_thorough_interval_ms`` has passed. SYNC_FLUSH (group
+  commit): callers queue ``(offset, callback)``; the thread wakes on the first request,
+  takes every queued request, runs one sync covering all of them, then answers each
+  (``True`` if the flushed offset covers it). It also flushes periodically, like ASYNC.
+  After each sync it records ``physic_ts`` (the store time of the newest record covered)
+  and ``flushed_phys`` in the checkpoint (persisted by the next logics flush).
+* :class:`LogicsFlusher` — every ``consume_queue_flush_interval_ms``: consume queues, then
+  the checkpoint; index files every ``INDEX_FLUSH_INTERVAL`` (10 s). It holds its own lock,
+  never the commitlog flusher's, so syncing many queues does not delay the syncs
+  SYNC_FLUSH senders wait for.
+* :class:`Warmer` — prefaults commitlog pages ahead of the writer and creates the next file.
 
 Callbacks run on the flusher thread; the broker hops back to its loop with
-``call_soon_threadsafe``.
+``call_soon_threadsafe``. The 5 s FLUSH_DISK_TIMEOUT is the caller's (the send handler's).
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ log = get_logger("broker.store.flush")
 
 FlushCallback = Callable[[bool], None]
 PAGE = 4096
+#: seconds between syncs of the index files (consume queues: every consume_queue_flush_interval_ms)
+INDEX_FLUSH_INTERVAL = 10.0
 
 
 class CommitLogFlusher(threading.Thread):
@@ -43,7 +54,7 @@ class CommitLogFlusher(threading.Thread):
         self.flush_count = 0
 
     def request(self, offset: int, callback: FlushCallback) -> None:
-        """Call ``callback(True)`` once everything below ``offset`` is on disk (SYNC_FLUSH)."""
+        """Call ``callback(True)`` once everything below ``offset`` is on disk (False if it cannot be)."""
         with self._cond:
             if self._stopping:
                 callback(False)
@@ -54,12 +65,8 @@ class CommitLogFlusher(threading.Thread):
     def run(self) -> None:
         while True:
             with self._cond:
-                if self.sync:
-                    while not self._requests and not self._stopping:
-                        self._cond.wait(self.interval)
-                        if not self._requests and not self._stopping:
-                            break  # periodic flush even with no waiters
-                else:
+                if not self._requests and not self._stopping:
+                    # SYNC_FLUSH wakes up for the first request; both modes flush periodically.
                     self._cond.wait(self.interval)
                 stopping = self._stopping
                 requests, self._requests = self._requests, []
@@ -71,15 +78,12 @@ class CommitLogFlusher(threading.Thread):
                     cb(False)
                 requests = []
             flushed = self.store.commitlog.mfq.flushed_offset
-            late = []
             for off, cb in requests:
-                if off <= flushed:
-                    cb(True)
-                else:
-                    late.append((off, cb))
-            if late:
-                with self._cond:
-                    self._requests[:0] = late
+                # Every request covers data appended before it was queued, and the forced
+                # flush above synced all of that: only an offset past the end is left over.
+                if off > flushed:
+                    log.warning("flush_request_past_end", offset=off, flushed=flushed)
+                cb(off <= flushed)
             if stopping:
                 with self._cond:
                     rest, self._requests = self._requests, []
@@ -123,11 +127,18 @@ class LogicsFlusher(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
+        last_index = time.monotonic()
         while not self._stop_event.wait(self.interval):
+            now = time.monotonic()
+            # Index files less often: a sync writes back slot pages dirtied all over the file,
+            # and every slot write after it faults again; recovery rebuilds a crashed tail anyway.
+            index = now - last_index >= INDEX_FLUSH_INTERVAL
             try:
-                self.store.flush_logics()
+                self.store.flush_logics(index=index)
             except Exception:
                 log.exception("logics_flush_failed")
+            if index:
+                last_index = now
 
     def stop(self) -> None:
         self._stop_event.set()

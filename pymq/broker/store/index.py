@@ -1,33 +1,47 @@
 """Index files: a hash index from ``topic#key`` to commitlog offsets, for lookups by key.
 
-One file (``index/<yyyyMMddHHmmssSSS>``, named by creation time) holds::
+One file (``index/<yyyyMMddHHmmssSSS>``, named by local creation time) holds, in
+**little-endian** byte order (unlike the commitlog and consume queues, so that the slot
+table can be used as a native int32 array through a memoryview on the usual hosts)::
 
     header   40 bytes: begin_ts i64 | end_ts i64 | begin_phys i64 | end_phys i64 |
                        hash_slot_count i32 | index_count i32
     slots    hash_slot_count x i32: the newest entry number for that slot (0 = empty)
     entries  max_entries x 20 bytes: key_hash u32 | phys i64 | time_diff i32 | prev i32
 
-``time_diff`` is seconds since ``begin_ts``; ``prev`` chains entries of the same slot from
-newest to oldest (0 ends the chain). Entry 0 is never used, so ``index_count`` starts at 1
-and the file is full when it reaches ``max_entries``. The hash is crc32 of the UTF-8 key:
-different keys can share it, so callers check the key stored in the record.
+Entry ``n`` sits at byte ``40 + 4 * hash_slot_count + 20 * n``. ``time_diff`` is seconds
+since ``begin_ts``; ``prev`` chains entries of the same slot from newest to oldest (0
+ends the chain). Entry 0 is never used, so ``index_count`` starts at 1 and the file is
+full when it reaches ``max_entries``. The hash is crc32 of the UTF-8 ``topic#key`` and
+the slot is ``hash % hash_slot_count``: different keys can share a slot or even a hash,
+so the store checks the key in the record itself.
+
+Crash safety: a batch writes each entry before pointing its slot at it, and the header
+(with the new ``index_count``) after the whole batch. Entries found past the count at load
+time are undone (:meth:`IndexFile.rollback_uncounted`).
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 import time
 import zlib
 from pathlib import Path
 
-from pymq.broker.store.mapped_file import MappedFile
+from pymq.broker.store.mapped_file import MappedFile, remove_leftovers
+from pymq.errors import StoreError
+from pymq.logs import get_logger
 
-HEADER = struct.Struct(">qqqqii")
+log = get_logger("broker.store.index")
+
+HEADER = struct.Struct("<qqqqii")
 HEADER_SIZE = HEADER.size  # 40
-ENTRY = struct.Struct(">Iqii")
+ENTRY = struct.Struct("<Iqii")
 ENTRY_SIZE = ENTRY.size  # 20
-_SLOT = struct.Struct(">i")
-_COUNT_POS = 36
+_SLOT = struct.Struct("<i")
+_ZERO_ENTRY = bytes(ENTRY_SIZE)
+_NATIVE_SLOTS = sys.byteorder == "little"
 
 
 def key_hash(topic_key: bytes) -> int:
@@ -43,6 +57,24 @@ def _name_for(ts_ms: int) -> str:
     return time.strftime("%Y%m%d%H%M%S", t) + f"{ts_ms % 1000:03d}"
 
 
+class _StructSlots:
+    """Slot access through ``struct`` (big-endian hosts, where a native view would be wrong)."""
+
+    __slots__ = ("mm",)
+
+    def __init__(self, mm: object) -> None:
+        self.mm = mm
+
+    def __getitem__(self, i: int) -> int:
+        return _SLOT.unpack_from(self.mm, HEADER_SIZE + 4 * i)[0]  # type: ignore[arg-type]
+
+    def __setitem__(self, i: int, v: int) -> None:
+        _SLOT.pack_into(self.mm, HEADER_SIZE + 4 * i, v)  # type: ignore[arg-type]
+
+    def release(self) -> None:
+        pass
+
+
 class IndexFile:
     __slots__ = (
         "begin_phys",
@@ -54,6 +86,7 @@ class IndexFile:
         "max_entries",
         "mf",
         "mm",
+        "slot_view",
         "slots",
     )
 
@@ -63,6 +96,11 @@ class IndexFile:
         self.slots = slots
         self.max_entries = max_entries
         self.entries_base = HEADER_SIZE + slots * 4
+        self.slot_view = (
+            memoryview(mf.mm)[HEADER_SIZE : self.entries_base].cast("i")
+            if _NATIVE_SLOTS
+            else _StructSlots(mf.mm)
+        )
         if new:
             self.begin_ts = self.end_ts = self.begin_phys = self.end_phys = 0
             self.count = 1
@@ -72,44 +110,54 @@ class IndexFile:
                 HEADER.unpack_from(self.mm, 0)
             )
             if stored_slots != slots:
-                raise ValueError(f"{mf.path} has {stored_slots} hash slots, configured {slots}")
-            self.count = max(1, self.count)
+                self.slot_view.release()
+                raise StoreError(f"{mf.path} has {stored_slots} hash slots, configured {slots}")
+            self.count = min(max(1, self.count), max_entries)
+        mf.wrote_pos = mf.flushed_pos = self.entries_base + self.count * ENTRY_SIZE
+        mf.ranged_sync = False  # slots and header change anywhere in the file: sync all of it
 
     @property
     def is_full(self) -> bool:
         return self.count >= self.max_entries
 
     def write_header(self) -> None:
-        HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slots, self.count)
+        HEADER.pack_into(
+            self.mm, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slots, self.count
+        )
 
-    def put(self, h: int, phys: int, store_ts: int) -> bool:
-        """Add one entry; False when the file is full. The header is written by the caller."""
-        count = self.count
-        if count >= self.max_entries:
-            return False
+    def rollback_uncounted(self) -> int:
+        """Undo entries written past the header's count; returns how many.
+
+        A batch writes each entry before pointing its slot at it and the header's count
+        last, so after a crash mid-batch the uncounted entries hold, in ``prev``, the slot
+        values they replaced: restoring those newest-first leaves no slot pointing past the
+        count, and every chain intact.
+        """
         mm = self.mm
-        slot_pos = HEADER_SIZE + (h % self.slots) * 4
-        prev = _SLOT.unpack_from(mm, slot_pos)[0]
-        if prev <= 0 or prev > count:
-            prev = 0
-        if self.begin_ts == 0:
-            self.begin_ts = store_ts
-            self.begin_phys = phys
-        ENTRY.pack_into(mm, self.entries_base + count * ENTRY_SIZE, h, phys, (store_ts - self.begin_ts) // 1000, prev)
-        # Entry, then count, then slot: a crash between them loses at most this one entry
-        # from its chain, never a slot pointing past the count.
-        self.count = count + 1
-        _SLOT.pack_into(mm, _COUNT_POS, count + 1)
-        _SLOT.pack_into(mm, slot_pos, count)
-        self.end_ts = store_ts
-        self.end_phys = phys
-        return True
+        base = self.entries_base
+        sv = self.slot_view
+        top = self.count
+        while top < self.max_entries and mm[base + top * ENTRY_SIZE : base + (top + 1) * ENTRY_SIZE] != (
+            _ZERO_ENTRY
+        ):
+            top += 1
+        for n in range(top - 1, self.count - 1, -1):
+            h, _, _, prev = ENTRY.unpack_from(mm, base + n * ENTRY_SIZE)
+            slot = h % self.slots
+            if sv[slot] == n:
+                sv[slot] = prev if 0 < prev < n else 0
+            mm[base + n * ENTRY_SIZE : base + (n + 1) * ENTRY_SIZE] = _ZERO_ENTRY
+        return top - self.count
 
     def put_many(self, entries: list[tuple[int, int]], store_ts: int) -> int:
-        """:meth:`put` for many entries of one store time; returns how many fit."""
+        """Add ``(hash, commitlog offset)`` entries of one store time; returns how many fit.
+
+        Each entry is written before its slot points at it; the caller writes the header
+        (with the new count) after the whole batch (see :meth:`rollback_uncounted`).
+        """
         mm = self.mm
         slots = self.slots
-        base = self.entries_base
+        sv = self.slot_view
         count = self.count
         room = self.max_entries - count
         if room <= 0:
@@ -119,20 +167,16 @@ class IndexFile:
             self.begin_ts = store_ts
             self.begin_phys = todo[0][1]
         tdiff = (store_ts - self.begin_ts) // 1000
-        unpack_slot = _SLOT.unpack_from
-        pack_slot = _SLOT.pack_into
         pack_entry = ENTRY.pack_into
+        pos = self.entries_base + count * ENTRY_SIZE
+        # Slots always hold entry numbers below the count (load rolls back any beyond it); a
+        # corrupt one could only make ``prev`` point forward, which lookups treat as the end.
         for h, phys in todo:
-            slot_pos = HEADER_SIZE + (h % slots) * 4
-            prev = unpack_slot(mm, slot_pos)[0]
-            if prev <= 0 or prev > count:
-                prev = 0
-            pack_entry(mm, base + count * ENTRY_SIZE, h, phys, tdiff, prev)
+            slot = h % slots
+            pack_entry(mm, pos, h, phys, tdiff, sv[slot])
+            sv[slot] = count
             count += 1
-            # Entry, then count, then slot: a crash between them loses at most this one entry
-            # from its chain, never leaves a slot pointing past the count.
-            pack_slot(mm, _COUNT_POS, count)
-            pack_slot(mm, slot_pos, count - 1)
+            pos += 20
         self.count = count
         self.end_ts = store_ts
         self.end_phys = todo[-1][1]
@@ -141,19 +185,44 @@ class IndexFile:
     def lookup(self, h: int, begin_ts: int, end_ts: int, limit: int, out: list[int]) -> None:
         """Append to ``out`` the commitlog offsets of entries with hash ``h`` stored in [begin_ts, end_ts]."""
         mm = self.mm
-        cur = _SLOT.unpack_from(mm, HEADER_SIZE + (h % self.slots) * 4)[0]
+        cur = self.slot_view[h % self.slots]
         count = self.count
-        seen = 0
-        while 0 < cur < count and len(out) < limit and seen < count:
-            eh, phys, tdiff, prev = ENTRY.unpack_from(mm, self.entries_base + cur * ENTRY_SIZE)
-            seen += 1
-            ts = self.begin_ts + tdiff * 1000
-            # time_diff has second precision: widen the window by a second on each side
-            if eh == h and begin_ts - 1000 <= ts <= end_ts + 1000:
+        base = self.entries_base
+        file_begin = self.begin_ts
+        begin_ts -= 1000  # time_diff has second precision: widen the window by a second on each side
+        end_ts += 1000
+        unpack = ENTRY.unpack_from
+        while 0 < cur < count and len(out) < limit:
+            eh, phys, tdiff, prev = unpack(mm, base + cur * ENTRY_SIZE)
+            if eh == h and begin_ts <= file_begin + tdiff * 1000 <= end_ts:
                 out.append(phys)
-            if prev <= 0 or prev >= cur:
+            if prev >= cur:
                 break
             cur = prev
+
+    def tail_hashes(self) -> tuple[int, set[int]]:
+        """The newest entry's commitlog offset and the hashes indexed for it ((-1, set()) if empty)."""
+        if self.count <= 1:
+            return -1, set()
+        base = self.entries_base
+        n = self.count - 1
+        last_phys = ENTRY.unpack_from(self.mm, base + n * ENTRY_SIZE)[1]
+        hashes = set()
+        while n > 0:
+            h, phys, _, _ = ENTRY.unpack_from(self.mm, base + n * ENTRY_SIZE)
+            if phys != last_phys:
+                break
+            hashes.add(h)
+            n -= 1
+        return last_phys, hashes
+
+    def close(self) -> None:
+        self.slot_view.release()
+        self.mf.close()
+
+    def destroy(self) -> None:
+        self.slot_view.release()
+        self.mf.destroy()
 
 
 class IndexService:
@@ -165,31 +234,51 @@ class IndexService:
         self.max_entries = max_entries
         self.file_size = index_file_size(slots, max_entries)
         self.files: list[IndexFile] = []
+        #: store time of the newest entry whose header (count) is written
+        self.header_ts = 0
 
-    def load(self) -> None:
+    def load(self) -> int:
+        """Map the index files; returns how many uncounted entries were rolled back."""
         if not self.directory.exists():
-            return
+            return 0
+        rolled_back = 0
+        remove_leftovers(self.directory)
         for path in sorted(p for p in self.directory.iterdir() if p.name.isdigit()):
-            if path.stat().st_size != self.file_size:
-                path.unlink()  # a file from a different configuration or a torn creation
+            size = path.stat().st_size
+            if size != self.file_size:
+                # A torn creation, or another configuration: the index can be rebuilt, so
+                # the file goes (re-dispatch after an abnormal restart re-indexes the tail).
+                log.warning("index_file_dropped", path=str(path), size=size, expected=self.file_size)
+                path.unlink()
                 continue
-            mf = MappedFile(path, self.file_size, create=False)
-            self.files.append(IndexFile(mf, self.slots, self.max_entries, new=False))
+            f = IndexFile(
+                MappedFile(path, self.file_size, create=False), self.slots, self.max_entries, new=False
+            )
+            rolled_back += f.rollback_uncounted()
+            self.files.append(f)
+        if self.files:
+            self.header_ts = self.files[-1].end_ts
+        return rolled_back
 
-    @property
-    def max_phys(self) -> int:
-        """Commitlog offset of the newest indexed record (-1 if none): recovery re-indexes past it."""
+    def tail(self) -> tuple[int, set[int]]:
+        """Commitlog offset of the newest indexed record (-1 if none) and the hashes it is indexed under.
+
+        Recovery re-indexes records past it, and the missing keys of that record itself
+        (a batch can end one file and continue in the next).
+        """
         for f in reversed(self.files):
             if f.count > 1:
-                return ENTRY.unpack_from(f.mm, f.entries_base + (f.count - 1) * ENTRY_SIZE)[1]
-        return -1
+                return f.tail_hashes()
+        return -1, set()
 
     def _writable(self, now_ms: int) -> IndexFile:
         if self.files and not self.files[-1].is_full:
             return self.files[-1]
         if self.files:
-            self.files[-1].write_header()
-            self.files[-1].mf.flush()
+            # The full file is synced by the next flush (see flush()), not on the writer's thread.
+            full = self.files[-1]
+            full.write_header()
+            full.mf.wrote_pos = full.mf.size
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / _name_for(now_ms)
         while path.exists():
@@ -199,10 +288,6 @@ class IndexService:
         self.files.append(f)
         return f
 
-    def put_keys(self, hashes: list[int], phys: int, store_ts: int) -> None:
-        """Index one record under each of ``hashes``."""
-        self.put_many([(h, phys) for h in hashes], store_ts)
-
     def put_many(self, entries: list[tuple[int, int]], store_ts: int) -> None:
         """Index ``(hash, commitlog offset)`` pairs stored at ``store_ts``, in commitlog order."""
         f = self._writable(store_ts)
@@ -210,12 +295,9 @@ class IndexService:
         while done < len(entries):
             f = self._writable(store_ts)
             done += f.put_many(entries[done:], store_ts)
-        f.mf.wrote_pos = f.entries_base + f.count * ENTRY_SIZE
         f.write_header()
-
-    def sync_header(self) -> None:
-        if self.files:
-            self.files[-1].write_header()
+        f.mf.wrote_pos = f.entries_base + f.count * ENTRY_SIZE
+        self.header_ts = store_ts
 
     def lookup(self, topic_key: bytes, begin_ts: int, end_ts: int, limit: int) -> list[int]:
         """Commitlog offsets for a key, newest first (hash matches only: verify the key)."""
@@ -233,29 +315,32 @@ class IndexService:
         """Delete files whose every entry points below ``min_phys`` (the newest file stays)."""
         deleted = 0
         while len(self.files) > 1 and self.files[0].end_phys < min_phys:
-            self.files.pop(0).mf.destroy()
+            self.files.pop(0).destroy()
             deleted += 1
         return deleted
 
-    @property
-    def last_ts(self) -> int:
-        return self.files[-1].end_ts if self.files else 0
-
     def flush(self) -> int:
-        """Sync the newest file; returns the store time its entries are durable up to."""
-        if not self.files:
-            return 0
-        f = self.files[-1]
-        ts = f.end_ts
-        f.write_header()
-        f.mf.wrote_pos = f.entries_base + f.count * ENTRY_SIZE
-        f.mf.flush()
+        """Sync the newest file; returns the store time its entries are durable up to.
+
+        Runs on the flush thread: it only syncs. The writer keeps the header current.
+        """
+        ts = self.header_ts
+        # Only the newest files can hold unsynced entries (the writer rolls over, never back).
+        for f in reversed(list(self.files)):
+            if f.mf.wrote_pos <= f.mf.flushed_pos:
+                break
+            f.mf.flush()
         return ts
 
     def close(self) -> None:
         for f in self.files:
             f.write_header()
-            f.mf.close()
+            f.close()
+
+    def abandon(self) -> None:
+        """Unmap the files without writing headers (what a crash leaves)."""
+        for f in self.files:
+            f.close()
 
     def disk_bytes(self) -> int:
         return len(self.files) * self.file_size

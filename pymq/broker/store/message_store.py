@@ -1,21 +1,24 @@
 """The message store facade: what the broker calls. No sockets and no asyncio in here.
 
-Layout under ``store_dir`` (documented in ``docs/STORE.md``)::
+Layout under ``store_dir`` (overview in ``docs/STORE.md``; each format is specified in the
+docstring of the module that writes it)::
 
-    commitlog/<20-digit offset>            records of every topic
-    consumequeue/<topic>/<qid>/<offset>    20-byte entries per queue
-    index/<yyyyMMddHHmmssSSS>              hash index by key
-    checkpoint  abort  lock  config/*.json
+    commitlog/<20-digit offset>            records of every topic       (commitlog.py, protocol/record.py)
+    consumequeue/<topic>/<qid>/<offset>    20-byte entries per queue    (consume_queue.py)
+    index/<yyyyMMddHHmmssSSS>              hash index by key            (index.py)
+    checkpoint                             flushed store times          (checkpoint.py)
+    abort                                  exists while running: its presence at start = crash
+    lock                                   flock()ed by the running store (holds its pid)
+    config/*.json                          broker state, atomic writes  (config_files.py)
 
 Writes and reads happen on the caller's thread (the broker's event loop) under one lock;
-flushing and cleanup run on their own threads.
+flushing, warming and cleanup run on their own threads.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -34,8 +37,6 @@ from pymq.config import FlushDiskType, StoreConfig
 from pymq.errors import StoreError, StoreLockedError
 from pymq.logs import get_logger
 from pymq.protocol.record import (
-    BODY_LEN_POS,
-    BODY_POS,
     find_property,
     pack_host,
     parse_record,
@@ -44,8 +45,6 @@ from pymq.protocol.record import (
 
 log = get_logger("broker.store")
 
-_U16 = struct.Struct(">H")
-_I32 = struct.Struct(">i")
 #: Entries scanned per pull when a tag filter skips most of them.
 FILTER_SCAN_ENTRIES = 800
 
@@ -54,7 +53,6 @@ ArrivalListener = Callable[[str, int, int], None]
 
 class MessageStore:
     SCHEDULE_TOPIC = SCHEDULE_TOPIC
-    QID_QOFF = struct.Struct(">iq")
 
     def __init__(self, config: StoreConfig, *, store_host: str = "127.0.0.1:10911") -> None:
         self.config = config
@@ -74,13 +72,19 @@ class MessageStore:
             delay_levels_ms=self.delay_levels_ms,
         )
         self.lock = threading.RLock()
-        #: held by the flushers while syncing and by cleanup while deleting files
+        #: held by the commitlog flusher while syncing, and by whoever deletes or closes files
         self.file_lock = threading.Lock()
+        #: held by the consume-queue/index flush while syncing, and by whoever deletes or
+        #: closes files; separate from file_lock so a slow logics flush (many queues) never
+        #: holds up the commitlog flush that SYNC_FLUSH sends wait for
+        self.logics_lock = threading.Lock()
+        self.appender.file_locks = (self.file_lock, self.logics_lock)
         self.checkpoint: Checkpoint
         self.last_store_ts = 0
         self.running = False
         self.disk_full = False
         self.recovery: RecoveryReport | None = None
+        self.index_rolled_back = 0
         self.started_at = 0.0
         self.put_count = 0
         self.put_bytes = 0
@@ -102,7 +106,7 @@ class MessageStore:
             abnormal = abort.exists()
             self.checkpoint = Checkpoint(self.root / "checkpoint")
             self._load_queues()
-            self.index.load()
+            self.index_rolled_back = self.index.load()
             self.recovery = recover(self, abnormal=abnormal)
             r = self.recovery
             log.info(
@@ -112,7 +116,9 @@ class MessageStore:
                 scanned_mb=round(r.scanned_bytes / 1e6, 2),
                 records=r.scanned_records,
                 redispatched_cq=r.redispatched_cq,
+                repaired_cq=r.repaired_cq,
                 redispatched_index=r.redispatched_index,
+                rolled_back_index=r.rolled_back_index,
                 truncated_bytes=r.truncated_bytes,
                 dropped_cq_entries=r.dropped_cq_entries,
                 seconds=round(r.seconds, 3),
@@ -130,7 +136,10 @@ class MessageStore:
             self._logics_flusher = LogicsFlusher(self)
             self._cleaner = CleanupService(self)
             last = self.commitlog.mfq.last
-            if last is not None and last.warm_lock is None:
+            if last is None:
+                # Create the first file now, so the warmer can get ahead of the first writes.
+                self.commitlog.mfq.create_file(0)
+            elif last.warm_lock is None:
                 last.enable_warming(last.wrote_pos)
             self._warmer = Warmer(self)
             self._warmer.start()
@@ -150,7 +159,7 @@ class MessageStore:
         for svc in (self._warmer, self._cleaner, self._logics_flusher, self._flusher):
             if svc is not None:
                 svc.stop()
-        with self.lock, self.file_lock:
+        with self.lock, self.file_lock, self.logics_lock:
             self.commitlog.flush()
             self.checkpoint.physic_ts = self.last_store_ts
             self._flush_logics_locked()
@@ -167,6 +176,27 @@ class MessageStore:
         self._release_lock()
         log.info("store_shutdown_clean", commitlog_end=self.checkpoint.clean_end)
 
+    def halt(self) -> None:
+        """Stop the way a crash would: no final flush, abort file left, files unmapped, lock released.
+
+        The data written so far stays in the page cache, exactly as after ``kill -9``; the
+        next :meth:`start` (on a new instance) runs abnormal recovery. For tests and benchmarks.
+        """
+        if not self.running:
+            return
+        with self.lock:
+            self.running = False
+        for svc in (self._warmer, self._cleaner, self._logics_flusher, self._flusher):
+            if svc is not None:
+                svc.stop()
+        with self.lock, self.file_lock, self.logics_lock:
+            self.index.abandon()
+            for cq in self.queues.values():
+                cq.close()
+            self.commitlog.mfq.abandon()
+            self.checkpoint.close()
+        self._release_lock()
+
     def _acquire_lock(self) -> None:
         path = self.root / "lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -174,7 +204,9 @@ class MessageStore:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise StoreLockedError(f"store directory {self.root} is in use by another process (lock file {path})")
+            raise StoreLockedError(
+                f"store directory {self.root} is in use by another process (lock file {path})"
+            ) from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self._lock_fd = fd
@@ -190,10 +222,14 @@ class MessageStore:
         if not base.exists():
             return
         for topic_dir in sorted(base.iterdir()):
+            if not topic_dir.is_dir():
+                continue
             for qdir in sorted(topic_dir.iterdir()):
-                if not qdir.name.isdigit():
+                if not qdir.name.isdigit() or not qdir.is_dir():
                     continue
-                cq = ConsumeQueue(topic_dir.name, int(qdir.name), qdir, self.config.consume_queue_file_entries)
+                cq = ConsumeQueue(
+                    topic_dir.name, int(qdir.name), qdir, self.config.consume_queue_file_entries
+                )
                 cq.recover()
                 self.queues[(topic_dir.name, int(qdir.name))] = cq
 
@@ -205,20 +241,15 @@ class MessageStore:
             self.queues[(topic, queue_id)] = cq
         return cq
 
-    @staticmethod
-    def topic_at(mm: object, pos: int) -> str:
-        body_len = _I32.unpack_from(mm, pos + BODY_LEN_POS)[0]  # type: ignore[arg-type]
-        p = pos + BODY_POS + body_len
-        tl = _U16.unpack_from(mm, p)[0]  # type: ignore[arg-type]
-        return bytes(mm[p + 2 : p + 2 + tl]).decode()  # type: ignore[index]
-
     # --- writing --------------------------------------------------------------------------------------------
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
-        """``listener(topic, queue_id, max_offset)`` after messages land in a queue (on the writer's thread)."""
+        """``listener(topic, queue_id, max_offset)`` after messages land in a queue (writer's thread)."""
         self._arrival_listeners.append(listener)
 
-    def put_messages(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> list[PutResult]:
+    def put_messages(
+        self, topic: str, queue_id: int, data: bytes | bytearray | memoryview
+    ) -> list[PutResult]:
         """Append the encoded records in ``data`` to queue ``(topic, queue_id)``; one result per record.
 
         A record that fails validation gets its own status and the others are stored.
@@ -226,61 +257,65 @@ class MessageStore:
         if not isinstance(data, bytes):
             data = bytes(data)
         if not self.running:
-            return rejected_results(count_records(data), PutStatus.SERVICE_NOT_AVAILABLE, "store is not running")
+            return rejected_results(
+                count_records(data), PutStatus.SERVICE_NOT_AVAILABLE, "store is not running"
+            )
         if self.disk_full:
             return rejected_results(
-                count_records(data), PutStatus.SERVICE_NOT_AVAILABLE, "disk full: writes refused until cleanup"
+                count_records(data),
+                PutStatus.SERVICE_NOT_AVAILABLE,
+                "disk full: writes refused until cleanup",
             )
-        items = self.appender.validate(topic, queue_id, data)
-        store_ts = int(time.time() * 1000)
         with self.lock:
             if not self.running:
-                return rejected_results(len(items), PutStatus.SERVICE_NOT_AVAILABLE, "store is shutting down")
+                return rejected_results(
+                    count_records(data), PutStatus.SERVICE_NOT_AVAILABLE, "store is shutting down"
+                )
+            # Store times never go backwards, even if the clock does: recovery and
+            # offset_by_time rely on them being ordered like the commitlog.
+            store_ts = max(int(time.time() * 1000), self.last_store_ts)
             try:
-                results = self.appender.append(topic, queue_id, data, items, store_ts)
+                results = self.appender.put(topic, queue_id, data, store_ts)
             except StoreError as exc:
                 log.error("append_failed", reason=str(exc))
-                return rejected_results(len(items), PutStatus.CREATE_MAPPED_FILE_FAILED, str(exc))
+                return rejected_results(count_records(data), PutStatus.CREATE_MAPPED_FILE_FAILED, str(exc))
             self.last_store_ts = store_ts
-        stored = 0
-        stored_bytes = 0
-        other_queues = None
-        for r in results:
-            if r.status == PutStatus.PUT_OK:
-                stored += 1
-                stored_bytes += r.size
-                if r.queue_id != queue_id or r.topic != topic:
-                    other_queues = other_queues or set()
-                    other_queues.add((r.topic, r.queue_id))
-        self.put_count += stored
-        self.put_bytes += stored_bytes
+            appender = self.appender
+            stored = appender.stored
+            self.put_count += stored
+            self.put_bytes += appender.stored_bytes
+            other_queues = appender.other_queues
         if stored and self._arrival_listeners:
-            for key in {(topic, queue_id)} | (other_queues or set()):
+            keys = {(topic, queue_id)}
+            if other_queues:
+                keys.update(other_queues)
+            for key in keys:
                 cq = self.queues.get(key)
-                if cq is not None:
+                if cq is not None and cq.max_offset:
                     for listener in self._arrival_listeners:
                         listener(key[0], key[1], cq.max_offset)
         return results
 
     def request_flush(self, offset: int, callback: FlushCallback) -> None:
-        """SYNC_FLUSH: ``callback(True)`` from the flush thread once the commitlog below ``offset`` is on disk."""
+        """``callback(True)`` from the flush thread once the commitlog below ``offset`` is on disk."""
         if self._flusher is None:
             callback(False)
             return
         self._flusher.request(offset, callback)
 
-    def flush_logics(self) -> None:
-        with self.file_lock:
-            self._flush_logics_locked()
+    def flush_logics(self, *, index: bool = True) -> None:
+        """Sync consume queues (and index files unless ``index`` is False), then the checkpoint."""
+        with self.logics_lock:
+            self._flush_logics_locked(index)
 
-    def _flush_logics_locked(self) -> None:
+    def _flush_logics_locked(self, index: bool = True) -> None:
         # Store times first, syncs second: the checkpoint only ever claims what was synced.
         logics_ts = self.last_store_ts
         for cq in list(self.queues.values()):
             cq.flush()
-        index_ts = self.index.flush()
+        if index:
+            self.checkpoint.index_ts = self.index.flush()
         self.checkpoint.logics_ts = logics_ts
-        self.checkpoint.index_ts = index_ts
         self.checkpoint.flush()
 
     # --- reading --------------------------------------------------------------------------------------------
@@ -309,7 +344,8 @@ class MessageStore:
             if offset == max_off:
                 return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
             if offset > max_off:
-                return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, min_off if min_off == 0 else max_off, min_off, max_off)
+                next_offset = min_off if min_off == 0 else max_off
+                return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_off, max_off)
             return self._read_queue(cq, offset, max_count, max_bytes, tag_codes, min_off, max_off)
 
     def _read_queue(
@@ -334,7 +370,9 @@ class MessageStore:
         run_start = run_end = 0
         max_phys_read = 0
         while count < max_count and next_offset < max_off and next_offset - offset < scan_limit:
-            raw = cq.read_entries(next_offset, min(scan_limit - (next_offset - offset), max_off - next_offset))
+            raw = cq.read_entries(
+                next_offset, min(scan_limit - (next_offset - offset), max_off - next_offset)
+            )
             if not raw:
                 break
             stop = False
@@ -389,7 +427,7 @@ class MessageStore:
     def query_by_key(
         self, topic: str, key: str, max_count: int = 32, begin_ts: int = 0, end_ts: int | None = None
     ) -> list[memoryview]:
-        """Records of ``topic`` with ``key`` (a business key or a unique id) stored in the time range, newest first."""
+        """Records of ``topic`` with ``key`` (business key or unique id) in a time range, newest first."""
         end_ts = end_ts if end_ts is not None else 2**62
         key_b = key.encode()
         topic_b = topic.encode()
@@ -456,14 +494,14 @@ class MessageStore:
         return sorted(qid for (t, qid) in self.queues if t == topic)
 
     def delete_topic(self, topic: str) -> None:
-        with self.lock, self.file_lock:
+        with self.lock, self.file_lock, self.logics_lock:
             for key in [k for k in self.queues if k[0] == topic]:
                 self.queues.pop(key).destroy()
 
     # --- cleanup --------------------------------------------------------------------------------------------
 
     def delete_commitlog_files(self, count: int) -> int:
-        with self.lock, self.file_lock:
+        with self.lock, self.file_lock, self.logics_lock:
             count = min(count, len(self.commitlog.mfq.files) - 1)
             if count <= 0:
                 return 0
@@ -471,7 +509,7 @@ class MessageStore:
             return count
 
     def delete_orphaned_logics(self) -> tuple[int, int]:
-        with self.lock, self.file_lock:
+        with self.lock, self.file_lock, self.logics_lock:
             min_phys = self.commitlog.min_offset
             cq_deleted = sum(cq.delete_expired(min_phys) for cq in self.queues.values())
             idx_deleted = self.index.delete_below(min_phys)

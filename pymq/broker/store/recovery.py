@@ -1,28 +1,46 @@
 """Bringing a store back to a consistent state at startup.
 
-Clean shutdown (no abort file): the checkpoint records the exact commitlog end; only the
-last file is scanned to confirm it. Abnormal shutdown (abort file present): scanning
-starts at the newest commitlog file whose first record was stored at least 3 s before the
-checkpoint's flushed times, every record is verified (magic, lengths, CRC), consume-queue
-and index entries the store lacks are re-dispatched, and the commitlog is truncated at
-the first invalid record. Either way, consume-queue entries pointing past the commitlog end
-are dropped and min offsets move past deleted data.
+Consume queues and index files are loaded first (each consume queue ends at its first
+all-zero entry; index entries written past a file's header count are rolled back, see
+:meth:`pymq.broker.store.index.IndexFile.rollback_uncounted`). Then the commitlog:
+
+* **Clean shutdown** (no abort file): the checkpoint records the exact commitlog end; the
+  file holding it is scanned (records verified) to confirm it.
+* **Abnormal shutdown** (abort file present): scanning starts at the newest commitlog file
+  whose first record was stored at least ``SAFE_MARGIN_MS`` before
+  ``min(checkpoint.physic_ts, checkpoint.logics_ts)``. Every record is verified (magic,
+  lengths, body CRC, and a broker block that was actually written: see
+  :meth:`pymq.broker.store.commitlog.CommitLog.scan`); the commitlog is truncated at the
+  first invalid one and what follows is zeroed. Each record is re-dispatched if its
+  consume queue lacks it, and indexed if it is past the newest index entry. For records
+  stored after ``logics_ts - SAFE_MARGIN_MS`` (consume-queue data that may not have been
+  synced, or whose last copy was torn) the existing entry is compared and rewritten if it
+  differs, and a queue's entries past its last record in the commitlog are dropped.
+
+Either way, consume-queue entries pointing past the commitlog end are dropped and min
+offsets move past deleted data.
 """
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pymq.broker.store.consume_queue import CQ_ENTRY
+from pymq.broker.store.appender import SCHEDULE_TOPIC, delivery_time
+from pymq.broker.store.consume_queue import CQ_ENTRY, ConsumeQueue
 from pymq.broker.store.index import key_hash
-from pymq.protocol.record import find_property, parse_record, record_store_timestamp, tag_hash
+from pymq.logs import get_logger
+from pymq.protocol.record import HEAD, MAGIC, find_property, record_store_timestamp, tag_hash
 
 if TYPE_CHECKING:
     from pymq.broker.store.message_store import MessageStore
 
+log = get_logger("broker.store.recovery")
+
 SAFE_MARGIN_MS = 3000
+_QID_QOFF = struct.Struct(">iq")
 
 
 @dataclass
@@ -32,7 +50,9 @@ class RecoveryReport:
     scanned_bytes: int = 0
     scanned_records: int = 0
     redispatched_cq: int = 0
+    repaired_cq: int = 0
     redispatched_index: int = 0
+    rolled_back_index: int = 0
     truncated_bytes: int = 0
     dropped_cq_entries: int = 0
     seconds: float = 0.0
@@ -42,16 +62,49 @@ class RecoveryReport:
         return self.scanned_bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
 
+class _QueueState:
+    """Per (topic, queue id) bookkeeping during an abnormal scan."""
+
+    __slots__ = ("cq", "last", "max", "topic")
+
+    def __init__(self, topic: str, cq: ConsumeQueue | None) -> None:
+        self.topic = topic
+        self.cq = cq
+        self.max = cq.max_offset if cq is not None else 0
+        #: queue offset of the last record of this queue seen in the verified region
+        self.last = -1
+
+
 def _scan_start_abnormal(store: MessageStore) -> int:
     files = store.commitlog.mfq.files
     if not files:
         return 0
     safe_ts = store.checkpoint.min_ts - SAFE_MARGIN_MS
     for mf in reversed(files):
-        first_ts = record_store_timestamp(mf.mm, 0) if mf.mm[4:8] != b"\x00\x00\x00\x00" else 0
-        if first_ts and first_ts <= safe_ts:
+        if HEAD.unpack_from(mf.mm, 0)[1] != MAGIC:
+            continue
+        first_ts = record_store_timestamp(mf.mm, 0)
+        if 0 < first_ts <= safe_ts:
             return mf.file_from
     return files[0].file_from
+
+
+def _scan_start(store: MessageStore, abnormal: bool) -> int:
+    mfq = store.commitlog.mfq
+    files = mfq.files
+    if not files:
+        return 0
+    if abnormal:
+        return _scan_start_abnormal(store)
+    clean_end = store.checkpoint.clean_end
+    if clean_end >= 0:
+        mf = mfq.find(clean_end)
+        if mf is not None:
+            return mf.file_from
+        if clean_end == files[-1].file_to:
+            return files[-1].file_from
+    # No usable end recorded: verify the last three files.
+    return files[max(0, len(files) - 3)].file_from
 
 
 def recover(store: MessageStore, *, abnormal: bool) -> RecoveryReport:
@@ -60,75 +113,104 @@ def recover(store: MessageStore, *, abnormal: bool) -> RecoveryReport:
     commitlog = store.commitlog
     commitlog.mfq.load()
     files = commitlog.mfq.files
-    clean_end = store.checkpoint.clean_end
-    if not files:
-        start = 0
-    elif not abnormal and clean_end >= 0 and commitlog.mfq.find(clean_end) is not None:
-        start = commitlog.mfq.find(clean_end).file_from  # type: ignore[union-attr]
-    elif not abnormal and clean_end >= 0 and clean_end == files[-1].file_to:
-        start = files[-1].file_from
-    elif not abnormal:
-        start = files[max(0, len(files) - 3)].file_from
-    else:
-        start = _scan_start_abnormal(store)
-
-    index_max_phys = store.index.max_phys
+    start = _scan_start(store, abnormal)
     check_crc = store.config.check_crc_on_recover
-    queues = store.queues
-    last_record = None
-    for mf, pos, size in commitlog.scan(start, check_crc):
-        report.scanned_records += 1
-        report.scanned_bytes += size
-        last_record = (mf, pos)
-        if not abnormal:
-            continue
-        phys = mf.file_from + pos
-        # Cheap checks first: most records are already dispatched.
-        queue_id, queue_offset = store.QID_QOFF.unpack_from(mf.mm, pos + 48)
-        need_index = phys > index_max_phys
-        r = None
-        topic = store.topic_at(mf.mm, pos)
-        cq = queues.get((topic, queue_id))
-        if cq is None or queue_offset >= cq.max_offset:
-            r = parse_record(mf.mm, pos)
-            props = r.properties
-            tags = find_property(props, b"TAGS\x01") if props else None
-            code = tag_hash(tags)
-            if topic == store.SCHEDULE_TOPIC:
-                level = int(find_property(props, b"DELAY\x01") or b"1")
-                code = r.store_timestamp + store.delay_levels_ms[min(level, len(store.delay_levels_ms)) - 1]
-            store.queue_for(topic, queue_id).append(CQ_ENTRY.pack(phys, size, code), queue_offset)
-            report.redispatched_cq += 1
-        if need_index:
-            if r is None:
-                r = parse_record(mf.mm, pos)
-            hashes = _index_hashes(topic, r.properties)
-            if hashes:
-                store.index.put_keys(hashes, phys, r.store_timestamp)
-                report.redispatched_index += 1
+    last_ts = 0
+    records = scanned = 0
+    if abnormal:
+        last_ts, records, scanned = _redispatch(store, start, check_crc, report)
+    else:
+        for _mf, _pos, size, _be, _pa, ts in commitlog.scan(start, check_crc):
+            records += 1
+            scanned += size
+            last_ts = ts
+    report.scanned_records = records
+    report.scanned_bytes = scanned
     end = commitlog.scan_end if files else 0
-    before = commitlog.max_offset
-    commitlog.mfq.truncate(end)
-    report.truncated_bytes = max(0, before - end) if abnormal else 0
+    if not abnormal and store.checkpoint.clean_end >= 0 and end != store.checkpoint.clean_end:
+        log.warning(
+            "commitlog_end_differs_from_checkpoint", scanned_end=end, checkpoint=store.checkpoint.clean_end
+        )
+    report.truncated_bytes = commitlog.mfq.truncate(end)
     report.commitlog_end = commitlog.max_offset
-    # Every file before the end is full; set positions for files fully before the scan start.
-    for mf in commitlog.mfq.files:
-        if mf.file_to <= end:
-            mf.wrote_pos = mf.flushed_pos = mf.size
     last = commitlog.mfq.last
     if last is not None:
         last.flushed_pos = last.wrote_pos
     min_phys = commitlog.min_offset
-    for cq in list(queues.values()):
+    for cq in list(store.queues.values()):
         report.dropped_cq_entries += cq.truncate_beyond(report.commitlog_end)
         cq.correct_min_offset(min_phys)
-    store.index.sync_header()
-    if last_record is not None and last_record[0].file_from + last_record[1] < report.commitlog_end:
-        store.last_store_ts = record_store_timestamp(last_record[0].mm, last_record[1])
-    else:
-        store.last_store_ts = store.checkpoint.physic_ts
+    ck = store.checkpoint
+    store.last_store_ts = max(last_ts, ck.physic_ts, ck.logics_ts)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _redispatch(
+    store: MessageStore, start: int, check_crc: bool, report: RecoveryReport
+) -> tuple[int, int, int]:
+    """The abnormal scan; returns (store time of the last record, records, bytes)."""
+    commitlog = store.commitlog
+    index = store.index
+    report.rolled_back_index = store.index_rolled_back
+    tail_phys, tail_hashes = index.tail()
+    verify_ts = store.checkpoint.logics_ts - SAFE_MARGIN_MS
+    states: dict[tuple[bytes, int], _QueueState] = {}
+    queues = store.queues
+    unpack_qid_qoff = _QID_QOFF.unpack_from
+    last_ts = records = scanned = 0
+    for mf, pos, size, body_end, props_at, store_ts in commitlog.scan(start, check_crc):
+        records += 1
+        scanned += size
+        last_ts = store_ts
+        mm = mf.mm
+        qid, qoff = unpack_qid_qoff(mm, pos + 48)
+        key = (mm[body_end + 2 : props_at], qid)
+        st = states.get(key)
+        if st is None:
+            topic = key[0].decode(errors="replace")
+            st = states[key] = _QueueState(topic, queues.get((topic, qid)))
+        verify = store_ts >= verify_ts
+        if qoff >= st.max or verify:
+            phys = mf.file_from + pos
+            props = mm[props_at + 2 : pos + size]
+            entry = CQ_ENTRY.pack(phys, size, _tags_code(st.topic, props, store_ts, store.delay_levels_ms))
+            if qoff >= st.max:
+                if st.cq is None:
+                    st.cq = store.queue_for(st.topic, qid)
+                st.cq.append(entry, qoff)
+                st.max = qoff + 1
+                report.redispatched_cq += 1
+            elif st.cq is not None and st.cq.fix_entry(qoff, entry):
+                report.repaired_cq += 1
+            if verify:
+                st.last = qoff
+        phys = mf.file_from + pos
+        if phys >= tail_phys:
+            hashes = _index_hashes(st.topic, mm[props_at + 2 : pos + size])
+            if phys == tail_phys:
+                hashes = [h for h in hashes if h not in tail_hashes]
+            if hashes:
+                index.put_many([(h, phys) for h in hashes], store_ts)
+                report.redispatched_index += 1
+    # Entries past a queue's last record in the commitlog point at nothing real.
+    for st in states.values():
+        if st.last >= 0 and st.cq is not None and st.cq.max_offset > st.last + 1:
+            report.dropped_cq_entries += st.cq.max_offset - st.last - 1
+            st.cq.truncate_to(st.last + 1)
+    return last_ts, records, scanned
+
+
+def _tags_code(topic: str, props: bytes, store_ts: int, delay_levels_ms: list[int]) -> int:
+    """The consume-queue tags code of a stored record (the appender's rule)."""
+    if topic == SCHEDULE_TOPIC:
+        raw = find_property(props, b"DELAY\x01") if props else None
+        try:
+            level = int(raw or b"1")
+        except ValueError:
+            level = 1
+        return delivery_time(store_ts, level, delay_levels_ms)
+    return tag_hash(find_property(props, b"TAGS\x01")) if props else 0
 
 
 def _index_hashes(topic: str, props: bytes) -> list[int]:

@@ -1,0 +1,108 @@
+"""A writer process for the crash torture test: ``python crash_writer.py STORE ACKLOG sync|async RUN SEED``.
+
+It opens a :class:`MessageStore` and appends batches of keyed messages to four queues until it
+is killed. Only once a batch is acknowledged (SYNC_FLUSH: ``request_flush`` confirmed the sync;
+ASYNC_FLUSH: ``put_messages`` returned) does it append one line per message to the ack log,
+``run seq queue_id queue_offset physical_offset size``, and fsync that log. Message ``(run, seq)``
+has deterministic content (:func:`make_record`), so the checker can rebuild its exact bytes.
+
+Self-contained on purpose (imports only ``pymq``): it runs as a script, not from the tests package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import sys
+import threading
+from pathlib import Path
+
+from pymq.broker.store import MessageStore, PutStatus
+from pymq.config import FlushDiskType, StoreConfig
+from pymq.protocol.record import encode_record, pack_host
+
+TOPIC = "Torture"
+QUEUES = 4
+BORN_HOST = pack_host("10.9.8.7", 1234)
+
+
+def writer_config(store_dir: Path, mode: str) -> StoreConfig:
+    """Small files, so that kills land around commitlog, consume-queue and index rollovers too."""
+    return StoreConfig(
+        store_dir=store_dir,
+        commitlog_file_size=512 * 1024,
+        consume_queue_file_entries=500,
+        index_hash_slots=512,
+        index_max_entries=3000,
+        flush_disk_type=FlushDiskType.SYNC_FLUSH if mode == "sync" else FlushDiskType.ASYNC_FLUSH,
+        flush_interval_ms=50,
+        consume_queue_flush_interval_ms=200,
+        cleanup_interval_ms=3_600_000,
+    )
+
+
+def uniq_key(run: int, seq: int) -> str:
+    return f"R{run}S{seq}"
+
+
+def make_record(run: int, seq: int) -> bytes:
+    """The producer-side bytes of message ``(run, seq)``."""
+    digest = hashlib.sha256(f"{run}:{seq}".encode()).digest()
+    body = digest * (1 + seq % 24)
+    props = (
+        b"UNIQ_KEY\x01" + uniq_key(run, seq).encode() + b"\x02"
+        b"TAGS\x01t" + str(seq % 3).encode() + b"\x02"
+        b"KEYS\x01k" + f"{run}-{seq}".encode() + b"\x02"
+    )
+    return encode_record(
+        TOPIC.encode(), body, props, born_timestamp=1_700_000_000_000 + seq, born_host=BORN_HOST
+    )
+
+
+class _FlushWaiter:
+    """A request_flush callback the writer can block on."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.ok = False
+
+    def __call__(self, ok: bool) -> None:
+        self.ok = ok
+        self.done.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self.done.wait(timeout) and self.ok
+
+
+def main(argv: list[str]) -> None:
+    store_dir, ack_path, mode, run, seed = Path(argv[0]), argv[1], argv[2], int(argv[3]), int(argv[4])
+    store = MessageStore(writer_config(store_dir, mode), store_host="127.0.0.1:10911")
+    store.start()
+    ack_fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    rng = random.Random(seed)
+    seq = 0
+    sync = mode == "sync"
+    while True:
+        count = rng.randint(1, 24)
+        qid = rng.randrange(QUEUES)
+        results = store.put_messages(TOPIC, qid, b"".join(make_record(run, seq + i) for i in range(count)))
+        if any(r.status != PutStatus.PUT_OK for r in results):
+            raise SystemExit(f"put failed: {results[0]}")
+        if sync:
+            waiter = _FlushWaiter()
+            store.request_flush(max(r.physical_offset + r.size for r in results), waiter)
+            if not waiter.wait(10):
+                seq += count
+                continue  # not acknowledged
+        lines = "".join(
+            f"{run} {seq + i} {r.queue_id} {r.queue_offset} {r.physical_offset} {r.size}\n"
+            for i, r in enumerate(results)
+        )
+        os.write(ack_fd, lines.encode())
+        os.fsync(ack_fd)
+        seq += count
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

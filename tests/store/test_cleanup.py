@@ -1,0 +1,143 @@
+"""Cleanup: expired commitlog files, disk-pressure deletion, and the queues and index files that follow."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from pymq.broker.store import GetStatus, MessageStore
+from tests.store.conftest import StoreFactory
+from tests.store.storeutil import keyed, read_queue
+
+HOUR = 3600.0
+
+
+def quiet(store: MessageStore) -> MessageStore:
+    """Stop the warmer and drop its preallocated file, so the simulated disk usage is exact."""
+    store._warmer.stop()  # type: ignore[union-attr]
+    nf = store.commitlog.mfq.next_file
+    if nf is not None:
+        nf.destroy()
+        store.commitlog.mfq.next_file = None
+    return store
+
+
+def fill(store: MessageStore, files: int) -> list:  # type: ignore[type-arg]
+    """Write two queues until the commitlog has ``files`` files."""
+    out = []
+    i = 0
+    while len(store.commitlog.mfq.files) < files:
+        out += store.put_messages("T", (i // 4) % 2, b"".join(keyed(j, size=400) for j in range(i, i + 4)))
+        i += 4
+    return out
+
+
+def age(store: MessageStore, count: int, hours: float, now: float) -> None:
+    """Make the first ``count`` commitlog files look ``hours`` old."""
+    for mf in store.commitlog.mfq.files[:count]:
+        t = now - hours * HOUR
+        os.utime(mf.path, (t, t))
+
+
+def this_hour(now: float) -> str:
+    return str(time.localtime(now).tm_hour)
+
+
+def other_hour(now: float) -> str:
+    return str((time.localtime(now).tm_hour + 12) % 24)
+
+
+def test_expired_files_go_at_the_delete_hour(new_store: StoreFactory) -> None:
+    """At a delete_when hour, commitlog files older than file_reserved_hours are deleted, oldest first."""
+    now = time.time()
+    store = quiet(new_store(delete_when=this_hour(now), file_reserved_hours=72))
+    fill(store, 5)
+    age(store, 2, 100, now)
+    first_two = [mf.path for mf in store.commitlog.mfq.files[:2]]
+    report = store.run_cleanup(now=now)
+    assert report.deleted_commitlog_files == 2
+    assert not any(p.exists() for p in first_two)
+    assert store.commitlog.min_offset == 2 * store.config.commitlog_file_size
+
+
+def test_expired_files_stay_outside_the_delete_hour(new_store: StoreFactory) -> None:
+    """Outside the delete hours and with the disk below 75 %, even expired files are kept."""
+    now = time.time()
+    store = quiet(new_store(delete_when=other_hour(now), simulated_disk_capacity=10**9))
+    fill(store, 4)
+    age(store, 3, 100, now)
+    assert store.run_cleanup(now=now).deleted_commitlog_files == 0
+    assert len(store.commitlog.mfq.files) == 4
+
+
+def test_over_75_percent_deletes_expired_files_at_once(new_store: StoreFactory) -> None:
+    """Above disk_max_used_ratio, expired files go outside the delete hours; unexpired ones stay."""
+    now = time.time()
+    store = quiet(new_store(delete_when=other_hour(now)))
+    fill(store, 6)
+    age(store, 2, 100, now)
+    store.config.simulated_disk_capacity = int(store.disk_bytes() / 0.80)
+    report = store.run_cleanup(now=now)
+    assert report.deleted_commitlog_files == 2 and len(store.commitlog.mfq.files) == 4
+    assert not store.disk_full
+
+
+def test_over_85_percent_deletes_oldest_files_even_if_not_expired(new_store: StoreFactory) -> None:
+    """Above disk_clean_forcibly_ratio the oldest files go, unexpired, until use drops below it."""
+    now = time.time()
+    store = quiet(new_store(delete_when=other_hour(now)))
+    fill(store, 8)
+    newest = store.commitlog.mfq.files[-1]
+    store.config.simulated_disk_capacity = int(store.disk_bytes() / 0.95)
+    report = store.run_cleanup(now=now)
+    assert report.deleted_commitlog_files >= 1
+    assert report.disk_ratio < 0.85 and store.disk_ratio() < 0.85
+    assert store.commitlog.mfq.files[-1] is newest and not store.disk_full
+
+
+def test_the_newest_file_is_never_deleted(new_store: StoreFactory) -> None:
+    """Even a full disk and an expired file never cost the file being written."""
+    now = time.time()
+    store = quiet(new_store(delete_when=this_hour(now)))
+    fill(store, 1)
+    age(store, 1, 1000, now)
+    store.config.simulated_disk_capacity = store.disk_bytes()
+    store.run_cleanup(now=now)
+    assert len(store.commitlog.mfq.files) == 1 and store.disk_full
+
+
+def test_queues_and_index_follow_the_commitlog(new_store: StoreFactory) -> None:
+    """After commitlog files go, consume-queue and index files that pointed only into them go too,
+    and min offsets move forward."""
+    now = time.time()
+    store = quiet(new_store(delete_when=this_hour(now), consume_queue_file_entries=8, index_max_entries=16))
+    results = fill(store, 6)
+    cq_dir = store.root / "consumequeue" / "T" / "0"
+    cq_files_before = len(list(cq_dir.iterdir()))
+    index_files_before = len(store.index.files)
+    age(store, 3, 100, now)
+    report = store.run_cleanup(now=now)
+    assert report.deleted_commitlog_files == 3
+    assert report.deleted_cq_files > 0 and report.deleted_index_files > 0
+    assert len(list(cq_dir.iterdir())) < cq_files_before and len(store.index.files) < index_files_before
+    min_phys = store.commitlog.min_offset
+    gone = [r for r in results if r.physical_offset < min_phys]
+    kept0 = [r for r in results if r.physical_offset >= min_phys and r.queue_id == 0]
+    new_min = kept0[0].queue_offset
+    assert store.min_offset("T", 0) == new_min
+    res = store.get_messages("g", "T", 0, 0)
+    assert (res.status, res.next_begin_offset, res.min_offset) == (
+        GetStatus.OFFSET_TOO_SMALL,
+        new_min,
+        new_min,
+    )
+    assert [r.physical_offset for r in read_queue(store, "T", 0, new_min)] == [
+        r.physical_offset for r in kept0
+    ]
+    assert store.offset_by_time("T", 0, 0) == new_min and store.store_time_at("T", 0, 0) == 0
+    assert store.read_record(gone[0].physical_offset) is None
+    uniq = f"U{results.index(gone[-1])}"
+    assert store.query_by_key("T", uniq) == []
+    first_kept = next(r for r in results if r.physical_offset >= min_phys)
+    assert first_kept.physical_offset == min_phys
+    assert store.earliest_store_time() == first_kept.store_timestamp
