@@ -10,6 +10,7 @@ from typing import Any
 
 from pymq.bench.stats import Recorder
 from pymq.client import ConsumeFromWhere, ConsumeResult, Message, Producer, PushConsumer
+from pymq.client.admin import AdminClient
 from pymq.client.consumer_base import read_queues
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.errors import PymqError
@@ -50,6 +51,21 @@ async def topic_max_offsets(namesrv: str, topic: str) -> int:
             resp = await rpc.invoke_ok(addr, Command.request(RequestCode.GET_MAX_OFFSET, ext))
             total += int(resp.ext["offset"])
         return total
+
+
+async def group_backlog(namesrv: str, group: str, topic: str) -> tuple[int, int]:
+    """(messages the group has not consumed yet, its committed offsets summed) on ``topic``.
+
+    A queue the group never committed counts from the queue's min offset (FIRST_OFFSET).
+    """
+    async with AdminClient(namesrv) as admin:
+        rows = (await admin.consumer_progress(group, topic))["queues"]
+        backlog = committed = 0
+        for row in rows:
+            start = row["consumerOffset"] if row["consumerOffset"] >= 0 else row.get("minOffset", 0)
+            backlog += max(0, row["brokerOffset"] - start)
+            committed += max(0, row["consumerOffset"])
+        return backlog, committed
 
 
 async def ensure_topic(namesrv: str, topic: str, queues: int = 8) -> None:
@@ -207,7 +223,16 @@ async def run_consumer(
             break
         if deadline is not None and now >= deadline:
             break
-        if expect is None and duration is None and rec.messages and now - last[0] > idle_stop:
+        # Without a count or a duration, stop once nothing came for idle_stop s; before the
+        # first message allow for joining the group and the first rebalance.
+        if expect is None and duration is None and now - last[0] > (idle_stop if rec.messages else 10 + idle_stop):
             break
+    if fail_first and expect is not None:
+        # The listener has seen every first delivery; the send-backs end when no message of
+        # the original queues is still held by the client (each left only once the broker
+        # acknowledged its send-back).
+        while any(pq.count for mq, pq in consumer.process_queues.items() if mq.topic == topic):
+            await asyncio.sleep(0.005)
+        last[0] = time.perf_counter()
     rec.finished = last[0] if expect is not None and rec.messages >= expect else time.perf_counter()
     return consumer

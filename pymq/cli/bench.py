@@ -18,7 +18,14 @@ import click
 from pymq.bench.embedded import EmbeddedCluster
 from pymq.bench.progress import live
 from pymq.bench.stats import Recorder
-from pymq.bench.workloads import ProducerSpec, ensure_topic, run_consumer, run_producers, topic_max_offsets
+from pymq.bench.workloads import (
+    ProducerSpec,
+    ensure_topic,
+    group_backlog,
+    run_consumer,
+    run_producers,
+    topic_max_offsets,
+)
 from pymq.cli.common import fail
 from pymq.errors import PymqError
 from pymq.logs import configure_logging
@@ -176,11 +183,13 @@ def consumer(
 
     async def go(addr: str) -> dict[str, Any]:
         await ensure_topic(addr, topic, queues)
-        expect = None
         if embedded:
             prod = ProducerSpec(addr, topic, body_size, batch_size=64, count=count)
             await run_producers(prod, [Recorder(body_size)])
-            expect = count
+        # What the group has left to consume, by the broker's offsets: the run drains exactly
+        # that (unless --duration), and the committed offsets must move by as much.
+        backlog, committed_before = await group_backlog(addr, group, topic)
+        expect = None if duration else backlog
         rec = Recorder(body_size)
         name = "send-back" if fail_first else "consume-orderly" if orderly else "consume"
         async with live(lambda: [rec], name, not quiet):
@@ -188,8 +197,13 @@ def consumer(
                 addr, topic, group, rec, duration=duration, expect=expect, batch_size=batch_size,
                 orderly=orderly, fail_first=fail_first,
             )  # fmt: skip
-        await c.close()
-        return rec.summary(name, group=group, batch=batch_size)
+        await c.close()  # commits the offsets
+        lag, committed_after = await group_backlog(addr, group, topic)
+        consumed = committed_after - committed_before
+        checks: dict[str, Any] = {"broker_backlog": backlog, "broker_committed": consumed, "lag_after": lag}
+        if expect is not None:
+            checks["counts_match"] = rec.messages == backlog == consumed and lag == 0
+        return rec.summary(name, group=group, batch=batch_size, **checks)
 
     try:
         with cluster_addr(namesrv, embedded) as addr:

@@ -28,6 +28,8 @@ _opaques = itertools.count(1)
 
 #: Handlers still running for one connection above which its further requests wait.
 MAX_INFLIGHT_HANDLERS = 1024
+#: Requests waiting for a handler slot above which the connection stops reading.
+MAX_BACKLOG = 1024
 
 #: Output buffered above this pauses the writer (server: stops reading that peer).
 WRITE_HIGH_WATER = 4 * 1024 * 1024
@@ -95,6 +97,8 @@ class Connection(asyncio.Protocol):
                 # One read can carry many pipelined requests: past the high-water mark they
                 # wait here, so the responses we buffer stay bounded.
                 self._backlog.append(cmd)
+                if flow is not None and len(self._backlog) >= MAX_BACKLOG:
+                    flow.backlog_full(True)
             else:
                 self._dispatch(cmd)
 
@@ -108,6 +112,8 @@ class Connection(asyncio.Protocol):
         flow = self.flow
         while self._backlog and not (flow is not None and flow.read_paused) and self.inflight < MAX_INFLIGHT_HANDLERS:
             self._dispatch(self._backlog.popleft())
+        if flow is not None and len(self._backlog) < MAX_BACKLOG // 2:
+            flow.backlog_full(False)
 
     def handler_finished(self) -> None:
         """An async handler of this connection answered (called by the dispatcher)."""

@@ -30,9 +30,11 @@ def test_bench_producer_counts_match() -> None:
 
 
 def test_bench_consumer_drains_what_was_produced() -> None:
-    """The consumer benchmark consumes every pre-produced message."""
+    """The consumer benchmark consumes every pre-produced message, as the broker's committed offsets confirm."""
     r = bench("consumer", "--count", "3000")
     assert r["messages"] == 3000 and r["errors"] == 0
+    assert r["broker_backlog"] == 3000 and r["broker_committed"] == 3000 and r["lag_after"] == 0
+    assert r["counts_match"] is True
 
 
 def test_bench_e2e_reports_latency() -> None:

@@ -334,3 +334,36 @@ async def test_reconnects_after_server_restart_and_backs_off(net) -> None:
     again = await net.server(port=port)
     await asyncio.sleep(0.2)  # longer than the first backoff step
     assert await echoed(client, again.address, b"2") == b"2"
+
+
+async def test_pipelined_requests_behind_busy_handlers_pause_reading(net) -> None:
+    """Requests piling up behind busy async handlers stop the server reading that peer; all are answered later."""
+    from pymq.transport.connection import MAX_BACKLOG, MAX_INFLIGHT_HANDLERS
+
+    gate = asyncio.Event()
+
+    async def held(cmd: Command, conn: Connection) -> Command:
+        await gate.wait()
+        return cmd.response(body=cmd.body_bytes())
+
+    srv = await net.server({SLOW: held})
+    reader, writer = await net.raw(srv.port)
+    await eventually(lambda: len(srv.connections) == 1)
+    (sconn,) = srv.connections
+    n = 3 * (MAX_INFLIGHT_HANDLERS + MAX_BACKLOG)
+    writer.write(b"".join(encode_bytes(Command(SLOW, i + 1, body=b"p" * 200)) for i in range(n)))
+    await eventually(lambda: not sconn.flow.reading)
+    await asyncio.sleep(0.05)
+    assert sconn.inflight == MAX_INFLIGHT_HANDLERS
+    # bounded by the threshold plus what one read may carry (256 KiB of 220-byte frames)
+    assert len(sconn._backlog) < MAX_BACKLOG + 1300, len(sconn._backlog)
+    client = net.client()  # another client is served normally meanwhile
+    assert await echoed(client, srv.address, b"hi") == b"hi"
+    gate.set()
+    decoder, opaques = FrameDecoder(), set()
+    while len(opaques) < n:
+        chunk = await asyncio.wait_for(reader.read(1 << 16), 5)
+        assert chunk, "server closed the connection"
+        opaques.update(c.opaque for c in decoder.feed(chunk))
+    assert opaques == set(range(1, n + 1))
+    await eventually(lambda: sconn.flow.reading)

@@ -109,6 +109,7 @@ class OffsetHandlers:
                         "brokerName": app.config.broker_name,
                         "queueId": qid,
                         "brokerOffset": max_off,
+                        "minOffset": app.store.min_offset(topic, qid),
                         "consumerOffset": consumer,
                         "lastTimestamp": last_ts,
                         "clientId": owner,
