@@ -157,7 +157,10 @@ class PymqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Table | None = None
         self._latest_seen: Table = {}
         self._committed: Table = {}
-        self._last_trigger = time.monotonic()
+        # When the last trigger that minOffsetsPerTrigger did not hold back ran (Kafka's
+        # lastTriggerMillis). None: none yet, so a query's first trigger is never held back.
+        self._last_trigger: float | None = None
+        self._available_now = False
 
     # --- offsets --------------------------------------------------------------------------------------------
 
@@ -177,6 +180,7 @@ class PymqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = True
         self._target = {k: hi for k, (_, hi) in self._planner.min_max().items()}
 
     def _latest(self) -> Table:
@@ -201,15 +205,21 @@ class PymqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cap = self.opts.max_offsets_per_trigger
         if isinstance(limit, ReadMaxRows):
             cap = limit.max_rows
-        if isinstance(limit, ReadMinRows):
-            waiting = backlog(begin, latest)
-            waited = time.monotonic() - self._last_trigger
-            if waiting < limit.min_rows and waited < self.opts.max_trigger_delay:
-                return begin  # hold the small batch back (Kafka's minOffsetsPerTrigger)
-        end = rate_limit(begin, latest, cap) if cap else latest
-        if end != begin:
-            self._last_trigger = time.monotonic()
-        return end
+        # availableNow ends at the first trigger that returns ``start``, so holding a small
+        # backlog back would end the query with rows unread: there only the cap applies.
+        if isinstance(limit, ReadMinRows) and not self._available_now and self._hold(begin, latest, limit.min_rows):
+            return begin
+        return rate_limit(begin, latest, cap) if cap else latest
+
+    def _hold(self, begin: Table, latest: Table, min_rows: int) -> bool:
+        """Kafka's minOffsetsPerTrigger/maxTriggerDelay: hold back fewer than ``min_rows`` new messages
+        until ``maxTriggerDelay`` after the last trigger that was not held back."""
+        now = time.monotonic()
+        last = self._last_trigger
+        if (last is None or now - last >= self.opts.max_trigger_delay) or backlog(begin, latest) >= min_rows:
+            self._last_trigger = now
+            return False
+        return True
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return to_json(self._latest_seen) if self._latest_seen else None

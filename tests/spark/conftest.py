@@ -57,8 +57,17 @@ class ClusterThread:
 
 @pytest.fixture(scope="session")
 def pymq_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterThread]:
-    # Small commitlog files so a test can make cleanup delete old data.
-    c = ClusterThread(tmp_path_factory.mktemp("spark-cluster"), brokers=2, store={"commitlog_file_size": 1 << 20})
+    c = ClusterThread(tmp_path_factory.mktemp("spark-cluster"), brokers=2)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+@pytest.fixture
+def private_cluster(tmp_path: Path) -> Iterator[ClusterThread]:
+    """A one-broker cluster of the test's own, with 1 MiB commitlog files: for tests that damage the store."""
+    c = ClusterThread(tmp_path / "cluster", brokers=1, store={"commitlog_file_size": 1 << 20})
     try:
         yield c
     finally:

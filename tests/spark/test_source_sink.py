@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,25 @@ def stream(spark, ns: str, topic: str, **options: str):
 
 def ids_in(spark, path: Path) -> list[str]:
     return [r.msgId for r in spark.read.parquet(str(path)).select("msgId").collect()]
+
+
+def batch_sizes(q) -> list[int]:
+    return [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+
+
+def data_batches(q, count: int, timeout: float = 90) -> list[dict]:
+    """Wait for at least ``count`` micro-batches with rows; return the progress of those batches."""
+    deadline = time.monotonic() + timeout
+    while True:
+        batches = [p for p in q.recentProgress if p["numInputRows"]]
+        if len(batches) >= count or time.monotonic() > deadline:
+            return batches
+        time.sleep(0.05)
+
+
+def started_at(progress: dict) -> float:
+    """A progress entry's trigger start time, in seconds since the epoch."""
+    return datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
 def run_available_now(spark, df, out: Path, cp: Path) -> Any:
@@ -116,10 +136,17 @@ def test_max_offsets_per_trigger_bounds_batches(spark, pymq_cluster, tmp_path: P
 
 
 def test_min_offsets_per_trigger_holds_small_batches(spark, pymq_cluster, tmp_path: Path) -> None:
-    """With minOffsetsPerTrigger, a small backlog waits until maxTriggerDelay; a big one goes at once."""
+    """minOffsetsPerTrigger holds a small backlog until maxTriggerDelay after the last batch; a big one goes at once.
+
+    Asserted on batch contents and on Spark's own trigger times, with wide margins (a loaded
+    2-core machine): messages trickled in one by one arrive as one batch, about the delay
+    after the previous batch; a backlog of at least the minimum is not held.
+    """
     ns = pymq_cluster.namesrv
     pymq_cluster.create_topic("minb", 2)
-    df = stream(spark, ns, "minb", startingOffsets="earliest", minOffsetsPerTrigger="50", maxTriggerDelay="4s")
+    delay = 8.0
+    produce(ns, "minb", 60)
+    df = stream(spark, ns, "minb", startingOffsets="earliest", minOffsetsPerTrigger="50", maxTriggerDelay="8s")
     q = (
         df.writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "c"))
@@ -127,21 +154,112 @@ def test_min_offsets_per_trigger_holds_small_batches(spark, pymq_cluster, tmp_pa
         .start()
     )
     try:
-        time.sleep(1.0)
-        produce(ns, "minb", 10)
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 10 and not any(p["numInputRows"] for p in q.recentProgress):
-            time.sleep(0.1)
-        held = time.monotonic() - t0
-        assert 2.5 <= held < 9, held  # waited for the delay, not for 50 rows
-        produce(ns, "minb", 60, start=10)
-        t1 = time.monotonic()
-        while time.monotonic() - t1 < 4 and sum(p["numInputRows"] for p in q.recentProgress) < 70:
-            time.sleep(0.1)
-        assert sum(p["numInputRows"] for p in q.recentProgress) == 70
-        assert time.monotonic() - t1 < 3.5  # 60 >= 50: no waiting for the delay
+        first = data_batches(q, 1)
+        assert [b["numInputRows"] for b in first] == [60]
+        with Producer(ns, "spark-test-minb") as p:
+            for i in range(10):  # at most one every 50 ms: unheld, they would spread over several batches
+                p.send(Message("minb", b"small-%d" % i))
+                time.sleep(0.05)
+        second = data_batches(q, 2)
+        assert [b["numInputRows"] for b in second] == [60, 10]  # the 10 were held back and read together
+        held = started_at(second[1]) - started_at(second[0])
+        assert held >= delay - 2, held  # ...until about maxTriggerDelay after the previous batch
+        with Producer(ns, "spark-test-minb") as p:  # one request: all 60 become visible at once
+            p.send_batch([Message("minb", b"big-%d" % i) for i in range(60)])
+        third = data_batches(q, 3)
+        assert [b["numInputRows"] for b in third] == [60, 10, 60]
+        waited = started_at(third[2]) - started_at(third[1])
+        assert waited < delay - 1, waited  # 60 >= 50: no waiting for the delay
     finally:
         q.stop()
+
+
+def test_max_trigger_delay_counts_from_the_last_batch(spark, pymq_cluster, tmp_path: Path) -> None:
+    """maxTriggerDelay runs from the last batch, as in Kafka: the first trigger reads a small backlog at once."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("mindelay", 2)
+    produce(ns, "mindelay", 10)  # fewer than minOffsetsPerTrigger, already there when the query starts
+    df = stream(spark, ns, "mindelay", startingOffsets="earliest", minOffsetsPerTrigger="50", maxTriggerDelay="10m")
+    q = (
+        df.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "c"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        first = data_batches(q, 1, timeout=60)
+        assert [b["numInputRows"] for b in first] == [10]  # not held for 10 minutes after the start
+        produce(ns, "mindelay", 10, start=10)
+        time.sleep(3)
+        assert sum(batch_sizes(q)) == 10  # later small backlogs are held back again
+    finally:
+        q.stop()
+
+
+def test_available_now_ignores_min_offsets_per_trigger(spark, pymq_cluster, tmp_path: Path) -> None:
+    """availableNow reads all though minOffsetsPerTrigger exceeds the backlog (maxOffsetsPerTrigger still caps)."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("anmin", 2)
+    sent = produce(ns, "anmin", 100)
+    df = stream(spark, ns, "anmin", startingOffsets="earliest", minOffsetsPerTrigger="1000")
+    q = run_available_now(spark, df, tmp_path / "o1", tmp_path / "c1")
+    assert batch_sizes(q) == [100]
+    assert sorted(ids_in(spark, tmp_path / "o1")) == sorted(sent)
+    # With a cap the backlog left after the first batch (40) is below the minimum: still read.
+    df = stream(spark, ns, "anmin", startingOffsets="earliest", minOffsetsPerTrigger="50", maxOffsetsPerTrigger="60")
+    q = run_available_now(spark, df, tmp_path / "o2", tmp_path / "c2")
+    assert batch_sizes(q) == [60, 40]
+    assert sorted(ids_in(spark, tmp_path / "o2")) == sorted(sent)
+
+
+def test_tags_filter_reads_each_match_once(spark, pymq_cluster, tmp_path: Path) -> None:
+    """With tags, micro-batches over interleaved tagged messages read every match exactly once and nothing else.
+
+    The broker answers a filtered pull with matches found past the range asked for; the
+    reader must drop those, or a batch's last matches come again in the next batch.
+    """
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("tagged", 2)
+    wanted: list[str] = []
+    with Producer(ns, "spark-test-tagged") as p:
+        for i in range(90):
+            tag = "ABC"[i % 3]
+            mid = p.send(Message("tagged", f"tagged-{i}".encode(), tags=tag)).msg_id
+            if tag != "B":
+                wanted.append(mid)
+    df = stream(spark, ns, "tagged", startingOffsets="earliest", tags="A || C", maxOffsetsPerTrigger="10")
+    q = run_available_now(spark, df, tmp_path / "o", tmp_path / "c")
+    assert len([p for p in q.recentProgress if p["numInputRows"]]) >= 5  # 90 offsets, at most 10 per batch
+    rows = spark.read.parquet(str(tmp_path / "o")).select("msgId", "tags").collect()
+    got = [r.msgId for r in rows]
+    assert len(got) == len(set(got)), "a message was read twice"
+    assert sorted(got) == sorted(wanted) and {r.tags for r in rows} == {"A", "C"}
+
+
+def test_starting_offsets_latest_reads_only_new_messages(spark, pymq_cluster, tmp_path: Path) -> None:
+    """startingOffsets=latest (the stream default) skips what is there at the start; a restart resumes."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("late", 2)
+    produce(ns, "late", 15)
+    out, cp = tmp_path / "out", tmp_path / "cp"
+    q = (
+        stream(spark, ns, "late").writeStream.format("parquet").option("path", str(out))
+        .option("checkpointLocation", str(cp)).trigger(processingTime="200 milliseconds").start()
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while not q.recentProgress and time.monotonic() < deadline:  # first trigger done: start offsets fixed
+            time.sleep(0.05)
+        assert q.recentProgress
+        new = produce(ns, "late", 12, start=15)
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert sorted(ids_in(spark, out)) == sorted(new)
+    more = produce(ns, "late", 5, start=27)  # produced while the query is down: the restart must read them
+    run_available_now(spark, stream(spark, ns, "late"), out, cp)
+    got = ids_in(spark, out)
+    assert sorted(got) == sorted(new + more) and len(got) == len(set(got))
 
 
 def test_batch_ranges_by_offsets_and_timestamp(spark, pymq_cluster) -> None:
@@ -213,13 +331,16 @@ def test_batch_write_keeps_a_sharding_key_in_one_queue(spark, pymq_cluster) -> N
     assert all([i for _, i in sorted(v)] == list(range(10)) for v in order.values())
 
 
-def test_fail_on_data_loss(spark, pymq_cluster, tmp_path: Path) -> None:
-    """Offsets deleted by cleanup fail the query with a clear message, or are skipped with failOnDataLoss=false."""
-    ns = pymq_cluster.namesrv
-    owner = pymq_cluster.cluster.brokers[0]
-    pymq_cluster.call(pymq_cluster.cluster.create_topic("loss", 1, brokers=[owner]))
+def test_fail_on_data_loss(spark, private_cluster, tmp_path: Path) -> None:
+    """Offsets deleted by cleanup fail the query with a clear message, or are skipped with failOnDataLoss=false.
+
+    Runs on a cluster of its own: deleting a commitlog file would take other tests' messages with it.
+    """
+    ns = private_cluster.namesrv
+    owner = private_cluster.cluster.brokers[0]
+    private_cluster.create_topic("loss", 1)
     with Producer(ns, "spark-loss") as p:
-        for i in range(1500):  # ~1.6 MB on one broker: more than one 1 MiB commitlog file
+        for i in range(1500):  # ~1.6 MB: more than one 1 MiB commitlog file
             p.send(Message("loss", b"x" * 1000 + str(i).encode()))
     store = owner.store
     assert store.delete_commitlog_files(1) == 1

@@ -5,11 +5,14 @@ from __future__ import annotations
 import zlib
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadMinRows
 
+from pymq.client.queue_reader import records_before
 from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_properties, encode_record, offset_msg_id, pack_host
 from pymq.spark_connector.arrow import records_to_batch
 from pymq.spark_connector.offsets import backlog, from_json, rate_limit, to_json
 from pymq.spark_connector.options import OptionError, parse_duration, parse_source_options
+from pymq.spark_connector.source import PymqStreamReader
 
 
 def test_required_options_and_defaults() -> None:
@@ -90,3 +93,40 @@ def test_records_to_arrow_columns() -> None:
     assert dict(rows[2]["properties"])["p"] == "v" and rows[2]["storeTimestamp"].timestamp() == 2.0
     filtered = records_to_batch([chunk], "broker-a", frozenset({"x"}))
     assert [r["body"] for r in filtered.to_pylist()] == [b"a", b"c"]
+
+
+def test_records_before_cuts_at_the_end_offset() -> None:
+    """A pull answer that ran past a partition's end keeps only the records below it (read from fixed fields)."""
+    chunk = b"".join(rec(b"m%d" % off, {"TAGS": "x"}, off) for off in (4, 6, 9, 12))
+    assert records_before(chunk, 100) is chunk
+
+    def offsets(buf: bytes | memoryview) -> list[int]:
+        return [r["queueOffset"] for r in records_to_batch([bytes(buf)], "b").to_pylist()]
+
+    assert offsets(records_before(chunk, 9)) == [4, 6]
+    assert offsets(records_before(memoryview(chunk), 10)) == [4, 6, 9]  # pull bodies may be memoryviews
+    assert records_before(chunk, 4) == b""
+
+
+def test_min_offsets_hold_like_kafka(monkeypatch: pytest.MonkeyPatch) -> None:
+    """minOffsetsPerTrigger: the first trigger is not held, later small backlogs wait maxTriggerDelay after the
+    last trigger that was not held; availableNow never holds (it would end with rows unread)."""
+    now = [1000.0]
+    monkeypatch.setattr("pymq.spark_connector.source.time.monotonic", lambda: now[0])
+    opts = {"namesrv": "h:1", "topic": "t", "minOffsetsPerTrigger": "50", "maxTriggerDelay": "10s"}
+    reader = PymqStreamReader(parse_source_options(opts, streaming=True))
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMinRows(50)
+    k = ("t", "a", 0)
+    assert reader._apply_limit({k: 0}, {k: 5}, limit) == {k: 5}  # first trigger: not held
+    now[0] += 3
+    assert reader._apply_limit({k: 5}, {k: 10}, limit) == {k: 5}  # 5 < 50 and 3 s < 10 s: held
+    now[0] += 6
+    assert reader._apply_limit({k: 5}, {k: 60}, limit) == {k: 60}  # 55 >= 50: goes at once, restarts the clock
+    now[0] += 9
+    assert reader._apply_limit({k: 60}, {k: 61}, limit) == {k: 60}  # 9 s after that batch: still held
+    now[0] += 1
+    assert reader._apply_limit({k: 60}, {k: 61}, limit) == {k: 61}  # 10 s: the delay is over
+    reader._available_now = True  # what prepareForTriggerAvailableNow sets (it also asks the brokers)
+    now[0] += 1
+    assert reader._apply_limit({k: 61}, {k: 62}, limit) == {k: 62}
