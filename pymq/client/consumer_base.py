@@ -151,12 +151,15 @@ class ConsumerBase:
         self._closing = True
         inst = self.instance
         assert inst is not None
-        for task in self._pull_tasks.values():
-            task.cancel()
-        for task in list(self._pull_tasks.values()):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        self._pull_tasks.clear()
+        # A rebalance already under way may still take queues: let it finish (later ones see
+        # _closing and do nothing), so that no pull task starts after these are stopped.
+        async with self._rebalance_lock:
+            for task in self._pull_tasks.values():
+                task.cancel()
+            for task in list(self._pull_tasks.values()):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            self._pull_tasks.clear()
         # Consumption in flight finishes and moves the offsets before they are committed.
         await self._on_close()
         for pq in self.process_queues.values():
@@ -228,10 +231,15 @@ class ConsumerBase:
         for mq in sorted(current - mine):
             await self._release_queue(mq)
         for mq in sorted(mine - current):
+            if self._closing:
+                break  # close() is waiting for this rebalance: take nothing more
+            # Lock first, then read the offset (as RocketMQ does): a previous orderly owner
+            # commits before it unlocks, so its last commit is in once the lock is ours.
+            if not await self._can_take(mq):
+                continue
             offset = await self._start_offset(mq)
             if offset < 0:
-                continue
-            if not await self._can_take(mq):
+                await self._after_queue_released(mq)  # not taken after all: give the lock back
                 continue
             self.process_queues[mq] = pq = ProcessQueue()
             self._on_queue_taken(mq, pq)

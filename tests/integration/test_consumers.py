@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from pymq.broker.subscription_groups import SubscriptionGroupConfig
 from pymq.client import (
     ConsumeFromWhere,
     Message,
@@ -36,13 +37,15 @@ async def cluster(tmp_path: Path):
         yield c
 
 
-def push_consumer(cluster: LocalCluster, group: str, name: str, sink: list, **kw) -> PushConsumer:
+def push_consumer(
+    cluster: LocalCluster, group: str, name: str, sink: list, *, client: dict | None = None, **kw
+) -> PushConsumer:
     c = PushConsumer(
         cluster.namesrv_addr,
         group,
         instance_name=name,
         consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-        **FAST,
+        **(FAST if client is None else client),
         **kw,
     )
     c.subscribe("orders", kw.pop("expression", "*") if "expression" in kw else "*")
@@ -127,6 +130,152 @@ async def test_join_and_leave_rebalances_without_loss(cluster: LocalCluster) -> 
     finally:
         for c in members:
             await c.close()
+
+
+#: The periodic rebalance is out of reach of these tests (60 s, longer than they run): only the
+#: broker's NOTIFY_CONSUMER_IDS_CHANGED push (and a joiner's own start) can move queues.
+NO_TIMER = {**FAST, "rebalance_interval_seconds": 60.0}
+#: how long after a membership change every queue must have exactly one owner
+NOTIFY_DEADLINE = 5.0
+
+
+def one_owner_each(members: list[PushConsumer]) -> bool:
+    o = owners(members)
+    return len(o) == 8 and set(o.values()) == {1} and all(m.assigned_queues() for m in members)
+
+
+def owner_map(members: list[PushConsumer]) -> dict:
+    return {mq: m for m in members for mq in m.assigned_queues() if mq.topic == "orders"}
+
+
+async def test_notify_alone_rebalances_on_join_and_leave_without_loss(cluster: LocalCluster) -> None:
+    """NOTIFY_CONSUMER_IDS_CHANGED, not the timer, hands queues over on join and leave; nothing is lost.
+
+    The periodic rebalance is 60 s, so an existing member can only give queues up because the
+    broker pushed NOTIFY_CONSUMER_IDS_CHANGED (a joiner rebalances by itself when it starts).
+    Within NOTIFY_DEADLINE of each join and of a leave every queue has exactly one owner.
+
+    Duplicates: on a join the newcomer takes its queues at once from the group's committed
+    offset, while the previous owner commits its progress only when it releases them (or
+    every 0.5 s), so a moved queue may be re-delivered from the last commit (at least once,
+    as in RocketMQ): allowed, but only on queues that changed hands at a join. A clean leave
+    commits every offset before it unregisters (which is what makes the broker notify), so
+    the members taking over the leaver's queues start exactly where it stopped: no
+    duplicates at all from the leave on.
+    """
+    seen: list = []  # (consumer, MessageExt) in delivery order
+    first = push_consumer(cluster, "ng", "c0", seen, client=NO_TIMER)
+    await first.start()
+    members = [first]
+    assert len(owners(members)) == 8
+    sent: list[str] = []
+    stop = asyncio.Event()
+
+    async def produce() -> None:
+        async with Producer(cluster.namesrv_addr) as p:
+            i = 0
+            while not stop.is_set():
+                sent.append((await p.send(Message("orders", f"n{i}".encode()))).msg_id)
+                i += 1
+                await asyncio.sleep(0.005)
+
+    moved_at_join: set[tuple[str, int]] = set()
+    producer = asyncio.ensure_future(produce())
+    try:
+        for name in ("c1", "c2"):
+            await asyncio.sleep(0.5)
+            before = owner_map(members)
+            c = push_consumer(cluster, "ng", name, seen, client=NO_TIMER)
+            await c.start()
+            members.append(c)
+            t0 = time.monotonic()
+            await wait_until(lambda: one_owner_each(members), timeout=NOTIFY_DEADLINE, what=f"one owner after {name}")
+            print(f"join {name}: one owner per queue after {time.monotonic() - t0:.3f}s")
+            after = owner_map(members)
+            moved_at_join |= {(mq.brokerName, mq.queueId) for mq in after if after[mq] is not before.get(mq)}
+        await asyncio.sleep(1.0)  # re-deliveries caused by the joins are over
+        before = owner_map(members)
+        leaving = members.pop(1)
+        t_leave = time.monotonic()
+        leave_index = len(seen)  # deliveries from here on happen after the leave began
+        await leaving.close()
+        await wait_until(lambda: one_owner_each(members), timeout=NOTIFY_DEADLINE, what="one owner after leave")
+        print(f"leave: one owner per queue after {time.monotonic() - t_leave:.3f}s")
+        after = owner_map(members)
+        # Only the leaver's queues moved: the survivors kept theirs.
+        assert all(after[mq] is owner for mq, owner in before.items() if owner is not leaving), "survivor queue moved"
+        await asyncio.sleep(0.5)
+    finally:
+        stop.set()
+        await producer
+    try:
+        await wait_until(lambda: {m.msg_id for _, m in seen} >= set(sent), timeout=10, what="every sent message")
+        await asyncio.sleep(0.5)  # late duplicates would show up here
+    finally:
+        for c in members:
+            await c.close()
+    assert {m.msg_id for _, m in seen} == set(sent), "delivered something never sent"
+    first_seen: set[str] = set()
+    join_dups = leave_dups = 0
+    for i, (_name, m) in enumerate(seen):
+        if m.msg_id not in first_seen:
+            first_seen.add(m.msg_id)
+            continue
+        if i >= leave_index:
+            leave_dups += 1
+        else:
+            queue = (m.broker_name, m.queue_id)
+            assert queue in moved_at_join, f"{m.msg_id} re-delivered on {queue}, which did not change hands"
+            join_dups += 1
+    print(f"{len(sent)} sent, {len(seen)} deliveries, duplicates: {join_dups} at joins, {leave_dups} at leave")
+    assert leave_dups == 0, f"{leave_dups} duplicates after a clean leave"
+
+
+async def test_without_notify_existing_members_keep_their_queues(cluster: LocalCluster) -> None:
+    """Control for the test above: with the group's notifications off, the old member never gives queues up.
+
+    This shows that in the test above nothing but NOTIFY_CONSUMER_IDS_CHANGED made the first
+    consumer release its queues in time (the joiner takes its share either way).
+    """
+    for b in cluster.brokers:
+        b.subscription_groups.upsert(SubscriptionGroupConfig("quiet", notifyConsumerIdsChangedEnable=False))
+    first = push_consumer(cluster, "quiet", "q0", [], client=NO_TIMER)
+    second = push_consumer(cluster, "quiet", "q1", [], client=NO_TIMER)
+    await first.start()
+    await asyncio.sleep(0.5)  # the rebalance its own start triggered is over
+    try:
+        await second.start()
+        try:
+            assert len(owners([second])) == 4  # the joiner took its share by itself
+            await asyncio.sleep(NOTIFY_DEADLINE / 2)
+            assert len(owners([first])) == 8, "rebalanced without a notification"
+            assert not one_owner_each([first, second])
+        finally:
+            await second.close()
+    finally:
+        await first.close()
+
+
+async def test_close_during_a_notified_rebalance_leaves_no_pull_running(cluster: LocalCluster) -> None:
+    """Closing a consumer while a NOTIFY-triggered rebalance is taking queues stops every pull it started.
+
+    When one member leaves, the broker notifies the other, whose rebalance starts taking the
+    freed queues; closing that member right then must wait for the rebalance, not leave
+    pull tasks running after close() (they would fail with 'consumer is closed').
+    """
+    leaked = []
+    for i in range(5):
+        pair = [push_consumer(cluster, "cg", f"x{i}{n}", []) for n in range(2)]
+        for c in pair:
+            await c.start()
+        await wait_until(lambda pair=pair: one_owner_each(pair), what="both own queues")
+        await asyncio.sleep(0.3)  # settled: only the notification below starts a rebalance
+        for c in pair:
+            await c.close()
+        await asyncio.sleep(0.05)
+        leaked += [t for c in pair for t in c._pull_tasks.values() if not t.done()]
+        leaked += [name for c in pair for name in [c.instance.client_id] if c._pull_tasks]
+    assert not leaked, leaked
 
 
 async def test_broadcasting_reaches_everyone_and_resumes_from_file(cluster: LocalCluster, tmp_path: Path) -> None:

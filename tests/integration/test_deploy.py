@@ -213,7 +213,6 @@ def test_launcher_runs_example_cluster_and_stops_cleanly(launch) -> None:
 
 def test_admin_cluster_list_shows_both_groups(launch) -> None:
     """`pymq-admin --json cluster-list` against the launched cluster lists broker-a and broker-b."""
-    pytest.importorskip("pymq.cli.admin", reason="pymq-admin is not there yet")
     cluster = launch()
     cmd = [
         sys.executable,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -130,33 +132,91 @@ async def test_orderly_poison_message_dead_lettered_and_queue_continues(cluster:
     assert [m.body for m in dlq] == [b"step-2"]
 
 
+#: Delay levels for the restart test; level L waits DELAY_S[L - 1] seconds.
+DELAY_S = [1, 2, 3, 6, 8]
+#: a delayed message must reach the consumer within this long after it falls due
+ON_TIME_SLACK = 1.0
+
+
 async def test_delayed_messages_survive_broker_restart(tmp_path: Path) -> None:
-    """Delayed messages scheduled before a broker restart arrive after it, on time within a second, none lost."""
-    levels = "1s 2s 3s 4s 5s"
+    """Delayed messages scheduled before a broker restart arrive after it, on time within a second, none lost.
+
+    Timeline (t0 = first send): levels 1 s, 2 s, 3 s, 6 s, 8 s, four messages each, plus four
+    more at level 3 sent at t0 + 2.5 s. The 1 s, 2 s and first 3 s messages are delivered
+    while the broker runs; it is then stopped (delayOffset.json must record how far each
+    level got: all of levels 1 and 2, half of level 3, nothing of 4 and 5) and started again
+    on the same store before the next message falls due (t0 + 5.5 s). Everything is
+    received exactly once, by a consumer before the restart or a new one after it, never
+    before its due time and at most ON_TIME_SLACK after it.
+    """
+    levels = " ".join(f"{s}s" for s in DELAY_S)
+    per_level = 4
     async with LocalCluster(tmp_path / "c", brokers=1, store={"message_delay_level": levels}) as cluster:
         await cluster.create_topic("orders", 2)
-        due: dict[str, float] = {}
+        deliveries: list[tuple[str, float]] = []  # (msg id, wall-clock arrival), every delivery
+
+        def delay_consumer() -> PushConsumer:
+            c = PushConsumer(cluster.namesrv_addr, "delay-g", consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST)
+            c.subscribe("orders")
+
+            @c.listener
+            async def on(msgs):
+                now = time.time()
+                deliveries.extend((m.msg_id, now) for m in msgs)
+
+            return c
+
+        # msg id -> (level, earliest due, latest due): the broker counts from the store time,
+        # which lies between the start and the end of the send.
+        due: dict[str, tuple[int, float, float]] = {}
+
+        async def send(p: Producer, level: int, n: int) -> None:
+            for i in range(n):
+                t_send = time.time()
+                r = await p.send(Message("orders", f"L{level}-{i}".encode(), delay_level=level))
+                delay = DELAY_S[level - 1]
+                due[r.msg_id] = (level, t_send + delay, time.time() + delay)
+
+        first = delay_consumer()
+        await first.start()
+        await wait_until(lambda: len(first.assigned_queues()) >= 2, what="consumer owns the queues")
         async with Producer(cluster.namesrv_addr) as p:
-            for i in range(20):
-                level = 2 + i % 4  # 2 to 5 seconds
-                r = await p.send(Message("orders", f"d{i}".encode(), delay_level=level))
-                due[r.msg_id] = time.time() + level
-        old = cluster.brokers[0]
-        config = old.config
-        await cluster.stop_broker(old)  # graceful stop, then the same store comes back
-        await asyncio.sleep(0.5)
-        await cluster.add_broker(0, store={"store_dir": str(config.store.store_dir), "message_delay_level": levels})
-        arrived: dict[str, float] = {}
-        c = PushConsumer(cluster.namesrv_addr, "delay-g", consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST)
-        c.subscribe("orders")
-
-        @c.listener
-        async def on(msgs):
-            for m in msgs:
-                arrived.setdefault(m.msg_id, time.time())
-
-        async with c:
-            await wait_until(lambda: len(arrived) >= 20, timeout=15, what="all 20 delayed messages")
-    assert set(arrived) == set(due)
-    for msg_id, t in arrived.items():
-        assert due[msg_id] - 0.05 <= t <= due[msg_id] + 1.0, t - due[msg_id]
+            t0 = time.time()
+            for level in range(1, len(DELAY_S) + 1):
+                await send(p, level, per_level)
+            await asyncio.sleep(max(0.0, t0 + 2.5 - time.time()))
+            await send(p, 3, per_level)  # due at t0 + 5.5 s: after the restart
+        before_restart = {m for m, (_lvl, _lo, hi) in due.items() if hi < t0 + 3.5}
+        assert len(before_restart) == 3 * per_level, "the first sends took too long for this timeline"
+        await wait_until(
+            lambda: {m for m, _ in deliveries} >= before_restart, timeout=10, what="messages due before the restart"
+        )
+        path = Path(cluster.brokers[0].config.store.store_dir) / "config" / "delayOffset.json"
+        # Progress is persisted while the broker runs (every second), not only at shutdown.
+        await wait_until(lambda: path.exists() and "1" in json.loads(path.read_text())["offsetTable"], timeout=5)
+        await first.close()
+        t_down = time.time()
+        await cluster.stop_broker(cluster.brokers[0])  # graceful stop
+        progress = json.loads(path.read_text())["offsetTable"]
+        assert {int(k): v for k, v in progress.items() if v} == {1: per_level, 2: per_level, 3: per_level}, progress
+        await asyncio.sleep(0.3)
+        await cluster.add_broker(0)  # the same store directory and levels
+        t_up = time.time()
+        after_restart = set(due) - before_restart
+        next_due = min(due[m][1] for m in after_restart)
+        assert t_up < next_due - 0.5, f"restart took too long for this timeline ({t_up - t_down:.1f}s down)"
+        second = delay_consumer()
+        async with second:
+            await wait_until(lambda: {m for m, _ in deliveries} >= set(due), timeout=15, what="every delayed message")
+            await asyncio.sleep(0.5)  # a duplicate would show up here
+    counts = Counter(m for m, _ in deliveries)
+    assert set(counts) == set(due), "lost or unexpected messages"
+    assert [m for m, n in counts.items() if n > 1] == [], "delivered more than once"
+    arrived = dict(deliveries)
+    assert {m for m in due if arrived[m] < t_down} == before_restart
+    assert all(arrived[m] > t_up for m in after_restart)
+    lateness = {m: arrived[m] - due[m][2] for m in due}
+    for m, (level, earliest, latest) in due.items():
+        assert arrived[m] >= earliest - 0.002, f"level {level} message {m} delivered {earliest - arrived[m]:.3f}s early"
+        assert arrived[m] <= latest + ON_TIME_SLACK, f"level {level} message {m} {lateness[m]:.3f}s late"
+    print(f"max lateness {max(lateness.values()):.3f}s; restart took {t_up - t_down:.2f}s")

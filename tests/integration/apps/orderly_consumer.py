@@ -3,6 +3,7 @@
 usage: orderly_consumer.py NAMESRV GROUP NAME OUT_FILE [FAIL_EVERY]
 
 FAIL_EVERY > 0 makes every FAIL_EVERY-th first delivery suspend once (an injected retry).
+Once the consumer has started it writes its pid to OUT_FILE.NAME.ready (one file per consumer).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     async with consumer:
-        with open(out_path + ".ready", "w") as ready:
+        with open(f"{out_path}.{name}.ready", "w") as ready:
             ready.write(str(os.getpid()))
         await stop.wait()
     out.close()

@@ -1,0 +1,121 @@
+"""SYNC_FLUSH through the broker: a send is answered only after a disk sync covering it (group commit),
+and a sync slower than ``store.sync_flush_timeout_ms`` answers FLUSH_DISK_TIMEOUT with the message stored.
+
+The periodic commitlog flush is pushed out to 60 s, so whatever is on disk when a send
+returns was synced because of a send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pymq.broker.app import BrokerApp
+from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer
+from pymq.client.producer import SendResult, SendStatus
+from pymq.testing import LocalCluster
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.integration
+
+SYNC = {"flush_disk_type": "SYNC_FLUSH", "flush_interval_ms": 60_000, "flush_thorough_interval_ms": 60_000}
+
+
+class SlowFlush:
+    """Makes the store's commitlog flush (run on the flusher thread) take ``delay`` seconds longer."""
+
+    def __init__(self, broker: BrokerApp, delay: float) -> None:
+        self.mfq = broker.store.commitlog.mfq
+        self.real = self.mfq.flush
+        self.delay = delay
+        self.calls = 0
+        self.release = threading.Event()  # set: stop sleeping (so the broker can shut down promptly)
+
+    def __call__(self) -> int:
+        self.calls += 1
+        self.release.wait(self.delay)
+        return self.real()
+
+    def __enter__(self) -> SlowFlush:
+        self.mfq.flush = self  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.mfq.flush = self.real  # type: ignore[method-assign]
+
+
+def end_of(broker: BrokerApp, r: SendResult) -> int:
+    """Commitlog offset just past the (single) message of ``r``."""
+    phys = r.commit_log_offsets[0]
+    record = broker.store.read_record(phys)
+    assert record is not None
+    return phys + len(record)
+
+
+async def test_sync_flush_send_is_on_disk_when_acknowledged(tmp_path: Path) -> None:
+    """Every SEND_OK under SYNC_FLUSH is covered by the store's flushed (msync'ed) position when it returns."""
+    async with LocalCluster(tmp_path / "c", store=SYNC) as cluster:
+        await cluster.create_topic("orders", 4)
+        broker = cluster.brokers[0]
+        store = broker.store
+        flusher = store._flusher
+        assert flusher is not None and flusher.sync
+        async with Producer(cluster.namesrv_addr) as p:
+            for i in range(20):
+                before = flusher.flush_count
+                r = await p.send(Message("orders", f"durable-{i}".encode() * 50))
+                # Checked before anything else runs on the loop: the answer came after the sync.
+                assert r.status is SendStatus.SEND_OK
+                assert store.flushed_offset >= end_of(broker, r) == store.commitlog.max_offset
+                assert flusher.flush_count > before, "no sync ran for this send"
+                assert store.checkpoint.flushed_phys >= end_of(broker, r)
+
+
+async def test_sync_flush_group_commit_shares_one_sync(tmp_path: Path) -> None:
+    """Sends waiting together share syncs: 40 concurrent sends, all SEND_OK and on disk, far fewer than 40 syncs."""
+    async with LocalCluster(tmp_path / "c", store=SYNC) as cluster:
+        await cluster.create_topic("orders", 4)
+        broker = cluster.brokers[0]
+        async with Producer(cluster.namesrv_addr) as p:
+            await p.send(Message("orders", b"warm-up"))  # route and connection ready
+            with SlowFlush(broker, 0.2) as slow:  # while one sync runs, the others queue up
+                results = await asyncio.gather(*(p.send(Message("orders", f"g{i}".encode())) for i in range(40)))
+                calls = slow.calls
+        assert [r.status for r in results] == [SendStatus.SEND_OK] * 40
+        assert broker.store.flushed_offset >= max(end_of(broker, r) for r in results)
+        assert 1 <= calls <= 10, f"{calls} syncs for 40 sends"
+
+
+async def test_slow_disk_answers_flush_disk_timeout_but_keeps_the_message(tmp_path: Path) -> None:
+    """A sync slower than sync_flush_timeout_ms: the producer gets FLUSH_DISK_TIMEOUT, the message is stored once."""
+    timeout_ms = 300
+    async with LocalCluster(tmp_path / "c", store={**SYNC, "sync_flush_timeout_ms": timeout_ms}) as cluster:
+        await cluster.create_topic("orders", 1)
+        broker = cluster.brokers[0]
+        async with Producer(cluster.namesrv_addr) as p:
+            with SlowFlush(broker, 3.0):
+                t0 = time.monotonic()
+                r = await p.send(Message("orders", b"slow-disk", keys=["k-slow"]))
+                waited = time.monotonic() - t0
+                assert r.status is SendStatus.FLUSH_DISK_TIMEOUT
+                assert waited >= timeout_ms / 1000 * 0.9, waited
+                assert waited < 2.5, f"the answer waited for the slow sync ({waited:.2f}s)"
+                assert broker.store.flushed_offset < end_of(broker, r)  # indeed not on disk yet
+            # Stored (once: FLUSH_DISK_TIMEOUT is not retried) and readable; the sync completes later.
+            assert broker.store.max_offset("orders", 0) == 1 and r.queue_offset == 0
+            await wait_until(lambda: broker.store.flushed_offset >= end_of(broker, r), timeout=10, what="late sync")
+            again = await p.send(Message("orders", b"fast-disk"))
+            assert again.status is SendStatus.SEND_OK
+        pc = PullConsumer(cluster.namesrv_addr, "flush-g", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+        pc.subscribe("orders")
+        got: list = []
+        async with pc:
+            deadline = time.monotonic() + 10
+            while len(got) < 2 and time.monotonic() < deadline:
+                got += await pc.poll(timeout=1.0)
+        assert [(m.msg_id, m.body) for m in got] == [(r.msg_id, b"slow-disk"), (again.msg_id, b"fast-disk")]
