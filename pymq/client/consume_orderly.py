@@ -49,7 +49,8 @@ class OrderlyConsumeService:
         self.listener = listener
         self.lock_renew_interval = consumer.lock_renew_interval
         self.lock_valid_seconds = consumer.lock_valid_seconds
-        self.max_reconsume = consumer.max_reconsume_times or DEFAULT_MAX_RECONSUME
+        mrt = consumer.max_reconsume_times
+        self.max_reconsume = DEFAULT_MAX_RECONSUME if mrt is None or mrt < 0 else mrt
         self.clustering = consumer.message_model is MessageModel.CLUSTERING
         self._workers: dict[MessageQueue, asyncio.Task[None]] = {}
         self._renew_task: asyncio.Task[None] | None = None

@@ -59,10 +59,11 @@ async def send_back(
             log.warning("send_back_failed", group=group, msg_id=msg.msg_id, reason=str(exc))
     if delay_level < 0:
         return False  # dead-lettering needs the broker; the caller keeps the message
-    return await _publish_to_retry_topic(instance, group, msg, 16 if max_times < 0 else max_times)
+    return await _publish_to_retry_topic(instance, group, msg, max_times)
 
 
 async def _publish_to_retry_topic(instance: ClientInstance, group: str, msg: MessageExt, max_times: int) -> bool:
+    """Publish to ``%RETRY%<group>`` directly; the broker dead-letters it past the limit (-1: the group's)."""
     topic = RETRY_PREFIX + group
     route = instance.routes.get(topic) or await _route(instance, topic)
     if route is None:
@@ -70,7 +71,8 @@ async def _publish_to_retry_topic(instance: ClientInstance, group: str, msg: Mes
     props = dict(msg.properties)
     props.setdefault(Prop.RETRY_TOPIC, msg.topic)
     props[Prop.RECONSUME_TIME] = str(msg.reconsume_times + 1)
-    props[Prop.MAX_RECONSUME_TIMES] = str(max_times)
+    if max_times >= 0:  # else the broker applies the group's retryMaxTimes
+        props[Prop.MAX_RECONSUME_TIMES] = str(max_times)
     props[Prop.DELAY] = str(3 + msg.reconsume_times)
     record = encode_record(
         topic.encode(),

@@ -220,3 +220,36 @@ async def test_delayed_messages_survive_broker_restart(tmp_path: Path) -> None:
         assert arrived[m] >= earliest - 0.002, f"level {level} message {m} delivered {earliest - arrived[m]:.3f}s early"
         assert arrived[m] <= latest + ON_TIME_SLACK, f"level {level} message {m} {lateness[m]:.3f}s late"
     print(f"max lateness {max(lateness.values()):.3f}s; restart took {t_up - t_down:.2f}s")
+
+
+async def test_retries_published_by_the_client_when_send_back_fails(cluster: LocalCluster) -> None:
+    """Send-back refused: the client publishes retries to %RETRY% itself; past the limit the broker dead-letters."""
+    from pymq.protocol.codes import RequestCode, ResponseCode
+
+    broker = cluster.brokers[0]
+    refused: list[int] = []
+
+    def refuse(cmd, conn):
+        refused.append(1)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, "send back refused by the test")
+
+    broker.dispatcher.register(RequestCode.CONSUMER_SEND_MSG_BACK, refuse)
+    deliveries: list[tuple[int, str]] = []
+    c = consumer(cluster, "fallback-g", max_reconsume_times=2)
+
+    @c.listener
+    async def on(msgs):
+        deliveries.append((msgs[0].reconsume_times, msgs[0].topic))
+        return ConsumeResult.RECONSUME_LATER
+
+    async with c, Producer(cluster.namesrv_addr) as p:
+        sent = await p.send(Message("orders", b"always-fails"))
+        await wait_until(lambda: len(deliveries) >= 3, timeout=10, what="3 deliveries")
+        await wait_until(
+            lambda: broker.topics.get("%DLQ%fallback-g") is not None, timeout=5, what="the dead-letter topic"
+        )
+        await asyncio.sleep(1.0)  # and no fourth delivery
+    assert deliveries == [(0, "orders"), (1, "orders"), (2, "orders")]
+    assert len(refused) == 3  # every failure tried the broker's send-back first
+    dlq = await dead_letters(cluster, "fallback-g")
+    assert [(m.body, m.msg_id, m.reconsume_times) for m in dlq] == [(b"always-fails", sent.msg_id, 3)]

@@ -67,7 +67,11 @@ def test_commitlog_rollover_writes_blank_marker_and_never_splits_records(store: 
         by_file[r.physical_offset // file_size] = max(
             by_file.get(r.physical_offset // file_size, 0), r.physical_offset + r.size
         )
-    for n in range(len(files) - 1):
+    # Files before the one being written are full; the warmer may have created the next
+    # one already, so the listing can hold one more (empty) file.
+    writing = max(by_file)
+    assert writing >= 3 and len(files) in (writing + 1, writing + 2)
+    for n in range(writing):
         end = by_file[n]
         marker = _commitlog_bytes(store, end, 8)
         assert struct.unpack(">iI", marker) == (file_size * (n + 1) - end, BLANK_MAGIC)

@@ -13,12 +13,15 @@ import random
 from typing import TYPE_CHECKING
 
 from pymq.broker.store.results import PutResult, PutStatus
-from pymq.broker.topics import validate_topic_name
+from pymq.broker.topics import RETRY_PREFIX, dlq_topic, validate_topic_name
 from pymq.config import FlushDiskType
+from pymq.errors import MessageDecodeError
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.frame import Command
 from pymq.protocol.headers import get_int, get_str
-from pymq.protocol.route import perm_writable
+from pymq.protocol.message import Prop
+from pymq.protocol.record import decode_properties, encode_properties, parse_record, reencode
+from pymq.protocol.route import PERM_READ_WRITE, perm_writable
 from pymq.transport.dispatch import Handler, HandlerResult
 
 if TYPE_CHECKING:
@@ -81,13 +84,41 @@ class SendHandlers:
         if isinstance(checked, Command):
             return checked
         topic, queue_id = checked
-        results = self.app.store.put_messages(topic, queue_id, cmd.body)
+        body = cmd.body
+        if topic.startswith(RETRY_PREFIX):
+            topic, queue_id, body = self.dead_letter_if_exhausted(topic, queue_id, body)
+        results = self.app.store.put_messages(topic, queue_id, body)
         resp = self.build_response(cmd, queue_id, results)
         self.app.stats.record_put(topic, results)
         if self.sync_flush and resp.code == ResponseCode.SUCCESS:
             end = max(r.physical_offset + r.size for r in results)
             return self._await_flush(resp, end)
         return resp
+
+    def dead_letter_if_exhausted(self, topic: str, queue_id: int, body: bytes) -> tuple[str, int, bytes]:
+        """A retry a client published itself (its send-back failed) goes to ``%DLQ%`` past the limit.
+
+        As RocketMQ does: the record's reconsume count (already incremented by the client) is
+        checked against its MAX_RECONSUME_TIMES property, else the group's ``retryMaxTimes``.
+        """
+        try:
+            r = parse_record(body)
+        except MessageDecodeError:
+            return topic, queue_id, body  # the store refuses it with MESSAGE_ILLEGAL
+        if r.total_size != len(body):
+            return topic, queue_id, body  # a batch: clients publish retries one at a time
+        props = decode_properties(r.properties)
+        group = topic[len(RETRY_PREFIX) :]
+        max_times = int(props.get(Prop.MAX_RECONSUME_TIMES, "-1") or -1)
+        if max_times < 0:
+            sg = self.app.subscription_groups.get(group)
+            max_times = sg.retryMaxTimes if sg is not None else 16
+        if r.reconsume_times <= max_times:
+            return topic, queue_id, body
+        target = dlq_topic(group)
+        self.app.topics.ensure_system_topic(target, 1, PERM_READ_WRITE)
+        props.pop(Prop.DELAY, None)
+        return target, 0, reencode(r, target.encode(), encode_properties(props))
 
     @staticmethod
     def build_response(cmd: Command, queue_id: int, results: list[PutResult]) -> Command:
