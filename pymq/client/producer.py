@@ -30,6 +30,8 @@ from pymq.client.selectors import (
 from pymq.errors import (
     ClientError,
     ClosedError,
+    ConnectError,
+    ConnectionClosedError,
     MessageTooLargeError,
     NoRouteError,
     PymqError,
@@ -391,6 +393,8 @@ class Producer:
             except TransportError as exc:
                 self.selector.update(mq.brokerName, (loop.time() - started) * 1000, True)
                 last_error = exc
+                if isinstance(exc, ConnectError | ConnectionClosedError):
+                    self._queues.pop(topic, None)  # the broker may be gone: fetch the route again
                 continue
             self.selector.update(mq.brokerName, (loop.time() - started) * 1000, False)
             status = _STORED_CODES.get(resp.code)
