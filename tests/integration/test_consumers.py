@@ -61,6 +61,15 @@ def owners(consumers: list[PushConsumer]) -> Counter:
     return Counter(mq for c in consumers for mq in c.assigned_queues() if mq.topic == "orders")
 
 
+async def produce_until(cluster: LocalCluster, stop: asyncio.Event, sent: list[str]) -> None:
+    """Send to "orders" every 5 ms until ``stop`` is set, appending each msg id to ``sent``."""
+    async with Producer(cluster.namesrv_addr) as p:
+        i = 0
+        while not stop.is_set():
+            sent.append((await p.send(Message("orders", f"m{i}".encode()))).msg_id)
+            i += 1
+            await asyncio.sleep(0.005)
+
 async def test_each_message_consumed_once_by_one_of_three(cluster: LocalCluster) -> None:
     """A message sent is consumed exactly once by exactly one of three push consumers in a group."""
     seen: list = []
@@ -90,15 +99,8 @@ async def test_join_and_leave_rebalances_without_loss(cluster: LocalCluster) -> 
     sent: list[str] = []
     stop = asyncio.Event()
 
-    async def produce() -> None:
-        async with Producer(cluster.namesrv_addr) as p:
-            i = 0
-            while not stop.is_set():
-                sent.append((await p.send(Message("orders", f"m{i}".encode()))).msg_id)
-                i += 1
-                await asyncio.sleep(0.005)
 
-    producer = asyncio.ensure_future(produce())
+    producer = asyncio.ensure_future(produce_until(cluster, stop, sent))
     try:
         for name in ("c1", "c2"):
             await asyncio.sleep(0.5)
@@ -171,16 +173,9 @@ async def test_notify_alone_rebalances_on_join_and_leave_without_loss(cluster: L
     sent: list[str] = []
     stop = asyncio.Event()
 
-    async def produce() -> None:
-        async with Producer(cluster.namesrv_addr) as p:
-            i = 0
-            while not stop.is_set():
-                sent.append((await p.send(Message("orders", f"n{i}".encode()))).msg_id)
-                i += 1
-                await asyncio.sleep(0.005)
 
     moved_at_join: set[tuple[str, int]] = set()
-    producer = asyncio.ensure_future(produce())
+    producer = asyncio.ensure_future(produce_until(cluster, stop, sent))
     try:
         for name in ("c1", "c2"):
             await asyncio.sleep(0.5)

@@ -93,14 +93,10 @@ def zero_tail(mm: mmap.mmap, start: int, end: int) -> int:
     so the work stays proportional to what was dropped, not to the file size. The count
     returned runs from ``start`` to the last non-zero byte cleared.
     """
-    pos = start
-    dropped = 0
-    while pos < end:
-        n = min(len(_ZERO_CHUNK), end - pos)
-        chunk = mm[pos : pos + n]
-        if chunk == _ZERO_CHUNK[:n]:
-            break
-        dropped = pos - start + len(chunk.rstrip(b"\x00"))
+    dropped = data_extent(mm, start, end)
+    pos, stop = start, start + dropped
+    while pos < stop:
+        n = min(len(_ZERO_CHUNK), stop - pos)
         mm[pos : pos + n] = _ZERO_CHUNK[:n]
         pos += n
     return dropped

@@ -150,15 +150,21 @@ class MessageStore:
             self._release_lock()
             raise
 
-    def shutdown(self) -> None:
-        """Flush everything and mark the shutdown clean (removes the abort file)."""
+    def _stop_services(self) -> bool:
+        """Refuse further writes and stop the background threads; False if already stopped."""
         if not self.running:
-            return
+            return False
         with self.lock:
             self.running = False
         for svc in (self._warmer, self._cleaner, self._logics_flusher, self._flusher):
             if svc is not None:
                 svc.stop()
+        return True
+
+    def shutdown(self) -> None:
+        """Flush everything and mark the shutdown clean (removes the abort file)."""
+        if not self._stop_services():
+            return
         with self.lock, self.file_lock, self.logics_lock:
             self.commitlog.flush()
             self.checkpoint.physic_ts = self.last_store_ts
@@ -182,13 +188,8 @@ class MessageStore:
         The data written so far stays in the page cache, exactly as after ``kill -9``; the
         next :meth:`start` (on a new instance) runs abnormal recovery. For tests and benchmarks.
         """
-        if not self.running:
+        if not self._stop_services():
             return
-        with self.lock:
-            self.running = False
-        for svc in (self._warmer, self._cleaner, self._logics_flusher, self._flusher):
-            if svc is not None:
-                svc.stop()
         with self.lock, self.file_lock, self.logics_lock:
             self.index.abandon()
             for cq in self.queues.values():
