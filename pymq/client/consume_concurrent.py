@@ -10,6 +10,7 @@ queue's commit offset moves to the smallest offset still in flight.
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import TYPE_CHECKING, Any
 
 from pymq.client.consumer_types import ConsumeResult, MessageModel
@@ -68,11 +69,12 @@ class ConcurrentConsumeService:
 
     # --- one batch -----------------------------------------------------------------------------------------
 
-    def _run_listener_sync(self, msgs: list[MessageExt]) -> list[bool]:
-        """Thread-pool side: call a blocking listener slice by slice."""
+    def _run_listener_sync(self, msgs: list[MessageExt], out: list[bool], stop: threading.Event) -> None:
+        """Thread-pool side: call a blocking listener slice by slice, appending one result per message."""
         size = self.consumer.consume_batch_max_size
-        out = []
         for i in range(0, len(msgs), size):
+            if stop.is_set():  # timed out: the rest count as failed and go back
+                return
             chunk = msgs[i : i + size]
             try:
                 ok = _is_success(self.listener(chunk))
@@ -80,11 +82,9 @@ class ConcurrentConsumeService:
                 log.exception("listener_failed", group=self.consumer.group, count=len(chunk))
                 ok = False
             out.extend([ok] * len(chunk))
-        return out
 
-    async def _run_listener_async(self, msgs: list[MessageExt]) -> list[bool]:
+    async def _run_listener_async(self, msgs: list[MessageExt], out: list[bool]) -> None:
         size = self.consumer.consume_batch_max_size
-        out = []
         for i in range(0, len(msgs), size):
             chunk = msgs[i : i + size]
             try:
@@ -95,23 +95,29 @@ class ConcurrentConsumeService:
                 log.exception("listener_failed", group=self.consumer.group, count=len(chunk))
                 ok = False
             out.extend([ok] * len(chunk))
-        return out
 
     async def _consume(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         consumer = self.consumer
         async with self._sem:
             if pq.dropped:
                 return
+            out: list[bool] = []
+            stop = threading.Event()
             try:
                 if consumer.executor is not None:
-                    fut = asyncio.get_running_loop().run_in_executor(consumer.executor, self._run_listener_sync, msgs)
-                    results = await asyncio.wait_for(fut, consumer.consume_timeout)
+                    fut = asyncio.get_running_loop().run_in_executor(
+                        consumer.executor, self._run_listener_sync, msgs, out, stop
+                    )
+                    await asyncio.wait_for(fut, consumer.consume_timeout)
                 else:
-                    results = await asyncio.wait_for(self._run_listener_async(msgs), consumer.consume_timeout)
+                    await asyncio.wait_for(self._run_listener_async(msgs, out), consumer.consume_timeout)
             except TimeoutError:
-                log.warning("consume_timeout", group=consumer.group, queue=str(mq), count=len(msgs))
-                results = [False] * len(msgs)
-            failed = [m for m, ok in zip(msgs, results, strict=True) if not ok]
+                stop.set()
+                log.warning("consume_timeout", group=consumer.group, queue=str(mq), count=len(msgs) - len(out))
+            # Slices finished before a timeout keep their result; the rest failed.
+            results = out[: len(msgs)]
+            results += [False] * (len(msgs) - len(results))
+        failed = [m for m, ok in zip(msgs, results, strict=True) if not ok]
         self.consumed += len(msgs) - len(failed)
         retry_locally: list[MessageExt] = []
         if failed:

@@ -253,3 +253,30 @@ async def test_retries_published_by_the_client_when_send_back_fails(cluster: Loc
     assert len(refused) == 3  # every failure tried the broker's send-back first
     dlq = await dead_letters(cluster, "fallback-g")
     assert [(m.body, m.msg_id, m.reconsume_times) for m in dlq] == [(b"always-fails", sent.msg_id, 3)]
+
+
+async def test_consume_timeout_retries_only_the_unfinished_part_of_a_batch(cluster: LocalCluster) -> None:
+    """A listener call past consume_timeout sends back what it had not finished; slices done before stay done."""
+    deliveries: list[tuple[bytes, int]] = []
+    c = consumer(cluster, "timeout-g", consume_timeout=0.5, consume_batch_max_size=1)
+
+    @c.listener
+    async def on(msgs):
+        m = msgs[0]
+        deliveries.append((m.body, m.reconsume_times))
+        if m.body == b"slow" and m.reconsume_times == 0:
+            await asyncio.sleep(5)  # past the timeout: cancelled, sent back
+        return ConsumeResult.SUCCESS
+
+    async with Producer(cluster.namesrv_addr) as p:
+        for body in (b"fast-1", b"slow", b"fast-2"):  # one queue, so one pulled batch
+            await p.send(Message("orders", body), selector=SelectByHash(), arg="one-queue")
+    async with c:
+        await wait_until(lambda: (b"slow", 1) in deliveries, timeout=10, what="the slow message's retry")
+        await wait_until(lambda: any(b == b"fast-2" for b, _ in deliveries), timeout=10, what="fast-2")
+        await asyncio.sleep(1.0)  # nothing else comes back
+    counts = Counter(b for b, _ in deliveries)
+    assert counts[b"fast-1"] == 1, deliveries  # finished before the timeout: not redelivered
+    assert counts[b"slow"] == 2 and (b"slow", 1) in deliveries
+    # never started before the timeout: sent back with the slow one, then delivered once
+    assert [d for d in deliveries if d[0] == b"fast-2"] == [(b"fast-2", 1)]
