@@ -46,6 +46,28 @@ def test_put_ok_assigns_queue_and_commitlog_offsets(store: MessageStore) -> None
     assert store.max_offset("T", 0) == 3 and store.max_offset("T", 1) == 1 and store.queue_ids("T") == [0, 1]
 
 
+
+def test_put_batches_mixes_queues_in_one_call(store: MessageStore) -> None:
+    """One put_batches call appends to several queues: offsets per queue, one store time, a bad record alone refused."""
+    arrivals: list[tuple[str, int, int]] = []
+    store.add_arrival_listener(lambda t, q, m: arrivals.append((t, q, m)))
+    store.put_messages("A", 0, record("A", b"before"))
+    bad = patched(record("B", b"bad"), 4, ">I", 0xDEAD)  # wrong magic: refused, ends its batch
+    answers = store.put_batches(
+        [("A", 0, record("A", b"a1") + record("A", b"a2")), ("B", 3, record("B", b"b1")), ("A", 1, bad)]
+    )
+    assert [[r.status for r in rs] for rs in answers] == [
+        [PutStatus.PUT_OK, PutStatus.PUT_OK],
+        [PutStatus.PUT_OK],
+        [PutStatus.MESSAGE_ILLEGAL],
+    ]
+    assert [r.queue_offset for r in answers[0]] == [1, 2] and answers[1][0].queue_offset == 0
+    assert len({r.store_timestamp for r in answers[0] + answers[1]}) == 1
+    assert [bytes(r.body) for r in read_queue(store, "A", 0)] == [b"before", b"a1", b"a2"]
+    assert [bytes(r.body) for r in read_queue(store, "B", 3)] == [b"b1"]
+    assert read_queue(store, "A", 1) == []
+    assert sorted(arrivals[1:]) == [("A", 0, 3), ("B", 3, 1)]
+
 @pytest.mark.parametrize(
     ("mutate", "reason"),
     [

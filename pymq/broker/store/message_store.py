@@ -21,7 +21,7 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pymq.broker.store.appender import SCHEDULE_TOPIC, Appender, count_records, rejected_results
@@ -228,9 +228,7 @@ class MessageStore:
             for qdir in sorted(topic_dir.iterdir()):
                 if not qdir.name.isdigit() or not qdir.is_dir():
                     continue
-                cq = ConsumeQueue(
-                    topic_dir.name, int(qdir.name), qdir, self.config.consume_queue_file_entries
-                )
+                cq = ConsumeQueue(topic_dir.name, int(qdir.name), qdir, self.config.consume_queue_file_entries)
                 cq.recover()
                 self.queues[(topic_dir.name, int(qdir.name))] = cq
 
@@ -248,54 +246,65 @@ class MessageStore:
         """``listener(topic, queue_id, max_offset)`` after messages land in a queue (writer's thread)."""
         self._arrival_listeners.append(listener)
 
-    def put_messages(
-        self, topic: str, queue_id: int, data: bytes | bytearray | memoryview
-    ) -> list[PutResult]:
+    def put_messages(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> list[PutResult]:
         """Append the encoded records in ``data`` to queue ``(topic, queue_id)``; one result per record.
 
         A record that fails validation gets its own status and the others are stored.
         """
-        if not isinstance(data, bytes):
-            data = bytes(data)
-        if not self.running:
-            return rejected_results(
-                count_records(data), PutStatus.SERVICE_NOT_AVAILABLE, "store is not running"
-            )
-        if self.disk_full:
-            return rejected_results(
-                count_records(data),
-                PutStatus.SERVICE_NOT_AVAILABLE,
-                "disk full: writes refused until cleanup",
-            )
+        return self.put_batches([(topic, queue_id, data)])[0]
+
+    def put_batches(self, batches: Sequence[tuple[str, int, bytes | bytearray | memoryview]]) -> list[list[PutResult]]:
+        """Append records for several queues in one call: one lock hold and one store time.
+
+        Each ``(topic, queue_id, data)`` gets the queue offsets of its own queue, in order;
+        the answer holds one result list per batch, one result per record.
+        """
+        batches = [(t, q, d if isinstance(d, bytes) else bytes(d)) for t, q, d in batches]
+        refused = self._refusal()
+        if refused is not None:
+            return [rejected_results(count_records(d), PutStatus.SERVICE_NOT_AVAILABLE, refused) for _, _, d in batches]
+        answers: list[list[PutResult]] = []
+        arrived: set[tuple[str, int]] = set()
         with self.lock:
             if not self.running:
-                return rejected_results(
-                    count_records(data), PutStatus.SERVICE_NOT_AVAILABLE, "store is shutting down"
-                )
+                return [
+                    rejected_results(count_records(d), PutStatus.SERVICE_NOT_AVAILABLE, "store is shutting down")
+                    for _, _, d in batches
+                ]
             # Store times never go backwards, even if the clock does: recovery and
             # offset_by_time rely on them being ordered like the commitlog.
             store_ts = max(int(time.time() * 1000), self.last_store_ts)
-            try:
-                results = self.appender.put(topic, queue_id, data, store_ts)
-            except StoreError as exc:
-                log.error("append_failed", reason=str(exc))
-                return rejected_results(count_records(data), PutStatus.CREATE_MAPPED_FILE_FAILED, str(exc))
-            self.last_store_ts = store_ts
             appender = self.appender
-            stored = appender.stored
-            self.put_count += stored
-            self.put_bytes += appender.stored_bytes
-            other_queues = appender.other_queues
-        if stored and self._arrival_listeners:
-            keys = {(topic, queue_id)}
-            if other_queues:
-                keys.update(other_queues)
-            for key in keys:
+            for topic, queue_id, data in batches:
+                try:
+                    results = appender.put(topic, queue_id, data, store_ts)
+                except StoreError as exc:
+                    log.error("append_failed", reason=str(exc))
+                    answers.append(rejected_results(count_records(data), PutStatus.CREATE_MAPPED_FILE_FAILED, str(exc)))
+                    continue
+                answers.append(results)
+                if appender.stored:
+                    self.put_count += appender.stored
+                    self.put_bytes += appender.stored_bytes
+                    arrived.add((topic, queue_id))
+                    if appender.other_queues:
+                        arrived.update(appender.other_queues)
+            self.last_store_ts = store_ts
+        if arrived and self._arrival_listeners:
+            for key in arrived:
                 cq = self.queues.get(key)
                 if cq is not None and cq.max_offset:
                     for listener in self._arrival_listeners:
                         listener(key[0], key[1], cq.max_offset)
-        return results
+        return answers
+
+    def _refusal(self) -> str | None:
+        """Why writes are refused right now, or None."""
+        if not self.running:
+            return "store is not running"
+        if self.disk_full:
+            return "disk full: writes refused until cleanup"
+        return None
 
     def request_flush(self, offset: int, callback: FlushCallback) -> None:
         """``callback(True)`` from the flush thread once the commitlog below ``offset`` is on disk."""
@@ -371,9 +380,7 @@ class MessageStore:
         run_start = run_end = 0
         max_phys_read = 0
         while count < max_count and next_offset < max_off and next_offset - offset < scan_limit:
-            raw = cq.read_entries(
-                next_offset, min(scan_limit - (next_offset - offset), max_off - next_offset)
-            )
+            raw = cq.read_entries(next_offset, min(scan_limit - (next_offset - offset), max_off - next_offset))
             if not raw:
                 break
             stop = False
