@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -234,8 +235,11 @@ def e2e(
         await ensure_topic(addr, topic)
         grp = group or f"bench-e2e-{os.getpid()}"
         crec = Recorder(body_size)
+        before = await topic_max_offsets(addr, topic)
         consumer_task = asyncio.ensure_future(
-            run_consumer(addr, topic, grp, crec, duration=None, expect=None, e2e=True, idle_stop=3.0)
+            run_consumer(
+                addr, topic, grp, crec, duration=None, expect=None, e2e=True, idle_stop=3.0, since_ns=time.time_ns()
+            )
         )
         await asyncio.sleep(2.0)  # joined and parked on long polls
         spec = ProducerSpec(addr, topic, body_size, batch_size=batch_size, duration=duration, rate=rate, mode="sync")
@@ -244,8 +248,9 @@ def e2e(
             await run_producers(spec, precs)
             c = await consumer_task
         await c.close()
-        p = precs[0].summary("e2e-produce", rate=rate)
-        s = crec.summary("e2e-consume", note="latency = send to listener")
+        stored = await topic_max_offsets(addr, topic) - before
+        p = precs[0].summary("e2e-produce", rate=rate, broker_stored=stored, counts_match=stored == precs[0].messages)
+        s = crec.summary("e2e-consume", note="latency = send to listener", counts_match=crec.messages == stored)
         s["msgs_per_sec"] = round(crec.messages / max(1e-9, precs[0].elapsed), 1)
         return [p, s]
 

@@ -41,4 +41,5 @@ def test_bench_e2e_reports_latency() -> None:
     """The end-to-end benchmark consumes what it produced at the target rate and reports latency."""
     produced, consumed = bench("e2e", "--rate", "500", "--duration", "2")
     assert produced["messages"] > 0 and consumed["messages"] == produced["messages"]
+    assert produced["broker_stored"] == produced["messages"] and produced["counts_match"] and consumed["counts_match"]
     assert consumed["latency_ms_p99"] is not None and consumed["latency_ms_p99"] < 1000
