@@ -72,9 +72,7 @@ STORE_OVERRIDES: dict[str, Any] = {}
 
 
 def open_store(root: Path, **overrides: Any) -> MessageStore:
-    cfg = StoreConfig(
-        store_dir=root, flush_disk_type=FlushDiskType.ASYNC_FLUSH, **{**STORE_OVERRIDES, **overrides}
-    )
+    cfg = StoreConfig(store_dir=root, flush_disk_type=FlushDiskType.ASYNC_FLUSH, **{**STORE_OVERRIDES, **overrides})
     store = MessageStore(cfg)
     store.start()
     return store

@@ -68,9 +68,7 @@ class BrokerCollector:
         yield per_topic("pymq_messages_in", "Messages stored, by topic.", stats.put_msgs)
         yield per_topic("pymq_messages_in_bytes", "Bytes of stored records, by topic.", stats.put_bytes)
         yield per_topic("pymq_messages_out", "Messages returned to pulls, by topic.", stats.get_msgs)
-        yield per_topic(
-            "pymq_messages_out_bytes", "Bytes of records returned to pulls, by topic.", stats.get_bytes
-        )
+        yield per_topic("pymq_messages_out_bytes", "Bytes of records returned to pulls, by topic.", stats.get_bytes)
         yield CounterMetricFamily("pymq_put_failures", "Messages the store refused.", value=stats.put_failed)
         put_tps, get_tps = stats.rates()
         yield gauge("pymq_put_tps", "Messages stored per second, over the last 10 s.", put_tps)
@@ -82,9 +80,7 @@ class BrokerCollector:
             return
         cl_max = store.commitlog.max_offset
         flushed = store.flushed_offset
-        yield gauge(
-            "pymq_store_size_bytes", "Bytes of commitlog, consume-queue and index files.", store.disk_bytes()
-        )
+        yield gauge("pymq_store_size_bytes", "Bytes of commitlog, consume-queue and index files.", store.disk_bytes())
         yield gauge("pymq_disk_used_ratio", "Used fraction of the store's disk (0..1).", store.disk_ratio())
         yield gauge(
             "pymq_disk_full",
@@ -114,9 +110,7 @@ class BrokerCollector:
             "Consumer clients connected, by group.",
             {g: info.channels for g, info in consumers.groups.items()},
         )
-        yield clients_per_group(
-            "pymq_producer_clients", "Producer clients connected, by group.", consumers.producers
-        )
+        yield clients_per_group("pymq_producer_clients", "Producer clients connected, by group.", consumers.producers)
         yield gauge("pymq_held_pulls", "Pull requests held by long polling.", app.pull_hold.held_count)
 
     def _lag(self) -> GaugeMetricFamily:

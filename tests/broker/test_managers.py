@@ -141,4 +141,3 @@ def test_subscription_group_settings_validated(tmp_path: Path) -> None:
     again = SubscriptionGroupManager(tmp_path / "sg.json", auto_create=False)
     again.load()
     assert again.get("new-group") is not None and again.get("other") is None
-

@@ -70,6 +70,7 @@ async def produce_until(cluster: LocalCluster, stop: asyncio.Event, sent: list[s
             i += 1
             await asyncio.sleep(0.005)
 
+
 async def test_each_message_consumed_once_by_one_of_three(cluster: LocalCluster) -> None:
     """A message sent is consumed exactly once by exactly one of three push consumers in a group."""
     seen: list = []
@@ -98,7 +99,6 @@ async def test_join_and_leave_rebalances_without_loss(cluster: LocalCluster) -> 
     members = [first]
     sent: list[str] = []
     stop = asyncio.Event()
-
 
     producer = asyncio.ensure_future(produce_until(cluster, stop, sent))
     try:
@@ -172,7 +172,6 @@ async def test_notify_alone_rebalances_on_join_and_leave_without_loss(cluster: L
     assert len(owners(members)) == 8
     sent: list[str] = []
     stop = asyncio.Event()
-
 
     moved_at_join: set[tuple[str, int]] = set()
     producer = asyncio.ensure_future(produce_until(cluster, stop, sent))

@@ -55,9 +55,7 @@ def make_record(run: int, seq: int) -> bytes:
         b"TAGS\x01t" + str(seq % 3).encode() + b"\x02"
         b"KEYS\x01k" + f"{run}-{seq}".encode() + b"\x02"
     )
-    return encode_record(
-        TOPIC.encode(), body, props, born_timestamp=1_700_000_000_000 + seq, born_host=BORN_HOST
-    )
+    return encode_record(TOPIC.encode(), body, props, born_timestamp=1_700_000_000_000 + seq, born_host=BORN_HOST)
 
 
 class _FlushWaiter:

@@ -131,9 +131,7 @@ def test_queues_and_index_follow_the_commitlog(new_store: StoreFactory) -> None:
         new_min,
         new_min,
     )
-    assert [r.physical_offset for r in read_queue(store, "T", 0, new_min)] == [
-        r.physical_offset for r in kept0
-    ]
+    assert [r.physical_offset for r in read_queue(store, "T", 0, new_min)] == [r.physical_offset for r in kept0]
     assert store.offset_by_time("T", 0, 0) == new_min and store.store_time_at("T", 0, 0) == 0
     assert store.read_record(gone[0].physical_offset) is None
     uniq = f"U{results.index(gone[-1])}"

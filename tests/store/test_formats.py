@@ -77,9 +77,7 @@ def test_commitlog_rollover_writes_blank_marker_and_never_splits_records(store: 
         assert struct.unpack(">iI", marker) == (file_size * (n + 1) - end, BLANK_MAGIC)
         assert any(r.physical_offset == file_size * (n + 1) for r in results)
     assert [bytes(r.body) for r in read_queue(store, "T", 0)] == [
-        bytes(parse_record(_commitlog_bytes(store, r.physical_offset, r.size)).body)
-        for r in results
-        if r.queue_id == 0
+        bytes(parse_record(_commitlog_bytes(store, r.physical_offset, r.size)).body) for r in results if r.queue_id == 0
     ]
 
 

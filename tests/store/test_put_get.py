@@ -19,9 +19,7 @@ from tests.store.storeutil import BORN_HOST, bodies, keyed, make_config, read_qu
 def raw_record(topic: bytes, body: bytes, props: bytes) -> bytes:
     """A record built without the encoder's checks (to make ones the encoder refuses)."""
     total = FIXED.size + len(body) + 2 + len(topic) + 2 + len(props)
-    head = FIXED.pack(
-        total, MAGIC, zlib.crc32(body), 0, 0, 0, BORN_HOST, 0, 0, 0, 0, 0, 0, bytes(8), len(body)
-    )
+    head = FIXED.pack(total, MAGIC, zlib.crc32(body), 0, 0, 0, BORN_HOST, 0, 0, 0, 0, 0, 0, bytes(8), len(body))
     return head + body + struct.pack(">H", len(topic)) + topic + struct.pack(">H", len(props)) + props
 
 
@@ -46,7 +44,6 @@ def test_put_ok_assigns_queue_and_commitlog_offsets(store: MessageStore) -> None
     assert store.max_offset("T", 0) == 3 and store.max_offset("T", 1) == 1 and store.queue_ids("T") == [0, 1]
 
 
-
 def test_put_batches_mixes_queues_in_one_call(store: MessageStore) -> None:
     """One put_batches call appends to several queues: offsets per queue, one store time, a bad record alone refused."""
     arrivals: list[tuple[str, int, int]] = []
@@ -67,6 +64,7 @@ def test_put_batches_mixes_queues_in_one_call(store: MessageStore) -> None:
     assert [bytes(r.body) for r in read_queue(store, "B", 3)] == [b"b1"]
     assert read_queue(store, "A", 1) == []
     assert sorted(arrivals[1:]) == [("A", 0, 3), ("B", 3, 1)]
+
 
 @pytest.mark.parametrize(
     ("mutate", "reason"),
@@ -133,9 +131,7 @@ def test_service_not_available_when_not_running(tmp_path) -> None:  # type: igno
     store.start()
     assert store.put_messages("T", 0, record())[0].status == PutStatus.PUT_OK
     store.shutdown()
-    assert [r.status for r in store.put_messages("T", 0, record() * 3)] == [
-        PutStatus.SERVICE_NOT_AVAILABLE
-    ] * 3
+    assert [r.status for r in store.put_messages("T", 0, record() * 3)] == [PutStatus.SERVICE_NOT_AVAILABLE] * 3
 
 
 def test_service_not_available_when_disk_full(new_store: StoreFactory) -> None:

@@ -21,9 +21,7 @@ FILE = 16 * 1024
 def _fill(store: MessageStore, n: int, queues: int = 3) -> list:  # type: ignore[type-arg]
     out = []
     for i in range(0, n, 5):
-        out += store.put_messages(
-            "T", (i // 5) % queues, b"".join(keyed(j, size=300) for j in range(i, i + 5))
-        )
+        out += store.put_messages("T", (i // 5) % queues, b"".join(keyed(j, size=300) for j in range(i, i + 5)))
     assert all(r.status == PutStatus.PUT_OK for r in out)
     return out
 

@@ -23,10 +23,7 @@ def _write_and_verify(store: MessageStore, rounds: int) -> None:
     rng = random.Random(7)
     sent: list[tuple[bytes, object]] = []
     for i in range(rounds):
-        recs = [
-            record("T", os.urandom(rng.randint(10, 6000)), uniq=f"u{i}-{j}")
-            for j in range(rng.randint(1, 20))
-        ]
+        recs = [record("T", os.urandom(rng.randint(10, 6000)), uniq=f"u{i}-{j}") for j in range(rng.randint(1, 20))]
         for rec, res in zip(recs, store.put_messages("T", i % 3, b"".join(recs)), strict=True):
             sent.append((rec, res))
     assert len(store.commitlog.mfq.files) >= 5

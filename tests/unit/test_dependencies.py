@@ -46,9 +46,7 @@ def ours(name: str) -> bool:
 
 def test_protocol_imports_nothing_of_ours_but_errors() -> None:
     """pymq.protocol depends only on itself and pymq.errors (no I/O layers)."""
-    bad = offenders(
-        modules("protocol"), lambda i: ours(i) and not i.startswith(("pymq.protocol.", "pymq.errors."))
-    )
+    bad = offenders(modules("protocol"), lambda i: ours(i) and not i.startswith(("pymq.protocol.", "pymq.errors.")))
     assert bad == []
 
 

@@ -109,7 +109,8 @@ class SendHandlers:
             return topic, queue_id, body  # a batch: clients publish retries one at a time
         props = decode_properties(r.properties)
         group = topic[len(RETRY_PREFIX) :]
-        max_times = int(props.get(Prop.MAX_RECONSUME_TIMES, "-1") or -1)
+        raw = props.get(Prop.MAX_RECONSUME_TIMES, "")
+        max_times = int(raw) if raw.lstrip("-").isdigit() else -1
         if max_times < 0:
             sg = self.app.subscription_groups.get(group)
             max_times = sg.retryMaxTimes if sg is not None else 16

@@ -262,9 +262,7 @@ class Appender:
                                 continue
                 if wpos + size + BLANK_MIN > fsize:
                     if run_len:
-                        self._write_run(
-                            mf, view, run_src, run_dst, run_len, patches, queue_id, run_qoff, store_ts
-                        )
+                        self._write_run(mf, view, run_src, run_dst, run_len, patches, queue_id, run_qoff, store_ts)
                         run_len = 0
                         patches = []
                         add_patch = patches.append
@@ -273,9 +271,7 @@ class Appender:
                     wpos, fsize, base = mf.wrote_pos, mf.size, mf.file_from
                 if run_len:
                     if pos != run_src + run_len:
-                        self._write_run(
-                            mf, view, run_src, run_dst, run_len, patches, queue_id, run_qoff, store_ts
-                        )
+                        self._write_run(mf, view, run_src, run_dst, run_len, patches, queue_id, run_qoff, store_ts)
                         patches = []
                         add_patch = patches.append
                         run_src, run_dst, run_len, run_qoff = pos, wpos, 0, qoff
@@ -346,9 +342,7 @@ class Appender:
         if data[body_end : body_end + 2 + tl] != topic_field:
             return PutResult(illegal, reason="record topic differs from the request topic")
         size = end - pos
-        return PutResult(
-            illegal, reason=f"message of {size} bytes exceeds the maximum {self.max_message_size}"
-        )
+        return PutResult(illegal, reason=f"message of {size} bytes exceeds the maximum {self.max_message_size}")
 
     def _undo(self, start_phys: int, cq: ConsumeQueue, first_qoff: int) -> None:
         """Take back everything a failed put wrote: commitlog bytes, consume-queue entries."""
@@ -429,9 +423,7 @@ class Appender:
         if wpos + size > mf.reserved:
             mf.reserve(wpos + size)
         mf.mm[wpos : wpos + size] = d.data
-        BROKER_BLOCK.pack_into(
-            mf.mm, wpos + BROKER_BLOCK_OFFSET, d.qid, qoff, phys, store_ts, self.store_host
-        )
+        BROKER_BLOCK.pack_into(mf.mm, wpos + BROKER_BLOCK_OFFSET, d.qid, qoff, phys, store_ts, self.store_host)
         mf.wrote_pos = wpos + size
         cq.append(CQ_ENTRY.pack(phys, size, delivery_time(store_ts, d.level, self.delay_levels_ms)), qoff)
         if d.keys:

@@ -36,9 +36,7 @@ class Checkpoint:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         if exists and os.fstat(self._fd).st_size >= _LAYOUT.size:
             raw = os.pread(self._fd, _LAYOUT.size, 0)
-            (self.physic_ts, self.logics_ts, self.index_ts, self.flushed_phys, self.clean_end) = (
-                _LAYOUT.unpack(raw)
-            )
+            (self.physic_ts, self.logics_ts, self.index_ts, self.flushed_phys, self.clean_end) = _LAYOUT.unpack(raw)
         else:
             os.ftruncate(self._fd, FILE_SIZE)
 

@@ -97,17 +97,15 @@ class IndexFile:
         self.max_entries = max_entries
         self.entries_base = HEADER_SIZE + slots * 4
         self.slot_view = (
-            memoryview(mf.mm)[HEADER_SIZE : self.entries_base].cast("i")
-            if _NATIVE_SLOTS
-            else _StructSlots(mf.mm)
+            memoryview(mf.mm)[HEADER_SIZE : self.entries_base].cast("i") if _NATIVE_SLOTS else _StructSlots(mf.mm)
         )
         if new:
             self.begin_ts = self.end_ts = self.begin_phys = self.end_phys = 0
             self.count = 1
             self.write_header()
         else:
-            (self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, stored_slots, self.count) = (
-                HEADER.unpack_from(self.mm, 0)
+            (self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, stored_slots, self.count) = HEADER.unpack_from(
+                self.mm, 0
             )
             if stored_slots != slots:
                 self.slot_view.release()
@@ -121,9 +119,7 @@ class IndexFile:
         return self.count >= self.max_entries
 
     def write_header(self) -> None:
-        HEADER.pack_into(
-            self.mm, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slots, self.count
-        )
+        HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slots, self.count)
 
     def rollback_uncounted(self) -> int:
         """Undo entries written past the header's count; returns how many.
@@ -137,9 +133,7 @@ class IndexFile:
         base = self.entries_base
         sv = self.slot_view
         top = self.count
-        while top < self.max_entries and mm[base + top * ENTRY_SIZE : base + (top + 1) * ENTRY_SIZE] != (
-            _ZERO_ENTRY
-        ):
+        while top < self.max_entries and mm[base + top * ENTRY_SIZE : base + (top + 1) * ENTRY_SIZE] != (_ZERO_ENTRY):
             top += 1
         for n in range(top - 1, self.count - 1, -1):
             h, _, _, prev = ENTRY.unpack_from(mm, base + n * ENTRY_SIZE)
@@ -251,9 +245,7 @@ class IndexService:
                 log.warning("index_file_dropped", path=str(path), size=size, expected=self.file_size)
                 path.unlink()
                 continue
-            f = IndexFile(
-                MappedFile(path, self.file_size, create=False), self.slots, self.max_entries, new=False
-            )
+            f = IndexFile(MappedFile(path, self.file_size, create=False), self.slots, self.max_entries, new=False)
             rolled_back += f.rollback_uncounted()
             self.files.append(f)
         if self.files:

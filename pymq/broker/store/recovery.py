@@ -128,9 +128,7 @@ def recover(store: MessageStore, *, abnormal: bool) -> RecoveryReport:
     report.scanned_bytes = scanned
     end = commitlog.scan_end if files else 0
     if not abnormal and store.checkpoint.clean_end >= 0 and end != store.checkpoint.clean_end:
-        log.warning(
-            "commitlog_end_differs_from_checkpoint", scanned_end=end, checkpoint=store.checkpoint.clean_end
-        )
+        log.warning("commitlog_end_differs_from_checkpoint", scanned_end=end, checkpoint=store.checkpoint.clean_end)
     report.truncated_bytes = commitlog.mfq.truncate(end)
     report.commitlog_end = commitlog.max_offset
     last = commitlog.mfq.last
@@ -146,9 +144,7 @@ def recover(store: MessageStore, *, abnormal: bool) -> RecoveryReport:
     return report
 
 
-def _redispatch(
-    store: MessageStore, start: int, check_crc: bool, report: RecoveryReport
-) -> tuple[int, int, int]:
+def _redispatch(store: MessageStore, start: int, check_crc: bool, report: RecoveryReport) -> tuple[int, int, int]:
     """The abnormal scan; returns (store time of the last record, records, bytes)."""
     commitlog = store.commitlog
     index = store.index
