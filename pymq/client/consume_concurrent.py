@@ -102,9 +102,10 @@ class ConcurrentConsumeService:
             if pq.dropped:
                 return
             out: list[bool] = []
-            stop = threading.Event()
+            stop: threading.Event | None = None
             try:
                 if consumer.executor is not None:
+                    stop = threading.Event()
                     fut = asyncio.get_running_loop().run_in_executor(
                         consumer.executor, self._run_listener_sync, msgs, out, stop
                     )
@@ -112,7 +113,8 @@ class ConcurrentConsumeService:
                 else:
                     await asyncio.wait_for(self._run_listener_async(msgs, out), consumer.consume_timeout)
             except TimeoutError:
-                stop.set()
+                if stop is not None:
+                    stop.set()
                 log.warning("consume_timeout", group=consumer.group, queue=str(mq), count=len(msgs) - len(out))
             # Slices finished before a timeout keep their result; the rest failed.
             results = out[: len(msgs)]

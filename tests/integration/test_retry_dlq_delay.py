@@ -255,18 +255,32 @@ async def test_retries_published_by_the_client_when_send_back_fails(cluster: Loc
     assert [(m.body, m.msg_id, m.reconsume_times) for m in dlq] == [(b"always-fails", sent.msg_id, 3)]
 
 
-async def test_consume_timeout_retries_only_the_unfinished_part_of_a_batch(cluster: LocalCluster) -> None:
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_consume_timeout_retries_only_the_unfinished_part_of_a_batch(cluster: LocalCluster, kind: str) -> None:
     """A listener call past consume_timeout sends back what it had not finished; slices done before stay done."""
     deliveries: list[tuple[bytes, int]] = []
-    c = consumer(cluster, "timeout-g", consume_timeout=0.5, consume_batch_max_size=1)
+    c = consumer(cluster, f"timeout-{kind}", consume_timeout=0.5, consume_batch_max_size=1)
 
-    @c.listener
-    async def on(msgs):
+    def record(msgs) -> bool:
         m = msgs[0]
         deliveries.append((m.body, m.reconsume_times))
-        if m.body == b"slow" and m.reconsume_times == 0:
-            await asyncio.sleep(5)  # past the timeout: cancelled, sent back
-        return ConsumeResult.SUCCESS
+        return m.body == b"slow" and m.reconsume_times == 0
+
+    if kind == "async":
+
+        @c.listener
+        async def on(msgs):
+            if record(msgs):
+                await asyncio.sleep(5)  # past the timeout: cancelled, sent back
+            return ConsumeResult.SUCCESS
+
+    else:  # a blocking listener runs on the thread pool; the thread cannot be cancelled
+
+        @c.listener
+        def on_sync(msgs):
+            if record(msgs):
+                time.sleep(1.5)  # past the timeout: the rest of the batch is not started
+            return ConsumeResult.SUCCESS
 
     async with Producer(cluster.namesrv_addr) as p:
         for body in (b"fast-1", b"slow", b"fast-2"):  # one queue, so one pulled batch
