@@ -66,6 +66,16 @@ def run_available_now(spark, df, out: Path, cp: Path) -> Any:
     return q
 
 
+def start_noop(df, checkpoint: Path):  # type: ignore[no-untyped-def]
+    """A stream into the noop sink, triggered every 200 ms."""
+    return (
+        df.writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+
+
 def test_available_now_restart_reads_each_message_once(spark, pymq_cluster, tmp_path: Path) -> None:
     """availableNow, stopped and restarted from its checkpoint while producing goes on: nothing lost, nothing twice."""
     ns = pymq_cluster.namesrv
@@ -147,12 +157,7 @@ def test_min_offsets_per_trigger_holds_small_batches(spark, pymq_cluster, tmp_pa
     delay = 8.0
     produce(ns, "minb", 60)
     df = stream(spark, ns, "minb", startingOffsets="earliest", minOffsetsPerTrigger="50", maxTriggerDelay="8s")
-    q = (
-        df.writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "c"))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+    q = start_noop(df, tmp_path / "c")
     try:
         first = data_batches(q, 1)
         assert [b["numInputRows"] for b in first] == [60]
@@ -180,12 +185,7 @@ def test_max_trigger_delay_counts_from_the_last_batch(spark, pymq_cluster, tmp_p
     pymq_cluster.create_topic("mindelay", 2)
     produce(ns, "mindelay", 10)  # fewer than minOffsetsPerTrigger, already there when the query starts
     df = stream(spark, ns, "mindelay", startingOffsets="earliest", minOffsetsPerTrigger="50", maxTriggerDelay="10m")
-    q = (
-        df.writeStream.format("noop")
-        .option("checkpointLocation", str(tmp_path / "c"))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
+    q = start_noop(df, tmp_path / "c")
     try:
         first = data_batches(q, 1, timeout=60)
         assert [b["numInputRows"] for b in first] == [10]  # not held for 10 minutes after the start
