@@ -44,11 +44,11 @@ from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.frame import Command
 from pymq.protocol.message import Message, Prop, UniqueIdGenerator
 from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, offset_msg_id, pack_host
+from pymq.protocol.requests import AUTO_CREATE_TOPIC
 from pymq.protocol.route import MessageQueue, TopicRouteData
 
 log = get_logger("client.producer")
 
-AUTO_CREATE_TOPIC = "TBW102"
 _STORED_CODES = {
     ResponseCode.SUCCESS: "SEND_OK",
     ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
