@@ -30,6 +30,7 @@ The end of a commitlog file that cannot hold the next record carries a blank mar
 
 from __future__ import annotations
 
+import mmap
 import socket
 import struct
 import zlib
@@ -82,6 +83,9 @@ assert _HDR.size == _STORED.size == FIXED_SIZE
 BLANK_SIZE = _BLANK.size
 
 MAX_PROPERTIES_SIZE = 32767
+
+#: what records are read from and patched in: a bytes-like object or a mapped file
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 EMPTY_HOST = b"\x00" * 8
 
@@ -326,8 +330,8 @@ def reencode(r: RecordFields, topic: bytes, properties: bytes, *, reconsume_time
     )
 
 
-def record_store_timestamp(buf: bytes | bytearray | memoryview, pos: int) -> int:
-    return _STORE_TS.unpack_from(buf, pos + STORE_TIMESTAMP_POS)[0]
+def record_store_timestamp(buf: Buffer, pos: int) -> int:
+    return int(_STORE_TS.unpack_from(buf, pos + STORE_TIMESTAMP_POS)[0])
 
 
 def offset_msg_id(store_host: bytes, physical_offset: int) -> str:
@@ -437,31 +441,32 @@ def records_before(buf: bytes | memoryview, end: int) -> bytes | memoryview:
     return buf
 
 
-def record_queue_slot(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+def record_queue_slot(buf: Buffer, pos: int) -> tuple[int, int]:
     """``(queue_id, queue_offset)`` of the stored record at ``pos``."""
-    return _QID_QOFF.unpack_from(buf, pos + QUEUE_ID_POS)  # type: ignore[return-value]
+    qid, qoff = _QID_QOFF.unpack_from(buf, pos + QUEUE_ID_POS)
+    return qid, qoff
 
 
-def record_physical_offset(buf: bytes | bytearray | memoryview, pos: int) -> int:
-    return _Q.unpack_from(buf, pos + PHYSICAL_OFFSET_POS)[0]  # type: ignore[no-any-return]
+def record_physical_offset(buf: Buffer, pos: int) -> int:
+    return int(_Q.unpack_from(buf, pos + PHYSICAL_OFFSET_POS)[0])
 
 
-def stored_record_size(buf: bytes | bytearray | memoryview | object, pos: int, limit: int, phys: int) -> int:
+def stored_record_size(buf: Buffer, pos: int, limit: int, phys: int) -> int:
     """The size of the stored record at ``pos`` if one starts there and its physical offset is ``phys``, else 0.
 
     Only the header and the physical-offset field are read; ``limit`` is where the data ends.
     """
     if pos + MIN_RECORD_SIZE > limit:
         return 0
-    size, magic = HEAD.unpack_from(buf, pos)  # type: ignore[arg-type]
+    size, magic = HEAD.unpack_from(buf, pos)
     if magic != MAGIC or size < MIN_RECORD_SIZE or pos + size > limit:
         return 0
-    if _Q.unpack_from(buf, pos + PHYSICAL_OFFSET_POS)[0] != phys:  # type: ignore[arg-type]
+    if _Q.unpack_from(buf, pos + PHYSICAL_OFFSET_POS)[0] != phys:
         return 0
-    return size  # type: ignore[no-any-return]
+    return int(size)
 
 
-def is_record_at(buf: bytes | bytearray | memoryview, pos: int) -> bool:
+def is_record_at(buf: Buffer, pos: int) -> bool:
     """Whether a record's magic is at ``pos`` (not a blank marker, not zeros)."""
     return len(buf) - pos >= BLANK_SIZE and HEAD.unpack_from(buf, pos)[1] == MAGIC
 
@@ -486,13 +491,8 @@ def split_batch(
     ``max_size``), properties size and body CRC check out. A header that cannot be
     trusted ends the batch: the rest cannot be split into records.
     """
-    positions: list[int] = []
-    sizes: list[int] = []
-    props_ats: list[int] = []
+    spans: list[int] = []  # pos, size, props_at per valid record, flat: one list operation each
     rejected: list[tuple[int, int, str]] = []
-    add_pos = positions.append
-    add_size = sizes.append
-    add_props = props_ats.append
     tlen2 = len(topic_field)
     n = len(data)
     view = memoryview(data)
@@ -506,14 +506,14 @@ def split_batch(
             size, magic, crc, body_len = unpack_hdr(data, pos)
         except struct.error:
             rejected.append(
-                (len(positions) + len(rejected), REJECT_ILLEGAL, f"truncated record at byte {pos} of the batch")
+                (len(spans) // 3 + len(rejected), REJECT_ILLEGAL, f"truncated record at byte {pos} of the batch")
             )
             break
         end = pos + size
         if magic != MAGIC or size < MIN_RECORD_SIZE or end > n:
             # The size cannot be trusted, so the rest of the batch cannot be split.
             rejected.append(
-                (len(positions) + len(rejected), REJECT_ILLEGAL, f"bad record header at byte {pos} of the batch")
+                (len(spans) // 3 + len(rejected), REJECT_ILLEGAL, f"bad record header at byte {pos} of the batch")
             )
             break
         body_end = pos + BODY_POS + body_len
@@ -526,23 +526,21 @@ def split_batch(
             or size > max_size
         ):
             reason = _batch_rejection(data, pos, end, body_end, topic_field, max_size)
-            rejected.append((len(positions) + len(rejected), REJECT_ILLEGAL, reason))
+            rejected.append((len(spans) // 3 + len(rejected), REJECT_ILLEGAL, reason))
         elif crc32(view[pos + BODY_POS : body_end]) != crc:
-            rejected.append((len(positions) + len(rejected), REJECT_ILLEGAL, "body crc mismatch"))
+            rejected.append((len(spans) // 3 + len(rejected), REJECT_ILLEGAL, "body crc mismatch"))
         elif end - props_at > MAX_PROPERTIES_SIZE:
             rejected.append(
                 (
-                    len(positions) + len(rejected),
+                    len(spans) // 3 + len(rejected),
                     REJECT_PROPERTIES_SIZE,
                     f"properties of {end - props_at} bytes exceed {MAX_PROPERTIES_SIZE}",
                 )
             )
         else:
-            add_pos(pos)
-            add_size(size)
-            add_props(props_at)
+            spans += (pos, size, props_at)
         pos = end
-    return positions, sizes, props_ats, rejected
+    return spans[0::3], spans[1::3], spans[2::3], rejected
 
 
 def _batch_rejection(data: bytes, pos: int, end: int, body_end: int, topic_field: bytes, max_size: int) -> str:
@@ -561,7 +559,7 @@ def _batch_rejection(data: bytes, pos: int, end: int, body_end: int, topic_field
 
 
 def patch_broker_blocks(
-    buf: bytearray | memoryview | object,
+    buf: Buffer,
     positions: list[int],
     queue_id: int,
     first_queue_offset: int,
@@ -605,9 +603,7 @@ class StoredScan:
 
     __slots__ = ("base", "buf", "check_crc", "clean", "limit", "pos")
 
-    def __init__(
-        self, buf: bytes | bytearray | memoryview | object, start: int, limit: int, base: int, check_crc: bool
-    ) -> None:
+    def __init__(self, buf: Buffer, start: int, limit: int, base: int, check_crc: bool) -> None:
         self.buf = buf
         self.pos = start
         self.limit = limit
@@ -619,7 +615,7 @@ class StoredScan:
         """The size a blank marker at :attr:`pos` announces (0 if there is none)."""
         if self.limit - self.pos < BLANK_SIZE:
             return 0
-        free, magic = _BLANK.unpack_from(self.buf, self.pos)  # type: ignore[arg-type]
+        free, magic = _BLANK.unpack_from(self.buf, self.pos)
         return free if magic == BLANK_MAGIC else 0
 
     def __iter__(self) -> Iterator[tuple[int, int, int, int, int, int, int]]:
@@ -630,16 +626,16 @@ class StoredScan:
         unpack = _STORED.unpack_from
         unpack_u16 = _U16.unpack_from
         crc32 = zlib.crc32
-        view = memoryview(buf)  # type: ignore[arg-type]
+        view = memoryview(buf)
         pos = self.pos
         valid = True
         try:
             while pos + BLANK_SIZE <= limit:
                 if pos + MIN_RECORD_SIZE > limit:
                     # Too little room for a record: only a blank marker can be here.
-                    valid = HEAD.unpack_from(buf, pos)[1] == BLANK_MAGIC  # type: ignore[arg-type]
+                    valid = HEAD.unpack_from(buf, pos)[1] == BLANK_MAGIC
                     break
-                size, magic, crc, qid, qoff, phys, store_ts, body_len = unpack(buf, pos)  # type: ignore[arg-type]
+                size, magic, crc, qid, qoff, phys, store_ts, body_len = unpack(buf, pos)
                 if magic != MAGIC:
                     valid = magic == BLANK_MAGIC
                     break
@@ -648,8 +644,8 @@ class StoredScan:
                 if size < MIN_RECORD_SIZE or end > limit or body_len < 0 or topic_at + 2 > end:
                     valid = False
                     break
-                props_at = topic_at + unpack_u16(buf, topic_at - 2)[0] + 2  # type: ignore[arg-type]
-                if props_at > end or props_at + unpack_u16(buf, props_at - 2)[0] != end:  # type: ignore[arg-type]
+                props_at = topic_at + unpack_u16(buf, topic_at - 2)[0] + 2
+                if props_at > end or props_at + unpack_u16(buf, props_at - 2)[0] != end:
                     valid = False
                     break
                 if phys != base + pos or store_ts <= 0:
