@@ -576,7 +576,7 @@ def _record_has_key(props: bytes, key: bytes) -> bool:
     if uniq == key:
         return True
     keys = find_property(props, b"KEYS\x01")
-    return bool(keys) and key in keys.split(b" ")
+    return keys is not None and key in keys.split(b" ")
 
 
 def _fsync_dir(path: Path) -> None:

@@ -32,7 +32,7 @@ from pymq.logs import get_logger
 from pymq.protocol.record import is_record_at, record_store_timestamp
 
 if TYPE_CHECKING:
-    from pymq.broker.store.message_store import MessageStore
+    from pymq.broker.store.store_view import RecoveryView
 
 log = get_logger("broker.store.recovery")
 
@@ -71,7 +71,7 @@ class _QueueState:
         self.last = -1
 
 
-def _scan_start_abnormal(store: MessageStore) -> int:
+def _scan_start_abnormal(store: RecoveryView) -> int:
     files = store.commitlog.mfq.files
     if not files:
         return 0
@@ -85,7 +85,7 @@ def _scan_start_abnormal(store: MessageStore) -> int:
     return files[0].file_from
 
 
-def _scan_start(store: MessageStore, abnormal: bool) -> int:
+def _scan_start(store: RecoveryView, abnormal: bool) -> int:
     mfq = store.commitlog.mfq
     files = mfq.files
     if not files:
@@ -103,7 +103,7 @@ def _scan_start(store: MessageStore, abnormal: bool) -> int:
     return files[max(0, len(files) - 3)].file_from
 
 
-def recover(store: MessageStore, *, abnormal: bool) -> RecoveryReport:
+def recover(store: RecoveryView, *, abnormal: bool) -> RecoveryReport:
     started = time.perf_counter()
     report = RecoveryReport(abnormal=abnormal)
     commitlog = store.commitlog
@@ -140,7 +140,7 @@ def recover(store: MessageStore, *, abnormal: bool) -> RecoveryReport:
     return report
 
 
-def _redispatch(store: MessageStore, start: int, check_crc: bool, report: RecoveryReport) -> tuple[int, int, int]:
+def _redispatch(store: RecoveryView, start: int, check_crc: bool, report: RecoveryReport) -> tuple[int, int, int]:
     """The abnormal scan; returns (store time of the last record, records, bytes)."""
     commitlog = store.commitlog
     index = store.index
