@@ -18,6 +18,7 @@ from typing import Any
 
 from pymq import __version__
 from pymq.broker.consumers import ClientChannel, ConsumerManager
+from pymq.broker.delay_hook import default_put_hooks
 from pymq.broker.handlers.admin import AdminHandlers
 from pymq.broker.handlers.clients import ClientHandlers
 from pymq.broker.handlers.locks import LockHandlers
@@ -29,6 +30,7 @@ from pymq.broker.handlers.sendback import SendBackHandlers
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
 from pymq.broker.offsets import ConsumerOffsetManager
+from pymq.broker.put_hooks import PutPath
 from pymq.broker.registration import NamesrvRegistrar
 from pymq.broker.schedule import ScheduleService
 from pymq.broker.stats import BrokerStats
@@ -90,6 +92,8 @@ class BrokerApp:
         #: (group, topic, queueId) -> client id of the last consumer that pulled it
         self.pull_owners: dict[tuple[str, str, int], str] = {}
         self.store: MessageStore | None = None  # type: ignore[assignment]
+        #: every put goes through it: put hooks (delays ...), then the store
+        self.put_path: PutPath = None  # type: ignore[assignment]
         self.dispatcher = Dispatcher(name="broker")
         for family in (
             SendHandlers(self),
@@ -140,6 +144,7 @@ class BrokerApp:
         self.address = f"{self._advertised_host()}:{port}"
         try:
             self.store = MessageStore(cfg.store, store_host=self.address)
+            self.put_path = PutPath(self.store, default_put_hooks(cfg.store.delay_levels_ms))
             # Recovery can take seconds: keep the loop free to handle signals meanwhile.
             await asyncio.to_thread(self.store.start)
         except BaseException:

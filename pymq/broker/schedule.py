@@ -1,8 +1,8 @@
 """Delay levels: moving scheduled messages to their real topic when they fall due.
 
-A message with delay level L is stored by the store in ``SCHEDULE_TOPIC_XXXX``, queue
-L-1, with its real topic and queue in REAL_TOPIC/REAL_QID. One task per level walks that
-queue in order (every message of a level has the same delay, so due times only grow),
+A message with delay level L is stored (by the put hook in :mod:`pymq.broker.delay_hook`)
+in ``SCHEDULE_TOPIC_XXXX``, queue L-1, with its real topic and queue in REAL_TOPIC/REAL_QID.
+One task per level walks that queue in order (every message of a level has the same delay, so due times only grow),
 waits until the head is due (store time + the level's delay), re-stores it on the real
 topic without the delay property, and moves on. Progress per level is persisted in
 ``config/delayOffset.json``; after a restart delivery resumes there, so nothing scheduled
@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pymq.broker.store.appender import SCHEDULE_TOPIC
+from pymq.broker.delay_hook import SCHEDULE_TOPIC
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.broker.store.results import GetStatus, PutStatus
 from pymq.logs import get_logger
 from pymq.protocol.message import Prop
-from pymq.protocol.record import decode_properties, encode_properties, parse_record, reencode
+from pymq.protocol.record import decode_properties, encode_properties, iter_spans, parse_record, reencode
 from pymq.transport.periodic import every
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ class ScheduleService:
                 with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                     await asyncio.wait_for(wake.wait(), 1.0)
                 continue
-            records = [parse_record(buf, pos) for buf in result.buffers for pos in _positions(buf)]
+            records = [parse_record(buf, pos) for buf in result.buffers for pos, _size in iter_spans(buf)]
             for r in records:
                 now = int(time.time() * 1000)
                 due = r.store_timestamp + delay
@@ -145,20 +145,10 @@ class ScheduleService:
         if queue_id >= tc.writeQueueNums:
             queue_id %= tc.writeQueueNums
         record = reencode(r, topic.encode(), encode_properties(props))
-        res = store.put_messages(topic, queue_id, record)[0]
+        res = app.put_path.put(topic, queue_id, record)[0]
         if res.status != PutStatus.PUT_OK:
             log.warning("scheduled_delivery_failed", topic=topic, status=res.status.name, reason=res.reason)
             return False
         app.stats.record_put(topic, [res])
         self.delivered += 1
         return True
-
-
-def _positions(buf: memoryview) -> list[int]:
-    out = []
-    pos = 0
-    n = len(buf)
-    while pos + 8 <= n:
-        out.append(pos)
-        pos += int.from_bytes(buf[pos : pos + 4], "big")
-    return out

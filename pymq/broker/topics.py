@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pymq.broker.store.appender import SCHEDULE_TOPIC
+from pymq.broker.delay_hook import SCHEDULE_TOPIC
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.errors import InvalidRequestError
 from pymq.logs import get_logger

@@ -9,7 +9,6 @@ in any thread or process without an application loop.
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +17,7 @@ from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.errors import ClientError, PymqError, QueryNotFoundError, error_for_response
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.frame import Command
-from pymq.protocol.record import HEAD, MAGIC, MIN_RECORD_SIZE, QUEUE_OFFSET_POS
+from pymq.protocol.record import records_before
 from pymq.protocol.route import TopicRouteData
 from pymq.transport.client import RpcClient
 from pymq.transport.loop import new_event_loop
@@ -29,25 +28,6 @@ QueueKey = tuple[str, str, int]
 #: group name used for reads that commit nothing
 READER_GROUP = "PYMQ_READER"
 MAX_PULL = 1024
-
-_QUEUE_OFFSET = struct.Struct(">q")
-
-
-def records_before(buf: bytes | memoryview, end: int) -> bytes | memoryview:
-    """The leading records of ``buf`` whose queue offset is below ``end``.
-
-    Only each record's size, magic and queue offset are read (fixed positions), nothing is
-    decoded. Records of one pull answer are in queue-offset order, so the cut is a prefix.
-    """
-    pos, n = 0, len(buf)
-    while n - pos >= MIN_RECORD_SIZE:
-        total, magic = HEAD.unpack_from(buf, pos)
-        if magic != MAGIC or total < MIN_RECORD_SIZE:
-            break  # not a record: leave it to the decoder to complain
-        if _QUEUE_OFFSET.unpack_from(buf, pos + QUEUE_OFFSET_POS)[0] >= end:
-            return buf[:pos]
-        pos += total
-    return buf
 
 
 class OffsetsLostError(PymqError):

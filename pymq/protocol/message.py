@@ -21,16 +21,13 @@ from typing import Any
 
 from pymq.errors import MessageDecodeError
 from pymq.protocol.record import (
-    BLANK_MAGIC,
-    BODY_POS,
-    FIXED,
-    HEAD,
-    MAGIC,
-    MIN_RECORD_SIZE,
     SYSFLAG_COMPRESSED,
+    RecordTuple,
     decode_properties,
+    iter_records,
     offset_msg_id,
     unpack_host,
+    unpack_record,
 )
 
 
@@ -209,7 +206,6 @@ class MessageExt:
 
 
 _TOPICS: dict[bytes, str] = {}
-_U16 = struct.Struct(">H")
 
 
 def _topic_str(raw: bytes) -> str:
@@ -228,36 +224,26 @@ def decode_message(
     buf: bytes | bytearray | memoryview, pos: int = 0, *, broker_name: str = "", decompress: bool = True
 ) -> MessageExt:
     """Decode the record at ``pos`` into a :class:`MessageExt` (copies the body)."""
-    n = len(buf)
-    if n - pos < MIN_RECORD_SIZE:
-        raise MessageDecodeError(f"truncated record at {pos}: {n - pos} bytes left")
+    return _message(unpack_record(buf, pos), buf, pos, broker_name, decompress)
+
+
+def _message(
+    fields: RecordTuple, buf: bytes | bytearray | memoryview, pos: int, broker_name: str, decompress: bool
+) -> MessageExt:
     (
-        total, magic, crc, flag, sys_flag, born_ts, born_host, reconsume, prepared,
-        queue_id, queue_offset, physical, store_ts, store_host, body_len,
-    ) = FIXED.unpack_from(buf, pos)  # fmt: skip
-    end = pos + total
-    p = pos + BODY_POS
-    if magic != MAGIC or total < MIN_RECORD_SIZE or end > n or body_len < 0 or p + body_len + 4 > end:
-        raise MessageDecodeError(f"bad record at {pos}")
-    body = bytes(buf[p : p + body_len])
-    p += body_len
-    tl = _U16.unpack_from(buf, p)[0]
-    p += 2
-    if p + tl + 2 > end:
-        raise MessageDecodeError(f"bad topic length at {pos}")
-    topic = _topic_str(bytes(buf[p : p + tl]))
-    p += tl + 2
-    if p + _U16.unpack_from(buf, p - 2)[0] != end:
-        raise MessageDecodeError(f"record lengths do not add up at {pos}")
+        total, crc, flag, sys_flag, born_ts, born_host, reconsume, prepared,
+        queue_id, queue_offset, physical, store_ts, store_host, body_at, topic_at, props_at, end,
+    ) = fields  # fmt: skip
+    body = bytes(buf[body_at : topic_at - 2])
     if decompress and sys_flag & SYSFLAG_COMPRESSED:
         try:
             body = zlib.decompress(body)
         except zlib.error as exc:
             raise MessageDecodeError(f"cannot decompress body at {pos}: {exc}") from exc
     m = MessageExt.__new__(MessageExt)
-    m.topic = topic
+    m.topic = _topic_str(bytes(buf[topic_at : props_at - 2]))
     m.body = body
-    m._props_raw = bytes(buf[p:end])
+    m._props_raw = bytes(buf[props_at:end])
     m._properties = None
     m.flag = flag
     m.sys_flag = sys_flag
@@ -280,16 +266,8 @@ def iter_messages(
     buf: bytes | bytearray | memoryview, *, broker_name: str = "", decompress: bool = True
 ) -> Iterator[MessageExt]:
     """Decode concatenated records (a pull response body), stopping at a blank marker."""
-    pos = 0
-    n = len(buf)
-    unpack_head = HEAD.unpack_from
-    while n - pos >= HEAD.size:
-        _size, magic = unpack_head(buf, pos)
-        if magic == BLANK_MAGIC:
-            return
-        m = decode_message(buf, pos, broker_name=broker_name, decompress=decompress)
-        yield m
-        pos += m.store_size
+    for fields in iter_records(buf):
+        yield _message(fields, buf, fields[16] - fields[0], broker_name, decompress)
 
 
 class UniqueIdGenerator:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import struct
 import zlib
 from collections.abc import Iterable
 
 import pyarrow as pa
 
-from pymq.protocol.record import BLANK_MAGIC, BODY_POS, FIXED, MAGIC, SYSFLAG_COMPRESSED, offset_msg_id
+from pymq.errors import MessageDecodeError
+from pymq.protocol.record import SYSFLAG_COMPRESSED, iter_records, offset_msg_id
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -26,8 +26,6 @@ ARROW_SCHEMA = pa.schema(
         ("reconsumeTimes", pa.int32()),
     ]
 )
-
-_U16 = struct.Struct(">H")
 
 
 def records_to_batch(
@@ -53,25 +51,15 @@ def records_to_batch(
     stored: list[int] = []
     reconsumes: list[int] = []
     topic_cache: dict[bytes, str] = {}
-    unpack = FIXED.unpack_from
-    unpack_u16 = _U16.unpack_from
     for buf in chunks:
-        pos = 0
-        n = len(buf)
-        while n - pos >= 8:
-            (total, magic, _crc, _flag, sys_flag, born_ts, _bh, reconsume, _prep, qid, qoff, phys, store_ts,
-             store_host, body_len) = unpack(buf, pos)  # fmt: skip
-            if magic == BLANK_MAGIC:
-                break
-            if magic != MAGIC:
-                raise ValueError(f"not a pymq record at byte {pos}")
-            end = pos + total
-            p = pos + BODY_POS + body_len
-            tl = unpack_u16(buf, p)[0]
-            traw = buf[p + 2 : p + 2 + tl]
-            props = buf[p + 4 + tl : end]
-            body_at = pos + BODY_POS
-            pos = end
+        try:
+            records = list(iter_records(buf))
+        except MessageDecodeError as exc:
+            raise ValueError(f"not a pymq record: {exc}") from exc
+        for (_total, _crc, _flag, sys_flag, born_ts, _bh, reconsume, _prep, qid, qoff, phys, store_ts,
+             store_host, body_at, topic_at, props_at, end) in records:  # fmt: skip
+            traw = buf[topic_at : props_at - 2]
+            props = buf[props_at:end]
             tag = uniq = None
             nprops = 0
             for item in props.split(b"\x02"):
@@ -97,7 +85,7 @@ def records_to_batch(
             topic = topic_cache.get(traw)
             if topic is None:
                 topic = topic_cache[traw] = bytes(traw).decode()
-            body = buf[body_at : body_at + body_len]
+            body = buf[body_at : topic_at - 2]
             bodies.append(zlib.decompress(body) if sys_flag & SYSFLAG_COMPRESSED else body)
             topics.append(topic)
             qids.append(qid)

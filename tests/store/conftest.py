@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 
+from pymq.broker.delay_hook import default_put_hooks
+from pymq.broker.put_hooks import PutPath
 from pymq.broker.store import MessageStore
-from tests.store.storeutil import open_store
+from tests.store.storeutil import STORE_HOST, make_config, open_store
 
 StoreFactory = Callable[..., MessageStore]
+PutPathFactory = Callable[..., PutPath]
 
 
 @pytest.fixture
@@ -31,6 +34,20 @@ def new_store(tmp_path: Path, open_stores: list[MessageStore]) -> StoreFactory:
         s = open_store(root or tmp_path / "store", **overrides)
         open_stores.append(s)
         return s
+
+    return factory
+
+
+@pytest.fixture
+def new_put_path(tmp_path: Path, open_stores: list[MessageStore]) -> PutPathFactory:
+    """``new_put_path(**config)``: like ``new_store``, with the broker's put hooks (delays) in front."""
+
+    def factory(root: Path | None = None, **overrides: Any) -> PutPath:
+        s = MessageStore(make_config(root or tmp_path / "store", **overrides), store_host=STORE_HOST)
+        path = PutPath(s, default_put_hooks(s.config.delay_levels_ms))  # before start: recovery uses the rules
+        s.start()
+        open_stores.append(s)
+        return path
 
     return factory
 

@@ -30,8 +30,11 @@ def make_config(root: Path, **overrides: Any) -> StoreConfig:
     return StoreConfig(store_dir=root, **values)
 
 
+STORE_HOST = "192.168.7.9:10911"
+
+
 def open_store(root: Path, **overrides: Any) -> MessageStore:
-    store = MessageStore(make_config(root, **overrides), store_host="192.168.7.9:10911")
+    store = MessageStore(make_config(root, **overrides), store_host=STORE_HOST)
     store.start()
     return store
 

@@ -8,11 +8,12 @@ import zlib
 
 import pytest
 
-from pymq.broker.store import SCHEDULE_TOPIC, GetStatus, MessageStore, PutStatus
+from pymq.broker.delay_hook import SCHEDULE_TOPIC
+from pymq.broker.store import GetStatus, MessageStore, PutStatus
 from pymq.broker.store.mapped_file import MappedFileQueue
 from pymq.errors import StoreError
-from pymq.protocol.record import FIXED, MAGIC, decode_properties, parse_record, tag_hash
-from tests.store.conftest import StoreFactory
+from pymq.protocol.record import BODY_POS, FIXED, MAGIC, decode_properties, parse_record, tag_hash
+from tests.store.conftest import PutPathFactory, StoreFactory
 from tests.store.storeutil import BORN_HOST, bodies, keyed, make_config, read_queue, record, records_of
 
 
@@ -196,8 +197,12 @@ def test_get_statuses(store: MessageStore) -> None:
 
 
 def test_no_message_in_queue(store: MessageStore) -> None:
-    """A queue that exists but holds nothing (only delayed messages were sent to it): NO_MESSAGE_IN_QUEUE."""
-    store.put_messages("T", 4, record("T", b"later", delay=1))
+    """A queue that exists but holds nothing (e.g. only refused records were sent to it): NO_MESSAGE_IN_QUEUE.
+
+    (Delayed messages no longer create their request's queue: the broker's put path sends
+    them to the schedule topic before the store sees them. Pulls answer both cases alike.)
+    """
+    assert store.put_messages("T", 4, record("U", b"other topic"))[0].status == PutStatus.MESSAGE_ILLEGAL
     r = store.get_messages("g", "T", 4, 0)
     assert (r.status, r.next_begin_offset, r.max_offset) == (GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0)
 
@@ -262,12 +267,17 @@ def test_offset_by_time_and_store_time_at(store: MessageStore, monkeypatch: pyte
     assert store.offset_by_time("Nope", 0, 0) == 0 and store.store_time_at("T", 0, 99) == 0
 
 
-def test_delayed_message_goes_to_the_schedule_topic(store: MessageStore) -> None:
-    """DELAY=L stores into SCHEDULE_TOPIC_XXXX queue L-1 with REAL_TOPIC/REAL_QID; tags code = due time."""
+def test_delayed_message_goes_to_the_schedule_topic(new_put_path: PutPathFactory) -> None:
+    """DELAY=L stores into SCHEDULE_TOPIC_XXXX queue L-1 with REAL_TOPIC/REAL_QID; tags code = due time.
+
+    The broker's put path does it (its delay hook); the store only stores what it is given.
+    """
+    path = new_put_path()
+    store = path.store
     events: list[tuple[str, int, int]] = []
     store.add_arrival_listener(lambda t, q, m: events.append((t, q, m)))
     rec = record("T", b"later", tags="tg", uniq="D1", delay=3, props={"user": "v"})
-    res = store.put_messages("T", 1, record("T", b"now") + rec)
+    res = path.put("T", 1, record("T", b"now") + rec)
     assert [(r.topic, r.queue_id, r.queue_offset) for r in res] == [("T", 1, 0), (SCHEDULE_TOPIC, 2, 0)]
     assert sorted(events) == [(SCHEDULE_TOPIC, 2, 1), ("T", 1, 1)]
     got = records_of(store.get_messages("g", SCHEDULE_TOPIC, 2, 0))
@@ -280,12 +290,40 @@ def test_delayed_message_goes_to_the_schedule_topic(store: MessageStore) -> None
     assert len(store.query_by_key(SCHEDULE_TOPIC, "D1")) == 1
 
 
-def test_delay_level_is_clamped_and_bad_levels_store_normally(store: MessageStore) -> None:
+def test_delay_level_is_clamped_and_bad_levels_store_normally(new_put_path: PutPathFactory) -> None:
     """A level above the table uses the last level; a non-numeric level stores the message on its topic."""
-    res = store.put_messages("T", 0, record("T", b"far", delay=99))
+    path = new_put_path()
+    res = path.put("T", 0, record("T", b"far", delay=99))
     assert (res[0].topic, res[0].queue_id) == (SCHEDULE_TOPIC, 17)
     odd = record("T", b"odd", props={"DELAY": "soon"})
-    assert store.put_messages("T", 0, odd)[0].topic == "T"
+    assert path.put("T", 0, odd)[0].topic == "T"
+
+
+def test_delayed_records_keep_their_place_among_the_batch_results(new_put_path: PutPathFactory) -> None:
+    """A batch mixing delayed, plain and refused records: one result per record, in batch order."""
+    path = new_put_path()
+    bad = bytearray(record("T", b"bad", delay=1))
+    bad[BODY_POS] ^= 0xFF  # a body byte: the CRC no longer matches
+    batch = (
+        record("T", b"a") + record("T", b"d1", delay=1) + record("T", b"b") + bytes(bad) + record("T", b"d2", delay=2)
+    )
+    res = path.put("T", 0, batch)
+    assert [(r.status, r.topic, r.queue_id) for r in res] == [
+        (PutStatus.PUT_OK, "T", 0),
+        (PutStatus.PUT_OK, SCHEDULE_TOPIC, 0),
+        (PutStatus.PUT_OK, "T", 0),
+        (PutStatus.MESSAGE_ILLEGAL, "", -1),
+        (PutStatus.PUT_OK, SCHEDULE_TOPIC, 1),
+    ]
+    assert [r.queue_offset for r in res if r.topic == "T"] == [0, 1]
+    assert bodies(path.store.get_messages("g", "T", 0, 0)) == [b"a", b"b"]
+
+
+def test_the_store_alone_knows_no_delays(store: MessageStore) -> None:
+    """Without the broker's put path a DELAY property is just a property: the record stays on its topic."""
+    res = store.put_messages("T", 0, record("T", b"x", delay=2))
+    assert (res[0].status, res[0].topic, res[0].queue_id) == (PutStatus.PUT_OK, "T", 0)
+    assert store.queues[("T", 0)].entry(0)[2] == 0
 
 
 def test_delete_topic_removes_its_queues(store: MessageStore) -> None:

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from pymq.broker.store import SCHEDULE_TOPIC, MessageStore, PutStatus
+from pymq.broker.delay_hook import SCHEDULE_TOPIC
+from pymq.broker.store import MessageStore, PutStatus
 from pymq.broker.store.index import HEADER_SIZE
 from pymq.errors import StoreLockedError
 from pymq.protocol.record import parse_record
-from tests.store.conftest import StoreFactory
+from tests.store.conftest import PutPathFactory, StoreFactory
 from tests.store.storeutil import keyed, read_queue, record
 
 FILE = 16 * 1024
@@ -177,14 +178,15 @@ def test_torn_consume_queue_entries_are_repaired(new_store: StoreFactory) -> Non
     _assert_intact(store, results)
 
 
-def test_delayed_message_is_redispatched_with_its_delivery_time(new_store: StoreFactory) -> None:
+def test_delayed_message_is_redispatched_with_its_delivery_time(new_put_path: PutPathFactory) -> None:
     """A schedule-queue entry lost in a crash comes back with tags code = store time + the level's delay."""
-    store = new_store()
-    res = store.put_messages("T", 0, record("T", b"later", delay=2, uniq="D"))[0]
+    path = new_put_path()
+    store = path.store
+    res = path.put("T", 0, record("T", b"later", delay=2, uniq="D"))[0]
     store.halt()
     cq_file = store.root / "consumequeue" / SCHEDULE_TOPIC / "1" / f"{0:020d}"
     _patch_file(cq_file, 0, bytes(20))
-    store = new_store()
+    store = new_put_path().store
     assert store.recovery is not None and store.recovery.redispatched_cq == 1
     assert store.queues[(SCHEDULE_TOPIC, 1)].entry(0) == (
         res.physical_offset,

@@ -85,6 +85,37 @@ def test_only_spark_connector_imports_pyspark_and_nobody_imports_it() -> None:
     assert uses_pyspark == [] and imports_connector == []
 
 
+def test_store_imports_nothing_of_the_broker_around_it() -> None:
+    """pymq.broker.store imports no other pymq.broker module (put hooks, schedule ... sit above it)."""
+    bad = offenders(
+        modules("broker/store"),
+        lambda i: i.startswith("pymq.broker.") and not i.startswith("pymq.broker.store."),
+    )
+    assert bad == []
+
+
+def test_store_knows_no_delays_or_schedule() -> None:
+    """No delay-level, schedule-topic or DELAY-property logic in pymq.broker.store (it is a broker put hook)."""
+    words = ("SCHEDULE_TOPIC", "delay_level", "DELAY", "delivery_time", "REAL_TOPIC", "REAL_QID")
+    bad = [
+        f"{path.relative_to(PKG)}: {word}"
+        for path in (PKG / "broker" / "store").rglob("*.py")
+        for word in words
+        if word in path.read_text()
+    ]
+    assert bad == []
+
+
+def test_store_services_do_not_import_the_store_facade() -> None:
+    """flush, cleanup and recovery see the store through store_view's protocols: no circle with message_store."""
+    mods = modules("broker/store")
+    bad = offenders(
+        {m: i for m, i in mods.items() if m != "pymq.broker.store.message_store" and m != "pymq.broker.store"},
+        lambda i: i.startswith("pymq.broker.store.message_store"),
+    )
+    assert bad == []
+
+
 def test_production_code_never_imports_testing() -> None:
     """Nothing outside pymq.testing imports pymq.testing."""
     bad = offenders(

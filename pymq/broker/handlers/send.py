@@ -87,7 +87,7 @@ class SendHandlers:
         body = cmd.body
         if topic.startswith(RETRY_PREFIX):
             topic, queue_id, body = self.dead_letter_if_exhausted(topic, queue_id, body)
-        results = self.app.store.put_messages(topic, queue_id, body)
+        results = self.app.put_path.put(topic, queue_id, body)
         resp = self.build_response(cmd, queue_id, results)
         self.app.stats.record_put(topic, results)
         if self.sync_flush and resp.code == ResponseCode.SUCCESS:

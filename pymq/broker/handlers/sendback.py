@@ -75,7 +75,7 @@ class SendBackHandlers:
             level = delay_level if delay_level > 0 else 3 + r.reconsume_times
             props[Prop.DELAY] = str(level)
         record = reencode(r, target.encode(), encode_properties(props), reconsume_times=r.reconsume_times + 1)
-        results = app.store.put_messages(target, queue_id, record)  # type: ignore[union-attr]
+        results = app.put_path.put(target, queue_id, record)
         app.stats.record_put(target, results)
         res = results[0]
         if res.status == PutStatus.PUT_OK:

@@ -3,8 +3,7 @@
 No sockets and no asyncio here; the broker drives it. Byte layouts: ``docs/STORE.md``.
 """
 
-from pymq.broker.store.appender import SCHEDULE_TOPIC
 from pymq.broker.store.message_store import MessageStore
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutStatus
 
-__all__ = ["SCHEDULE_TOPIC", "GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus"]
+__all__ = ["GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus"]

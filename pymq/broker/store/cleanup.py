@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pymq.logs import get_logger
 
 if TYPE_CHECKING:
-    from pymq.broker.store.message_store import MessageStore
+    from pymq.broker.store.store_view import CleanupView
 
 log = get_logger("broker.store.cleanup")
 
@@ -40,7 +40,7 @@ class CleanupReport:
     deleted_index_files: int = 0
 
 
-def disk_ratio(store: MessageStore) -> float:
+def disk_ratio(store: CleanupView) -> float:
     capacity = store.config.simulated_disk_capacity
     if capacity is not None:
         return store.disk_bytes() / capacity
@@ -51,7 +51,7 @@ def disk_ratio(store: MessageStore) -> float:
     return used / total if total else 0.0
 
 
-def run_cleanup(store: MessageStore, now: float | None = None) -> CleanupReport:
+def run_cleanup(store: CleanupView, now: float | None = None) -> CleanupReport:
     cfg = store.config
     now = time.time() if now is None else now
     ratio = disk_ratio(store)
@@ -97,7 +97,7 @@ def run_cleanup(store: MessageStore, now: float | None = None) -> CleanupReport:
 
 
 class CleanupService(threading.Thread):
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: CleanupView) -> None:
         super().__init__(name="pymq-cleanup", daemon=True)
         self.store = store
         self.interval = store.config.cleanup_interval_ms / 1000

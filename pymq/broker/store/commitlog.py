@@ -7,33 +7,27 @@ the next record plus an 8-byte blank marker does not fit in the current file, th
 the file gets the blank marker ``[i32 bytes left in the file][u32 0xCBD43194]``
 (:func:`pymq.protocol.record.blank_marker`) and writing continues at the start of the next
 file. Past the last record of the newest file the bytes are zero.
+
+This module writes and reads bytes; where each field of a record sits is known only to
+:mod:`pymq.protocol.record`. What the records mean for consume queues and the index is
+the dispatcher's business (:mod:`pymq.broker.store.dispatcher`).
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
 from collections.abc import Iterator
+from itertools import accumulate
 from pathlib import Path
 
 from pymq.broker.store.mapped_file import MappedFile, MappedFileQueue
-from pymq.protocol.record import (
-    BLANK_MAGIC,
-    BODY_POS,
-    HEAD,
-    MAGIC,
-    MIN_RECORD_SIZE,
-    PHYSICAL_OFFSET_POS,
-    blank_marker,
-)
+from pymq.errors import StoreError
+from pymq.protocol.record import BLANK_SIZE, StoredScan, blank_marker, patch_broker_blocks, stored_record_size
 
-BLANK_MIN = 8
-_U16 = struct.Struct(">H")
-_Q = struct.Struct(">q")
-#: total_size, magic, body_crc, (skipped to byte 84), body_len
-_HDR = struct.Struct(">iII72xi")
-#: physical_offset, store_timestamp (bytes 60..76)
-_PHYS_TS = struct.Struct(">qq")
+BLANK_MIN = BLANK_SIZE
+
+#: one stored record as replication hands it to the dispatcher:
+#: (file, pos in file, size, topic_at, props_at, queue_id, queue_offset, store_ts)
+StoredRef = tuple[MappedFile, int, int, int, int, int, int, int]
 
 
 class CommitLog:
@@ -63,7 +57,162 @@ class CommitLog:
             mf = self.mfq.writable_file(0)
         return mf
 
-    def read(self, phys: int, size: int) -> memoryview | None:
+    # --- writing ----------------------------------------------------------------------------------------------
+
+    def append(
+        self,
+        data: bytes,
+        positions: list[int],
+        sizes: list[int],
+        queue_id: int,
+        first_queue_offset: int,
+        store_ts: int,
+        store_host: bytes,
+    ) -> list[int]:
+        """Copy the validated records of a producer's batch and patch their broker blocks.
+
+        ``positions``/``sizes`` say where the records are in ``data`` (see
+        :func:`pymq.protocol.record.split_batch`); they get queue offsets from
+        ``first_queue_offset`` on. Returns their commitlog offsets. Adjacent records are
+        copied with one memcpy (a "run") and patched after, so a crash in between leaves
+        records that recovery refuses (their physical-offset field is not yet theirs). A
+        record that does not fit in the current file (with room for the blank marker)
+        rolls over to the next. Raises :class:`StoreError` if a file cannot be created;
+        the caller undoes the batch.
+        """
+        mf = self.file_for_append(0)
+        wpos = mf.wrote_pos
+        count = len(positions)
+        if not count:
+            return []
+        total = sum(sizes)
+        first = positions[0]
+        if wpos + total + BLANK_MIN <= mf.size and positions[-1] + sizes[-1] - first == total:
+            # The common case: the whole batch is one run and fits in the current file.
+            at = list(accumulate(sizes[:-1], initial=wpos))
+            self._write_run(mf, data, first, at, queue_id, first_queue_offset, store_ts, store_host, total)
+            mf.wrote_pos = wpos + total
+            base = mf.file_from
+            return [base + a for a in at]
+        return self._append_runs(mf, data, positions, sizes, queue_id, first_queue_offset, store_ts, store_host)
+
+    def _append_runs(
+        self,
+        mf: MappedFile,
+        data: bytes,
+        positions: list[int],
+        sizes: list[int],
+        queue_id: int,
+        qoff: int,
+        store_ts: int,
+        store_host: bytes,
+    ) -> list[int]:
+        """:meth:`append` for batches with gaps (refused records) or reaching past the file's end."""
+        phys: list[int] = []
+        wpos, fsize, base = mf.wrote_pos, mf.size, mf.file_from
+        run_src = run_len = run_qoff = 0
+        run_at: list[int] = []
+        for pos, size in zip(positions, sizes, strict=True):
+            if wpos + size + BLANK_MIN > fsize:
+                if run_len:
+                    self._write_run(mf, data, run_src, run_at, queue_id, run_qoff, store_ts, store_host, run_len)
+                    run_len = 0
+                mf.wrote_pos = wpos
+                mf = self.file_for_append(size)
+                wpos, fsize, base = mf.wrote_pos, mf.size, mf.file_from
+            if run_len and pos != run_src + run_len:
+                self._write_run(mf, data, run_src, run_at, queue_id, run_qoff, store_ts, store_host, run_len)
+                run_len = 0
+            if not run_len:
+                run_src, run_qoff, run_at = pos, qoff, []
+            run_len += size
+            run_at.append(wpos)
+            phys.append(base + wpos)
+            qoff += 1
+            wpos += size
+        if run_len:
+            self._write_run(mf, data, run_src, run_at, queue_id, run_qoff, store_ts, store_host, run_len)
+        mf.wrote_pos = wpos
+        return phys
+
+    @staticmethod
+    def _write_run(
+        mf: MappedFile,
+        data: bytes,
+        src: int,
+        at: list[int],
+        queue_id: int,
+        qoff: int,
+        store_ts: int,
+        store_host: bytes,
+        length: int,
+    ) -> None:
+        """Copy ``length`` bytes of adjacent records to ``at[0]``, then patch each one's broker block."""
+        dst = at[0]
+        if dst + length > mf.reserved:
+            mf.reserve(dst + length)
+        mm = mf.mm
+        mm[dst : dst + length] = memoryview(data)[src : src + length]
+        patch_broker_blocks(mm, at, queue_id, qoff, mf.file_from, store_ts, store_host)
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> list[StoredRef]:
+        """Append bytes already in commitlog layout (a master's, for a slave) at exactly ``offset``.
+
+        ``offset`` must be the commitlog's end (an empty commitlog accepts a file boundary).
+        ``data`` must be whole stored records, each with its broker block written for
+        this very position (physical offset = where it lands) and its body CRC right; a
+        blank marker must fill its file to the end, and the next bytes then start the next
+        file. Everything is checked before a byte is written, so a refused call changes
+        nothing (:class:`StoreError`). Returns the records written, for the dispatcher.
+        """
+        end = self.max_offset
+        if self.mfq.files and offset != end:
+            raise StoreError(f"replicated data at {offset} does not continue the commitlog, which ends at {end}")
+        if not self.mfq.files and offset % self.file_size:
+            raise StoreError(f"an empty commitlog starts at a file boundary, not at {offset}")
+        # Check: split the data at file boundaries and verify each piece.
+        pieces: list[tuple[int, int, int]] = []  # (file start, pos in file, bytes of data)
+        refs: list[tuple[int, int, int, int, int, int, int, int]] = []  # piece number + StoredRef fields
+        n = len(data)
+        view = memoryview(data)
+        at, phys = 0, offset
+        while at < n:
+            file_from = phys - phys % self.file_size
+            fpos = phys - file_from
+            length = min(n - at, self.file_size - fpos)
+            piece = view[at : at + length]
+            scan = StoredScan(piece, 0, length, phys, check_crc=True)
+            number = len(pieces)
+            for pos, size, topic_at, props_at, qid, qoff, ts in scan:
+                refs.append((number, fpos + pos, size, fpos + topic_at, fpos + props_at, qid, qoff, ts))
+            used = scan.pos
+            if used < length:
+                blank = scan.blank_size()
+                if not scan.clean or not blank or fpos + used + blank != self.file_size or used + blank != length:
+                    raise StoreError(f"replicated data at {phys + used} is not a whole record or a blank marker")
+                used = length
+            pieces.append((file_from, fpos, length))
+            at += length
+            phys += length
+        # Write.
+        files: list[MappedFile] = []
+        at = 0
+        for file_from, fpos, length in pieces:
+            mf = self.mfq.writable_file(file_from)
+            if mf.file_from != file_from or mf.wrote_pos != fpos:
+                raise StoreError(f"commitlog file for {file_from + fpos} is not at the expected end")
+            if fpos + length > mf.reserved:
+                mf.reserve(fpos + length)
+            mf.mm[fpos : fpos + length] = view[at : at + length]
+            mf.wrote_pos = fpos + length
+            files.append(mf)
+            at += length
+        return [(files[r[0]], *r[1:]) for r in refs]
+
+    # --- reading ----------------------------------------------------------------------------------------------
+
+    def view(self, phys: int, size: int) -> memoryview | None:
+        """``size`` bytes at ``phys`` as one view, if they are written and in one file."""
         mf = self.mfq.find(phys)
         if mf is None:
             return None
@@ -71,6 +220,26 @@ class CommitLog:
         if pos + size > mf.wrote_pos:
             return None
         return memoryview(mf.mm)[pos : pos + size]
+
+    def read(self, offset: int, size: int) -> list[memoryview]:
+        """The written bytes ``[offset, offset + size)``, as one view per file they span.
+
+        Stops short at the end of the data (or of a deleted region: an offset below the
+        first file gives nothing). Replication ships these bytes to :meth:`append_raw`.
+        """
+        out: list[memoryview] = []
+        end = min(offset + size, self.max_offset)
+        while offset < end:
+            mf = self.mfq.find(offset)
+            if mf is None:
+                break
+            pos = offset - mf.file_from
+            stop = min(mf.wrote_pos, pos + end - offset)
+            if stop <= pos:
+                break
+            out.append(memoryview(mf.mm)[pos:stop])
+            offset += stop - pos
+        return out
 
     def read_record(self, phys: int) -> memoryview | None:
         """The whole record at ``phys``, or None if no record starts there.
@@ -82,28 +251,17 @@ class CommitLog:
         if mf is None:
             return None
         pos = phys - mf.file_from
-        if pos < 0 or pos + MIN_RECORD_SIZE > mf.wrote_pos:
-            return None
-        size, magic = HEAD.unpack_from(mf.mm, pos)
-        if magic != MAGIC or size < MIN_RECORD_SIZE or pos + size > mf.wrote_pos:
-            return None
-        if _Q.unpack_from(mf.mm, pos + PHYSICAL_OFFSET_POS)[0] != phys:
-            return None
-        return memoryview(mf.mm)[pos : pos + size]
+        size = stored_record_size(mf.mm, pos, mf.wrote_pos, phys) if pos >= 0 else 0
+        return memoryview(mf.mm)[pos : pos + size] if size else None
 
-    def scan(self, start: int, check_crc: bool) -> Iterator[tuple[MappedFile, int, int, int, int, int]]:
-        """Yield ``(file, pos, size, body_end, props_at, store_ts)`` per valid record from ``start``.
+    def scan(self, start: int, check_crc: bool) -> Iterator[tuple[MappedFile, int, int, int, int, int, int, int]]:
+        """Yield ``(file, pos, size, topic_at, props_at, queue_id, queue_offset, store_ts)`` per valid record.
 
-        ``start`` is a record boundary; ``body_end`` is where the topic length field sits and
-        ``props_at`` where the properties length field sits (positions in the file).
-
-        A record is valid when its magic, size and inner lengths agree, its body CRC
-        matches (if ``check_crc``), and the broker-assigned block was written: the
-        physical-offset field equals the record's position and the store time is set.
-        The appender copies a producer's bytes first and patches that block after, so a
-        crash in between leaves a record whose body checks out but whose block does not.
-        Stops at the first invalid record; the caller reads :attr:`scan_end` afterwards.
-        Blank markers move to the next file.
+        ``start`` is a record boundary; positions are in the file (the topic is
+        ``mm[topic_at : props_at - 2]``, the properties ``mm[props_at : pos + size]``).
+        Records are verified by :class:`pymq.protocol.record.StoredScan`. Stops at the
+        first invalid record; the caller reads :attr:`scan_end` afterwards. Blank markers
+        move to the next file.
         """
         self.scan_end = start
         mf = self.mfq.find(start)
@@ -112,52 +270,19 @@ class CommitLog:
         files = self.mfq.files
         idx = files.index(mf)
         pos = start - mf.file_from
-        unpack_hdr = _HDR.unpack_from
-        unpack_u16 = _U16.unpack_from
-        unpack_block = _PHYS_TS.unpack_from
-        crc32 = zlib.crc32
         while True:
-            mm = mf.mm
-            limit = mf.size
             base = mf.file_from
-            view = memoryview(mm)
-            valid = True
-            while pos + BLANK_MIN <= limit:
-                if pos + MIN_RECORD_SIZE > limit:
-                    # Too little room for a record: only a blank marker can be here.
-                    valid = HEAD.unpack_from(mm, pos)[1] == BLANK_MAGIC
-                    break
-                size, magic, crc, body_len = unpack_hdr(mm, pos)
-                if magic != MAGIC:
-                    valid = magic == BLANK_MAGIC
-                    break
-                end = pos + size
-                body_end = pos + BODY_POS + body_len
-                if size < MIN_RECORD_SIZE or end > limit or body_len < 0 or body_end + 4 > end:
-                    valid = False
-                    break
-                props_at = body_end + 2 + unpack_u16(mm, body_end)[0]
-                if props_at + 2 > end or props_at + 2 + unpack_u16(mm, props_at)[0] != end:
-                    valid = False
-                    break
-                phys, store_ts = unpack_block(mm, pos + PHYSICAL_OFFSET_POS)
-                if phys != base + pos or store_ts <= 0:
-                    valid = False
-                    break
-                if check_crc and crc32(view[pos + BODY_POS : body_end]) != crc:
-                    valid = False
-                    break
-                yield mf, pos, size, body_end, props_at, store_ts
-                pos = end
-                self.scan_end = base + pos
-            view.release()
-            if not valid:
-                self.scan_end = base + pos
+            records = StoredScan(mf.mm, pos, mf.size, base, check_crc)
+            for rec in records:
+                yield (mf, *rec)
+                self.scan_end = base + rec[0] + rec[1]
+            if not records.clean:
+                self.scan_end = base + records.pos
                 return
             # A blank marker, or the exact end of the file: the data goes on in the next file.
             idx += 1
             if idx >= len(files):
-                self.scan_end = base + limit
+                self.scan_end = base + mf.size
                 return
             mf = files[idx]
             pos = 0

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from pymq.logs import get_logger
 
 if TYPE_CHECKING:
-    from pymq.broker.store.message_store import MessageStore
+    from pymq.broker.store.store_view import FlushView
 
 log = get_logger("broker.store.flush")
 
@@ -39,7 +39,7 @@ INDEX_FLUSH_INTERVAL = 10.0
 
 
 class CommitLogFlusher(threading.Thread):
-    def __init__(self, store: MessageStore, *, sync: bool) -> None:
+    def __init__(self, store: FlushView, *, sync: bool) -> None:
         super().__init__(name="pymq-commitlog-flush", daemon=True)
         self.store = store
         self.sync = sync
@@ -120,7 +120,7 @@ class CommitLogFlusher(threading.Thread):
 class LogicsFlusher(threading.Thread):
     """Flushes consume queues and the index, then records the checkpoint."""
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: FlushView) -> None:
         super().__init__(name="pymq-logics-flush", daemon=True)
         self.store = store
         self.interval = store.config.consume_queue_flush_interval_ms / 1000
@@ -151,7 +151,7 @@ class Warmer(threading.Thread):
     See :meth:`pymq.broker.store.mapped_file.MappedFile.warm_step` for why and how.
     """
 
-    def __init__(self, store: MessageStore, ahead: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, store: FlushView, ahead: int = 64 * 1024 * 1024) -> None:
         super().__init__(name="pymq-warmer", daemon=True)
         self.store = store
         self.ahead = ahead

@@ -24,11 +24,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pymq.broker.store.appender import SCHEDULE_TOPIC, Appender, count_records, rejected_results
+from pymq.broker.store.appender import Appender, rejected_results
 from pymq.broker.store.checkpoint import Checkpoint
 from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup
 from pymq.broker.store.commitlog import CommitLog
 from pymq.broker.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
+from pymq.broker.store.dispatcher import Dispatcher
 from pymq.broker.store.flush import CommitLogFlusher, FlushCallback, LogicsFlusher, Warmer
 from pymq.broker.store.index import IndexService
 from pymq.broker.store.recovery import RecoveryReport, recover
@@ -37,6 +38,7 @@ from pymq.config import FlushDiskType, StoreConfig
 from pymq.errors import StoreError, StoreLockedError
 from pymq.logs import get_logger
 from pymq.protocol.record import (
+    count_records,
     find_property,
     pack_host,
     parse_record,
@@ -52,8 +54,6 @@ ArrivalListener = Callable[[str, int, int], None]
 
 
 class MessageStore:
-    SCHEDULE_TOPIC = SCHEDULE_TOPIC
-
     def __init__(self, config: StoreConfig, *, store_host: str = "127.0.0.1:10911") -> None:
         self.config = config
         self.root = Path(config.store_dir)
@@ -62,14 +62,10 @@ class MessageStore:
         self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_file_size)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.index = IndexService(self.root / "index", config.index_hash_slots, config.index_max_entries)
-        self.delay_levels_ms = config.delay_levels_ms
+        #: builds consume-queue and index entries for every record the commitlog takes
+        self.dispatcher = Dispatcher(self.queue_for, self.index)
         self.appender = Appender(
-            self.commitlog,
-            self.queue_for,
-            self.index,
-            store_host=self.store_host,
-            max_message_size=config.max_message_size,
-            delay_levels_ms=self.delay_levels_ms,
+            self.commitlog, self.dispatcher, store_host=self.store_host, max_message_size=config.max_message_size
         )
         self.lock = threading.RLock()
         #: held by the commitlog flusher while syncing, and by whoever deletes or closes files
@@ -259,23 +255,23 @@ class MessageStore:
         Each ``(topic, queue_id, data)`` gets the queue offsets of its own queue, in order;
         the answer holds one result list per batch, one result per record.
         """
-        batches = [(t, q, d if isinstance(d, bytes) else bytes(d)) for t, q, d in batches]
+        todo: list[tuple[str, int, bytes]] = [(t, q, d if isinstance(d, bytes) else bytes(d)) for t, q, d in batches]
         refused = self._refusal()
         if refused is not None:
-            return [rejected_results(count_records(d), PutStatus.SERVICE_NOT_AVAILABLE, refused) for _, _, d in batches]
+            return [rejected_results(count_records(d), PutStatus.SERVICE_NOT_AVAILABLE, refused) for _, _, d in todo]
         answers: list[list[PutResult]] = []
         arrived: set[tuple[str, int]] = set()
         with self.lock:
             if not self.running:
                 return [
                     rejected_results(count_records(d), PutStatus.SERVICE_NOT_AVAILABLE, "store is shutting down")
-                    for _, _, d in batches
+                    for _, _, d in todo
                 ]
             # Store times never go backwards, even if the clock does: recovery and
             # offset_by_time rely on them being ordered like the commitlog.
             store_ts = max(int(time.time() * 1000), self.last_store_ts)
             appender = self.appender
-            for topic, queue_id, data in batches:
+            for topic, queue_id, data in todo:
                 try:
                     results = appender.put(topic, queue_id, data, store_ts)
                 except StoreError as exc:
@@ -287,16 +283,37 @@ class MessageStore:
                     self.put_count += appender.stored
                     self.put_bytes += appender.stored_bytes
                     arrived.add((topic, queue_id))
-                    if appender.other_queues:
-                        arrived.update(appender.other_queues)
             self.last_store_ts = store_ts
+        self._notify_arrivals(arrived)
+        return answers
+
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """Append bytes in commitlog layout at exactly ``offset`` (a slave's copy of its master's).
+
+        The records are checked (:meth:`CommitLog.append_raw`), written, then dispatched
+        by the same dispatcher as the producers' batches. Returns the new commitlog end;
+        raises :class:`StoreError` (nothing written) if the bytes do not continue the commitlog.
+        """
+        with self.lock:
+            if not self.running:
+                raise StoreError("store is not running")
+            refs = self.commitlog.append_raw(offset, data)
+            arrived = self.dispatcher.dispatch_stored(refs)
+            if refs:
+                self.put_count += len(refs)
+                self.put_bytes += sum(r[2] for r in refs)
+                self.last_store_ts = max(self.last_store_ts, refs[-1][7])
+            end = self.commitlog.max_offset
+        self._notify_arrivals(arrived)
+        return end
+
+    def _notify_arrivals(self, arrived: set[tuple[str, int]]) -> None:
         if arrived and self._arrival_listeners:
             for key in arrived:
                 cq = self.queues.get(key)
                 if cq is not None and cq.max_offset:
                     for listener in self._arrival_listeners:
                         listener(key[0], key[1], cq.max_offset)
-        return answers
 
     def _refusal(self) -> str | None:
         """Why writes are refused right now, or None."""
@@ -427,6 +444,11 @@ class MessageStore:
             status = GetStatus.OFFSET_FOUND_NULL
         return GetResult(status, next_offset, min_off, max_off, buffers, count, total, max_phys_read)
 
+    def read_commitlog(self, offset: int, size: int) -> list[memoryview]:
+        """Up to ``size`` commitlog bytes from ``offset``, one view per file (what replication ships)."""
+        with self.lock:
+            return self.commitlog.read(offset, size)
+
     def read_record(self, phys: int) -> memoryview | None:
         """The record stored at commitlog offset ``phys`` (view by message id)."""
         with self.lock:
@@ -473,7 +495,7 @@ class MessageStore:
                 if e is None or e[1] == 0x7FFFFFFF or e[0] < cl_min:
                     lo = mid + 1
                     continue
-                rec = self.commitlog.read(e[0], e[1])
+                rec = self.commitlog.view(e[0], e[1])
                 if rec is None or record_store_timestamp(rec, 0) < timestamp:
                     lo = mid + 1
                 else:
@@ -487,7 +509,7 @@ class MessageStore:
             e = cq.entry(offset) if cq is not None else None
             if e is None or e[1] == 0x7FFFFFFF:
                 return 0
-            rec = self.commitlog.read(e[0], e[1])
+            rec = self.commitlog.view(e[0], e[1])
             return record_store_timestamp(rec, 0) if rec is not None else 0
 
     def min_offset(self, topic: str, queue_id: int) -> int:
@@ -554,7 +576,7 @@ def _record_has_key(props: bytes, key: bytes) -> bool:
     if uniq == key:
         return True
     keys = find_property(props, b"KEYS\x01")
-    return bool(keys) and key in keys.split(b" ")
+    return keys is not None and key in keys.split(b" ")
 
 
 def _fsync_dir(path: Path) -> None:

@@ -23,24 +23,20 @@ offsets move past deleted data.
 
 from __future__ import annotations
 
-import struct
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pymq.broker.store.appender import SCHEDULE_TOPIC, delivery_time
 from pymq.broker.store.consume_queue import CQ_ENTRY, ConsumeQueue
-from pymq.broker.store.index import key_hash
 from pymq.logs import get_logger
-from pymq.protocol.record import HEAD, MAGIC, find_property, record_store_timestamp, tag_hash
+from pymq.protocol.record import is_record_at, record_store_timestamp
 
 if TYPE_CHECKING:
-    from pymq.broker.store.message_store import MessageStore
+    from pymq.broker.store.store_view import RecoveryView
 
 log = get_logger("broker.store.recovery")
 
 SAFE_MARGIN_MS = 3000
-_QID_QOFF = struct.Struct(">iq")
 
 
 @dataclass
@@ -75,13 +71,13 @@ class _QueueState:
         self.last = -1
 
 
-def _scan_start_abnormal(store: MessageStore) -> int:
+def _scan_start_abnormal(store: RecoveryView) -> int:
     files = store.commitlog.mfq.files
     if not files:
         return 0
     safe_ts = store.checkpoint.min_ts - SAFE_MARGIN_MS
     for mf in reversed(files):
-        if HEAD.unpack_from(mf.mm, 0)[1] != MAGIC:
+        if not is_record_at(mf.mm, 0):
             continue
         first_ts = record_store_timestamp(mf.mm, 0)
         if 0 < first_ts <= safe_ts:
@@ -89,7 +85,7 @@ def _scan_start_abnormal(store: MessageStore) -> int:
     return files[0].file_from
 
 
-def _scan_start(store: MessageStore, abnormal: bool) -> int:
+def _scan_start(store: RecoveryView, abnormal: bool) -> int:
     mfq = store.commitlog.mfq
     files = mfq.files
     if not files:
@@ -107,7 +103,7 @@ def _scan_start(store: MessageStore, abnormal: bool) -> int:
     return files[max(0, len(files) - 3)].file_from
 
 
-def recover(store: MessageStore, *, abnormal: bool) -> RecoveryReport:
+def recover(store: RecoveryView, *, abnormal: bool) -> RecoveryReport:
     started = time.perf_counter()
     report = RecoveryReport(abnormal=abnormal)
     commitlog = store.commitlog
@@ -120,7 +116,7 @@ def recover(store: MessageStore, *, abnormal: bool) -> RecoveryReport:
     if abnormal:
         last_ts, records, scanned = _redispatch(store, start, check_crc, report)
     else:
-        for _mf, _pos, size, _be, _pa, ts in commitlog.scan(start, check_crc):
+        for _mf, _pos, size, _ta, _pa, _qid, _qoff, ts in commitlog.scan(start, check_crc):
             records += 1
             scanned += size
             last_ts = ts
@@ -144,33 +140,32 @@ def recover(store: MessageStore, *, abnormal: bool) -> RecoveryReport:
     return report
 
 
-def _redispatch(store: MessageStore, start: int, check_crc: bool, report: RecoveryReport) -> tuple[int, int, int]:
+def _redispatch(store: RecoveryView, start: int, check_crc: bool, report: RecoveryReport) -> tuple[int, int, int]:
     """The abnormal scan; returns (store time of the last record, records, bytes)."""
     commitlog = store.commitlog
     index = store.index
+    dispatcher = store.dispatcher
     report.rolled_back_index = store.index_rolled_back
     tail_phys, tail_hashes = index.tail()
     verify_ts = store.checkpoint.logics_ts - SAFE_MARGIN_MS
     states: dict[tuple[bytes, int], _QueueState] = {}
     queues = store.queues
-    unpack_qid_qoff = _QID_QOFF.unpack_from
     last_ts = records = scanned = 0
-    for mf, pos, size, body_end, props_at, store_ts in commitlog.scan(start, check_crc):
+    for mf, pos, size, topic_at, props_at, qid, qoff, store_ts in commitlog.scan(start, check_crc):
         records += 1
         scanned += size
         last_ts = store_ts
         mm = mf.mm
-        qid, qoff = unpack_qid_qoff(mm, pos + 48)
-        key = (mm[body_end + 2 : props_at], qid)
+        key = (mm[topic_at : props_at - 2], qid)
         st = states.get(key)
         if st is None:
             topic = key[0].decode(errors="replace")
             st = states[key] = _QueueState(topic, queues.get((topic, qid)))
         verify = store_ts >= verify_ts
+        phys = mf.file_from + pos
         if qoff >= st.max or verify:
-            phys = mf.file_from + pos
-            props = mm[props_at + 2 : pos + size]
-            entry = CQ_ENTRY.pack(phys, size, _tags_code(st.topic, props, store_ts, store.delay_levels_ms))
+            # The same entry the live path wrote: the dispatcher's rule.
+            entry = CQ_ENTRY.pack(phys, size, dispatcher.tags_code(st.topic, mm[props_at : pos + size], store_ts))
             if qoff >= st.max:
                 if st.cq is None:
                     st.cq = store.queue_for(st.topic, qid)
@@ -181,9 +176,8 @@ def _redispatch(store: MessageStore, start: int, check_crc: bool, report: Recove
                 report.repaired_cq += 1
             if verify:
                 st.last = qoff
-        phys = mf.file_from + pos
         if phys >= tail_phys:
-            hashes = _index_hashes(st.topic, mm[props_at + 2 : pos + size])
+            hashes = dispatcher.index_hashes(st.topic, mm[props_at : pos + size])
             if phys == tail_phys:
                 hashes = [h for h in hashes if h not in tail_hashes]
             if hashes:
@@ -195,29 +189,3 @@ def _redispatch(store: MessageStore, start: int, check_crc: bool, report: Recove
             report.dropped_cq_entries += st.cq.max_offset - st.last - 1
             st.cq.truncate_to(st.last + 1)
     return last_ts, records, scanned
-
-
-def _tags_code(topic: str, props: bytes, store_ts: int, delay_levels_ms: list[int]) -> int:
-    """The consume-queue tags code of a stored record (the appender's rule)."""
-    if topic == SCHEDULE_TOPIC:
-        raw = find_property(props, b"DELAY\x01") if props else None
-        try:
-            level = int(raw or b"1")
-        except ValueError:
-            level = 1
-        return delivery_time(store_ts, level, delay_levels_ms)
-    return tag_hash(find_property(props, b"TAGS\x01")) if props else 0
-
-
-def _index_hashes(topic: str, props: bytes) -> list[int]:
-    if not props:
-        return []
-    prefix = topic.encode() + b"#"
-    out = []
-    uniq = find_property(props, b"UNIQ_KEY\x01")
-    if uniq:
-        out.append(key_hash(prefix + uniq))
-    keys = find_property(props, b"KEYS\x01")
-    if keys:
-        out.extend(key_hash(prefix + k) for k in keys.split(b" ") if k)
-    return out

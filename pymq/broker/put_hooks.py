@@ -1,0 +1,69 @@
+"""Broker-side put hooks: rewrite a batch's records before the store sees them.
+
+The store stores what it is given (:meth:`MessageStore.put_batches`). Anything that moves
+a record elsewhere first — delay levels today (:mod:`pymq.broker.delay_hook`); timers,
+transactions' half topic and priorities later — is a :class:`PutHook`. Every put of the
+broker (send, send-back, scheduled delivery) goes through one :class:`PutPath`, which runs
+the hooks in order, stores the resulting segments in one store call (one lock hold, one
+store time) and hands back one result per record of the original batch, in order.
+
+A hook splits a batch into consecutive *segments* ``(topic, queue_id, records)``: records
+it leaves alone stay in the segment they came in, a record it moves becomes its own
+segment. Segments keep the batch's record order, so the store's answers for them,
+concatenated, line up with the original records. A hook must be cheap when it has nothing
+to do: :meth:`PutHook.wants` looks at the raw bytes (a substring search) before any
+per-record work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pymq.broker.store import MessageStore, PutResult
+
+#: (topic, queue id, encoded records)
+Segment = tuple[str, int, bytes]
+
+
+class PutHook(Protocol):
+    """One step of the put path."""
+
+    def install(self, store: MessageStore) -> None:
+        """Register what the store needs to know (e.g. a topic's tags-code rule), before it starts."""
+
+    def wants(self, data: bytes) -> bool:
+        """Whether ``data`` may hold a record for this hook (cheap: no per-record work)."""
+
+    def rewrite(self, topic: str, queue_id: int, data: bytes) -> list[Segment]:
+        """The batch as consecutive segments, records in their original order."""
+
+
+class PutPath:
+    """The broker's way into the store: hooks first, then one ``put_batches`` call."""
+
+    def __init__(self, store: MessageStore, hooks: Sequence[PutHook] = ()) -> None:
+        self.store = store
+        self.hooks = tuple(hooks)
+        for hook in self.hooks:
+            hook.install(store)
+
+    def put(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> list[PutResult]:
+        """Store the records of ``data`` for ``(topic, queue_id)``; one result per record, in order."""
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        segments: list[Segment] | None = None
+        for hook in self.hooks:
+            if segments is None:
+                if hook.wants(data):
+                    segments = hook.rewrite(topic, queue_id, data)
+            else:
+                segments = [out for seg in segments for out in (hook.rewrite(*seg) if hook.wants(seg[2]) else (seg,))]
+        if segments is None:
+            return self.store.put_batches([(topic, queue_id, data)])[0]
+        answers = self.store.put_batches(segments)
+        return answers[0] if len(answers) == 1 else [r for answer in answers for r in answer]
+
+
+__all__ = ["PutHook", "PutPath", "Segment"]

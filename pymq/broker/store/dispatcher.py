@@ -1,0 +1,214 @@
+"""After the commitlog: what a stored record adds to its consume queue and to the index.
+
+Every path that puts records in the commitlog ends here — the producers' batches
+(:meth:`Dispatcher.dispatch`), recovery's re-dispatch and a slave's replicated bytes
+(:meth:`Dispatcher.dispatch_stored`) — so the two rules below exist once:
+
+* **Consume-queue entry**: ``(commitlog offset, size, tags code)``; the tags code is the
+  crc32 of the ``TAGS`` property (0 without one, the last one if there are several). A
+  topic may have its own tags-code rule, registered with :meth:`Dispatcher.set_tags_rule`
+  by whoever gives the topic its meaning: the broker's delay hook makes the schedule
+  topic's code the delivery time. The store itself knows no such topic.
+* **Index entries**: one per ``UNIQ_KEY`` (first) and per space-separated ``KEYS`` word,
+  hashed as ``crc32(b"<topic>#<key>")`` (:func:`pymq.broker.store.index.key_hash`); empty
+  keys are not indexed.
+
+Properties are read from the record bytes; where they sit is :mod:`pymq.protocol.record`'s.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from pymq.broker.store.consume_queue import CQ_ENTRY
+from pymq.errors import StoreError
+from pymq.logs import get_logger
+
+if TYPE_CHECKING:
+    from pymq.broker.store.commitlog import StoredRef
+    from pymq.broker.store.consume_queue import ConsumeQueue
+    from pymq.broker.store.index import IndexService
+
+log = get_logger("broker.store")
+
+#: ``rule(properties, store_ts) -> tags code`` for one topic's consume-queue entries
+TagsRule = Callable[[bytes, int], int]
+
+_TAGS = b"TAGS\x01"
+_KEYS = b"KEYS\x01"
+_UNIQ = b"UNIQ_KEY\x01"
+_CQ_PACKERS: dict[int, struct.Struct] = {}
+
+
+def _cq_packer(count: int) -> struct.Struct:
+    """A ``struct`` packing ``count`` consume-queue entries from one flat argument list."""
+    s = _CQ_PACKERS.get(count)
+    if s is None:
+        s = struct.Struct(">" + "qiq" * count)
+        if count <= 256:
+            _CQ_PACKERS[count] = s
+    return s
+
+
+class Dispatcher:
+    """Builds consume-queue and index entries for records already in the commitlog."""
+
+    def __init__(self, queue_for: Callable[[str, int], ConsumeQueue], index: IndexService) -> None:
+        self.queue_for = queue_for
+        self.index = index
+        #: topic -> its own tags-code rule
+        self.tags_rules: dict[str, TagsRule] = {}
+        #: b"TAGS\x01<tag>" -> tags code (a bounded cache: tags repeat)
+        self._tag_codes: dict[bytes, int] = {}
+        #: topic -> b"topic#", the index key prefix
+        self._prefixes: dict[str, bytes] = {}
+
+    def set_tags_rule(self, topic: str, rule: TagsRule) -> None:
+        """Let ``rule(properties, store_ts)`` give the tags code of ``topic``'s entries (register before start)."""
+        self.tags_rules[topic] = rule
+
+    def _prefix(self, topic: str) -> bytes:
+        prefix = self._prefixes.get(topic)
+        if prefix is None:
+            prefix = self._prefixes[topic] = topic.encode() + b"#"
+        return prefix
+
+    # --- the rules ------------------------------------------------------------------------------------------
+
+    def codes(self, props: bytes) -> tuple[int, list[bytes] | None]:
+        """``(tags code, index keys with the unique key first)`` of a record's properties."""
+        if not props:
+            return 0, None
+        items = props.split(b"\x02")
+        # Fast path for what producers send: UNIQ_KEY, then TAGS, nothing else.
+        if len(items) == 3 and not items[2] and items[0][:9] == _UNIQ and items[1][:5] == _TAGS:
+            code = self._tag_codes.get(items[1])
+            if code is None:
+                if len(self._tag_codes) >= 4096:
+                    self._tag_codes.clear()
+                code = self._tag_codes[items[1]] = zlib.crc32(items[1][5:])
+            uniq = items[0][9:]
+            return code, [uniq] if uniq else None
+        tags_code = 0
+        keys: list[bytes] | None = None
+        # One pass, dispatching on the first byte of each key.
+        for item in items:
+            if not item:
+                continue
+            c = item[0]
+            if c == 85 and item.startswith(_UNIQ):  # U
+                if len(item) > 9:
+                    if keys is None:
+                        keys = [item[9:]]
+                    else:
+                        keys.insert(0, item[9:])
+            elif c == 84 and item.startswith(_TAGS):  # T
+                tags_code = zlib.crc32(item[5:])
+            elif c == 75 and item.startswith(_KEYS):  # K
+                ks = [k for k in item[5:].split(b" ") if k]
+                if keys is None:
+                    keys = ks
+                else:
+                    keys.extend(ks)
+        return tags_code, keys
+
+    def tags_code(self, topic: str, props: bytes, store_ts: int) -> int:
+        """The consume-queue tags code of a record of ``topic``."""
+        rule = self.tags_rules.get(topic)
+        return rule(props, store_ts) if rule is not None else self.codes(props)[0]
+
+    def index_hashes(self, topic: str, props: bytes) -> list[int]:
+        """The index hashes of a record of ``topic`` (unique key first)."""
+        keys = self.codes(props)[1]
+        if not keys:
+            return []
+        prefix_crc = zlib.crc32(self._prefix(topic))
+        return [zlib.crc32(k, prefix_crc) for k in keys]
+
+    # --- dispatching ----------------------------------------------------------------------------------------
+
+    def dispatch(
+        self,
+        topic: str,
+        queue_id: int,
+        first_queue_offset: int,
+        data: bytes,
+        positions: Sequence[int],
+        sizes: Sequence[int],
+        props_ats: Sequence[int],
+        phys: Sequence[int],
+        store_ts: int,
+    ) -> None:
+        """Entries for records just copied from ``data`` to one queue, in one write each.
+
+        Record ``i`` sits at ``data[positions[i] : positions[i] + sizes[i]]`` with its
+        properties from ``props_ats[i]``; it was stored at ``phys[i]`` with queue offset
+        ``first_queue_offset + i``. A consume-queue file that cannot be created raises
+        :class:`StoreError` (the caller undoes the batch); an index failure is only logged:
+        the records stay consumable, lookups by key miss them.
+        """
+        codes = self.codes
+        rule = self.tags_rules.get(topic)
+        prefix_crc = zlib.crc32(self._prefix(topic))
+        crc32 = zlib.crc32
+        cq_vals: list[int] = []  # phys, size, tags code per record, flat
+        index_entries: list[tuple[int, int]] = []
+        add_index = index_entries.append
+        for at, pos, size, props_at in zip(phys, positions, sizes, props_ats, strict=True):
+            props = data[props_at : pos + size]
+            tags_code, keys = codes(props)
+            if rule is not None:
+                tags_code = rule(props, store_ts)
+            cq_vals += (at, size, tags_code)
+            if keys:
+                for k in keys:
+                    add_index((crc32(k, prefix_crc), at))
+        self._finish(topic, queue_id, first_queue_offset, cq_vals, index_entries, store_ts)
+
+    def _finish(
+        self,
+        topic: str,
+        queue_id: int,
+        first_queue_offset: int,
+        cq_vals: list[int],
+        index_entries: list[tuple[int, int]],
+        store_ts: int,
+    ) -> None:
+        if cq_vals:
+            self.queue_for(topic, queue_id).append(_cq_packer(len(cq_vals) // 3).pack(*cq_vals), first_queue_offset)
+        if index_entries:
+            self.put_index(index_entries, store_ts)
+
+    def put_index(self, entries: list[tuple[int, int]], store_ts: int) -> None:
+        try:
+            self.index.put_many(entries, store_ts)
+        except StoreError as exc:
+            # The records are stored and consumable; only lookups by key will miss them.
+            log.error("index_append_failed", entries=len(entries), reason=str(exc))
+
+    def dispatch_stored(self, refs: Sequence[StoredRef]) -> set[tuple[str, int]]:
+        """Entries for records already in the commitlog (a slave's replicated bytes); returns the queues touched.
+
+        Each ref is ``(file, pos, size, topic_at, props_at, queue_id, queue_offset, store_ts)``
+        (:meth:`pymq.broker.store.commitlog.CommitLog.append_raw`). Entries for queue
+        offsets a queue already has are skipped (:meth:`ConsumeQueue.append`).
+        """
+        touched: set[tuple[str, int]] = set()
+        topics: dict[bytes, str] = {}
+        for mf, pos, size, topic_at, props_at, qid, qoff, store_ts in refs:
+            mm = mf.mm
+            raw = mm[topic_at : props_at - 2]
+            topic = topics.get(raw)
+            if topic is None:
+                topic = topics[raw] = raw.decode(errors="replace")
+            props = mm[props_at : pos + size]
+            phys = mf.file_from + pos
+            self.queue_for(topic, qid).append(CQ_ENTRY.pack(phys, size, self.tags_code(topic, props, store_ts)), qoff)
+            hashes = self.index_hashes(topic, props)
+            if hashes:
+                self.put_index([(h, phys) for h in hashes], store_ts)
+            touched.add((topic, qid))
+        return touched

@@ -1,0 +1,62 @@
+"""What the store's flush threads, cleanup and recovery see of the store: small protocols.
+
+:class:`~pymq.broker.store.message_store.MessageStore` starts those services and hands
+itself over; they depend on these narrow views instead of on the facade, so the facade
+imports them and nothing imports the facade back (no import circle). Each view lists only
+what its service touches.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pymq.broker.store.checkpoint import Checkpoint
+    from pymq.broker.store.commitlog import CommitLog
+    from pymq.broker.store.consume_queue import ConsumeQueue
+    from pymq.broker.store.dispatcher import Dispatcher
+    from pymq.broker.store.index import IndexService
+    from pymq.config import StoreConfig
+
+
+class StoreCore(Protocol):
+    """The parts every service reads: config, files, checkpoint, the newest store time."""
+
+    config: StoreConfig
+    root: Path
+    commitlog: CommitLog
+    checkpoint: Checkpoint
+    #: held while syncing the commitlog, and by whoever deletes or closes its files
+    file_lock: threading.Lock
+    last_store_ts: int
+
+
+class FlushView(StoreCore, Protocol):
+    """What the flush threads and the warmer use."""
+
+    def flush_logics(self, *, index: bool = True) -> None: ...
+
+
+class CleanupView(StoreCore, Protocol):
+    """What the cleanup pass uses."""
+
+    disk_full: bool
+
+    def disk_bytes(self) -> int: ...
+
+    def delete_commitlog_files(self, count: int) -> int: ...
+
+    def delete_orphaned_logics(self) -> tuple[int, int]: ...
+
+
+class RecoveryView(StoreCore, Protocol):
+    """What recovery uses: the queues, the index and the dispatcher, to rebuild entries."""
+
+    queues: dict[tuple[str, int], ConsumeQueue]
+    index: IndexService
+    dispatcher: Dispatcher
+    index_rolled_back: int
+
+    def queue_for(self, topic: str, queue_id: int) -> ConsumeQueue: ...
