@@ -6,7 +6,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymq.broker.store.appender import SCHEDULE_TOPIC
 from pymq.broker.store.config_files import read_json, write_json_atomic
@@ -14,6 +14,9 @@ from pymq.errors import InvalidRequestError
 from pymq.logs import get_logger
 from pymq.protocol.requests import AUTO_CREATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX, dlq_topic, retry_topic
 from pymq.protocol.route import PERM_INHERIT, PERM_READ_WRITE, TopicConfig
+
+if TYPE_CHECKING:
+    from pymq.config import BrokerConfig
 
 log = get_logger("broker.topics")
 
@@ -62,6 +65,11 @@ class TopicConfigManager:
         #: called after any change (the broker re-registers with the nameservers)
         self.on_change: Callable[[], None] | None = None
         self._delay_levels = delay_levels
+
+    def configure(self, config: BrokerConfig) -> None:
+        """Follow the live broker config (see :class:`~pymq.broker.runtime_config.RuntimeConfig`)."""
+        self.auto_create = config.auto_create_topic
+        self.default_queue_nums = config.default_topic_queue_nums
 
     def load(self) -> None:
         data = read_json(self.path)

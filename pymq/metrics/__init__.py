@@ -1,8 +1,8 @@
 """Prometheus metrics for the daemons (the optional ``pymq[metrics]`` extra).
 
 Each daemon gets its own :class:`~prometheus_client.CollectorRegistry`, served over HTTP on
-the event loop (``GET /metrics``). Request counts and latencies come from the dispatcher's
-observer hook; everything else is read from the live state when Prometheus scrapes, so no
+the event loop (``GET /metrics``). Request counts and latencies come from an ``after``
+interceptor on the dispatcher; everything else is read from the live state when Prometheus scrapes, so no
 task or thread keeps gauges up to date. Series are listed in ``deploy/README.md``.
 """
 
@@ -42,9 +42,9 @@ def _serve(app: Any, registry: Any, collector: Any, port: int, name: str) -> Met
     from pymq.metrics.requests import RequestMetrics
 
     registry.register(collector)
-    observer = RequestMetrics(registry, app.dispatcher.codes)
+    requests = RequestMetrics(registry)
     server = MetricsServer(registry, app.config.host, port, name=name)
-    server.attach_observer(app.dispatcher, observer)
+    server.attach_interceptor(app.dispatcher, requests)
     return server
 
 

@@ -162,13 +162,11 @@ def wire_header(cls: type[H]) -> type[H]:
     return cls
 
 
-_header = dataclass(slots=True, kw_only=True)
-
 # --- produce -----------------------------------------------------------------------------------------
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class SendMessageRequest(Header):
     """SEND_MESSAGE and SEND_BATCH_MESSAGE; the body is the encoded record(s)."""
 
@@ -179,7 +177,7 @@ class SendMessageRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class SendMessageResponse(Header):
     """Where the messages went; ``statuses`` only when some were refused."""
 
@@ -194,7 +192,7 @@ class SendMessageResponse(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class PullMessageRequest(Header):
     """PULL_MESSAGE; ``sys_flag`` carries FLAG_COMMIT_OFFSET / FLAG_SUSPEND / FLAG_SUBSCRIPTION."""
 
@@ -215,7 +213,7 @@ class PullMessageRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class PullMessageResponse(Header):
     """A pull's offsets; the body holds the stored records."""
 
@@ -226,7 +224,7 @@ class PullMessageResponse(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class ConsumerSendMsgBackRequest(Header):
     """CONSUMER_SEND_MSG_BACK: retry (or dead-letter) the message at commitlog ``offset``."""
 
@@ -244,7 +242,7 @@ class ConsumerSendMsgBackRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class QueryConsumerOffsetRequest(Header):
     """QUERY_CONSUMER_OFFSET; answered with an :class:`OffsetResponse`."""
 
@@ -254,7 +252,7 @@ class QueryConsumerOffsetRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class UpdateConsumerOffsetRequest(Header):
     """UPDATE_CONSUMER_OFFSET (usually oneway)."""
 
@@ -265,7 +263,7 @@ class UpdateConsumerOffsetRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class QueueOffsetRequest(Header):
     """GET_MAX_OFFSET, GET_MIN_OFFSET and GET_EARLIEST_MSG_STORETIME: one queue of a topic."""
 
@@ -274,7 +272,7 @@ class QueueOffsetRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class SearchOffsetRequest(Header):
     """SEARCH_OFFSET_BY_TIMESTAMP: the first offset stored at or after ``timestamp`` (ms)."""
 
@@ -284,7 +282,7 @@ class SearchOffsetRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class OffsetResponse(Header):
     """The answer to QUERY_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET and SEARCH_OFFSET_BY_TIMESTAMP."""
 
@@ -292,7 +290,7 @@ class OffsetResponse(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class StoreTimeResponse(Header):
     """The answer to GET_EARLIEST_MSG_STORETIME (ms)."""
 
@@ -300,7 +298,7 @@ class StoreTimeResponse(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class ConsumeStatsRequest(Header):
     """GET_CONSUME_STATS: the group's progress, on one topic or on all it consumes."""
 
@@ -309,7 +307,7 @@ class ConsumeStatsRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class ResetOffsetRequest(Header):
     """RESET_CONSUMER_OFFSET (admin -> broker) and RESET_CONSUMER_CLIENT_OFFSET (broker -> client push).
 
@@ -325,7 +323,7 @@ class ResetOffsetRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class UnregisterClientRequest(Header):
     """UNREGISTER_CLIENT: a client leaves a producer and/or consumer group."""
 
@@ -337,7 +335,7 @@ class UnregisterClientRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class ConsumerGroupRequest(Header):
     """GET_CONSUMER_LIST_BY_GROUP, GET_CONSUMER_CONNECTION_LIST and NOTIFY_CONSUMER_IDS_CHANGED."""
 
@@ -380,7 +378,7 @@ LOCK_OK_MQ_SET = "lockOKMQSet"
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class QueryMessageRequest(Header):
     """QUERY_MESSAGE: messages with a key (or unique id) stored between two times (ms)."""
 
@@ -392,7 +390,7 @@ class QueryMessageRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class ViewMessageRequest(Header):
     """VIEW_MESSAGE_BY_ID: the record at a commitlog offset."""
 
@@ -403,7 +401,7 @@ class ViewMessageRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class CreateTopicRequest(Header):
     """UPDATE_AND_CREATE_TOPIC; queue numbers default to the broker's ``default_topic_queue_nums``."""
 
@@ -417,7 +415,7 @@ class CreateTopicRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class TopicRequest(Header):
     """Requests naming only a topic: DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO,
     GET_ROUTEINFO_BY_TOPIC and DELETE_TOPIC_IN_NAMESRV."""
@@ -426,7 +424,7 @@ class TopicRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class DeleteSubscriptionGroupRequest(Header):
     """DELETE_SUBSCRIPTIONGROUP."""
 
@@ -437,7 +435,7 @@ class DeleteSubscriptionGroupRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class RegisterBrokerRequest(Header):
     """REGISTER_BROKER; the body carries the broker's topic table and its data version."""
 
@@ -449,7 +447,7 @@ class RegisterBrokerRequest(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class RegisterBrokerResponse(Header):
     """The group's master (for a slave to follow)."""
 
@@ -458,7 +456,7 @@ class RegisterBrokerResponse(Header):
 
 
 @wire_header
-@_header
+@dataclass(slots=True, kw_only=True)
 class UnregisterBrokerRequest(Header):
     """UNREGISTER_BROKER."""
 
