@@ -105,11 +105,13 @@ class Dispatcher:
         # Only timed when someone listens (the chains are fixed for this request).
         started = asyncio.get_running_loop().time() if afters else 0.0
         try:
-            for before in befores:
-                result: HandlerResult = before(cmd, channel)
-                if result is not None:
-                    break
-            else:
+            result: HandlerResult = None
+            if befores:
+                for before in befores:
+                    result = before(cmd, channel)
+                    if result is not None:
+                        break
+            if result is None:
                 result = handler(cmd, channel)
         except Exception as exc:
             self._answer_error(channel, cmd, exc, started, afters)

@@ -146,11 +146,9 @@ class PullHandlers:
 
     def _read(self, cmd: Command, r: _Read) -> Command:
         result = self.store.get_messages(r.group, r.topic, r.queue_id, r.offset, r.max_nums, r.max_bytes, r.codes)
-        ext = PullMessageResponse(
-            next_begin_offset=result.next_begin_offset,
-            min_offset=result.min_offset,
-            max_offset=result.max_offset,
-        ).to_ext()
+        ext = PullMessageResponse.build_ext(
+            next_begin_offset=result.next_begin_offset, min_offset=result.min_offset, max_offset=result.max_offset
+        )
         code = pull_code(result, r.offset)
         if code == ResponseCode.SUCCESS:
             self.stats.record_get(r.topic, result.message_count, result.total_size)

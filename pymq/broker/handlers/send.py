@@ -140,19 +140,17 @@ class SendHandlers:
     def build_response(cmd: Command, queue_id: int, results: list[PutResult]) -> Command:
         ok = PutStatus.PUT_OK
         first_fail = next((r for r in results if r.status != ok), None)
-        header = SendMessageResponse(
+        ext = SendMessageResponse.build_ext(
             queue_id=results[0].queue_id if results and results[0].status == ok else queue_id,
             queue_offset=next((r.queue_offset for r in results if r.status == ok), -1),
             commit_log_offsets=[r.physical_offset for r in results],
+            statuses=None if first_fail is None else [int(r.status) for r in results],
         )
         if first_fail is None:
-            return cmd.response(ResponseCode.SUCCESS, ext=header.to_ext())
-        header.statuses = [int(r.status) for r in results]
+            return cmd.response(ResponseCode.SUCCESS, ext=ext)
         stored = sum(1 for r in results if r.status == ok)
         remark = f"{stored}/{len(results)} stored; {first_fail.status.name}: {first_fail.reason}"
-        return cmd.response(
-            PUT_STATUS_TO_CODE.get(first_fail.status, ResponseCode.SYSTEM_ERROR), remark, header.to_ext()
-        )
+        return cmd.response(PUT_STATUS_TO_CODE.get(first_fail.status, ResponseCode.SYSTEM_ERROR), remark, ext)
 
     async def _await_flush(self, resp: Command, end: int) -> Command:
         loop = asyncio.get_running_loop()
