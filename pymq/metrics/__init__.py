@@ -15,8 +15,8 @@ from pymq.errors import ConfigError
 from pymq.metrics.server import MetricsServer
 
 if TYPE_CHECKING:
-    from pymq.broker.app import BrokerApp
-    from pymq.nameserver.app import NamesrvApp
+    from pymq.metrics.broker import BrokerView
+    from pymq.metrics.namesrv import NamesrvView
 
 __all__ = ["MetricsServer", "start_broker_metrics", "start_namesrv_metrics"]
 
@@ -48,7 +48,7 @@ def _serve(app: Any, registry: Any, collector: Any, port: int, name: str) -> Met
     return server
 
 
-def start_broker_metrics(app: BrokerApp, port: int) -> MetricsServer:
+def start_broker_metrics(app: BrokerView, port: int) -> MetricsServer:
     """Serve a broker's metrics on ``port`` (0: any free port, see ``.port``) of its listen host."""
     from pymq.metrics.broker import BrokerCollector
 
@@ -56,7 +56,7 @@ def start_broker_metrics(app: BrokerApp, port: int) -> MetricsServer:
     return _serve(app, registry, BrokerCollector(app), port, "broker")
 
 
-def start_namesrv_metrics(app: NamesrvApp, port: int) -> MetricsServer:
+def start_namesrv_metrics(app: NamesrvView, port: int) -> MetricsServer:
     """Serve a nameserver's metrics on ``port`` (0: any free port, see ``.port``) of its listen host."""
     from pymq.metrics.namesrv import NamesrvCollector
 

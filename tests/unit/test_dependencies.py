@@ -144,3 +144,14 @@ def test_transport_is_codec_agnostic() -> None:
     """Only transport.codec (the default codec) imports the frame codec; connection and dispatch use the seam."""
     mods = {m: i for m, i in modules("transport").items() if m != "pymq.transport.codec"}
     assert offenders(mods, lambda i: i.startswith("pymq.protocol.frame")) == []
+
+
+def test_only_the_wiring_knows_the_daemon_apps() -> None:
+    """Broker parts, nameserver parts and metrics never import the app that wires them (no app <-> part circles)."""
+    mods = {
+        m: i
+        for m, i in modules().items()
+        if m.startswith(("pymq.broker.", "pymq.nameserver.", "pymq.metrics"))
+        and m not in ("pymq.broker.app", "pymq.nameserver.app")
+    }
+    assert offenders(mods, lambda i: i.startswith(("pymq.broker.app", "pymq.nameserver.app"))) == []
