@@ -94,11 +94,6 @@ class BrokerApp:
             self.registrar,
         ]
 
-    @property
-    def pull_owners(self) -> dict[tuple[str, str, int], str]:
-        """(group, topic, queueId) -> client id of the last consumer that pulled it."""
-        return self.consumers.pull_owners
-
     def _register_handlers(self, store: MessageStore) -> None:
         """Give each handler family the collaborators it needs (the store exists from here on)."""
         cfg, address = self.config, self.address
