@@ -1,18 +1,22 @@
-"""The broker process: owns the store, the RPC server, the managers and every background task.
+"""The broker process: owns the store, the RPC server, the managers and every background service.
+
+This module only wires: each handler family gets the collaborators it needs (store,
+topics, offsets ...), never the app; a slave adds the read-only role interceptor; runtime
+config changes reach the managers through :class:`~pymq.broker.runtime_config.RuntimeConfig`;
+background work runs as :class:`~pymq.broker.service.Service` objects.
 
 Start order: bind the listening socket (so the advertised address, which goes into every
-stored record, is known), start the store (recovery), load the config files, serve, then
-register with the nameservers. Close runs it backwards: unregister, stop serving (held
-pulls are answered), stop tasks, persist offsets, shut the store down cleanly.
+stored record, is known), start the store (recovery), load the config files, register the
+handlers, start the services, serve, then the serving services (periodic scans, nameserver
+registration). Close runs it backwards: unregister, stop serving (held pulls are
+answered), stop services, persist offsets, shut the store down cleanly.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
-from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -32,90 +36,131 @@ from pymq.broker.long_polling import PullHoldService
 from pymq.broker.offsets import ConsumerOffsetManager
 from pymq.broker.put_hooks import PutPath
 from pymq.broker.registration import NamesrvRegistrar
+from pymq.broker.roles import ReadOnlyRole
+from pymq.broker.runtime_config import RuntimeConfig
 from pymq.broker.schedule import ScheduleService
+from pymq.broker.service import PeriodicService, Service
 from pymq.broker.stats import BrokerStats
 from pymq.broker.store import MessageStore
 from pymq.broker.subscription_groups import SubscriptionGroupManager
 from pymq.broker.topics import TopicConfigManager
 from pymq.config import BrokerConfig, BrokerRole
-from pymq.errors import ConfigError, InvalidRequestError
+from pymq.errors import ConfigError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
-from pymq.protocol.frame import Command
+from pymq.protocol.command import Command
+from pymq.protocol.requests import ConsumerGroupRequest
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.net import local_ip
-from pymq.transport.periodic import every
 from pymq.transport.server import RpcServer, bind_socket
 
 log = get_logger("broker")
-
-#: Settings ``UPDATE_BROKER_CONFIG`` may change while the broker runs (store.* included).
-RUNTIME_SETTINGS = {
-    "auto_create_topic",
-    "auto_create_subscription_group",
-    "default_topic_queue_nums",
-    "long_polling_max_seconds",
-    "client_channel_expiry_seconds",
-    "queue_lock_expiry_seconds",
-    "slave_read_enable",
-    "store.disk_max_used_ratio",
-    "store.disk_clean_forcibly_ratio",
-    "store.disk_full_ratio",
-    "store.file_reserved_hours",
-    "store.delete_when",
-    "store.simulated_disk_capacity",
-}
 
 
 class BrokerApp:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.address = ""
+        #: the one way config changes at runtime; managers follow it through ``configure``
+        self.runtime = RuntimeConfig(config)
         cfg_dir = Path(config.store.store_dir) / "config"
-        self.topics = TopicConfigManager(
-            cfg_dir / "topics.json",
-            default_queue_nums=config.default_topic_queue_nums,
-            delay_levels=len(config.store.delay_levels_ms),
-            auto_create=config.auto_create_topic,
-        )
+        self.topics = TopicConfigManager(cfg_dir / "topics.json", delay_levels=len(config.store.delay_levels_ms))
         self.offsets = ConsumerOffsetManager(cfg_dir / "consumerOffset.json")
-        self.subscription_groups = SubscriptionGroupManager(
-            cfg_dir / "subscriptionGroup.json", auto_create=config.auto_create_subscription_group
-        )
-        self.consumers = ConsumerManager(
-            expiry_seconds=config.client_channel_expiry_seconds, notify=self._notify_ids_changed
-        )
-        self.locks = QueueLockManager(config.queue_lock_expiry_seconds)
+        self.subscription_groups = SubscriptionGroupManager(cfg_dir / "subscriptionGroup.json")
+        self.consumers = ConsumerManager(notify=self._notify_ids_changed)
+        self.locks = QueueLockManager()
+        for manager in (self.topics, self.subscription_groups, self.consumers, self.locks):
+            self.runtime.subscribe(manager.configure)
         self.pull_hold = PullHoldService()
         self.stats = BrokerStats()
-        #: (group, topic, queueId) -> client id of the last consumer that pulled it
-        self.pull_owners: dict[tuple[str, str, int], str] = {}
         self.store: MessageStore | None = None  # type: ignore[assignment]
         #: every put goes through it: put hooks (delays ...), then the store
         self.put_path: PutPath = None  # type: ignore[assignment]
         self.dispatcher = Dispatcher(name="broker")
-        for family in (
-            SendHandlers(self),
-            SendBackHandlers(self),
-            PullHandlers(self),
-            ClientHandlers(self),
-            OffsetHandlers(self),
-            QueryHandlers(self),
-            LockHandlers(self),
-            AdminHandlers(self),
-        ):
-            self.dispatcher.register_many(family.table())
+        if self.is_slave:
+            # Writes belong to the master: one interceptor answers them (see broker.roles).
+            self.dispatcher.add_interceptor(ReadOnlyRole())
         self.server = RpcServer(self.dispatcher, config.host, config.port, name="broker")
         self.namesrv_client = RpcClient()
-        self.registrar = NamesrvRegistrar(self, self.namesrv_client)
+        self.registrar = NamesrvRegistrar(config, self.topics, self.namesrv_client, lambda: self.address)
         self.topics.on_change = self.registrar.trigger
         self.started_at = 0.0
-        self._tasks: list[asyncio.Task[None]] = []
         self.metrics: Any = None
         self.schedule = ScheduleService(self)
-        #: components started after the store and stopped before it (schedule, later HA ...)
-        self.services: list[Any] = [self.schedule]
+        #: started after the store, before serving, and stopped after serving (schedule, later HA ...)
+        self.services: list[Service] = [self.schedule]
+        #: started once serving, stopped first (the registrar last in, first out)
+        self.serving_services: list[Service] = [
+            PeriodicService("client-scan", config.client_scan_interval_seconds, self.consumers.scan_expired),
+            PeriodicService("offset-persist", config.offset_flush_interval_seconds, self.offsets.persist_if_dirty),
+            PeriodicService("stats-sample", 1.0, self.stats.sample),
+            self.registrar,
+        ]
+
+    def _register_handlers(self, store: MessageStore) -> None:
+        """Give each handler family the collaborators it needs (the store exists from here on)."""
+        cfg, address = self.config, self.address
+        families = (
+            SendHandlers(
+                store=store,
+                put_path=self.put_path,
+                topics=self.topics,
+                subscription_groups=self.subscription_groups,
+                stats=self.stats,
+                config=cfg,
+                address=address,
+            ),
+            SendBackHandlers(
+                store=store,
+                put_path=self.put_path,
+                topics=self.topics,
+                subscription_groups=self.subscription_groups,
+                stats=self.stats,
+            ),
+            PullHandlers(
+                store=store,
+                topics=self.topics,
+                subscription_groups=self.subscription_groups,
+                offsets=self.offsets,
+                consumers=self.consumers,
+                pull_hold=self.pull_hold,
+                stats=self.stats,
+                config=cfg,
+                address=address,
+                slave=self.is_slave,
+            ),
+            ClientHandlers(
+                consumers=self.consumers,
+                subscription_groups=self.subscription_groups,
+                topics=self.topics,
+                creates_retry_topics=not self.is_slave,
+            ),
+            OffsetHandlers(
+                store=store,
+                offsets=self.offsets,
+                topics=self.topics,
+                consumers=self.consumers,
+                broker_name=cfg.broker_name,
+                address=address,
+            ),
+            QueryHandlers(store=store),
+            LockHandlers(locks=self.locks),
+            AdminHandlers(
+                store=store,
+                topics=self.topics,
+                offsets=self.offsets,
+                subscription_groups=self.subscription_groups,
+                consumers=self.consumers,
+                runtime=self.runtime,
+                runtime_info=self.runtime_info,
+                address=address,
+            ),
+        )
+        table: dict[int, Any] = {}
+        for family in families:
+            table.update(family.table())
+        self.dispatcher.register_many(table)
 
     @property
     def is_slave(self) -> bool:
@@ -156,15 +201,13 @@ class BrokerApp:
         self.topics.persist()
         self.offsets.load()
         self.subscription_groups.load()
+        self._register_handlers(self.store)
         for svc in self.services:
             await svc.start()
         await self.server.start(sock)
         self.started_at = time.time()
-        self._spawn(every(cfg.client_scan_interval_seconds, self._scan_clients), "client-scan")
-        self._spawn(every(cfg.offset_flush_interval_seconds, self._persist_offsets), "offset-persist")
-        self._spawn(every(1.0, self._sample_stats), "stats-sample")
-        await self.registrar.register_all()
-        self.registrar.start()
+        for svc in self.serving_services:
+            await svc.start()
         log.info(
             "broker_started",
             broker=cfg.broker_name,
@@ -181,40 +224,20 @@ class BrokerApp:
             self.metrics.close()
             self.metrics = None
 
-    def _spawn(self, coro: Awaitable[None], name: str) -> None:
-        self._tasks.append(asyncio.ensure_future(coro))
-        self._tasks[-1].set_name(f"broker-{name}")
-
-    def _scan_clients(self) -> None:
-        self.consumers.scan_expired()
-
-    def _persist_offsets(self) -> None:
-        self.offsets.persist_if_dirty()
-
-    def _sample_stats(self) -> None:
-        self.stats.sample()
-
     def _notify_ids_changed(self, group: str, channels: list[ClientChannel]) -> None:
         sg = self.subscription_groups.groups.get(group)
         if sg is not None and not sg.notifyConsumerIdsChangedEnable:
             return
+        ext = ConsumerGroupRequest(consumer_group=group).to_ext()
         for ch in channels:
-            ch.conn.push_oneway(Command.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}))
+            ch.channel.push_oneway(Command.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, dict(ext)))
 
     async def close(self, grace: float = 5.0) -> None:
         """Graceful stop: unregister, drain requests, persist state, close the store cleanly."""
-        await self.registrar.stop()
-        if self.store is not None and self.store.running:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.registrar.unregister_all(), timeout=3.0)
+        for svc in reversed(self.serving_services):
+            await svc.stop()
         self.pull_hold.wake_all()
         await self.server.close(grace)
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
-        self._tasks.clear()
         for svc in reversed(self.services):
             await svc.stop()
         await self.namesrv_client.close()
@@ -263,37 +286,5 @@ class BrokerApp:
         }
 
     def update_runtime_config(self, changes: dict[str, Any]) -> dict[str, Any]:
-        unknown = set(changes) - RUNTIME_SETTINGS
-        if unknown:
-            raise InvalidRequestError(
-                f"not changeable at runtime: {', '.join(sorted(unknown))}; "
-                f"allowed: {', '.join(sorted(RUNTIME_SETTINGS))}"
-            )
-        data = self.config.model_dump()
-        for key, value in changes.items():
-            target = data
-            *path, last = key.split(".")
-            for p in path:
-                target = target[p]
-            target[last] = value
-        try:
-            new = BrokerConfig.model_validate(data)
-        except Exception as exc:
-            raise InvalidRequestError(f"invalid broker config: {exc}") from exc
-        applied = {}
-        for key in changes:
-            *path, last = key.split(".")
-            src: Any = new
-            dst: Any = self.config
-            for p in path:
-                src = getattr(src, p)
-                dst = getattr(dst, p)
-            setattr(dst, last, getattr(src, last))
-            applied[key] = getattr(src, last)
-        self.topics.auto_create = self.config.auto_create_topic
-        self.subscription_groups.auto_create = self.config.auto_create_subscription_group
-        self.topics.default_queue_nums = self.config.default_topic_queue_nums
-        self.consumers.expiry_seconds = self.config.client_channel_expiry_seconds
-        self.locks.expiry_seconds = self.config.queue_lock_expiry_seconds
-        log.info("broker_config_updated", changes=applied)
-        return applied
+        """Apply runtime-changeable settings (what UPDATE_BROKER_CONFIG does)."""
+        return self.runtime.update(changes)

@@ -1,6 +1,6 @@
-"""Consumer groups as the broker sees them: members, their connections and subscriptions.
+"""Consumer groups as the broker sees them: members, their channels and subscriptions.
 
-Members come and go by HEART_BEAT, UNREGISTER_CLIENT, a closed connection, or silence for
+Members come and go by HEART_BEAT, UNREGISTER_CLIENT, a closed channel, or silence for
 longer than the channel expiry (120 s). Every change is pushed to the remaining members
 as NOTIFY_CONSUMER_IDS_CHANGED so they rebalance at once.
 """
@@ -14,24 +14,27 @@ from typing import TYPE_CHECKING, Any
 
 from pymq.logs import get_logger
 from pymq.protocol.filter import Subscription
+from pymq.transport.channel import Channel
 
 if TYPE_CHECKING:
-    from pymq.transport.connection import Connection
+    from pymq.config import BrokerConfig
 
 log = get_logger("broker.consumers")
 
 
 @dataclass
 class ClientChannel:
+    """One client of a group and the channel it heartbeats on."""
+
     client_id: str
-    conn: Connection
+    channel: Channel
     last_update: float
     language: str = "PYTHON"
     version: int = 0
 
     @property
     def addr(self) -> str:
-        return self.conn.remote_addr
+        return self.channel.remote_addr
 
 
 @dataclass
@@ -63,12 +66,18 @@ class ConsumerManager:
         self.clock = clock
         #: notify(group, channels) pushes NOTIFY_CONSUMER_IDS_CHANGED (set by the broker)
         self.notify = notify
+        #: (group, topic, queueId) -> client id of the last consumer that pulled it
+        self.pull_owners: dict[tuple[str, str, int], str] = {}
+
+    def configure(self, config: BrokerConfig) -> None:
+        """Follow the live broker config (see :class:`~pymq.broker.runtime_config.RuntimeConfig`)."""
+        self.expiry_seconds = config.client_channel_expiry_seconds
 
     def register(
         self,
         group: str,
         client_id: str,
-        conn: Connection,
+        channel: Channel,
         *,
         consume_type: str,
         message_model: str,
@@ -91,21 +100,21 @@ class ConsumerManager:
         if new_subs != info.subscriptions:
             info.subscriptions = new_subs
         ch = info.channels.get(client_id)
-        changed = ch is None or ch.conn is not conn
-        if ch is None or ch.conn is not conn:
-            info.channels[client_id] = ClientChannel(client_id, conn, now, language, version)
-            log.info("consumer_registered", group=group, client_id=client_id, peer=conn.remote_addr)
+        changed = ch is None or ch.channel is not channel
+        if ch is None or ch.channel is not channel:
+            info.channels[client_id] = ClientChannel(client_id, channel, now, language, version)
+            log.info("consumer_registered", group=group, client_id=client_id, peer=channel.remote_addr)
         else:
             ch.last_update = now
         if changed:
             self._notify(info)
         return changed
 
-    def register_producer(self, group: str, client_id: str, conn: Connection) -> None:
+    def register_producer(self, group: str, client_id: str, channel: Channel) -> None:
         chans = self.producers.setdefault(group, {})
         ch = chans.get(client_id)
-        if ch is None or ch.conn is not conn:
-            chans[client_id] = ClientChannel(client_id, conn, self.clock())
+        if ch is None or ch.channel is not channel:
+            chans[client_id] = ClientChannel(client_id, channel, self.clock())
         else:
             ch.last_update = self.clock()
 
@@ -125,16 +134,16 @@ class ConsumerManager:
             if not chans:
                 del self.producers[group]
 
-    def connection_closed(self, conn: Connection) -> None:
+    def channel_closed(self, channel: Channel) -> None:
         for info in list(self.groups.values()):
-            gone = [cid for cid, ch in info.channels.items() if ch.conn is conn]
+            gone = [cid for cid, ch in info.channels.items() if ch.channel is channel]
             for cid in gone:
                 del info.channels[cid]
                 log.info("consumer_channel_closed", group=info.group, client_id=cid)
             if gone:
                 self._after_removal(info)
         for group, chans in list(self.producers.items()):
-            for cid in [c for c, ch in chans.items() if ch.conn is conn]:
+            for cid in [c for c, ch in chans.items() if ch.channel is channel]:
                 del chans[cid]
             if not chans:
                 del self.producers[group]
@@ -148,7 +157,7 @@ class ConsumerManager:
                 ch = info.channels.pop(cid)
                 removed.append((info.group, cid))
                 log.warning("consumer_expired", group=info.group, client_id=cid)
-                ch.conn.close()
+                ch.channel.close()
             if gone:
                 self._after_removal(info)
         for _group, chans in list(self.producers.items()):

@@ -9,8 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pymq.protocol.route import MessageQueue
+
+if TYPE_CHECKING:
+    from pymq.config import BrokerConfig
 
 
 @dataclass(slots=True)
@@ -24,6 +28,10 @@ class QueueLockManager:
         self.expiry_seconds = expiry_seconds
         self.clock = clock
         self.table: dict[str, dict[MessageQueue, LockEntry]] = {}
+
+    def configure(self, config: BrokerConfig) -> None:
+        """Follow the live broker config (see :class:`~pymq.broker.runtime_config.RuntimeConfig`)."""
+        self.expiry_seconds = config.queue_lock_expiry_seconds
 
     def _expired(self, entry: LockEntry, now: float) -> bool:
         return now - entry.last_update > self.expiry_seconds

@@ -1,85 +1,114 @@
-"""Keeping every nameserver informed: register at start, every interval and after topic changes."""
+"""Keeping every nameserver informed: register at start, every interval and after topic changes.
+
+A :class:`~pymq.broker.service.Service`: ``start`` registers with every nameserver and
+keeps doing so; ``stop`` stops that and unregisters (before the broker stops serving).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pymq.errors import PymqError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
-from pymq.protocol.frame import Command
+from pymq.protocol.command import Command
 from pymq.protocol.headers import encode_body
+from pymq.protocol.requests import RegisterBrokerRequest, RegisterBrokerResponse, UnregisterBrokerRequest
 from pymq.transport.client import RpcClient
 
 if TYPE_CHECKING:
-    from pymq.broker.app import BrokerApp
+    from pymq.broker.topics import TopicConfigManager
+    from pymq.config import BrokerConfig
 
 log = get_logger("broker.registration")
 
 
 class NamesrvRegistrar:
-    def __init__(self, app: BrokerApp, client: RpcClient) -> None:
-        self.app = app
+    def __init__(
+        self,
+        config: BrokerConfig,
+        topics: TopicConfigManager,
+        client: RpcClient,
+        address: Callable[[], str],
+    ) -> None:
+        self.config = config
+        self.topics = topics
         self.client = client
+        #: the broker's advertised address (known once it has bound its port)
+        self.address = address
         self.master_addr: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
+        self._registered = False
 
-    def _header(self) -> dict[str, object]:
-        cfg = self.app.config
-        return {
-            "brokerAddr": self.app.address,
-            "brokerName": cfg.broker_name,
-            "clusterName": cfg.cluster_name,
-            "brokerId": cfg.broker_id,
-            "haServerAddr": self.app.address,
-        }
+    def _register_header(self) -> RegisterBrokerRequest:
+        cfg, addr = self.config, self.address()
+        return RegisterBrokerRequest(
+            broker_addr=addr,
+            broker_name=cfg.broker_name,
+            cluster_name=cfg.cluster_name,
+            broker_id=cfg.broker_id,
+            ha_server_addr=addr,
+        )
 
     async def register_all(self) -> int:
         """Register with every nameserver at once; returns how many accepted."""
-        body = encode_body({"topicConfigTable": self.app.topics.table(), "dataVersion": self.app.topics.data_version})
+        body = encode_body({"topicConfigTable": self.topics.table(), "dataVersion": self.topics.data_version})
+        ext = self._register_header().to_ext()
         results = await asyncio.gather(
-            *(self._register_one(addr, body) for addr in self.app.config.namesrv_addrs),
+            *(self._register_one(addr, ext, body) for addr in self.config.namesrv_addrs),
             return_exceptions=True,
         )
         return sum(1 for r in results if r is True)
 
-    async def _register_one(self, addr: str, body: bytes) -> bool:
+    async def _register_one(self, addr: str, ext: dict[str, object], body: bytes) -> bool:
         try:
             resp = await self.client.invoke_ok(
-                addr, Command.request(RequestCode.REGISTER_BROKER, self._header(), body), timeout=3.0
+                addr, Command.request(RequestCode.REGISTER_BROKER, dict(ext), body), timeout=3.0
             )
         except PymqError as exc:
             log.warning("register_failed", namesrv=addr, reason=str(exc))
             return False
-        master = resp.ext.get("masterAddr")
+        master = RegisterBrokerResponse.from_ext(resp.ext).master_addr
         if master and master != self.master_addr:
             self.master_addr = master
             log.info("master_discovered", master=master)
         return True
 
     async def unregister_all(self) -> None:
+        cfg = self.config
+        ext = UnregisterBrokerRequest(
+            broker_addr=self.address(),
+            broker_name=cfg.broker_name,
+            cluster_name=cfg.cluster_name,
+            broker_id=cfg.broker_id,
+        ).to_ext()
+
         async def one(addr: str) -> None:
             try:
                 await self.client.invoke_ok(
-                    addr, Command.request(RequestCode.UNREGISTER_BROKER, self._header()), timeout=2.0
+                    addr, Command.request(RequestCode.UNREGISTER_BROKER, dict(ext)), timeout=2.0
                 )
             except PymqError as exc:
                 log.warning("unregister_failed", namesrv=addr, reason=str(exc))
 
-        await asyncio.gather(*(one(a) for a in self.app.config.namesrv_addrs))
+        await asyncio.gather(*(one(a) for a in cfg.namesrv_addrs))
 
     def trigger(self) -> None:
         """Register soon (a topic changed)."""
         self._wakeup.set()
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Register everywhere now, then every interval and after each topic change."""
+        self._registered = True
+        await self.register_all()
         self._task = asyncio.create_task(self._loop(), name="broker-register")
 
     async def _loop(self) -> None:
-        interval = self.app.config.register_interval_seconds
+        interval = self.config.register_interval_seconds
         while True:
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=interval)
@@ -87,8 +116,13 @@ class NamesrvRegistrar:
             await self.register_all()
 
     async def stop(self) -> None:
+        """Stop registering and unregister from every nameserver (up to 3 s)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._registered:
+            self._registered = False
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.unregister_all(), timeout=3.0)

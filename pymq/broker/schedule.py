@@ -27,7 +27,30 @@ from pymq.protocol.record import decode_properties, encode_properties, iter_span
 from pymq.transport.periodic import every
 
 if TYPE_CHECKING:
-    from pymq.broker.app import BrokerApp
+    from typing import Protocol
+
+    from pymq.broker.put_hooks import PutPath
+    from pymq.broker.stats import BrokerStats
+    from pymq.broker.store import MessageStore
+    from pymq.broker.topics import TopicConfigManager
+    from pymq.config import BrokerConfig
+
+    class ScheduleHost(Protocol):
+        """What the schedule service uses of the broker (which passes itself; no import of the app)."""
+
+        @property
+        def config(self) -> BrokerConfig: ...
+        @property
+        def store(self) -> MessageStore | None: ...
+        @property
+        def put_path(self) -> PutPath: ...
+        @property
+        def topics(self) -> TopicConfigManager: ...
+        @property
+        def stats(self) -> BrokerStats: ...
+        @property
+        def is_slave(self) -> bool: ...
+
 
 log = get_logger("broker.schedule")
 
@@ -37,7 +60,7 @@ BATCH = 32
 
 
 class ScheduleService:
-    def __init__(self, app: BrokerApp) -> None:
+    def __init__(self, app: ScheduleHost) -> None:
         self.app = app
         self.delays_ms = app.config.store.delay_levels_ms
         self.path = Path(app.config.store.store_dir) / "config" / "delayOffset.json"

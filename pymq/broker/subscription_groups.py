@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from pymq.config import BrokerConfig
 
 
 @dataclass
@@ -58,6 +61,10 @@ class SubscriptionGroupManager:
         self.path = path
         self.auto_create = auto_create
         self.groups: dict[str, SubscriptionGroupConfig] = {}
+
+    def configure(self, config: BrokerConfig) -> None:
+        """Follow the live broker config (see :class:`~pymq.broker.runtime_config.RuntimeConfig`)."""
+        self.auto_create = config.auto_create_subscription_group
 
     def load(self) -> None:
         data = read_json(self.path)

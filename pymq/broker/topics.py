@@ -6,27 +6,20 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymq.broker.delay_hook import SCHEDULE_TOPIC
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.errors import InvalidRequestError
 from pymq.logs import get_logger
-from pymq.protocol.requests import AUTO_CREATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX, dlq_topic, retry_topic
+from pymq.protocol.requests import AUTO_CREATE_TOPIC
 from pymq.protocol.route import PERM_INHERIT, PERM_READ_WRITE, TopicConfig
+
+if TYPE_CHECKING:
+    from pymq.config import BrokerConfig
 
 log = get_logger("broker.topics")
 
-__all__ = [
-    "AUTO_CREATE_TOPIC",
-    "DLQ_PREFIX",
-    "RETRY_PREFIX",
-    "TopicConfigManager",
-    "dlq_topic",
-    "is_system_topic",
-    "retry_topic",
-    "validate_topic_name",
-]
 
 _VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
@@ -62,6 +55,11 @@ class TopicConfigManager:
         #: called after any change (the broker re-registers with the nameservers)
         self.on_change: Callable[[], None] | None = None
         self._delay_levels = delay_levels
+
+    def configure(self, config: BrokerConfig) -> None:
+        """Follow the live broker config (see :class:`~pymq.broker.runtime_config.RuntimeConfig`)."""
+        self.auto_create = config.auto_create_topic
+        self.default_queue_nums = config.default_topic_queue_nums
 
     def load(self) -> None:
         data = read_json(self.path)

@@ -21,12 +21,13 @@ from pymq.client.consumer_types import ConsumeFromWhere, MessageModel, PullStatu
 from pymq.client.instance import ClientInstance
 from pymq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
 from pymq.client.process_queue import ProcessQueue
-from pymq.client.pull_api import RETRY_PREFIX, PullResult, pull
+from pymq.client.pull_api import PullResult, pull
 from pymq.errors import ClientError, ClosedError, PymqError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription
 from pymq.protocol.frame import Command
+from pymq.protocol.requests import RETRY_PREFIX
 from pymq.protocol.route import PERM_READ, MessageQueue, TopicRouteData
 
 log = get_logger("client.consumer")

@@ -1,8 +1,8 @@
 """Prometheus metrics for the daemons (the optional ``pymq[metrics]`` extra).
 
 Each daemon gets its own :class:`~prometheus_client.CollectorRegistry`, served over HTTP on
-the event loop (``GET /metrics``). Request counts and latencies come from the dispatcher's
-observer hook; everything else is read from the live state when Prometheus scrapes, so no
+the event loop (``GET /metrics``). Request counts and latencies come from an ``after``
+interceptor on the dispatcher; everything else is read from the live state when Prometheus scrapes, so no
 task or thread keeps gauges up to date. Series are listed in ``deploy/README.md``.
 """
 
@@ -15,8 +15,8 @@ from pymq.errors import ConfigError
 from pymq.metrics.server import MetricsServer
 
 if TYPE_CHECKING:
-    from pymq.broker.app import BrokerApp
-    from pymq.nameserver.app import NamesrvApp
+    from pymq.metrics.broker import BrokerView
+    from pymq.metrics.namesrv import NamesrvView
 
 __all__ = ["MetricsServer", "start_broker_metrics", "start_namesrv_metrics"]
 
@@ -42,13 +42,13 @@ def _serve(app: Any, registry: Any, collector: Any, port: int, name: str) -> Met
     from pymq.metrics.requests import RequestMetrics
 
     registry.register(collector)
-    observer = RequestMetrics(registry, app.dispatcher.codes)
+    requests = RequestMetrics(registry)
     server = MetricsServer(registry, app.config.host, port, name=name)
-    server.attach_observer(app.dispatcher, observer)
+    server.attach_interceptor(app.dispatcher, requests)
     return server
 
 
-def start_broker_metrics(app: BrokerApp, port: int) -> MetricsServer:
+def start_broker_metrics(app: BrokerView, port: int) -> MetricsServer:
     """Serve a broker's metrics on ``port`` (0: any free port, see ``.port``) of its listen host."""
     from pymq.metrics.broker import BrokerCollector
 
@@ -56,7 +56,7 @@ def start_broker_metrics(app: BrokerApp, port: int) -> MetricsServer:
     return _serve(app, registry, BrokerCollector(app), port, "broker")
 
 
-def start_namesrv_metrics(app: NamesrvApp, port: int) -> MetricsServer:
+def start_namesrv_metrics(app: NamesrvView, port: int) -> MetricsServer:
     """Serve a nameserver's metrics on ``port`` (0: any free port, see ``.port``) of its listen host."""
     from pymq.metrics.namesrv import NamesrvCollector
 

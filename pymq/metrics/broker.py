@@ -4,14 +4,49 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 from pymq import __version__
 
 if TYPE_CHECKING:
-    from pymq.broker.app import BrokerApp
+    from pymq.broker.consumers import ConsumerManager
+    from pymq.broker.long_polling import PullHoldService
+    from pymq.broker.offsets import ConsumerOffsetManager
+    from pymq.broker.stats import BrokerStats
+    from pymq.broker.store import MessageStore
+    from pymq.broker.topics import TopicConfigManager
+    from pymq.config import BrokerConfig
+    from pymq.transport.dispatch import Dispatcher
+    from pymq.transport.server import RpcServer
+
+
+class BrokerView(Protocol):
+    """What the broker's metrics read (the broker app provides it; metrics never import the app)."""
+
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def store(self) -> MessageStore | None: ...
+    @property
+    def topics(self) -> TopicConfigManager: ...
+    @property
+    def offsets(self) -> ConsumerOffsetManager: ...
+    @property
+    def consumers(self) -> ConsumerManager: ...
+    @property
+    def pull_hold(self) -> PullHoldService: ...
+    @property
+    def stats(self) -> BrokerStats: ...
+    @property
+    def server(self) -> RpcServer: ...
+    @property
+    def dispatcher(self) -> Dispatcher: ...
 
 
 def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -35,7 +70,7 @@ def clients_per_group(name: str, doc: str, groups: dict[str, Any]) -> GaugeMetri
 class BrokerCollector:
     """A custom collector: ``collect()`` runs on the event loop for every scrape."""
 
-    def __init__(self, app: BrokerApp) -> None:
+    def __init__(self, app: BrokerView) -> None:
         self.app = app
 
     def collect(self) -> Iterator[Any]:

@@ -4,20 +4,38 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 
 from pymq import __version__
 
 if TYPE_CHECKING:
-    from pymq.nameserver.app import NamesrvApp
+    from pymq.config import NamesrvConfig
+    from pymq.nameserver.registry import RouteRegistry
+    from pymq.transport.dispatch import Dispatcher
+    from pymq.transport.server import RpcServer
+
+
+class NamesrvView(Protocol):
+    """What the nameserver's metrics read (the nameserver app provides it)."""
+
+    @property
+    def config(self) -> NamesrvConfig: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def registry(self) -> RouteRegistry: ...
+    @property
+    def dispatcher(self) -> Dispatcher: ...
+    @property
+    def server(self) -> RpcServer: ...
 
 
 class NamesrvCollector:
     """A custom collector: ``collect()`` runs on the event loop for every scrape."""
 
-    def __init__(self, app: NamesrvApp, *, started_at: float) -> None:
+    def __init__(self, app: NamesrvView, *, started_at: float) -> None:
         self.app = app
         self.started_at = started_at
 

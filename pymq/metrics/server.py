@@ -55,7 +55,7 @@ class MetricsServer:
         self._writers: set[asyncio.StreamWriter] = set()
         self._server: asyncio.base_events.Server | None = None
         self._dispatcher: Any = None
-        self._observer: Any = None
+        self._interceptor: Any = None
         self._task = asyncio.get_running_loop().create_task(self._start(), name=f"{name}-metrics-server")
         log.info("metrics_listening", daemon=name, host=host, port=self.port, url=self.url)
 
@@ -64,19 +64,19 @@ class MetricsServer:
         host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/metrics"
 
-    def attach_observer(self, dispatcher: Any, observer: Any) -> None:
-        """Install ``observer`` as the dispatcher's per-request hook until :meth:`close`."""
-        dispatcher.observer = observer
-        self._dispatcher, self._observer = dispatcher, observer
+    def attach_interceptor(self, dispatcher: Any, interceptor: Any) -> None:
+        """Add ``interceptor`` (request metrics) to the dispatcher until :meth:`close`."""
+        dispatcher.add_interceptor(interceptor)
+        self._dispatcher, self._interceptor = dispatcher, interceptor
 
     async def _start(self) -> None:
         self._server = await asyncio.start_server(self._handle, sock=self._sock)
 
     def close(self) -> None:
         """Stop listening and drop open scrape connections (synchronous; safe to call twice)."""
-        if self._dispatcher is not None and self._dispatcher.observer is self._observer:
-            self._dispatcher.observer = None
-        self._dispatcher = self._observer = None
+        if self._dispatcher is not None:
+            self._dispatcher.remove_interceptor(self._interceptor)
+        self._dispatcher = self._interceptor = None
         if not self._task.done():
             self._task.cancel()
         if self._server is not None:

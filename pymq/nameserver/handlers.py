@@ -7,14 +7,15 @@ from typing import TYPE_CHECKING, Any
 from pymq.errors import InvalidRequestError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode, ResponseCode
-from pymq.protocol.frame import Command
-from pymq.protocol.headers import decode_body, encode_body, get_int, get_str
+from pymq.protocol.command import Command
+from pymq.protocol.headers import decode_body, encode_body
+from pymq.protocol.requests import RegisterBrokerRequest, RegisterBrokerResponse, TopicRequest, UnregisterBrokerRequest
 from pymq.protocol.route import TopicConfig
+from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler
 
 if TYPE_CHECKING:
     from pymq.nameserver.registry import RouteRegistry
-    from pymq.transport.connection import Connection
 
 log = get_logger("namesrv")
 
@@ -31,15 +32,12 @@ class NamesrvHandlers:
             RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
-            RequestCode.PING: lambda cmd, conn: cmd.response(),
+            RequestCode.PING: lambda cmd, channel: cmd.response(),
         }
 
-    def register_broker(self, cmd: Command, conn: Connection) -> Command:
-        ext = cmd.ext
-        addr = get_str(ext, "brokerAddr")
-        broker_name = get_str(ext, "brokerName")
-        cluster = get_str(ext, "clusterName")
-        broker_id = get_int(ext, "brokerId")
+    def register_broker(self, cmd: Command, channel: Channel) -> Command:
+        h = RegisterBrokerRequest.from_ext(cmd.ext)
+        addr, broker_name, cluster, broker_id = h.broker_addr, h.broker_name, h.cluster_name, h.broker_id
         configs = None
         version: Any = None
         if len(cmd.body):
@@ -57,35 +55,33 @@ class NamesrvHandlers:
             addr,
             broker_name,
             broker_id,
-            ha_server_addr=get_str(ext, "haServerAddr", ""),
+            ha_server_addr=h.ha_server_addr,
             topic_configs=configs,
             data_version=version,
         )
         if first:
             log.info("broker_registered", broker=broker_name, broker_id=broker_id, addr=addr, cluster=cluster)
         # A closed channel removes the broker at once, as RocketMQ does.
-        if conn.attrs.get("broker_addr") != addr:
-            conn.attrs["broker_addr"] = addr
-            conn.add_close_callback(self._channel_closed)
-        return cmd.response(ext={"masterAddr": result.master_addr, "haServerAddr": result.ha_server_addr})
+        if channel.attrs.get("broker_addr") != addr:
+            channel.attrs["broker_addr"] = addr
+            channel.add_close_callback(self._channel_closed)
+        answer = RegisterBrokerResponse(master_addr=result.master_addr, ha_server_addr=result.ha_server_addr)
+        return cmd.response(ext=answer.to_ext())
 
-    def _channel_closed(self, conn: Connection) -> None:
-        addr = conn.attrs.get("broker_addr")
+    def _channel_closed(self, channel: Channel) -> None:
+        addr = channel.attrs.get("broker_addr")
         if addr and self.registry.remove_addr(addr):
             log.info("broker_channel_closed", addr=addr)
 
-    def unregister_broker(self, cmd: Command, conn: Connection) -> Command:
-        ext = cmd.ext
-        addr = get_str(ext, "brokerAddr")
-        self.registry.unregister_broker(
-            get_str(ext, "clusterName"), addr, get_str(ext, "brokerName"), get_int(ext, "brokerId")
-        )
-        conn.attrs.pop("broker_addr", None)
-        log.info("broker_unregistered", addr=addr, broker=ext.get("brokerName"))
+    def unregister_broker(self, cmd: Command, channel: Channel) -> Command:
+        h = UnregisterBrokerRequest.from_ext(cmd.ext)
+        self.registry.unregister_broker(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id)
+        channel.attrs.pop("broker_addr", None)
+        log.info("broker_unregistered", addr=h.broker_addr, broker=h.broker_name)
         return cmd.response()
 
-    def get_route(self, cmd: Command, conn: Connection) -> Command:
-        topic = get_str(cmd.ext, "topic")
+    def get_route(self, cmd: Command, channel: Channel) -> Command:
+        topic = TopicRequest.from_ext(cmd.ext).topic
         route = self.registry.route(topic)
         if route is None:
             return cmd.response(
@@ -93,12 +89,12 @@ class NamesrvHandlers:
             )
         return cmd.response(body=encode_body(route.to_dict()))
 
-    def cluster_info(self, cmd: Command, conn: Connection) -> Command:
+    def cluster_info(self, cmd: Command, channel: Channel) -> Command:
         return cmd.response(body=encode_body(self.registry.cluster_info()))
 
-    def topic_list(self, cmd: Command, conn: Connection) -> Command:
+    def topic_list(self, cmd: Command, channel: Channel) -> Command:
         return cmd.response(body=encode_body({"topicList": self.registry.topics()}))
 
-    def delete_topic(self, cmd: Command, conn: Connection) -> Command:
-        self.registry.delete_topic(get_str(cmd.ext, "topic"))
+    def delete_topic(self, cmd: Command, channel: Channel) -> Command:
+        self.registry.delete_topic(TopicRequest.from_ext(cmd.ext).topic)
         return cmd.response()

@@ -1,4 +1,4 @@
-"""The RPC envelope and its frame codec (sans-IO: bytes in, commands out).
+"""The frame codec (sans-IO: bytes in, commands out) for the envelope in :mod:`pymq.protocol.command`.
 
 Frame layout, all integers big-endian::
 
@@ -11,91 +11,38 @@ Frame layout, all integers big-endian::
 header fields (str -> msgpack value); a response echoes the request's ``opaque``.
 
 Request handlers only ever see :class:`Command` objects, never frames, so another wire
-format (e.g. RocketMQ's own) can feed the same handlers through its own codec.
+format (e.g. RocketMQ's own) can feed the same handlers through its own codec:
+:class:`FrameCodec` is what the transport's ``Codec`` seam asks of one.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from typing import Any
 
 import msgpack
 
 from pymq.errors import FrameTooLargeError, LocalProtocolError, RemoteProtocolError
+from pymq.protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, Body, Buffer, Command
 
-FLAG_RESPONSE = 0x1
-FLAG_ONEWAY = 0x2
+__all__ = [
+    "DEFAULT_MAX_FRAME_SIZE",
+    "FLAG_ONEWAY",
+    "FLAG_RESPONSE",
+    "Body",
+    "Buffer",
+    "Command",
+    "FrameCodec",
+    "FrameDecoder",
+    "encode",
+    "encode_bytes",
+]
 
 #: Largest message body (4 MiB) times a batch, plus headroom for headers.
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024 + 1024 * 1024
 
 _PREFIX = struct.Struct(">II")
 _PREFIX_SIZE = _PREFIX.size
-
-Buffer = bytes | bytearray | memoryview
-Body = Buffer | Sequence[Buffer]
-
-
-class Command:
-    """One request or response: code, correlation id, flags, remark, ext fields and a raw body.
-
-    ``body`` is a bytes-like object, or (outgoing only) a sequence of them, which the
-    transport writes without joining.
-    """
-
-    __slots__ = ("body", "code", "ext", "flags", "opaque", "remark")
-
-    def __init__(
-        self,
-        code: int,
-        opaque: int = 0,
-        flags: int = 0,
-        remark: str | None = None,
-        ext: dict[str, Any] | None = None,
-        body: Body = b"",
-    ) -> None:
-        self.code = code
-        self.opaque = opaque
-        self.flags = flags
-        self.remark = remark
-        self.ext = ext if ext is not None else {}
-        self.body = body
-
-    @classmethod
-    def request(cls, code: int, ext: dict[str, Any] | None = None, body: Body = b"") -> Command:
-        return cls(int(code), 0, 0, None, ext, body)
-
-    def response(
-        self,
-        code: int = 0,
-        remark: str | None = None,
-        ext: dict[str, Any] | None = None,
-        body: Body = b"",
-    ) -> Command:
-        """A response to this request (same opaque, response flag set)."""
-        return Command(int(code), self.opaque, FLAG_RESPONSE, remark, ext, body)
-
-    @property
-    def is_response(self) -> bool:
-        return bool(self.flags & FLAG_RESPONSE)
-
-    @property
-    def is_oneway(self) -> bool:
-        return bool(self.flags & FLAG_ONEWAY)
-
-    def body_bytes(self) -> bytes:
-        """The body as one ``bytes`` object (joins a sequence body)."""
-        body = self.body
-        if isinstance(body, bytes):
-            return body
-        if isinstance(body, (bytearray, memoryview)):
-            return bytes(body)
-        return b"".join(body)
-
-    def __repr__(self) -> str:
-        kind = "response" if self.is_response else "request"
-        return f"<Command {kind} code={self.code} opaque={self.opaque} ext={self.ext!r} remark={self.remark!r}>"
 
 
 def _body_parts(body: Body) -> tuple[list[Buffer], int]:
@@ -206,3 +153,18 @@ class FrameDecoder:
             out.append(Command(code, opaque, flags, remark, ext, mv[body_start:end]))
             pos = end
         return out, pos
+
+
+class FrameCodec:
+    """This frame format as a transport codec: a decoder per connection, ``encode`` per command."""
+
+    __slots__ = ("max_frame_size",)
+
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+
+    def decoder(self) -> FrameDecoder:
+        return FrameDecoder(self.max_frame_size)
+
+    def encode(self, cmd: Command) -> list[Buffer]:
+        return encode(cmd)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from pymq.errors import ClosedError, ConnectError, ConnectionClosedError, error_for_response
 from pymq.logs import get_logger
-from pymq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, Command
+from pymq.protocol.command import Command
+from pymq.transport.codec import DEFAULT_MAX_FRAME_SIZE, Codec, default_codec
 from pymq.transport.connection import Connection
 from pymq.transport.dispatch import Dispatcher
 
@@ -58,10 +59,12 @@ class RpcClient:
         connect_timeout: float = 3.0,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         backoff_max: float = 5.0,
+        codec: Codec | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
+        self.codec = codec if codec is not None else default_codec(max_frame_size)
         self.backoff_max = backoff_max
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
@@ -103,7 +106,7 @@ class RpcClient:
         try:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: Connection(self.dispatcher, max_frame_size=self.max_frame_size),
+                    lambda: Connection(self.dispatcher, self.codec),
                     host,
                     port,
                     family=socket.AF_INET,

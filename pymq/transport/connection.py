@@ -1,8 +1,9 @@
-"""One TCP connection carrying framed commands in both directions.
+"""One TCP connection carrying commands in both directions, in whatever wire format its codec speaks.
 
 The same protocol class serves both ends: a connection can send requests and match their
 responses by opaque, and hand incoming requests to a dispatcher (the server's handlers,
 or a client's handlers for requests the server pushes, e.g. NOTIFY_CONSUMER_IDS_CHANGED).
+It is the :class:`~pymq.transport.channel.Channel` those handlers see.
 """
 
 from __future__ import annotations
@@ -12,15 +13,14 @@ import itertools
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pymq.errors import ConnectionClosedError, ProtocolError, RequestTimeoutError
 from pymq.logs import get_logger
-from pymq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FLAG_ONEWAY, Command, FrameDecoder, encode
+from pymq.protocol.command import FLAG_ONEWAY, Command
+from pymq.transport.channel import RequestSink
+from pymq.transport.codec import Codec
 from pymq.transport.flow_control import FlowControl
-
-if TYPE_CHECKING:
-    from pymq.transport.dispatch import Dispatcher
 
 log = get_logger("transport")
 
@@ -37,18 +37,19 @@ WRITE_LOW_WATER = 1024 * 1024
 
 
 class Connection(asyncio.Protocol):
-    """Frames in, commands out; requests matched to responses by opaque."""
+    """Bytes in, commands out (through ``codec``); requests matched to responses by opaque."""
 
     def __init__(
         self,
-        dispatcher: Dispatcher | None,
+        dispatcher: RequestSink | None,
+        codec: Codec,
         *,
-        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         server_side: bool = False,
     ) -> None:
         self.dispatcher = dispatcher
         self.server_side = server_side
-        self.decoder = FrameDecoder(max_frame_size)
+        self.decoder = codec.decoder()
+        self._encode = codec.encode
         self.transport: asyncio.Transport | None = None
         self.remote_addr = "?"
         self.local_addr = "?"
@@ -160,7 +161,7 @@ class Connection(asyncio.Protocol):
         """Write a command now (responses, oneways); dropped if the connection is gone."""
         if self.transport is None or self.transport.is_closing():
             return
-        self.transport.writelines(encode(cmd))
+        self.transport.writelines(self._encode(cmd))
 
     async def _writable(self) -> None:
         """Wait for room in the output buffer; raise if the connection is (or gets) closed."""

@@ -1,9 +1,15 @@
-"""Request dispatch: request code -> handler, with errors turned into error responses.
+"""Request dispatch: request code -> interceptors and handler, with errors turned into error responses.
 
-A handler takes ``(request, connection)`` and returns a response :class:`Command`, ``None``
-(nothing to send, e.g. for oneway requests) or an awaitable of either. Synchronous
-handlers answer inline with no task per request, which keeps the hot paths cheap; a
-handler returns an awaitable only when it has to wait (long polling, sync flush).
+A handler takes ``(request, channel)`` (a :class:`~pymq.transport.channel.Channel`, never a
+connection or a codec) and returns a response :class:`Command`, ``None`` (nothing to send,
+e.g. for oneway requests) or an awaitable of either. Synchronous handlers answer inline
+with no task per request, which keeps the hot paths cheap; a handler returns an awaitable
+only when it has to wait (long polling, sync flush).
+
+Around the handler run the :class:`~pymq.transport.interceptor.Interceptor` chains of its
+code: ``before`` hooks may answer instead of it, ``after`` hooks see every answer. The
+chains are built per code when handlers or interceptors change, so a request pays one dict
+lookup for handler and chains together, and nothing for hooks that do not apply to it.
 
 A handler that raises :class:`~pymq.errors.RemoteError` answers with that error's code and
 message; any other exception answers SYSTEM_ERROR with the reason and is logged.
@@ -14,102 +20,171 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from pymq.errors import LocalProtocolError, RemoteError
 from pymq.logs import get_logger
 from pymq.protocol.codes import ResponseCode
-from pymq.protocol.frame import Command
-
-if TYPE_CHECKING:
-    from pymq.transport.connection import Connection
+from pymq.protocol.command import Command
+from pymq.transport.channel import Channel, ServerChannel
+from pymq.transport.interceptor import Interceptor
 
 HandlerResult = Command | None | Awaitable[Command | None]
-Handler = Callable[[Command, "Connection"], HandlerResult]
+Handler = Callable[[Command, Channel], HandlerResult]
+Before = Callable[[Command, Channel], Command | None]
+After = Callable[[Command, Channel, Command | None, float], None]
+#: one request code's handler with its before and after chains
+Route = tuple[Handler, tuple[Before, ...], tuple[After, ...]]
 
 log = get_logger("transport.dispatch")
 
 
 class Dispatcher:
-    """Routes incoming requests to handlers and writes their responses."""
+    """Routes incoming requests through interceptors to handlers and writes their responses."""
 
     def __init__(self, handlers: dict[int, Handler] | None = None, *, name: str = "rpc") -> None:
-        self._handlers: dict[int, Handler] = dict(handlers or {})
+        self._handlers: dict[int, Handler] = {int(c): h for c, h in (handlers or {}).items()}
+        self._interceptors: list[Interceptor] = []
+        self._routes: dict[int, Route] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.name = name
-        #: called as hook(code, ok, seconds) after each request (metrics); None to skip
-        self.observer: Callable[[int, int, float], None] | None = None
+        self._rebuild()
+
+    # --- registration (rare: builds the per-code chains) ----------------------------------------
 
     def register(self, code: int, handler: Handler) -> None:
         self._handlers[int(code)] = handler
+        self._rebuild()
 
     def register_many(self, handlers: dict[int, Handler]) -> None:
         for code, handler in handlers.items():
-            self.register(code, handler)
+            self._handlers[int(code)] = handler
+        self._rebuild()
+
+    def add_interceptor(self, interceptor: Interceptor) -> None:
+        """Append ``interceptor`` to the chains of the codes it applies to (runs after earlier ones)."""
+        self._interceptors.append(interceptor)
+        self._rebuild()
+
+    def remove_interceptor(self, interceptor: Interceptor) -> None:
+        if interceptor in self._interceptors:
+            self._interceptors.remove(interceptor)
+            self._rebuild()
+
+    @property
+    def interceptors(self) -> tuple[Interceptor, ...]:
+        return tuple(self._interceptors)
 
     @property
     def codes(self) -> list[int]:
         return sorted(self._handlers)
 
-    def dispatch(self, conn: Connection, cmd: Command) -> None:
-        handler = self._handlers.get(cmd.code)
-        if handler is None:
+    def _rebuild(self) -> None:
+        routes: dict[int, Route] = {}
+        for code, handler in self._handlers.items():
+            chain = [i for i in self._interceptors if i.applies_to(code)]
+            routes[code] = (
+                handler,
+                tuple(i.before for i in chain if i.has_before),
+                tuple(i.after for i in chain if i.has_after),
+            )
+        self._routes = routes
+        for i in self._interceptors:
+            i.attached([c for c in sorted(routes) if i.applies_to(c)])
+
+    # --- per request (hot) ------------------------------------------------------------------------
+
+    def dispatch(self, channel: ServerChannel, cmd: Command) -> None:
+        route = self._routes.get(cmd.code)
+        if route is None:
             if not cmd.is_oneway:
-                conn.write_command(
+                channel.write_command(
                     cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {cmd.code} not supported")
                 )
             return
-        # -1: no observer when the request came in, so none is told about it later either.
-        started = asyncio.get_running_loop().time() if self.observer is not None else -1.0
+        handler, befores, afters = route
+        # Only timed when someone listens (the chains are fixed for this request).
+        started = asyncio.get_running_loop().time() if afters else 0.0
         try:
-            result = handler(cmd, conn)
+            result: HandlerResult = None
+            if befores:
+                for before in befores:
+                    result = before(cmd, channel)
+                    if result is not None:
+                        break
+            if result is None:
+                result = handler(cmd, channel)
         except Exception as exc:
-            self._answer_error(conn, cmd, exc, started)
+            self._answer_error(channel, cmd, exc, started, afters)
             return
         if result is None or isinstance(result, Command):
-            self._answer(conn, cmd, result, started)
+            self._answer(channel, cmd, result, started, afters)
         elif inspect.isawaitable(result):
-            task = asyncio.ensure_future(self._finish(conn, cmd, result, started))
+            task = asyncio.ensure_future(self._finish(channel, cmd, result, started, afters))
             self._tasks.add(task)
-            conn.inflight += 1
+            channel.inflight += 1
             task.add_done_callback(self._tasks.discard)
-            task.add_done_callback(lambda _t: conn.handler_finished())
+            task.add_done_callback(lambda _t: channel.handler_finished())
         else:  # pragma: no cover - programming error in a handler
-            self._answer_error(conn, cmd, TypeError(f"handler returned {type(result).__name__}"), started)
+            self._answer_error(channel, cmd, TypeError(f"handler returned {type(result).__name__}"), started, afters)
 
-    async def _finish(self, conn: Connection, cmd: Command, aw: Awaitable[Command | None], started: float) -> None:
+    async def _finish(
+        self,
+        channel: ServerChannel,
+        cmd: Command,
+        aw: Awaitable[Command | None],
+        started: float,
+        afters: tuple[After, ...],
+    ) -> None:
         try:
             result = await aw
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._answer_error(conn, cmd, exc, started)
+            self._answer_error(channel, cmd, exc, started, afters)
             return
-        self._answer(conn, cmd, result, started)
+        self._answer(channel, cmd, result, started, afters)
 
-    def _answer(self, conn: Connection, cmd: Command, result: Command | None, started: float) -> None:
+    def _answer(
+        self,
+        channel: ServerChannel,
+        cmd: Command,
+        result: Command | None,
+        started: float,
+        afters: tuple[After, ...],
+    ) -> None:
         if result is not None and not cmd.is_oneway:
             result.opaque = cmd.opaque
             try:
-                conn.write_command(result)
+                channel.write_command(result)
             except LocalProtocolError as exc:
-                self._answer_error(conn, cmd, exc, started)
+                self._answer_error(channel, cmd, exc, started, afters)
                 return
-        if self.observer is not None and started >= 0:
-            ok = result is None or result.code == 0
-            self.observer(cmd.code, int(ok), asyncio.get_running_loop().time() - started)
+        if afters:
+            seconds = asyncio.get_running_loop().time() - started
+            for after in afters:
+                after(cmd, channel, result, seconds)
 
-    def _answer_error(self, conn: Connection, cmd: Command, exc: Exception, started: float) -> None:
+    def _answer_error(
+        self,
+        channel: ServerChannel,
+        cmd: Command,
+        exc: Exception,
+        started: float,
+        afters: tuple[After, ...],
+    ) -> None:
         if isinstance(exc, RemoteError):
             code, remark = exc.code, exc.remark
-            log.info("request_rejected", code=cmd.code, peer=conn.remote_addr, response=code, reason=remark)
+            log.info("request_rejected", code=cmd.code, peer=channel.remote_addr, response=code, reason=remark)
         else:
             code, remark = ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
-            log.error("handler_failed", code=cmd.code, peer=conn.remote_addr, exc_info=exc)
+            log.error("handler_failed", code=cmd.code, peer=channel.remote_addr, exc_info=exc)
+        response = cmd.response(code, remark)
         if not cmd.is_oneway:
-            conn.write_command(cmd.response(code, remark))
-        if self.observer is not None and started >= 0:
-            self.observer(cmd.code, 0, asyncio.get_running_loop().time() - started)
+            channel.write_command(response)
+        if afters:
+            seconds = asyncio.get_running_loop().time() - started
+            for after in afters:
+                after(cmd, channel, response, seconds)
 
     @property
     def in_flight(self) -> int:

@@ -6,7 +6,7 @@ import asyncio
 import socket
 
 from pymq.logs import get_logger
-from pymq.protocol.frame import DEFAULT_MAX_FRAME_SIZE
+from pymq.transport.codec import DEFAULT_MAX_FRAME_SIZE, Codec, default_codec
 from pymq.transport.connection import Connection
 from pymq.transport.dispatch import Dispatcher
 
@@ -23,18 +23,21 @@ class RpcServer:
         port: int = 0,
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        codec: Codec | None = None,
         name: str = "rpc",
     ) -> None:
         self.dispatcher = dispatcher
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
+        #: the wire format (default: pymq's frames, limited to ``max_frame_size``)
+        self.codec = codec if codec is not None else default_codec(max_frame_size)
         self.name = name
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
 
     def _make_connection(self) -> Connection:
-        conn = Connection(self.dispatcher, max_frame_size=self.max_frame_size, server_side=True)
+        conn = Connection(self.dispatcher, self.codec, server_side=True)
         self.connections.add(conn)
         conn.add_close_callback(self.connections.discard)
         return conn

@@ -49,7 +49,7 @@ def test_group_membership_changes_notify_the_rest() -> None:
     assert register(mgr, "g", "c1", a) and register(mgr, "g", "c2", b)
     assert not register(mgr, "g", "c1", a)  # a plain heartbeat
     assert mgr.client_ids("g") == ["c1", "c2"]
-    mgr.connection_closed(b)  # type: ignore[arg-type]
+    mgr.channel_closed(b)  # type: ignore[arg-type]
     assert mgr.client_ids("g") == ["c1"] and notes[-1] == ("g", ["c1"])
     mgr.unregister("g", "c1")
     assert "g" not in mgr.groups

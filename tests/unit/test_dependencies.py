@@ -142,3 +142,47 @@ def test_walk_resolves_relative_and_from_imports(tmp_path: Path) -> None:
         "pymq.broker.locks.L",
         "pymq.broker.store.index",
     }
+
+
+def handler_modules() -> dict[str, set[str]]:
+    mods = modules()
+    return {m: i for m, i in mods.items() if m.startswith("pymq.broker.handlers.") or m == "pymq.nameserver.handlers"}
+
+
+def test_handlers_see_channels_not_connections_or_codecs() -> None:
+    """Request handlers never import the frame codec, the codec seam, Connection, the server or the app."""
+    forbidden = (
+        "pymq.protocol.frame",
+        "pymq.transport.codec",
+        "pymq.transport.connection",
+        "pymq.transport.server",
+        "pymq.transport.client",
+        "pymq.broker.app",
+    )
+    handlers = handler_modules()
+    assert len(handlers) >= 9
+    assert offenders(handlers, lambda i: i.startswith(forbidden)) == []
+
+
+def test_dispatch_and_connection_do_not_know_each_other() -> None:
+    """The dispatcher works on the Channel interface; a connection hands requests to a RequestSink."""
+    mods = modules("transport")
+    assert offenders({"d": mods["pymq.transport.dispatch"]}, lambda i: i.startswith("pymq.transport.connection")) == []
+    assert offenders({"c": mods["pymq.transport.connection"]}, lambda i: i.startswith("pymq.transport.dispatch")) == []
+
+
+def test_transport_is_codec_agnostic() -> None:
+    """Only transport.codec (the default codec) imports the frame codec; connection and dispatch use the seam."""
+    mods = {m: i for m, i in modules("transport").items() if m != "pymq.transport.codec"}
+    assert offenders(mods, lambda i: i.startswith("pymq.protocol.frame")) == []
+
+
+def test_only_the_wiring_knows_the_daemon_apps() -> None:
+    """Broker parts, nameserver parts and metrics never import the app that wires them (no app <-> part circles)."""
+    mods = {
+        m: i
+        for m, i in modules().items()
+        if m.startswith(("pymq.broker.", "pymq.nameserver.", "pymq.metrics"))
+        and m not in ("pymq.broker.app", "pymq.nameserver.app")
+    }
+    assert offenders(mods, lambda i: i.startswith(("pymq.broker.app", "pymq.nameserver.app"))) == []

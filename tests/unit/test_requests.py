@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -153,6 +154,23 @@ def test_to_ext_uses_todays_wire_names(header: rq.Header, wire: dict[str, Any]) 
 
 
 @pytest.mark.parametrize(("header", "wire"), CASES, ids=IDS)
+def test_build_ext_is_to_ext_without_the_object(header: rq.Header, wire: dict[str, Any]) -> None:
+    fields = {f.name: getattr(header, f.name) for f in dataclasses.fields(header)}  # type: ignore[arg-type]
+    assert type(header).build_ext(**fields) == wire
+
+
+def test_build_ext_defaults() -> None:
+    assert rq.SendMessageResponse.build_ext(queue_id=1, queue_offset=2) == {
+        "queueId": 1,
+        "queueOffset": 2,
+        "commitLogOffsets": [],
+    }
+    assert rq.PullMessageResponse.build_ext(next_begin_offset=4)["suggestWhichBrokerId"] == 0
+    with pytest.raises(TypeError):
+        rq.OffsetResponse.build_ext()
+
+
+@pytest.mark.parametrize(("header", "wire"), CASES, ids=IDS)
 def test_round_trip(header: rq.Header, wire: dict[str, Any]) -> None:
     assert type(header).from_ext(header.to_ext()) == header
 
@@ -169,17 +187,14 @@ def test_string_typed_values_are_coerced(header: rq.Header, wire: dict[str, Any]
 @pytest.mark.parametrize(("header", "wire"), CASES, ids=IDS)
 def test_missing_required_field_is_named(header: rq.Header, wire: dict[str, Any]) -> None:
     cls = type(header)
-    required = [cls.WIRE[f] for f in header.__dataclass_fields__ if _required(cls, f)]  # type: ignore[attr-defined]
+    required = [cls.WIRE[f.name] for f in dataclasses.fields(header) if _required(f)]  # type: ignore[arg-type]
     for name in required:
         partial = {k: v for k, v in wire.items() if k != name}
         with pytest.raises(InvalidRequestError, match=repr(name)):
             cls.from_ext(partial)
 
 
-def _required(cls: type, name: str) -> bool:
-    import dataclasses
-
-    f = cls.__dataclass_fields__[name]  # type: ignore[attr-defined]
+def _required(f: dataclasses.Field[Any]) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 

@@ -2,25 +2,55 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pymq.broker.subscription_groups import SubscriptionGroupConfig
 from pymq.broker.topics import validate_topic_name
 from pymq.errors import InvalidRequestError
 from pymq.protocol.codes import RequestCode, ResponseCode
-from pymq.protocol.frame import Command
-from pymq.protocol.headers import decode_body, encode_body, get_bool, get_int, get_str
-from pymq.protocol.route import PERM_READ_WRITE, TopicConfig
+from pymq.protocol.command import Command
+from pymq.protocol.headers import decode_body, encode_body
+from pymq.protocol.requests import (
+    ConsumerGroupRequest,
+    CreateTopicRequest,
+    DeleteSubscriptionGroupRequest,
+    TopicRequest,
+)
+from pymq.protocol.route import TopicConfig
+from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler
 
 if TYPE_CHECKING:
-    from pymq.broker.app import BrokerApp
-    from pymq.transport.connection import Connection
+    from pymq.broker.consumers import ConsumerManager
+    from pymq.broker.offsets import ConsumerOffsetManager
+    from pymq.broker.runtime_config import RuntimeConfig
+    from pymq.broker.store import MessageStore
+    from pymq.broker.subscription_groups import SubscriptionGroupManager
+    from pymq.broker.topics import TopicConfigManager
 
 
 class AdminHandlers:
-    def __init__(self, app: BrokerApp) -> None:
-        self.app = app
+    def __init__(
+        self,
+        *,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        offsets: ConsumerOffsetManager,
+        subscription_groups: SubscriptionGroupManager,
+        consumers: ConsumerManager,
+        runtime: RuntimeConfig,
+        runtime_info: Callable[[], dict[str, Any]],
+        address: str,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.offsets = offsets
+        self.subscription_groups = subscription_groups
+        self.consumers = consumers
+        self.runtime = runtime
+        self.runtime_info_source = runtime_info
+        self.address = address
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -35,93 +65,93 @@ class AdminHandlers:
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             RequestCode.UPDATE_BROKER_CONFIG: self.update_config,
             RequestCode.GET_BROKER_CONFIG: self.get_config,
-            RequestCode.PING: lambda cmd, conn: cmd.response(),
+            RequestCode.PING: lambda cmd, channel: cmd.response(),
         }
 
-    def create_topic(self, cmd: Command, conn: Connection) -> Command:
-        ext = cmd.ext
-        topic = get_str(ext, "topic")
-        validate_topic_name(topic, self.app.config.store.max_topic_length)
-        n = self.app.config.default_topic_queue_nums
+    def create_topic(self, cmd: Command, channel: Channel) -> Command:
+        h = CreateTopicRequest.from_ext(cmd.ext)
+        config = self.runtime.config
+        validate_topic_name(h.topic, config.store.max_topic_length)
+        n = config.default_topic_queue_nums
         tc = TopicConfig(
-            topicName=topic,
-            readQueueNums=get_int(ext, "readQueueNums", n),
-            writeQueueNums=get_int(ext, "writeQueueNums", n),
-            perm=get_int(ext, "perm", PERM_READ_WRITE),
-            topicFilterType=get_str(ext, "topicFilterType", "SINGLE_TAG"),
-            topicSysFlag=get_int(ext, "topicSysFlag", 0),
-            order=get_bool(ext, "order", False),
+            topicName=h.topic,
+            readQueueNums=n if h.read_queue_nums is None else h.read_queue_nums,
+            writeQueueNums=n if h.write_queue_nums is None else h.write_queue_nums,
+            perm=h.perm,
+            topicFilterType=h.topic_filter_type,
+            topicSysFlag=h.topic_sys_flag,
+            order=h.order,
         )
-        self.app.topics.upsert(tc)
+        self.topics.upsert(tc)
         return cmd.response(body=encode_body(tc.to_dict()))
 
-    def delete_topic(self, cmd: Command, conn: Connection) -> Command:
-        topic = get_str(cmd.ext, "topic")
-        if not self.app.topics.delete(topic):
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {self.app.address}")
-        self.app.store.delete_topic(topic)
-        self.app.offsets.delete_topic(topic)
+    def delete_topic(self, cmd: Command, channel: Channel) -> Command:
+        topic = TopicRequest.from_ext(cmd.ext).topic
+        if not self.topics.delete(topic):
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {self.address}")
+        self.store.delete_topic(topic)
+        self.offsets.delete_topic(topic)
         return cmd.response()
 
-    def all_topics(self, cmd: Command, conn: Connection) -> Command:
-        t = self.app.topics
+    def all_topics(self, cmd: Command, channel: Channel) -> Command:
+        t = self.topics
         return cmd.response(body=encode_body({"topicConfigTable": t.table(), "dataVersion": t.data_version}))
 
-    def topic_stats(self, cmd: Command, conn: Connection) -> Command:
-        app = self.app
-        topic = get_str(cmd.ext, "topic")
-        tc = app.topics.get(topic)
+    def topic_stats(self, cmd: Command, channel: Channel) -> Command:
+        store = self.store
+        topic = TopicRequest.from_ext(cmd.ext).topic
+        tc = self.topics.get(topic)
         if tc is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {app.address}")
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {self.address}")
         rows = []
         for qid in range(max(tc.readQueueNums, tc.writeQueueNums)):
-            lo, hi = app.store.min_offset(topic, qid), app.store.max_offset(topic, qid)
+            lo, hi = store.min_offset(topic, qid), store.max_offset(topic, qid)
             rows.append(
                 {
-                    "brokerName": app.config.broker_name,
+                    "brokerName": self.runtime.config.broker_name,
                     "queueId": qid,
                     "minOffset": lo,
                     "maxOffset": hi,
-                    "lastUpdateTimestamp": app.store.store_time_at(topic, qid, hi - 1) if hi > lo else 0,
+                    "lastUpdateTimestamp": store.store_time_at(topic, qid, hi - 1) if hi > lo else 0,
                 }
             )
         return cmd.response(body=encode_body({"offsetTable": rows}))
 
-    def update_group(self, cmd: Command, conn: Connection) -> Command:
+    def update_group(self, cmd: Command, channel: Channel) -> Command:
         body = decode_body(cmd.body, "subscription group config")
         if not isinstance(body, dict):
             raise InvalidRequestError("subscription group config must be a map")
         cfg = SubscriptionGroupConfig.from_dict(body)
-        self.app.subscription_groups.upsert(cfg)
+        self.subscription_groups.upsert(cfg)
         return cmd.response(body=encode_body(cfg.to_dict()))
 
-    def all_groups(self, cmd: Command, conn: Connection) -> Command:
-        groups = {n: g.to_dict() for n, g in self.app.subscription_groups.groups.items()}
+    def all_groups(self, cmd: Command, channel: Channel) -> Command:
+        groups = {n: g.to_dict() for n, g in self.subscription_groups.groups.items()}
         return cmd.response(body=encode_body({"subscriptionGroupTable": groups}))
 
-    def delete_group(self, cmd: Command, conn: Connection) -> Command:
-        group = get_str(cmd.ext, "groupName")
-        if not self.app.subscription_groups.delete(group):
+    def delete_group(self, cmd: Command, channel: Channel) -> Command:
+        group = DeleteSubscriptionGroupRequest.from_ext(cmd.ext).group_name
+        if not self.subscription_groups.delete(group):
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group} does not exist")
         return cmd.response()
 
-    def consumer_connections(self, cmd: Command, conn: Connection) -> Command:
-        group = get_str(cmd.ext, "consumerGroup")
-        info = self.app.consumers.connection_info(group)
+    def consumer_connections(self, cmd: Command, channel: Channel) -> Command:
+        group = ConsumerGroupRequest.from_ext(cmd.ext).consumer_group
+        info = self.consumers.connection_info(group)
         if info is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} is connected")
         return cmd.response(body=encode_body(info))
 
-    def runtime_info(self, cmd: Command, conn: Connection) -> Command:
-        return cmd.response(body=encode_body(self.app.runtime_info()))
+    def runtime_info(self, cmd: Command, channel: Channel) -> Command:
+        return cmd.response(body=encode_body(self.runtime_info_source()))
 
-    def update_config(self, cmd: Command, conn: Connection) -> Command:
+    def update_config(self, cmd: Command, channel: Channel) -> Command:
         body = decode_body(cmd.body, "broker config")
         if not isinstance(body, dict):
             raise InvalidRequestError("broker config update must be a map of setting -> value")
-        changed = self.app.update_runtime_config(body)
+        changed = self.runtime.update(body)
         return cmd.response(body=encode_body(changed))
 
-    def get_config(self, cmd: Command, conn: Connection) -> Command:
-        data: dict[str, Any] = self.app.config.model_dump(mode="json")
+    def get_config(self, cmd: Command, channel: Channel) -> Command:
+        data: dict[str, Any] = self.runtime.config.model_dump(mode="json")
         return cmd.response(body=encode_body(data))

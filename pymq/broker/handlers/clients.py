@@ -4,22 +4,35 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pymq.broker.topics import retry_topic
 from pymq.errors import InvalidRequestError
 from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.command import Command
 from pymq.protocol.filter import Subscription
-from pymq.protocol.frame import Command
-from pymq.protocol.headers import decode_body, encode_body, get_str
+from pymq.protocol.headers import decode_body, encode_body
+from pymq.protocol.requests import ConsumerGroupRequest, UnregisterClientRequest, retry_topic
+from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler
 
 if TYPE_CHECKING:
-    from pymq.broker.app import BrokerApp
-    from pymq.transport.connection import Connection
+    from pymq.broker.consumers import ConsumerManager
+    from pymq.broker.subscription_groups import SubscriptionGroupManager
+    from pymq.broker.topics import TopicConfigManager
 
 
 class ClientHandlers:
-    def __init__(self, app: BrokerApp) -> None:
-        self.app = app
+    def __init__(
+        self,
+        *,
+        consumers: ConsumerManager,
+        subscription_groups: SubscriptionGroupManager,
+        topics: TopicConfigManager,
+        creates_retry_topics: bool,
+    ) -> None:
+        self.consumers = consumers
+        self.subscription_groups = subscription_groups
+        self.topics = topics
+        #: masters create a clustering group's retry topic at its first heartbeat; slaves create no topics
+        self.creates_retry_topics = creates_retry_topics
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -28,31 +41,31 @@ class ClientHandlers:
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
         }
 
-    def heartbeat(self, cmd: Command, conn: Connection) -> Command:
-        app = self.app
+    def heartbeat(self, cmd: Command, channel: Channel) -> Command:
+        consumers = self.consumers
         body = decode_body(cmd.body, "heartbeat")
         if not isinstance(body, dict) or not isinstance(body.get("clientID"), str):
             raise InvalidRequestError("heartbeat body needs a clientID")
         client_id = body["clientID"]
-        if "client_id" not in conn.attrs:
-            conn.attrs["client_id"] = client_id
-            # A closed connection removes its client at once (no waiting for the 120 s expiry).
-            conn.add_close_callback(app.consumers.connection_closed)
+        if "client_id" not in channel.attrs:
+            channel.attrs["client_id"] = client_id
+            # A closed channel removes its client at once (no waiting for the 120 s expiry).
+            channel.add_close_callback(consumers.channel_closed)
         try:
             for p in body.get("producerDataSet") or []:
-                app.consumers.register_producer(str(p["groupName"]), client_id, conn)
+                consumers.register_producer(str(p["groupName"]), client_id, channel)
             for c in body.get("consumerDataSet") or []:
                 group = str(c["groupName"])
-                sg = app.subscription_groups.get(group)
+                sg = self.subscription_groups.get(group)
                 model = str(c.get("messageModel", "CLUSTERING"))
-                if sg is not None and model == "CLUSTERING" and not app.is_slave:
+                if sg is not None and model == "CLUSTERING" and self.creates_retry_topics:
                     # The retry topic exists before anyone needs its route.
-                    app.topics.ensure_system_topic(retry_topic(group), sg.retryQueueNums)
+                    self.topics.ensure_system_topic(retry_topic(group), sg.retryQueueNums)
                 subs = [Subscription.from_dict(s) for s in c.get("subscriptionDataSet") or []]
-                app.consumers.register(
+                consumers.register(
                     group,
                     client_id,
-                    conn,
+                    channel,
                     consume_type=str(c.get("consumeType", "CONSUME_PASSIVELY")),
                     message_model=model,
                     consume_from_where=str(c.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")),
@@ -64,19 +77,17 @@ class ClientHandlers:
             raise InvalidRequestError(f"bad heartbeat body: {exc}") from exc
         return cmd.response()
 
-    def unregister(self, cmd: Command, conn: Connection) -> Command:
-        client_id = get_str(cmd.ext, "clientID")
-        group = cmd.ext.get("consumerGroup")
-        if group:
-            self.app.consumers.unregister(str(group), client_id)
-        producer_group = cmd.ext.get("producerGroup")
-        if producer_group:
-            self.app.consumers.unregister_producer(str(producer_group), client_id)
+    def unregister(self, cmd: Command, channel: Channel) -> Command:
+        h = UnregisterClientRequest.from_ext(cmd.ext)
+        if h.consumer_group:
+            self.consumers.unregister(h.consumer_group, h.client_id)
+        if h.producer_group:
+            self.consumers.unregister_producer(h.producer_group, h.client_id)
         return cmd.response()
 
-    def consumer_list(self, cmd: Command, conn: Connection) -> Command:
-        group = get_str(cmd.ext, "consumerGroup")
-        ids = self.app.consumers.client_ids(group)
+    def consumer_list(self, cmd: Command, channel: Channel) -> Command:
+        group = ConsumerGroupRequest.from_ext(cmd.ext).consumer_group
+        ids = self.consumers.client_ids(group)
         if not ids:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} is connected")
         return cmd.response(body=encode_body({"consumerIdList": ids}))

@@ -5,19 +5,46 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pymq.protocol.codes import RequestCode, ResponseCode
-from pymq.protocol.frame import Command
-from pymq.protocol.headers import encode_body, get_int, get_str
+from pymq.protocol.command import Command
+from pymq.protocol.headers import encode_body
+from pymq.protocol.requests import (
+    ConsumeStatsRequest,
+    OffsetResponse,
+    QueryConsumerOffsetRequest,
+    QueueOffsetRequest,
+    ResetOffsetRequest,
+    SearchOffsetRequest,
+    StoreTimeResponse,
+    UpdateConsumerOffsetRequest,
+)
 from pymq.protocol.route import MessageQueue
+from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler
 
 if TYPE_CHECKING:
-    from pymq.broker.app import BrokerApp
-    from pymq.transport.connection import Connection
+    from pymq.broker.consumers import ConsumerManager
+    from pymq.broker.offsets import ConsumerOffsetManager
+    from pymq.broker.store import MessageStore
+    from pymq.broker.topics import TopicConfigManager
 
 
 class OffsetHandlers:
-    def __init__(self, app: BrokerApp) -> None:
-        self.app = app
+    def __init__(
+        self,
+        *,
+        store: MessageStore,
+        offsets: ConsumerOffsetManager,
+        topics: TopicConfigManager,
+        consumers: ConsumerManager,
+        broker_name: str,
+        address: str,
+    ) -> None:
+        self.store = store
+        self.offsets = offsets
+        self.topics = topics
+        self.consumers = consumers
+        self.broker_name = broker_name
+        self.address = address
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -32,84 +59,74 @@ class OffsetHandlers:
             RequestCode.RESET_CONSUMER_OFFSET: self.reset_offset,
         }
 
-    def query_consumer_offset(self, cmd: Command, conn: Connection) -> Command:
-        ext = cmd.ext
-        offset = self.app.offsets.query(get_str(ext, "consumerGroup"), get_str(ext, "topic"), get_int(ext, "queueId"))
+    def query_consumer_offset(self, cmd: Command, channel: Channel) -> Command:
+        h = QueryConsumerOffsetRequest.from_ext(cmd.ext)
+        offset = self.offsets.query(h.consumer_group, h.topic, h.queue_id)
         if offset < 0:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND, "no committed offset for this group and queue")
-        return cmd.response(ext={"offset": offset})
+        return cmd.response(ext=OffsetResponse(offset=offset).to_ext())
 
-    def update_consumer_offset(self, cmd: Command, conn: Connection) -> Command:
-        ext = cmd.ext
-        if not self.app.is_slave:
-            self.app.offsets.commit(
-                get_str(ext, "consumerGroup"),
-                get_str(ext, "topic"),
-                get_int(ext, "queueId"),
-                get_int(ext, "commitOffset"),
-            )
+    def update_consumer_offset(self, cmd: Command, channel: Channel) -> Command:
+        # A slave never gets here: its role interceptor accepts and drops the commit.
+        h = UpdateConsumerOffsetRequest.from_ext(cmd.ext)
+        self.offsets.commit(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return cmd.response()
 
-    def max_offset(self, cmd: Command, conn: Connection) -> Command:
-        return cmd.response(
-            ext={"offset": self.app.store.max_offset(get_str(cmd.ext, "topic"), get_int(cmd.ext, "queueId"))}
-        )
+    def max_offset(self, cmd: Command, channel: Channel) -> Command:
+        h = QueueOffsetRequest.from_ext(cmd.ext)
+        return cmd.response(ext=OffsetResponse(offset=self.store.max_offset(h.topic, h.queue_id)).to_ext())
 
-    def min_offset(self, cmd: Command, conn: Connection) -> Command:
-        return cmd.response(
-            ext={"offset": self.app.store.min_offset(get_str(cmd.ext, "topic"), get_int(cmd.ext, "queueId"))}
-        )
+    def min_offset(self, cmd: Command, channel: Channel) -> Command:
+        h = QueueOffsetRequest.from_ext(cmd.ext)
+        return cmd.response(ext=OffsetResponse(offset=self.store.min_offset(h.topic, h.queue_id)).to_ext())
 
-    def search_by_time(self, cmd: Command, conn: Connection) -> Command:
-        ext = cmd.ext
-        offset = self.app.store.offset_by_time(
-            get_str(ext, "topic"), get_int(ext, "queueId"), get_int(ext, "timestamp")
-        )
-        return cmd.response(ext={"offset": offset})
+    def search_by_time(self, cmd: Command, channel: Channel) -> Command:
+        h = SearchOffsetRequest.from_ext(cmd.ext)
+        offset = self.store.offset_by_time(h.topic, h.queue_id, h.timestamp)
+        return cmd.response(ext=OffsetResponse(offset=offset).to_ext())
 
-    def earliest_store_time(self, cmd: Command, conn: Connection) -> Command:
-        ext = cmd.ext
-        topic, qid = get_str(ext, "topic"), get_int(ext, "queueId")
-        ts = self.app.store.store_time_at(topic, qid, self.app.store.min_offset(topic, qid))
-        return cmd.response(ext={"timestamp": ts})
+    def earliest_store_time(self, cmd: Command, channel: Channel) -> Command:
+        h = QueueOffsetRequest.from_ext(cmd.ext)
+        ts = self.store.store_time_at(h.topic, h.queue_id, self.store.min_offset(h.topic, h.queue_id))
+        return cmd.response(ext=StoreTimeResponse(timestamp=ts).to_ext())
 
-    def all_consumer_offsets(self, cmd: Command, conn: Connection) -> Command:
-        table = {k: {str(q): o for q, o in v.items()} for k, v in self.app.offsets.table.items()}
+    def all_consumer_offsets(self, cmd: Command, channel: Channel) -> Command:
+        table = {k: {str(q): o for q, o in v.items()} for k, v in self.offsets.table.items()}
         return cmd.response(body=encode_body({"offsetTable": table}))
 
-    def consume_stats(self, cmd: Command, conn: Connection) -> Command:
+    def consume_stats(self, cmd: Command, channel: Channel) -> Command:
         """Per queue of the group's topics on this broker: broker max offset, consumer offset, last store time."""
-        app = self.app
-        group = get_str(cmd.ext, "consumerGroup")
-        only_topic = cmd.ext.get("topic")
+        store, consumers = self.store, self.consumers
+        h = ConsumeStatsRequest.from_ext(cmd.ext)
+        group = h.consumer_group
         topics = (
-            [only_topic]
-            if only_topic
+            [h.topic]
+            if h.topic
             else sorted(
-                set(app.offsets.topics_of_group(group))
-                | set(getattr(app.consumers.groups.get(group), "subscriptions", {}) or {})
+                set(self.offsets.topics_of_group(group))
+                | set(getattr(consumers.groups.get(group), "subscriptions", {}) or {})
             )
         )
         rows = []
         for topic in topics:
-            tc = app.topics.get(topic)
+            tc = self.topics.get(topic)
             if tc is None:
                 continue
-            committed = app.offsets.offsets_of(group, topic)
+            committed = self.offsets.offsets_of(group, topic)
             for qid in range(tc.readQueueNums):
-                max_off = app.store.max_offset(topic, qid)
+                max_off = store.max_offset(topic, qid)
                 consumer = committed.get(qid, -1)
-                last_ts = app.store.store_time_at(topic, qid, max_off - 1) if max_off > 0 else 0
-                owner = app.pull_owners.get((group, topic, qid))
-                if owner is not None and app.consumers.find_channel(group, owner) is None:
+                last_ts = store.store_time_at(topic, qid, max_off - 1) if max_off > 0 else 0
+                owner = consumers.pull_owners.get((group, topic, qid))
+                if owner is not None and consumers.find_channel(group, owner) is None:
                     owner = None  # the last puller has left the group
                 rows.append(
                     {
                         "topic": topic,
-                        "brokerName": app.config.broker_name,
+                        "brokerName": self.broker_name,
                         "queueId": qid,
                         "brokerOffset": max_off,
-                        "minOffset": app.store.min_offset(topic, qid),
+                        "minOffset": store.min_offset(topic, qid),
                         "consumerOffset": consumer,
                         "lastTimestamp": last_ts,
                         "clientId": owner,
@@ -117,39 +134,34 @@ class OffsetHandlers:
                 )
         return cmd.response(body=encode_body({"offsetTable": rows}))
 
-    def reset_offset(self, cmd: Command, conn: Connection) -> Command:
+    def reset_offset(self, cmd: Command, channel: Channel) -> Command:
         """Commit the offsets found by ``timestamp`` for every queue and tell the group's clients at once."""
-        app = self.app
-        ext = cmd.ext
-        group, topic, ts = get_str(ext, "group"), get_str(ext, "topic"), get_int(ext, "timestamp")
-        tc = app.topics.get(topic)
+        store = self.store
+        h = ResetOffsetRequest.from_ext(cmd.ext)
+        group, topic, ts = h.group, h.topic, h.timestamp
+        tc = self.topics.get(topic)
         if tc is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {app.address}")
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {self.address}")
         table = {}
         for qid in range(tc.readQueueNums):
             if ts < 0:  # -1: latest, -2: earliest
-                off = app.store.max_offset(topic, qid) if ts == -1 else app.store.min_offset(topic, qid)
+                off = store.max_offset(topic, qid) if ts == -1 else store.min_offset(topic, qid)
             else:
-                off = app.store.offset_by_time(topic, qid, ts)
-            app.offsets.commit(group, topic, qid, off)
+                off = store.offset_by_time(topic, qid, ts)
+            self.offsets.commit(group, topic, qid, off)
             table[qid] = off
-        app.offsets.persist()
-        push = Command.request(
-            RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
-            {"topic": topic, "group": group, "timestamp": ts},
-            encode_body(
-                {
-                    "offsetTable": [
-                        [MessageQueue(topic, app.config.broker_name, q).to_dict(), o] for q, o in table.items()
-                    ]
-                }
-            ),
+        self.offsets.persist()
+        push_ext = ResetOffsetRequest(group=group, topic=topic, timestamp=ts).to_ext()
+        push_body = encode_body(
+            {"offsetTable": [[MessageQueue(topic, self.broker_name, q).to_dict(), o] for q, o in table.items()]}
         )
-        info = app.consumers.groups.get(group)
+        info = self.consumers.groups.get(group)
         notified = 0
         if info is not None:
             for ch in info.channels.values():
-                ch.conn.push_oneway(Command(push.code, 0, 0, None, dict(push.ext), push.body))
+                ch.channel.push_oneway(
+                    Command.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, dict(push_ext), push_body)
+                )
                 notified += 1
         return cmd.response(
             body=encode_body({"offsetTable": {str(q): o for q, o in table.items()}, "notified": notified})

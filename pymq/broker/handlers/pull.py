@@ -12,16 +12,22 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from pymq.broker.store.results import GetResult, GetStatus
 from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.command import Command
 from pymq.protocol.filter import Subscription
-from pymq.protocol.frame import Command
-from pymq.protocol.headers import get_int, get_str
-from pymq.protocol.requests import DEFAULT_PULL_MAX_BYTES, FLAG_COMMIT_OFFSET, FLAG_SUSPEND
+from pymq.protocol.requests import FLAG_COMMIT_OFFSET, FLAG_SUSPEND, PullMessageRequest, PullMessageResponse
 from pymq.protocol.route import perm_readable
+from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler, HandlerResult
 
 if TYPE_CHECKING:
-    from pymq.broker.app import BrokerApp
-    from pymq.transport.connection import Connection
+    from pymq.broker.consumers import ConsumerManager
+    from pymq.broker.long_polling import PullHoldService
+    from pymq.broker.offsets import ConsumerOffsetManager
+    from pymq.broker.stats import BrokerStats
+    from pymq.broker.store import MessageStore
+    from pymq.broker.subscription_groups import SubscriptionGroupManager
+    from pymq.broker.topics import TopicConfigManager
+    from pymq.config import BrokerConfig
 
 _STATUS_TO_CODE = {
     GetStatus.FOUND: ResponseCode.SUCCESS,
@@ -54,8 +60,32 @@ def pull_code(result: GetResult, offset: int) -> int:
 
 
 class PullHandlers:
-    def __init__(self, app: BrokerApp) -> None:
-        self.app = app
+    def __init__(
+        self,
+        *,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        subscription_groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        consumers: ConsumerManager,
+        pull_hold: PullHoldService,
+        stats: BrokerStats,
+        config: BrokerConfig,
+        address: str,
+        slave: bool,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.subscription_groups = subscription_groups
+        self.offsets = offsets
+        self.consumers = consumers
+        self.pull_hold = pull_hold
+        self.stats = stats
+        #: the live config (slave_read_enable and long_polling_max_seconds change at runtime)
+        self.config = config
+        self.address = address
+        #: a slave serves reads only if configured to, and never commits offsets
+        self.slave = slave
         self._subs: dict[tuple[str, str], Subscription] = {}
 
     def table(self) -> dict[int, Handler]:
@@ -70,68 +100,61 @@ class PullHandlers:
             sub = self._subs[key] = Subscription.parse(topic, expression)
         return sub.codes or None
 
-    def pull(self, cmd: Command, conn: Connection) -> HandlerResult:
-        app = self.app
-        ext = cmd.ext
-        group = get_str(ext, "consumerGroup")
-        topic = get_str(ext, "topic")
-        queue_id = get_int(ext, "queueId")
-        offset = get_int(ext, "queueOffset")
-        max_nums = max(1, min(get_int(ext, "maxMsgNums", 32), 1024))
-        max_bytes = get_int(ext, "maxBytes", DEFAULT_PULL_MAX_BYTES)
-        sys_flag = get_int(ext, "sysFlag", 0)
-        suspend_ms = get_int(ext, "suspendTimeoutMillis", 0)
-        tc = app.topics.get(topic)
+    def pull(self, cmd: Command, channel: Channel) -> HandlerResult:
+        h = PullMessageRequest.from_ext(cmd.ext)
+        group = h.consumer_group
+        topic = h.topic
+        queue_id = h.queue_id
+        offset = h.queue_offset
+        max_nums = max(1, min(h.max_msg_nums, 1024))
+        sys_flag = h.sys_flag
+        suspend_ms = h.suspend_timeout_millis
+        tc = self.topics.get(topic)
         if tc is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {app.address}")
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {self.address}")
         if not perm_readable(tc.perm):
-            return cmd.response(ResponseCode.NO_PERMISSION, f"topic[{topic}] is not readable on {app.address}")
+            return cmd.response(ResponseCode.NO_PERMISSION, f"topic[{topic}] is not readable on {self.address}")
         if queue_id < 0 or queue_id >= tc.readQueueNums:
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId {queue_id} out of range (topic {topic} has {tc.readQueueNums})",
             )
-        sg = app.subscription_groups.get(group)
+        sg = self.subscription_groups.get(group)
         if sg is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group} does not exist")
         if not sg.consumeEnable:
             return cmd.response(ResponseCode.NO_PERMISSION, f"consumer group {group} is not allowed to consume")
-        if app.is_slave and not app.config.slave_read_enable:
+        if self.slave and not self.config.slave_read_enable:
             return cmd.response(
                 ResponseCode.PULL_RETRY_IMMEDIATELY,
                 "slave does not serve reads",
-                {"nextBeginOffset": offset, "minOffset": 0, "maxOffset": 0, "suggestWhichBrokerId": 0},
+                PullMessageResponse(next_begin_offset=offset).to_ext(),
             )
-        client_id = conn.attrs.get("client_id")
+        client_id = channel.attrs.get("client_id")
         if client_id is not None:
             # Who pulls a queue is who owns it: consumer-progress shows it per queue.
-            app.pull_owners[(group, topic, queue_id)] = client_id
-        codes = self._tag_codes(topic, ext.get("subscription"))
-        if sys_flag & FLAG_COMMIT_OFFSET and not app.is_slave:
-            commit = get_int(ext, "commitOffset", -1)
-            if commit >= 0:
-                app.offsets.commit(group, topic, queue_id, commit)
-        read = _Read(group, topic, queue_id, offset, max_nums, max_bytes, codes)
+            self.consumers.pull_owners[(group, topic, queue_id)] = client_id
+        codes = self._tag_codes(topic, h.subscription)
+        if sys_flag & FLAG_COMMIT_OFFSET and not self.slave and h.commit_offset >= 0:
+            self.offsets.commit(group, topic, queue_id, h.commit_offset)
+        read = _Read(group, topic, queue_id, offset, max_nums, h.max_bytes, codes)
         resp = self._read(cmd, read)
         if resp.code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND and suspend_ms > 0:
-            timeout = min(suspend_ms / 1000, app.config.long_polling_max_seconds)
+            timeout = min(suspend_ms / 1000, self.config.long_polling_max_seconds)
             return self._hold(cmd, read, timeout)
         return resp
 
     def _read(self, cmd: Command, r: _Read) -> Command:
-        result = self.app.store.get_messages(r.group, r.topic, r.queue_id, r.offset, r.max_nums, r.max_bytes, r.codes)
-        ext = {
-            "nextBeginOffset": result.next_begin_offset,
-            "minOffset": result.min_offset,
-            "maxOffset": result.max_offset,
-            "suggestWhichBrokerId": 0,
-        }
+        result = self.store.get_messages(r.group, r.topic, r.queue_id, r.offset, r.max_nums, r.max_bytes, r.codes)
+        ext = PullMessageResponse.build_ext(
+            next_begin_offset=result.next_begin_offset, min_offset=result.min_offset, max_offset=result.max_offset
+        )
         code = pull_code(result, r.offset)
         if code == ResponseCode.SUCCESS:
-            self.app.stats.record_get(r.topic, result.message_count, result.total_size)
+            self.stats.record_get(r.topic, result.message_count, result.total_size)
             return cmd.response(code, None, ext, result.buffers)
         return cmd.response(code, result.status.name, ext)
 
     async def _hold(self, cmd: Command, r: _Read, timeout: float) -> Command:
-        await self.app.pull_hold.hold(r.topic, r.queue_id, r.offset, timeout)
+        await self.pull_hold.hold(r.topic, r.queue_id, r.offset, timeout)
         return self._read(cmd, r)

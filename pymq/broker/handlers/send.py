@@ -13,20 +13,25 @@ import random
 from typing import TYPE_CHECKING
 
 from pymq.broker.store.results import PutResult, PutStatus
-from pymq.broker.topics import RETRY_PREFIX, dlq_topic, validate_topic_name
+from pymq.broker.topics import validate_topic_name
 from pymq.config import FlushDiskType
 from pymq.errors import MessageDecodeError
 from pymq.protocol.codes import RequestCode, ResponseCode
-from pymq.protocol.frame import Command
-from pymq.protocol.headers import get_int, get_str
+from pymq.protocol.command import Buffer, Command
 from pymq.protocol.message import Prop
 from pymq.protocol.record import decode_properties, encode_properties, parse_record, reencode
+from pymq.protocol.requests import RETRY_PREFIX, SendMessageRequest, SendMessageResponse, dlq_topic
 from pymq.protocol.route import PERM_READ_WRITE, perm_writable
+from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler, HandlerResult
 
 if TYPE_CHECKING:
-    from pymq.broker.app import BrokerApp
-    from pymq.transport.connection import Connection
+    from pymq.broker.put_hooks import PutPath
+    from pymq.broker.stats import BrokerStats
+    from pymq.broker.store import MessageStore
+    from pymq.broker.subscription_groups import SubscriptionGroupManager
+    from pymq.broker.topics import TopicConfigManager
+    from pymq.config import BrokerConfig
 
 PUT_STATUS_TO_CODE = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -43,33 +48,46 @@ PUT_STATUS_TO_CODE = {
 
 
 class SendHandlers:
-    def __init__(self, app: BrokerApp) -> None:
-        self.app = app
-        self.sync_flush = app.config.store.flush_disk_type == FlushDiskType.SYNC_FLUSH
-        self.flush_timeout = app.config.store.sync_flush_timeout_ms / 1000
+    def __init__(
+        self,
+        *,
+        store: MessageStore,
+        put_path: PutPath,
+        topics: TopicConfigManager,
+        subscription_groups: SubscriptionGroupManager,
+        stats: BrokerStats,
+        config: BrokerConfig,
+        address: str,
+    ) -> None:
+        self.store = store
+        self.put_path = put_path
+        self.topics = topics
+        self.subscription_groups = subscription_groups
+        self.stats = stats
+        self.config = config
+        self.address = address
+        self.sync_flush = config.store.flush_disk_type == FlushDiskType.SYNC_FLUSH
+        self.flush_timeout = config.store.sync_flush_timeout_ms / 1000
 
     def table(self) -> dict[int, Handler]:
         return {RequestCode.SEND_MESSAGE: self.send, RequestCode.SEND_BATCH_MESSAGE: self.send}
 
     def check_topic(self, cmd: Command) -> tuple[str, int] | Command:
         """The (topic, queue id) to store into, or an error response."""
-        app = self.app
-        if app.is_slave:
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "broker is a slave and cannot accept messages")
-        ext = cmd.ext
-        topic = get_str(ext, "topic")
-        queue_id = get_int(ext, "queueId", -1)
-        tc = app.topics.get(topic)
+        header = SendMessageRequest.from_ext(cmd.ext)
+        topic = header.topic
+        queue_id = header.queue_id
+        tc = self.topics.get(topic)
         if tc is None:
-            validate_topic_name(topic, app.config.store.max_topic_length)
-            tc = app.topics.auto_create_for_send(topic)
+            validate_topic_name(topic, self.config.store.max_topic_length)
+            tc = self.topics.auto_create_for_send(topic)
             if tc is None:
                 return cmd.response(
                     ResponseCode.TOPIC_NOT_EXIST,
-                    f"topic[{topic}] does not exist on {app.address}, create it first",
+                    f"topic[{topic}] does not exist on {self.address}, create it first",
                 )
         if not perm_writable(tc.perm):
-            return cmd.response(ResponseCode.NO_PERMISSION, f"topic[{topic}] is not writable on {app.address}")
+            return cmd.response(ResponseCode.NO_PERMISSION, f"topic[{topic}] is not writable on {self.address}")
         if queue_id < 0:
             queue_id = random.randrange(tc.writeQueueNums)
         elif queue_id >= tc.writeQueueNums:
@@ -79,23 +97,23 @@ class SendHandlers:
             )
         return topic, queue_id
 
-    def send(self, cmd: Command, conn: Connection) -> HandlerResult:
+    def send(self, cmd: Command, channel: Channel) -> HandlerResult:
         checked = self.check_topic(cmd)
         if isinstance(checked, Command):
             return checked
         topic, queue_id = checked
-        body = cmd.body
+        body: Buffer = cmd.body  # type: ignore[assignment]  # a received request's body is one buffer
         if topic.startswith(RETRY_PREFIX):
             topic, queue_id, body = self.dead_letter_if_exhausted(topic, queue_id, body)
-        results = self.app.put_path.put(topic, queue_id, body)
+        results = self.put_path.put(topic, queue_id, body)
         resp = self.build_response(cmd, queue_id, results)
-        self.app.stats.record_put(topic, results)
+        self.stats.record_put(topic, results)
         if self.sync_flush and resp.code == ResponseCode.SUCCESS:
             end = max(r.physical_offset + r.size for r in results)
             return self._await_flush(resp, end)
         return resp
 
-    def dead_letter_if_exhausted(self, topic: str, queue_id: int, body: bytes) -> tuple[str, int, bytes]:
+    def dead_letter_if_exhausted(self, topic: str, queue_id: int, body: Buffer) -> tuple[str, int, Buffer]:
         """A retry a client published itself (its send-back failed) goes to ``%DLQ%`` past the limit.
 
         As RocketMQ does: the record's reconsume count (already incremented by the client) is
@@ -112,12 +130,12 @@ class SendHandlers:
         raw = props.get(Prop.MAX_RECONSUME_TIMES, "")
         max_times = int(raw) if raw.lstrip("-").isdigit() else -1
         if max_times < 0:
-            sg = self.app.subscription_groups.get(group)
+            sg = self.subscription_groups.get(group)
             max_times = sg.retryMaxTimes if sg is not None else 16
         if r.reconsume_times <= max_times:
             return topic, queue_id, body
         target = dlq_topic(group)
-        self.app.topics.ensure_system_topic(target, 1, PERM_READ_WRITE)
+        self.topics.ensure_system_topic(target, 1, PERM_READ_WRITE)
         props.pop(Prop.DELAY, None)
         return target, 0, reencode(r, target.encode(), encode_properties(props))
 
@@ -125,14 +143,14 @@ class SendHandlers:
     def build_response(cmd: Command, queue_id: int, results: list[PutResult]) -> Command:
         ok = PutStatus.PUT_OK
         first_fail = next((r for r in results if r.status != ok), None)
-        ext = {
-            "queueId": results[0].queue_id if results and results[0].status == ok else queue_id,
-            "queueOffset": next((r.queue_offset for r in results if r.status == ok), -1),
-            "commitLogOffsets": [r.physical_offset for r in results],
-        }
+        ext = SendMessageResponse.build_ext(
+            queue_id=results[0].queue_id if results and results[0].status == ok else queue_id,
+            queue_offset=next((r.queue_offset for r in results if r.status == ok), -1),
+            commit_log_offsets=[r.physical_offset for r in results],
+            statuses=None if first_fail is None else [int(r.status) for r in results],
+        )
         if first_fail is None:
             return cmd.response(ResponseCode.SUCCESS, ext=ext)
-        ext["statuses"] = [int(r.status) for r in results]
         stored = sum(1 for r in results if r.status == ok)
         remark = f"{stored}/{len(results)} stored; {first_fail.status.name}: {first_fail.reason}"
         return cmd.response(PUT_STATUS_TO_CODE.get(first_fail.status, ResponseCode.SYSTEM_ERROR), remark, ext)
@@ -144,7 +162,7 @@ class SendHandlers:
         def done(ok: bool) -> None:
             loop.call_soon_threadsafe(_resolve, fut, ok)
 
-        self.app.store.request_flush(end, done)
+        self.store.request_flush(end, done)
         try:
             ok = await asyncio.wait_for(fut, self.flush_timeout)
         except TimeoutError:

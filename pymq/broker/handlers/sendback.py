@@ -14,69 +14,81 @@ from typing import TYPE_CHECKING
 
 from pymq.broker.handlers.send import PUT_STATUS_TO_CODE
 from pymq.broker.store.results import PutStatus
-from pymq.broker.topics import dlq_topic, retry_topic
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode, ResponseCode
-from pymq.protocol.frame import Command
-from pymq.protocol.headers import get_int, get_str
+from pymq.protocol.command import Command
 from pymq.protocol.message import Prop
 from pymq.protocol.record import decode_properties, encode_properties, parse_record, reencode
+from pymq.protocol.requests import ConsumerSendMsgBackRequest, dlq_topic, retry_topic
 from pymq.protocol.route import PERM_READ_WRITE
+from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler
 
 if TYPE_CHECKING:
-    from pymq.broker.app import BrokerApp
-    from pymq.transport.connection import Connection
+    from pymq.broker.put_hooks import PutPath
+    from pymq.broker.stats import BrokerStats
+    from pymq.broker.store import MessageStore
+    from pymq.broker.subscription_groups import SubscriptionGroupManager
+    from pymq.broker.topics import TopicConfigManager
 
 log = get_logger("broker.sendback")
 
 
 class SendBackHandlers:
-    def __init__(self, app: BrokerApp) -> None:
-        self.app = app
+    def __init__(
+        self,
+        *,
+        store: MessageStore,
+        put_path: PutPath,
+        topics: TopicConfigManager,
+        subscription_groups: SubscriptionGroupManager,
+        stats: BrokerStats,
+    ) -> None:
+        self.store = store
+        self.put_path = put_path
+        self.topics = topics
+        self.subscription_groups = subscription_groups
+        self.stats = stats
 
     def table(self) -> dict[int, Handler]:
         return {RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back}
 
-    def send_back(self, cmd: Command, conn: Connection) -> Command:
-        app = self.app
-        if app.is_slave:
-            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "send back goes to the master")
-        ext = cmd.ext
-        group = get_str(ext, "group")
-        offset = get_int(ext, "offset")
-        delay_level = get_int(ext, "delayLevel", 0)
-        sg = app.subscription_groups.get(group)
+    def send_back(self, cmd: Command, channel: Channel) -> Command:
+        header = ConsumerSendMsgBackRequest.from_ext(cmd.ext)
+        group = header.group
+        offset = header.offset
+        delay_level = header.delay_level
+        sg = self.subscription_groups.get(group)
         if sg is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group} does not exist")
-        rec = app.store.read_record(offset)  # type: ignore[union-attr]
+        rec = self.store.read_record(offset)
         if rec is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no message at commitlog offset {offset}")
         r = parse_record(rec)
         props = decode_properties(r.properties)
         original_topic = props.get(Prop.RETRY_TOPIC) or r.topic.decode()
         props[Prop.RETRY_TOPIC] = original_topic
-        origin_id = get_str(ext, "originMsgId", "") or props.get(Prop.UNIQ_KEY, "")
+        origin_id = header.origin_msg_id or props.get(Prop.UNIQ_KEY, "")
         if origin_id:
             props.setdefault(Prop.ORIGIN_MESSAGE_ID, origin_id)
-        max_times = get_int(ext, "maxReconsumeTimes", -1)
+        max_times = header.max_reconsume_times
         if max_times < 0:
             max_times = sg.retryMaxTimes
         props.pop(Prop.DELAY, None)
         if r.reconsume_times >= max_times or delay_level < 0:
             target = dlq_topic(group)
-            app.topics.ensure_system_topic(target, 1, PERM_READ_WRITE)
+            self.topics.ensure_system_topic(target, 1, PERM_READ_WRITE)
             queue_id = 0
             log.info("message_dead_lettered", group=group, msg_id=origin_id, reconsume_times=r.reconsume_times)
         else:
             target = retry_topic(group)
-            tc = app.topics.ensure_system_topic(target, sg.retryQueueNums, PERM_READ_WRITE)
+            tc = self.topics.ensure_system_topic(target, sg.retryQueueNums, PERM_READ_WRITE)
             queue_id = random.randrange(tc.writeQueueNums)
             level = delay_level if delay_level > 0 else 3 + r.reconsume_times
             props[Prop.DELAY] = str(level)
         record = reencode(r, target.encode(), encode_properties(props), reconsume_times=r.reconsume_times + 1)
-        results = app.put_path.put(target, queue_id, record)
-        app.stats.record_put(target, results)
+        results = self.put_path.put(target, queue_id, record)
+        self.stats.record_put(target, results)
         res = results[0]
         if res.status == PutStatus.PUT_OK:
             return cmd.response()

@@ -1,0 +1,38 @@
+"""Role gating: what a slave broker refuses, as one interceptor instead of a check in each handler.
+
+A slave serves reads; writes belong to its master. The table keeps the answers handlers
+used to give (codes and remarks unchanged). UPDATE_CONSUMER_OFFSET is accepted and
+ignored, as before: offsets are the master's, and a consumer reading from a slave keeps
+committing without errors.
+"""
+
+from __future__ import annotations
+
+from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.command import Command
+from pymq.transport.channel import Channel
+from pymq.transport.interceptor import Interceptor
+
+#: request code -> (response code, remark) a slave answers instead of running the handler
+SLAVE_REFUSALS: dict[int, tuple[int, str | None]] = {
+    RequestCode.SEND_MESSAGE: (ResponseCode.SERVICE_NOT_AVAILABLE, "broker is a slave and cannot accept messages"),
+    RequestCode.SEND_BATCH_MESSAGE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "broker is a slave and cannot accept messages",
+    ),
+    RequestCode.CONSUMER_SEND_MSG_BACK: (ResponseCode.SERVICE_NOT_AVAILABLE, "send back goes to the master"),
+    RequestCode.LOCK_BATCH_MQ: (ResponseCode.SERVICE_NOT_AVAILABLE, "queue locks live on the master"),
+    RequestCode.UPDATE_CONSUMER_OFFSET: (ResponseCode.SUCCESS, None),
+}
+
+
+class ReadOnlyRole(Interceptor):
+    """Answers the codes of ``refusals`` itself; a slave broker installs it with SLAVE_REFUSALS."""
+
+    def __init__(self, refusals: dict[int, tuple[int, str | None]] | None = None) -> None:
+        self.refusals = dict(SLAVE_REFUSALS if refusals is None else refusals)
+        self.codes = frozenset(int(c) for c in self.refusals)
+
+    def before(self, request: Command, channel: Channel) -> Command | None:
+        code, remark = self.refusals[request.code]
+        return request.response(code, remark)
