@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pymq.client.consumer_base import read_queues
 from pymq.client.namesrv import NamesrvClient, parse_addrs
+from pymq.client.routes import read_queues
 from pymq.errors import ClientError, NoRouteError, PymqError, QueryNotFoundError, TopicNotExistError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command

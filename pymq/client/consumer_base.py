@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from abc import abstractmethod
 from pathlib import Path
 from typing import Any
@@ -22,12 +21,14 @@ from pymq.client.instance import ClientInstance
 from pymq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
 from pymq.client.process_queue import ProcessQueue
 from pymq.client.pull_api import RETRY_PREFIX, PullResult, pull
+from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.errors import ClientError, ClosedError, PymqError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription
 from pymq.protocol.frame import Command
-from pymq.protocol.route import PERM_READ, MessageQueue, TopicRouteData
+from pymq.protocol.message import MessageExt
+from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.consumer")
 
@@ -41,15 +42,6 @@ PULL_DELAY_ERROR = 3.0
 
 def retry_topic(group: str) -> str:
     return RETRY_PREFIX + group
-
-
-def read_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
-    """Every readable queue of the topic, sorted by (topic, brokerName, queueId)."""
-    out = []
-    for qd in route.queueDatas:
-        if qd.perm & PERM_READ and route.broker(qd.brokerName) is not None:
-            out.extend(MessageQueue(topic, qd.brokerName, i) for i in range(qd.readQueueNums))
-    return sorted(out)
 
 
 class ConsumerBase:
@@ -70,6 +62,7 @@ class ConsumerBase:
         pull_threshold_for_queue: int = 1000,
         pull_threshold_size_for_queue: int = 100 * 1024 * 1024,
         offset_store_dir: str | Path | None = None,
+        clock: Clock = SYSTEM_CLOCK,
         **client_options: Any,
     ) -> None:
         if not group:
@@ -85,12 +78,13 @@ class ConsumerBase:
         self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
         self.offset_store_dir = Path(offset_store_dir) if offset_store_dir else default_offset_dir()
         self._client_options = client_options
+        #: times of rebalance, pulls and process queues (a FakeClock in tests)
+        self.clock = clock
         self.subscriptions: dict[str, Subscription] = {}
         self.instance: ClientInstance | None = None
         self.offset_store: OffsetStore | None = None
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
         self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
-        self._topic_queues: dict[str, list[MessageQueue]] = {}
         self._rebalance_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self._started = False
@@ -102,7 +96,7 @@ class ConsumerBase:
         """Consume ``topic`` messages whose tag matches ``expression`` (``*`` or ``TagA || TagB``)."""
         if self._started:
             raise ClientError("subscribe before start()")
-        self.subscriptions[topic] = Subscription.parse(topic, expression, int(time.time() * 1000))
+        self.subscriptions[topic] = Subscription.parse(topic, expression, self.clock.time_ms())
 
     # --- lifecycle ------------------------------------------------------------------------------------------
 
@@ -111,7 +105,7 @@ class ConsumerBase:
             return self
         if not self.subscriptions:
             raise ClientError("subscribe to at least one topic before start()")
-        inst = ClientInstance.acquire(self.namesrv, **self._client_options)
+        inst = ClientInstance.acquire(self.namesrv, clock=self.clock, **self._client_options)
         if self.group in inst.consumers:
             await inst.release()
             raise ClientError(f"consumer group {self.group} is already started in client {inst.client_id}")
@@ -199,9 +193,6 @@ class ConsumerBase:
     def topics_of_interest(self) -> list[str]:
         return list(self.subscriptions)
 
-    def route_changed(self, topic: str, route: TopicRouteData) -> None:
-        self._topic_queues[topic] = read_queues(topic, route)
-
     # --- rebalance ---------------------------------------------------------------------------------------
 
     async def rebalance(self) -> None:
@@ -213,10 +204,7 @@ class ConsumerBase:
     async def _do_rebalance(self) -> None:
         inst = self._instance()
         for topic in list(self.subscriptions):
-            mq_all = self._topic_queues.get(topic)
-            if mq_all is None:
-                route = await inst.update_route(topic)
-                mq_all = self._topic_queues.get(topic, []) if route is not None else []
+            mq_all = await inst.routes.read_queues(topic)
             if self.message_model is MessageModel.BROADCASTING:
                 mine = list(mq_all)
             else:
@@ -241,7 +229,7 @@ class ConsumerBase:
             if offset < 0:
                 await self._after_queue_released(mq)  # not taken after all: give the lock back
                 continue
-            self.process_queues[mq] = pq = ProcessQueue()
+            self.process_queues[mq] = pq = ProcessQueue(self.clock)
             self._on_queue_taken(mq, pq)
             self._pull_tasks[mq] = asyncio.ensure_future(self._pull_loop(mq, pq, offset))
             log.info("queue_assigned", group=self.group, queue=str(mq), offset=offset)
@@ -293,9 +281,7 @@ class ConsumerBase:
             if self.consume_from_where is ConsumeFromWhere.FIRST_OFFSET:
                 return await self._queue_offset(RequestCode.GET_MIN_OFFSET, mq)
             if self.consume_from_where is ConsumeFromWhere.TIMESTAMP:
-                ts = (
-                    self.consume_timestamp if self.consume_timestamp is not None else int(time.time() * 1000) - 1800_000
-                )
+                ts = self.consume_timestamp if self.consume_timestamp is not None else self.clock.time_ms() - 1800_000
                 return await self._queue_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, ts)
             return await self._queue_offset(RequestCode.GET_MAX_OFFSET, mq)
         except PymqError as exc:
@@ -350,7 +336,7 @@ class ConsumerBase:
                 continue
             if pq.dropped:
                 return
-            pq.last_pull_time = time.monotonic()
+            pq.last_pull_time = self.clock.monotonic()
             offset = await self._handle_pull(mq, pq, offset, result)
 
     def _flow_control_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
@@ -390,7 +376,7 @@ class ConsumerBase:
         self.offset_store.update(mq, offset, increase_only=True)
 
     @abstractmethod
-    async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[Any]) -> None:
+    async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """Hand pulled messages to the consumption side (listener or poll buffer)."""
 
     # --- offsets ---------------------------------------------------------------------------------------------
@@ -422,7 +408,7 @@ class ConsumerBase:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             store.update(mq, offset)
-            self.process_queues[mq] = pq = ProcessQueue()
+            self.process_queues[mq] = pq = ProcessQueue(self.clock)
             self._pull_tasks[mq] = asyncio.ensure_future(self._pull_loop(mq, pq, offset))
             log.info("offset_reset", group=self.group, queue=str(mq), offset=offset)
 

@@ -66,10 +66,7 @@ class PullConsumer(ConsumerBase):
 
     async def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
         """Every readable queue of a topic (for ``assign``)."""
-        inst = self._instance()
-        if topic not in self._topic_queues:
-            await inst.update_route(topic)
-        return list(self._topic_queues.get(topic, []))
+        return list(await self._instance().routes.read_queues(topic))
 
     async def _do_rebalance(self) -> None:
         if self._assigned is None:
@@ -168,7 +165,7 @@ class PullConsumer(ConsumerBase):
                 await task
         self._consumed.pop(mq, None)
         self.offset_store.update(mq, offset)  # type: ignore[union-attr]
-        self.process_queues[mq] = pq = ProcessQueue()
+        self.process_queues[mq] = pq = ProcessQueue(self.clock)
         self._pull_tasks[mq] = asyncio.ensure_future(self._pull_loop(mq, pq, offset))
 
     async def seek_to_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:

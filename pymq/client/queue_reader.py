@@ -13,8 +13,8 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from pymq.client.consumer_base import read_queues
 from pymq.client.namesrv import NamesrvClient, parse_addrs
+from pymq.client.routes import read_queues
 from pymq.errors import ClientError, PymqError, QueryNotFoundError, error_for_response
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.frame import Command

@@ -65,7 +65,7 @@ async def send_back(
 async def _publish_to_retry_topic(instance: ClientInstance, group: str, msg: MessageExt, max_times: int) -> bool:
     """Publish to ``%RETRY%<group>`` directly; the broker dead-letters it past the limit (-1: the group's)."""
     topic = RETRY_PREFIX + group
-    route = instance.routes.get(topic) or await _route(instance, topic)
+    route = instance.routes.route(topic) or await _route(instance, topic)
     if route is None:
         return False
     props = dict(msg.properties)
