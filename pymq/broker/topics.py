@@ -12,22 +12,23 @@ from pymq.broker.store.appender import SCHEDULE_TOPIC
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.errors import InvalidRequestError
 from pymq.logs import get_logger
+from pymq.protocol.requests import AUTO_CREATE_TOPIC, DLQ_PREFIX, RETRY_PREFIX, dlq_topic, retry_topic
 from pymq.protocol.route import PERM_INHERIT, PERM_READ_WRITE, TopicConfig
 
 log = get_logger("broker.topics")
 
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-AUTO_CREATE_TOPIC = "TBW102"
+__all__ = [
+    "AUTO_CREATE_TOPIC",
+    "DLQ_PREFIX",
+    "RETRY_PREFIX",
+    "TopicConfigManager",
+    "dlq_topic",
+    "is_system_topic",
+    "retry_topic",
+    "validate_topic_name",
+]
+
 _VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
 
 
 def is_system_topic(topic: str) -> bool:

@@ -1,74 +1,22 @@
 """``pymq-admin``: operate a pymq cluster from the command line (like RocketMQ's mqadmin).
 
 Errors are one line on stderr and a non-zero exit; ``--json`` on the group makes every
-command print JSON.
+command print JSON. The group lives in :mod:`pymq.cli.admin_group`; this module holds the
+cluster and topic commands and loads the other command modules onto the group.
 """
 
 from __future__ import annotations
 
-import functools
-import sys
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
-
 import click
 
-from pymq.cli.output import emit, table
+from pymq.cli import admin_ops
+from pymq.cli.admin_group import AdminContext, admin_command, main
+from pymq.cli.output import emit, fmt_ms, table
 from pymq.client.admin import AdminClient
-from pymq.errors import PymqError
-from pymq.logs import configure_logging
 from pymq.protocol.route import perm_to_string
-from pymq.transport.loop import run
 
-
-@dataclass
-class AdminContext:
-    namesrv: str
-    as_json: bool
-    timeout: float
-
-
-def admin_command(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
-    """Run ``fn(admin, ctx, **options)`` on the event loop; pymq errors become one line and exit 1."""
-
-    @click.pass_obj
-    @functools.wraps(fn)
-    def wrapper(ctx: AdminContext, **kwargs: Any) -> None:
-        async def go() -> None:
-            async with AdminClient(ctx.namesrv, timeout=ctx.timeout) as admin:
-                await fn(admin, ctx, **kwargs)
-
-        try:
-            run(go())
-        except (PymqError, ValueError, OSError) as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(1)
-
-    return wrapper
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--namesrv",
-    envvar="PYMQ_NAMESRV",
-    default="127.0.0.1:9876",
-    show_default=True,
-    help="Nameserver address(es), ';'-separated (env PYMQ_NAMESRV).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--timeout", default=5.0, show_default=True, help="Seconds per request.")
-@click.pass_context
-def main(ctx: click.Context, namesrv: str, as_json: bool, timeout: float) -> None:
-    """Administer a pymq cluster.
-
-    \b
-    Example:
-      pymq-admin --namesrv 127.0.0.1:9876 cluster-list
-      pymq-admin --json topic-route --topic orders
-    """
-    configure_logging("error")
-    ctx.obj = AdminContext(namesrv, as_json, timeout)
+__all__ = ["main"]
+assert admin_ops  # registers the group, message and broker commands on ``main``
 
 
 # --- cluster and topics ------------------------------------------------------------------------------
@@ -226,8 +174,6 @@ async def topic_status(admin: AdminClient, ctx: AdminContext, topic: str) -> Non
     Example:
       pymq-admin topic-status --topic orders
     """
-    from pymq.cli.admin_ops import fmt_ms
-
     rows = await admin.topic_status(topic)
     view = [{**r, "last": fmt_ms(r.get("lastUpdateTimestamp"))} for r in rows]
     emit(
@@ -246,15 +192,5 @@ async def topic_status(admin: AdminClient, ctx: AdminContext, topic: str) -> Non
     )
 
 
-def _register_more() -> None:
-    # Commands for groups, messages and brokers live in their own modules.
-    from pymq.cli import admin_ops  # noqa: F401
-
-
-_register_more()
-
 if __name__ == "__main__":
-    # Run through the importable module: the other command modules register on its group.
-    from pymq.cli.admin import main as _main
-
-    _main()
+    main()

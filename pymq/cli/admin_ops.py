@@ -10,18 +10,12 @@ from typing import Any
 
 import click
 
-from pymq.cli.admin import AdminContext, admin_command, main
-from pymq.cli.output import emit, key_values, table
+from pymq.cli.admin_group import AdminContext, admin_command, main
+from pymq.cli.output import emit, fmt_ms, key_values, table
 from pymq.client.admin import AdminClient
 from pymq.errors import ClientError
 from pymq.protocol.message import MessageExt
 from pymq.protocol.route import MessageQueue
-
-
-def fmt_ms(ms: int | None) -> str | None:
-    if not ms:
-        return None
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def parse_time(value: str) -> int:

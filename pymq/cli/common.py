@@ -6,7 +6,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,7 +25,8 @@ log = get_logger("cli")
 
 
 class Daemon(Protocol):
-    address: str
+    @property
+    def address(self) -> str: ...
 
     async def start(self) -> None: ...
 
@@ -103,7 +104,7 @@ def serve(
     sys.exit(run_daemon(lambda: make(config), port_file))
 
 
-def run_async(main: Callable[[], Awaitable[int]]) -> int:
+def run_async(main: Callable[[], Coroutine[Any, Any, int]]) -> int:
     return run(main())
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -41,3 +42,9 @@ def emit(data: Any, as_json: bool, human: str | None = None) -> None:
 def key_values(data: dict[str, Any]) -> str:
     width = max((len(k) for k in data), default=0)
     return "\n".join(f"{k.ljust(width)}  {_cell(v)}" for k, v in data.items())
+
+
+def fmt_ms(ms: int | None) -> str | None:
+    if not ms:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"

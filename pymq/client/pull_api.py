@@ -11,13 +11,8 @@ from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.filter import Subscription
 from pymq.protocol.frame import Command
 from pymq.protocol.message import MessageExt, Prop, iter_messages
+from pymq.protocol.requests import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, RETRY_PREFIX
 from pymq.protocol.route import MessageQueue
-
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
-
-RETRY_PREFIX = "%RETRY%"
 
 _STATUS = {
     ResponseCode.SUCCESS: PullStatus.FOUND,

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from pymq.protocol.requests import AUTO_CREATE_TOPIC
 from pymq.protocol.route import MASTER_ID, PERM_READ, MessageQueue, TopicRouteData, perm_writable
 
 __all__ = ["AUTO_CREATE_TOPIC", "RouteCache", "read_queues", "write_queues"]
-
-#: the template topic whose brokers take a new topic's first sends (RocketMQ's TBW102)
-AUTO_CREATE_TOPIC = "TBW102"
 
 RouteFetcher = Callable[[str], Awaitable[TopicRouteData | None]]
 

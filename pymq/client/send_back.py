@@ -15,13 +15,12 @@ from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
 from pymq.protocol.message import MessageExt, Prop
 from pymq.protocol.record import encode_properties, encode_record, pack_host
+from pymq.protocol.requests import RETRY_PREFIX
 
 if TYPE_CHECKING:
     from pymq.client.instance import ClientInstance
 
 log = get_logger("client.sendback")
-
-RETRY_PREFIX = "%RETRY%"
 
 
 async def send_back(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from pymq.config import NamesrvConfig
 from pymq.logs import get_logger
@@ -25,7 +26,7 @@ class NamesrvApp:
         self.dispatcher = Dispatcher(self.handlers.table(), name="namesrv")
         self.server = RpcServer(self.dispatcher, config.host, config.port, name="namesrv")
         self._scan_task: asyncio.Task[None] | None = None
-        self.metrics = None
+        self.metrics: Any = None
 
     @property
     def address(self) -> str:

@@ -30,7 +30,7 @@ MAX_BATCH_BYTES = 1024 * 1024
 
 
 @dataclass
-class SentMessages(WriterCommitMessage):  # type: ignore[misc]
+class SentMessages(WriterCommitMessage):
     sent: int
 
 

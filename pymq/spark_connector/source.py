@@ -36,7 +36,7 @@ ARROW_BATCH_ROWS = 4096
 
 
 @dataclass(frozen=True)
-class QueueRange(InputPartition):  # type: ignore[misc]
+class QueueRange(InputPartition):
     """One Spark partition: records ``[start, end)`` of one queue, and how to reach it."""
 
     namesrv: str
@@ -286,9 +286,9 @@ class PymqDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         from pymq.spark_connector.sink import PymqBatchWriter
 
-        return PymqBatchWriter(self.options, schema)
+        return PymqBatchWriter(dict(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
         from pymq.spark_connector.sink import PymqStreamWriter
 
-        return PymqStreamWriter(self.options, schema)
+        return PymqStreamWriter(dict(self.options), schema)

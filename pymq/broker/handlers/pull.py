@@ -15,18 +15,13 @@ from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.filter import Subscription
 from pymq.protocol.frame import Command
 from pymq.protocol.headers import get_int, get_str
+from pymq.protocol.requests import DEFAULT_PULL_MAX_BYTES, FLAG_COMMIT_OFFSET, FLAG_SUSPEND
 from pymq.protocol.route import perm_readable
 from pymq.transport.dispatch import Handler, HandlerResult
 
 if TYPE_CHECKING:
     from pymq.broker.app import BrokerApp
     from pymq.transport.connection import Connection
-
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
-
-DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 
 _STATUS_TO_CODE = {
     GetStatus.FOUND: ResponseCode.SUCCESS,
@@ -83,7 +78,7 @@ class PullHandlers:
         queue_id = get_int(ext, "queueId")
         offset = get_int(ext, "queueOffset")
         max_nums = max(1, min(get_int(ext, "maxMsgNums", 32), 1024))
-        max_bytes = get_int(ext, "maxBytes", DEFAULT_MAX_BYTES)
+        max_bytes = get_int(ext, "maxBytes", DEFAULT_PULL_MAX_BYTES)
         sys_flag = get_int(ext, "sysFlag", 0)
         suspend_ms = get_int(ext, "suspendTimeoutMillis", 0)
         tc = app.topics.get(topic)

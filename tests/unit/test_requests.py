@@ -1,0 +1,247 @@
+"""Typed request/response headers: wire names, round trips, string coercion and clear errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pymq.errors import InvalidRequestError
+from pymq.protocol import requests as rq
+from pymq.protocol.route import MessageQueue
+
+#: one fully populated instance of every header class, and the wire names it must use
+#: (today's names: what the client sends and the handlers read)
+CASES: list[tuple[rq.Header, dict[str, Any]]] = [
+    (
+        rq.SendMessageRequest(topic="t", queue_id=3, producer_group="pg"),
+        {"topic": "t", "queueId": 3, "producerGroup": "pg"},
+    ),
+    (
+        rq.SendMessageResponse(queue_id=1, queue_offset=7, commit_log_offsets=[10, 20], statuses=[0, 6]),
+        {"queueId": 1, "queueOffset": 7, "commitLogOffsets": [10, 20], "statuses": [0, 6]},
+    ),
+    (
+        rq.PullMessageRequest(
+            consumer_group="g",
+            topic="t",
+            queue_id=2,
+            queue_offset=5,
+            max_msg_nums=16,
+            max_bytes=1024,
+            sys_flag=rq.FLAG_SUBSCRIPTION | rq.FLAG_SUSPEND,
+            commit_offset=4,
+            suspend_timeout_millis=1500,
+            subscription="a || b",
+            sub_version=9,
+        ),
+        {
+            "consumerGroup": "g",
+            "topic": "t",
+            "queueId": 2,
+            "queueOffset": 5,
+            "maxMsgNums": 16,
+            "maxBytes": 1024,
+            "sysFlag": 6,
+            "commitOffset": 4,
+            "suspendTimeoutMillis": 1500,
+            "subscription": "a || b",
+            "subVersion": 9,
+        },
+    ),
+    (
+        rq.PullMessageResponse(next_begin_offset=9, min_offset=1, max_offset=12, suggest_which_broker_id=0),
+        {"nextBeginOffset": 9, "minOffset": 1, "maxOffset": 12, "suggestWhichBrokerId": 0},
+    ),
+    (
+        rq.ConsumerSendMsgBackRequest(
+            offset=100,
+            group="g",
+            delay_level=2,
+            origin_msg_id="ID",
+            origin_topic="t",
+            max_reconsume_times=5,
+        ),
+        {
+            "offset": 100,
+            "group": "g",
+            "delayLevel": 2,
+            "originMsgId": "ID",
+            "originTopic": "t",
+            "maxReconsumeTimes": 5,
+        },
+    ),
+    (
+        rq.QueryConsumerOffsetRequest(consumer_group="g", topic="t", queue_id=1),
+        {"consumerGroup": "g", "topic": "t", "queueId": 1},
+    ),
+    (
+        rq.UpdateConsumerOffsetRequest(consumer_group="g", topic="t", queue_id=1, commit_offset=42),
+        {"consumerGroup": "g", "topic": "t", "queueId": 1, "commitOffset": 42},
+    ),
+    (rq.QueueOffsetRequest(topic="t", queue_id=0), {"topic": "t", "queueId": 0}),
+    (
+        rq.SearchOffsetRequest(topic="t", queue_id=0, timestamp=1700000000000),
+        {"topic": "t", "queueId": 0, "timestamp": 1700000000000},
+    ),
+    (rq.OffsetResponse(offset=8), {"offset": 8}),
+    (rq.StoreTimeResponse(timestamp=123), {"timestamp": 123}),
+    (rq.ConsumeStatsRequest(consumer_group="g", topic="t"), {"consumerGroup": "g", "topic": "t"}),
+    (
+        rq.ResetOffsetRequest(group="g", topic="t", timestamp=-2),
+        {"group": "g", "topic": "t", "timestamp": -2},
+    ),
+    (
+        rq.UnregisterClientRequest(client_id="c", producer_group="pg", consumer_group="cg"),
+        {"clientID": "c", "producerGroup": "pg", "consumerGroup": "cg"},
+    ),
+    (rq.ConsumerGroupRequest(consumer_group="g"), {"consumerGroup": "g"}),
+    (
+        rq.QueryMessageRequest(topic="t", key="k", max_num=5, begin_timestamp=1, end_timestamp=2),
+        {"topic": "t", "key": "k", "maxNum": 5, "beginTimestamp": 1, "endTimestamp": 2},
+    ),
+    (rq.ViewMessageRequest(offset=77), {"offset": 77}),
+    (
+        rq.CreateTopicRequest(
+            topic="t",
+            read_queue_nums=4,
+            write_queue_nums=2,
+            perm=4,
+            topic_filter_type="MULTI_TAG",
+            topic_sys_flag=1,
+            order=True,
+        ),
+        {
+            "topic": "t",
+            "readQueueNums": 4,
+            "writeQueueNums": 2,
+            "perm": 4,
+            "topicFilterType": "MULTI_TAG",
+            "topicSysFlag": 1,
+            "order": True,
+        },
+    ),
+    (rq.TopicRequest(topic="t"), {"topic": "t"}),
+    (rq.DeleteSubscriptionGroupRequest(group_name="g"), {"groupName": "g"}),
+    (
+        rq.RegisterBrokerRequest(
+            broker_addr="h:1", broker_name="b", cluster_name="c", broker_id=0, ha_server_addr="h:1"
+        ),
+        {"brokerAddr": "h:1", "brokerName": "b", "clusterName": "c", "brokerId": 0, "haServerAddr": "h:1"},
+    ),
+    (
+        rq.RegisterBrokerResponse(master_addr="h:1", ha_server_addr="h:2"),
+        {"masterAddr": "h:1", "haServerAddr": "h:2"},
+    ),
+    (
+        rq.UnregisterBrokerRequest(broker_addr="h:1", broker_name="b", cluster_name="c", broker_id=1),
+        {"brokerAddr": "h:1", "brokerName": "b", "clusterName": "c", "brokerId": 1},
+    ),
+]
+
+IDS = [type(h).__name__ for h, _ in CASES]
+
+
+def test_every_header_class_is_covered() -> None:
+    classes = {c for c in vars(rq).values() if isinstance(c, type) and issubclass(c, rq.Header) and c is not rq.Header}
+    assert classes == {type(h) for h, _ in CASES}
+
+
+@pytest.mark.parametrize(("header", "wire"), CASES, ids=IDS)
+def test_to_ext_uses_todays_wire_names(header: rq.Header, wire: dict[str, Any]) -> None:
+    assert header.to_ext() == wire
+
+
+@pytest.mark.parametrize(("header", "wire"), CASES, ids=IDS)
+def test_round_trip(header: rq.Header, wire: dict[str, Any]) -> None:
+    assert type(header).from_ext(header.to_ext()) == header
+
+
+@pytest.mark.parametrize(("header", "wire"), CASES, ids=IDS)
+def test_string_typed_values_are_coerced(header: rq.Header, wire: dict[str, Any]) -> None:
+    """RocketMQ sends every header value as a string."""
+    as_strings = {
+        k: v if isinstance(v, list) else str(v).lower() if isinstance(v, bool) else str(v) for k, v in wire.items()
+    }
+    assert type(header).from_ext(as_strings) == header
+
+
+@pytest.mark.parametrize(("header", "wire"), CASES, ids=IDS)
+def test_missing_required_field_is_named(header: rq.Header, wire: dict[str, Any]) -> None:
+    cls = type(header)
+    required = [cls.WIRE[f] for f in header.__dataclass_fields__ if _required(cls, f)]  # type: ignore[attr-defined]
+    for name in required:
+        partial = {k: v for k, v in wire.items() if k != name}
+        with pytest.raises(InvalidRequestError, match=repr(name)):
+            cls.from_ext(partial)
+
+
+def _required(cls: type, name: str) -> bool:
+    import dataclasses
+
+    f = cls.__dataclass_fields__[name]  # type: ignore[attr-defined]
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def test_ill_typed_field_is_named() -> None:
+    with pytest.raises(InvalidRequestError, match="'queueId' must be an integer"):
+        rq.SendMessageRequest.from_ext({"topic": "t", "queueId": "x"})
+    with pytest.raises(InvalidRequestError, match="'topic' must be a string"):
+        rq.SendMessageRequest.from_ext({"topic": 5})
+    with pytest.raises(InvalidRequestError, match="'order' must be a boolean"):
+        rq.CreateTopicRequest.from_ext({"topic": "t", "order": "maybe"})
+    with pytest.raises(InvalidRequestError, match="'commitLogOffsets' must be a list"):
+        rq.SendMessageResponse.from_ext({"queueId": 0, "queueOffset": 0, "commitLogOffsets": 3})
+
+
+def test_defaults_apply_when_absent_or_none() -> None:
+    r = rq.PullMessageRequest.from_ext(
+        {"consumerGroup": "g", "topic": "t", "queueId": 0, "queueOffset": 0, "subscription": None}
+    )
+    assert (r.max_msg_nums, r.max_bytes, r.sys_flag, r.commit_offset, r.suspend_timeout_millis) == (
+        32,
+        rq.DEFAULT_PULL_MAX_BYTES,
+        0,
+        -1,
+        0,
+    )
+    assert r.subscription is None
+    assert rq.SendMessageRequest.from_ext({"topic": "t"}).queue_id == -1
+    c = rq.CreateTopicRequest.from_ext({"topic": "t"})
+    assert c.read_queue_nums is None and c.write_queue_nums is None and c.order is False
+
+
+def test_optional_none_fields_are_left_out() -> None:
+    assert rq.UnregisterClientRequest(client_id="c").to_ext() == {"clientID": "c"}
+    assert rq.ConsumeStatsRequest(consumer_group="g").to_ext() == {"consumerGroup": "g"}
+    assert "statuses" not in rq.SendMessageResponse(queue_id=0, queue_offset=0).to_ext()
+
+
+def test_bytes_values_decode_as_strings() -> None:
+    assert rq.TopicRequest.from_ext({"topic": b"t"}).topic == "t"
+
+
+def test_bool_is_not_taken_for_an_int() -> None:
+    assert rq.SendMessageRequest.from_ext({"topic": "t", "queueId": True}).queue_id == 1
+
+
+def test_lock_body_round_trip_and_errors() -> None:
+    body = rq.LockBatchBody("g", "c", [MessageQueue("t", "b", 0), MessageQueue("t", "b", 1)])
+    assert rq.LockBatchBody.from_body(body.to_body()) == body
+    assert set(body.to_body()) == {"consumerGroup", "clientId", "mqSet"}
+    with pytest.raises(InvalidRequestError, match="must be a map"):
+        rq.LockBatchBody.from_body([1])
+    with pytest.raises(InvalidRequestError, match="clientId"):
+        rq.LockBatchBody.from_body({"consumerGroup": "g", "mqSet": []})
+
+
+def test_shared_names_and_flags() -> None:
+    assert rq.retry_topic("g") == "%RETRY%g" and rq.dlq_topic("g") == "%DLQ%g"
+    assert rq.AUTO_CREATE_TOPIC == "TBW102"
+    assert (rq.FLAG_COMMIT_OFFSET, rq.FLAG_SUSPEND, rq.FLAG_SUBSCRIPTION) == (1, 2, 4)
+
+
+def test_headers_have_slots() -> None:
+    h = rq.QueueOffsetRequest(topic="t", queue_id=0)
+    with pytest.raises(AttributeError):
+        h.other = 1  # type: ignore[attr-defined]
