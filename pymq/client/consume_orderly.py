@@ -18,16 +18,17 @@ import contextlib
 from collections import defaultdict
 from typing import Any, Protocol
 
+from pymq.client import broker_api
 from pymq.client.consume_service import ConsumeContext
 from pymq.client.consumer_types import ConsumeOrderlyResult
 from pymq.client.instance import ClientInstance
 from pymq.client.process_queue import ProcessQueue
 from pymq.errors import PymqError
 from pymq.logs import get_logger
-from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
-from pymq.protocol.headers import decode_body, encode_body
+from pymq.protocol.headers import decode_body
 from pymq.protocol.message import MessageExt
+from pymq.protocol.requests import LOCK_OK_MQ_SET
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.orderly")
@@ -58,7 +59,7 @@ class BrokerQueueLocks:
         self.instance = instance
         self.group = group
 
-    async def _per_master(self, code: int, mqs: list[MessageQueue]) -> list[Command]:
+    async def _per_master(self, mqs: list[MessageQueue], *, unlock: bool = False) -> list[Command]:
         """Send a lock/unlock request for ``mqs`` to each of their masters."""
         inst = self.instance
         by_broker: dict[str, list[MessageQueue]] = defaultdict(list)
@@ -69,24 +70,22 @@ class BrokerQueueLocks:
             addr = inst.broker_addr(broker)
             if addr is None:
                 continue
-            body = encode_body(
-                {"consumerGroup": self.group, "clientId": inst.client_id, "mqSet": [q.to_dict() for q in queues]}
-            )
+            cmd = broker_api.lock_batch(self.group, inst.client_id, queues, unlock=unlock)
             try:
-                answers.append(await inst.rpc.invoke_ok(addr, Command.request(code, body=body), LOCK_REQUEST_TIMEOUT))
+                answers.append(await inst.rpc.invoke_ok(addr, cmd, LOCK_REQUEST_TIMEOUT))
             except PymqError as exc:
-                log.info("lock_request_failed", broker=broker, code=code, reason=str(exc))
+                log.info("lock_request_failed", broker=broker, unlock=unlock, reason=str(exc))
         return answers
 
     async def lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
         locked: set[MessageQueue] = set()
-        for resp in await self._per_master(RequestCode.LOCK_BATCH_MQ, mqs):
-            locked.update(MessageQueue.from_dict(d) for d in decode_body(resp.body).get("lockOKMQSet", []))
+        for resp in await self._per_master(mqs):
+            locked.update(MessageQueue.from_dict(d) for d in decode_body(resp.body).get(LOCK_OK_MQ_SET, []))
         return locked
 
     async def unlock(self, mqs: list[MessageQueue]) -> None:
         if mqs:
-            await self._per_master(RequestCode.UNLOCK_BATCH_MQ, mqs)
+            await self._per_master(mqs, unlock=True)
 
 
 class OrderlyConsumeService:

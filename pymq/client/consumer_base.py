@@ -15,19 +15,20 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import Any
 
+from pymq.client import broker_api
 from pymq.client.allocate import AllocateAveragely, AllocateStrategy
 from pymq.client.consumer_types import ConsumeFromWhere, MessageModel, PullStatus
 from pymq.client.instance import ClientInstance
 from pymq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
 from pymq.client.process_queue import ProcessQueue
-from pymq.client.pull_api import RETRY_PREFIX, PullResult, pull
+from pymq.client.pull_api import PullResult, pull
 from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.errors import ClientError, ClosedError, PymqError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription
-from pymq.protocol.frame import Command
 from pymq.protocol.message import MessageExt
+from pymq.protocol.requests import RETRY_PREFIX
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.consumer")
@@ -293,10 +294,8 @@ class ConsumerBase:
         addr = inst.broker_addr(mq.brokerName, master_only=False)
         if addr is None:
             raise PymqError(f"no address for broker {mq.brokerName}")
-        ext: dict[str, Any] = {"topic": mq.topic, "queueId": mq.queueId}
-        if timestamp is not None:
-            ext["timestamp"] = timestamp
-        resp = await inst.rpc.invoke_ok(addr, Command.request(code, ext), inst.config.rpc_timeout_seconds)
+        cmd = broker_api.queue_offset(code, mq.topic, mq.queueId, timestamp)
+        resp = await inst.rpc.invoke_ok(addr, cmd, inst.config.rpc_timeout_seconds)
         return int(resp.ext.get("offset", 0))
 
     # --- pulling ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pymq.client import broker_api
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import RouteCache
 from pymq.clock import SYSTEM_CLOCK, Clock
@@ -23,7 +24,7 @@ from pymq.errors import PymqError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
-from pymq.protocol.headers import decode_body, encode_body
+from pymq.protocol.headers import decode_body
 from pymq.protocol.route import MASTER_ID, MessageQueue, TopicRouteData
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
@@ -170,29 +171,20 @@ class ClientInstance:
 
     # --- heartbeats --------------------------------------------------------------------------------------
 
-    def heartbeat_body(self) -> bytes:
-        producers = [{"groupName": g} for g in self.producers]
+    def heartbeat(self) -> Command:
+        """One HEART_BEAT for every broker: this client's producer groups and consumers."""
         consumers = [d for c in self.consumers.values() if (d := c.heartbeat_data())]
-        return encode_body(
-            {
-                "clientID": self.client_id,
-                "language": "PYTHON",
-                "producerDataSet": producers,
-                "consumerDataSet": consumers,
-            }
-        )
+        return broker_api.heartbeat(self.client_id, list(self.producers), consumers)
 
     async def send_heartbeat_to_all(self) -> None:
         if not self.producers and not self.consumers:
             return
-        body = self.heartbeat_body()
+        cmd = self.heartbeat()
         has_consumers = bool(self.consumers)
 
         async def one(addr: str) -> None:
             try:
-                await self.rpc.invoke_ok(
-                    addr, Command.request(RequestCode.HEART_BEAT, body=body), self.config.rpc_timeout_seconds
-                )
+                await self.rpc.invoke_ok(addr, cmd, self.config.rpc_timeout_seconds)
             except PymqError as exc:
                 log.debug("heartbeat_failed", broker=addr, reason=str(exc))
 
@@ -204,15 +196,10 @@ class ClientInstance:
         await asyncio.gather(*(one(a) for a in sorted(set(targets))))
 
     async def unregister(self, producer_group: str | None = None, consumer_group: str | None = None) -> None:
-        ext: dict[str, Any] = {"clientID": self.client_id}
-        if producer_group:
-            ext["producerGroup"] = producer_group
-        if consumer_group:
-            ext["consumerGroup"] = consumer_group
-
         async def one(addr: str) -> None:
+            cmd = broker_api.unregister_client(self.client_id, producer_group, consumer_group)
             with contextlib.suppress(PymqError):
-                await self.rpc.invoke_ok(addr, Command.request(RequestCode.UNREGISTER_CLIENT, dict(ext)), 2.0)
+                await self.rpc.invoke_ok(addr, cmd, 2.0)
 
         await asyncio.gather(*(one(a) for a in self.all_broker_addrs()))
 
@@ -262,7 +249,7 @@ class ClientInstance:
             try:
                 resp = await self.rpc.invoke_ok(
                     addr,
-                    Command.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}),
+                    broker_api.consumer_group(RequestCode.GET_CONSUMER_LIST_BY_GROUP, group),
                     self.config.rpc_timeout_seconds,
                 )
             except PymqError:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pymq.client import broker_api
 from pymq.client.instance import ClientInstance
 from pymq.client.routes import AUTO_CREATE_TOPIC, RouteCache
 from pymq.client.selectors import (
@@ -40,8 +41,7 @@ from pymq.errors import (
     error_for_response,
 )
 from pymq.logs import get_logger
-from pymq.protocol.codes import RequestCode, ResponseCode
-from pymq.protocol.frame import Command
+from pymq.protocol.codes import ResponseCode
 from pymq.protocol.message import Message, Prop, UniqueIdGenerator
 from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, offset_msg_id, pack_host
 from pymq.protocol.route import MessageQueue
@@ -264,9 +264,7 @@ class Producer:
         """
         self._check(msg)
         record, uniq = self._encode(msg)
-        return await self._send_record(
-            msg.topic, record, [uniq], RequestCode.SEND_MESSAGE, msg, selector, arg, queue, timeout
-        )
+        return await self._send_record(msg.topic, record, [uniq], False, msg, selector, arg, queue, timeout)
 
     async def send_batch(
         self, messages: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
@@ -289,9 +287,7 @@ class Producer:
         total = sum(len(r) for r in records)
         if total > self.max_message_size:
             raise MessageTooLargeError(f"batch of {total} bytes exceeds {self.max_message_size}; send smaller batches")
-        return await self._send_record(
-            topic, b"".join(records), ids, RequestCode.SEND_BATCH_MESSAGE, None, None, None, queue, timeout
-        )
+        return await self._send_record(topic, b"".join(records), ids, True, None, None, None, queue, timeout)
 
     def send_with_callback(
         self, msg: Message, callback: Callable[[SendResult | None, BaseException | None], Any], **kwargs: Any
@@ -327,19 +323,14 @@ class Producer:
         addr = inst.broker_addr(mq.brokerName)
         if addr is None:
             raise NoRouteError(f"no master address for broker {mq.brokerName}")
-        cmd = Command.request(
-            RequestCode.SEND_MESSAGE,
-            {"topic": msg.topic, "queueId": mq.queueId, "producerGroup": self.group},
-            record,
-        )
-        await inst.rpc.invoke_oneway(addr, cmd)
+        await inst.rpc.invoke_oneway(addr, broker_api.send_message(msg.topic, mq.queueId, self.group, record))
 
     async def _send_record(
         self,
         topic: str,
         body: bytes,
         ids: list[str],
-        code: int,
+        batch: bool,
         msg: Message | None,
         selector: MessageQueueSelector | None,
         arg: Any,
@@ -374,7 +365,7 @@ class Producer:
                     last_error = NoRouteError(f"no master address for broker {mq.brokerName}")
                     continue
             started = loop.time()
-            cmd = Command.request(code, {"topic": topic, "queueId": mq.queueId, "producerGroup": self.group}, body)
+            cmd = broker_api.send_message(topic, mq.queueId, self.group, body, batch=batch)
             try:
                 resp = await inst.rpc.invoke(addr, cmd, remaining)
             except TransportError as exc:
@@ -386,14 +377,14 @@ class Producer:
             self.selector.update(mq.brokerName, (loop.time() - started) * 1000, False)
             status = _STORED_CODES.get(resp.code)
             if status is not None:
-                ext = resp.ext
+                queue_id, queue_offset, commit_log_offsets = broker_api.read_send_response(resp, mq.queueId)
                 return SendResult(
                     SendStatus(status),
                     ids[0],
-                    MessageQueue(topic, mq.brokerName, int(ext.get("queueId", mq.queueId))),
-                    int(ext.get("queueOffset", -1)),
+                    MessageQueue(topic, mq.brokerName, queue_id),
+                    queue_offset,
                     ids,
-                    list(ext.get("commitLogOffsets") or []),
+                    commit_log_offsets,
                     addr,
                 )
             err = error_for_response(resp.code, resp.remark, addr)
