@@ -22,6 +22,7 @@ from pymq.client.instance import ClientInstance
 from pymq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
 from pymq.client.process_queue import ProcessQueue
 from pymq.client.pull_api import PullResult, pull
+from pymq.client.rebalance import QueueOwnership, assign
 from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.errors import ClientError, ClosedError, PymqError
 from pymq.logs import get_logger
@@ -84,8 +85,10 @@ class ConsumerBase:
         self.subscriptions: dict[str, Subscription] = {}
         self.instance: ClientInstance | None = None
         self.offset_store: OffsetStore | None = None
-        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
-        self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+        #: the owned queues: a process queue and a pull task each (see pymq.client.rebalance)
+        self.ownership = QueueOwnership(
+            group, clock, start_offset=self._start_offset, commit=self._commit_released, pull=self._pull_loop
+        )
         self._rebalance_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self._started = False
@@ -143,18 +146,13 @@ class ConsumerBase:
         """Stop pulling, let in-flight consumption finish, commit offsets, leave the group."""
         if not self._started or self._closing:
             return
-        self._closing = True
+        self._closing = self.ownership.closing = True
         inst = self.instance
         assert inst is not None
         # A rebalance already under way may still take queues: let it finish (later ones see
         # _closing and do nothing), so that no pull task starts after these are stopped.
         async with self._rebalance_lock:
-            for task in self._pull_tasks.values():
-                task.cancel()
-            for task in list(self._pull_tasks.values()):
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            self._pull_tasks.clear()
+            await self.ownership.stop_all()
         # Consumption in flight finishes and moves the offsets before they are committed.
         await self._on_close()
         for pq in self.process_queues.values():
@@ -205,70 +203,21 @@ class ConsumerBase:
     async def _do_rebalance(self) -> None:
         inst = self._instance()
         for topic in list(self.subscriptions):
-            mq_all = await inst.routes.read_queues(topic)
-            if self.message_model is MessageModel.BROADCASTING:
-                mine = list(mq_all)
-            else:
-                cids = await inst.consumer_ids(self.group, topic)
-                if not cids:
-                    continue  # no broker answered: keep what we have
-                mine = self.allocate_strategy.allocate(self.group, inst.client_id, mq_all, cids)
-            await self._update_queues(topic, set(mine))
+            queues = await inst.routes.read_queues(topic)
+            members = (
+                [] if self.message_model is MessageModel.BROADCASTING else await inst.consumer_ids(self.group, topic)
+            )
+            mine = assign(self.message_model, self.allocate_strategy, self.group, inst.client_id, queues, members)
+            if mine is not None:
+                await self.ownership.update(topic, mine)
 
-    async def _update_queues(self, topic: str, mine: set[MessageQueue]) -> None:
-        current = {mq for mq in self.process_queues if mq.topic == topic}
-        for mq in sorted(current - mine):
-            await self._release_queue(mq)
-        for mq in sorted(mine - current):
-            if self._closing:
-                break  # close() is waiting for this rebalance: take nothing more
-            # Lock first, then read the offset (as RocketMQ does): a previous orderly owner
-            # commits before it unlocks, so its last commit is in once the lock is ours.
-            if not await self._can_take(mq):
-                continue
-            offset = await self._start_offset(mq)
-            if offset < 0:
-                await self._after_queue_released(mq)  # not taken after all: give the lock back
-                continue
-            self.process_queues[mq] = pq = ProcessQueue(self.clock)
-            self._on_queue_taken(mq, pq)
-            self._pull_tasks[mq] = asyncio.ensure_future(self._pull_loop(mq, pq, offset))
-            log.info("queue_assigned", group=self.group, queue=str(mq), offset=offset)
-        if (current - mine) or (mine - current):
-            log.info("rebalanced", group=self.group, topic=topic, queues=len(mine))
-
-    async def _can_take(self, mq: MessageQueue) -> bool:
-        """Orderly consumers lock the queue on its master first."""
-        return True
-
-    def _on_queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        return None
-
-    async def _release_queue(self, mq: MessageQueue) -> None:
-        pq = self.process_queues.pop(mq, None)
-        task = self._pull_tasks.pop(mq, None)
-        if pq is not None:
-            pq.dropped = True
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        await self._on_queue_released(mq, pq)
+    async def _commit_released(self, mq: MessageQueue) -> None:
+        """A queue was given up: commit its offset and forget it."""
         store = self.offset_store
         assert store is not None
         with contextlib.suppress(PymqError):
             await store.persist([mq])
         store.remove(mq)
-        await self._after_queue_released(mq)
-        log.info("queue_released", group=self.group, queue=str(mq))
-
-    async def _on_queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
-        """After pulling stopped, before the offset is committed (orderly: let the batch finish)."""
-        return None
-
-    async def _after_queue_released(self, mq: MessageQueue) -> None:
-        """After the offset is committed (orderly: release the broker lock)."""
-        return None
 
     async def _start_offset(self, mq: MessageQueue) -> int:
         store = self.offset_store
@@ -396,20 +345,17 @@ class ConsumerBase:
         store = self.offset_store
         assert store is not None
         for mq, offset in table.items():
-            old = self.process_queues.get(mq)
-            if old is None:
+            if mq not in self.process_queues:
                 continue
-            # Not _release_queue: that would commit the old offset over the reset one.
-            old.dropped = True
-            task = self._pull_tasks.pop(mq, None)
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            store.update(mq, offset)
-            self.process_queues[mq] = pq = ProcessQueue(self.clock)
-            self._pull_tasks[mq] = asyncio.ensure_future(self._pull_loop(mq, pq, offset))
+            # Not a release: that would commit the old offset over the reset one.
+            await self.ownership.restart(mq, offset)
+            store.update(mq, offset)  # before the new pull task first runs
             log.info("offset_reset", group=self.group, queue=str(mq), offset=offset)
+
+    @property
+    def process_queues(self) -> dict[MessageQueue, ProcessQueue]:
+        """The owned queues and their in-flight messages."""
+        return self.ownership.process_queues
 
     def assigned_queues(self) -> list[MessageQueue]:
         return sorted(self.process_queues)

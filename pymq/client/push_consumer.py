@@ -128,6 +128,8 @@ class PushConsumer(ConsumerBase):
             self.service = OrderlyConsumeService(ctx, BrokerQueueLocks(inst, self.group))
         else:
             self.service = ConcurrentConsumeService(ctx)
+        # Queues change hands through the service (orderly: lock, finish the batch, unlock).
+        self.ownership.hooks = self.service
         await self.service.start()
 
     def _consume_context(self, listener: Listener) -> ConsumeContext:
@@ -162,7 +164,7 @@ class PushConsumer(ConsumerBase):
         if self.executor is not None:
             self.executor.shutdown(wait=False, cancel_futures=True)
 
-    # --- hooks from ConsumerBase: all consumption decisions belong to the service ------------------------
+    # --- pulling side: what to do with pulled messages and when to pull belong to the service -------------
 
     def _service(self) -> ConsumeService:
         service = self.service
@@ -172,22 +174,8 @@ class PushConsumer(ConsumerBase):
     def _flow_control_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
         return super()._flow_control_delay(mq, pq) or self._service().pull_delay(mq, pq)
 
-    async def _can_take(self, mq: MessageQueue) -> bool:
-        return await self._service().can_take(mq)
-
-    def _on_queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        self._service().queue_taken(mq, pq)
-
     async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         self._service().submit(mq, pq, msgs)
-
-    async def _on_queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
-        if self.service is not None:
-            await self.service.queue_released(mq, pq)
-
-    async def _after_queue_released(self, mq: MessageQueue) -> None:
-        if self.service is not None:
-            await self.service.after_queue_released(mq)
 
 
 __all__ = ["ConsumeOrderlyResult", "ConsumeResult", "Listener", "PushConsumer"]
