@@ -5,10 +5,11 @@ field names, flags and prefixes, shared with the broker); the producer, consumer
 send-back, offset stores, orderly locks, the queue reader and the admin client build
 their requests here instead of writing ext dicts of their own.
 
-The send path is the one exception to "build a header object": a send is the hottest
-request, so :func:`send_message` writes the three wire names (taken from
-:class:`~pymq.protocol.requests.SendMessageRequest`) straight into the ext dict, and
-:func:`read_send_response` reads the answer's fields without building an object.
+Sends and pulls are the exception to "build a header object": they are the hot paths, so
+:func:`send_message` and :func:`pull_message` write the wire names (taken once from
+:class:`~pymq.protocol.requests.SendMessageRequest` / ``PullMessageRequest``) straight into
+the ext dict, and :func:`read_send_response` / :func:`read_pull_offsets` read the answers
+without building an object: no allocation beyond the ext dict the client always sent.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ _SEND_GROUP = SendMessageRequest.WIRE["producer_group"]
 _RESP_QUEUE_ID = SendMessageResponse.WIRE["queue_id"]
 _RESP_QUEUE_OFFSET = SendMessageResponse.WIRE["queue_offset"]
 _RESP_COMMIT_LOG_OFFSETS = SendMessageResponse.WIRE["commit_log_offsets"]
+_SEND = int(RequestCode.SEND_MESSAGE)
+_SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 
 
 def send_message(topic: str, queue_id: int, group: str | None, records: Body, *, batch: bool = False) -> Command:
@@ -59,7 +62,7 @@ def send_message(topic: str, queue_id: int, group: str | None, records: Body, *,
     ext: dict[str, Any] = {_SEND_TOPIC: topic, _SEND_QUEUE_ID: queue_id}
     if group is not None:
         ext[_SEND_GROUP] = group
-    return Command.request(RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE, ext, records)
+    return Command(_SEND_BATCH if batch else _SEND, 0, 0, None, ext, records)
 
 
 def read_send_response(resp: Command, queue_id: int) -> tuple[int, int, list[int]]:
@@ -75,6 +78,16 @@ def read_send_response(resp: Command, queue_id: int) -> tuple[int, int, list[int
 # --- consume -----------------------------------------------------------------------------------------
 
 
+_PULL = int(RequestCode.PULL_MESSAGE)
+_PULL_WIRE = PullMessageRequest.WIRE
+_P_GROUP, _P_TOPIC, _P_QUEUE_ID, _P_OFFSET, _P_MAX_NUMS, _P_SYS_FLAG = (
+    _PULL_WIRE[f] for f in ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "sys_flag")
+)
+_P_COMMIT, _P_SUSPEND, _P_SUBSCRIPTION, _P_SUB_VERSION = (
+    _PULL_WIRE[f] for f in ("commit_offset", "suspend_timeout_millis", "subscription", "sub_version")
+)
+
+
 def pull_message(
     group: str,
     mq: MessageQueue,
@@ -86,33 +99,30 @@ def pull_message(
     commit_offset: int = -1,
     suspend_ms: int = 0,
 ) -> Command:
-    """PULL_MESSAGE from ``offset``; with ``subscription`` (or bare ``tags``) the broker filters by tag."""
+    """PULL_MESSAGE from ``offset``; with ``subscription`` (or bare ``tags``) the broker filters by tag.
+
+    A pull per batch is on the consumer's hot loop, so the ext dict is written directly with
+    :class:`~pymq.protocol.requests.PullMessageRequest`'s wire names; no subscription is left
+    out (as ``to_ext`` does) and ``maxBytes`` is left to the broker's default.
+    """
     flags = 0
-    expression: str | None = None
-    version = 0
+    ext: dict[str, Any] = {_P_GROUP: group, _P_TOPIC: mq.topic, _P_QUEUE_ID: mq.queueId, _P_OFFSET: offset}
+    ext[_P_MAX_NUMS] = max_nums
     if subscription is not None:
-        flags |= FLAG_SUBSCRIPTION
-        expression, version = subscription.expression, subscription.version
+        flags = FLAG_SUBSCRIPTION
+        ext[_P_SUBSCRIPTION] = subscription.expression
+        ext[_P_SUB_VERSION] = subscription.version
     elif tags is not None:
-        flags |= FLAG_SUBSCRIPTION
-        expression = tags
+        flags = FLAG_SUBSCRIPTION
+        ext[_P_SUBSCRIPTION] = tags
     if commit_offset >= 0:
         flags |= FLAG_COMMIT_OFFSET
+    ext[_P_COMMIT] = commit_offset
     if suspend_ms > 0:
         flags |= FLAG_SUSPEND
-    header = PullMessageRequest(
-        consumer_group=group,
-        topic=mq.topic,
-        queue_id=mq.queueId,
-        queue_offset=offset,
-        max_msg_nums=max_nums,
-        sys_flag=flags,
-        commit_offset=commit_offset,
-        suspend_timeout_millis=suspend_ms,
-        subscription=expression,
-        sub_version=version,
-    )
-    return Command.request(RequestCode.PULL_MESSAGE, header.to_ext())
+    ext[_P_SUSPEND] = suspend_ms
+    ext[_P_SYS_FLAG] = flags
+    return Command(_PULL, 0, 0, None, ext)
 
 
 _NEXT_BEGIN = PullMessageResponse.WIRE["next_begin_offset"]
