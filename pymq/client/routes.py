@@ -3,7 +3,7 @@
 Producers ask it for a topic's writable queues, consumers for its readable queues, and
 everyone for a broker's address. Queue lists are views derived from the route on first
 use and dropped whenever the topic's route is replaced, so nobody keeps a copy that must be
-kept in sync: the producer's hot path is one dict lookup (:meth:`RouteCache.cached_write_queues`).
+kept in sync: the producer's hot path is one dict lookup (``RouteCache.cached_write_queues``).
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ class RouteCache:
         self.version = 0
         self._write: dict[str, list[MessageQueue]] = {}
         self._read: dict[str, list[MessageQueue]] = {}
+        #: ``cached_write_queues(topic)``: the writable queues a previous :meth:`write_queues`
+        #: found, or None. The send hot path: the dict's own ``get`` (the dict is never replaced).
+        self.cached_write_queues: Callable[[str], list[MessageQueue] | None] = self._write.get
 
     # --- routes ------------------------------------------------------------------------------------------
 
@@ -86,10 +89,6 @@ class RouteCache:
         self._write.pop(topic, None)
 
     # --- queues ------------------------------------------------------------------------------------------
-
-    def cached_write_queues(self, topic: str) -> list[MessageQueue] | None:
-        """The writable queues a previous :meth:`write_queues` found (the send hot path)."""
-        return self._write.get(topic)
 
     async def write_queues(self, topic: str) -> list[MessageQueue]:
         """``topic``'s writable queues, fetching its route if needed.
