@@ -11,8 +11,8 @@ from typing import Any
 from pymq.bench.stats import Recorder
 from pymq.client import ConsumeFromWhere, ConsumeResult, Message, Producer, PushConsumer
 from pymq.client.admin import AdminClient
-from pymq.client.consumer_base import read_queues
 from pymq.client.namesrv import NamesrvClient, parse_addrs
+from pymq.client.routes import read_queues
 from pymq.errors import PymqError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command

@@ -1,16 +1,18 @@
 """Per-(group, queue) locks for orderly consumption (RocketMQ's RebalanceLockManager).
 
 A lock is granted when the queue is free, already held by the same client, or its holder
-has not renewed it for longer than the expiry (60 s). Locks live only on masters.
+has not renewed it for longer than the expiry (60 s). Locks live only on masters. Times
+come from an injected :class:`~pymq.clock.Clock` (or a plain ``() -> seconds`` callable), so
+tests drive expiry without sleeping.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.protocol.route import MessageQueue
 
 if TYPE_CHECKING:
@@ -24,9 +26,10 @@ class LockEntry:
 
 
 class QueueLockManager:
-    def __init__(self, expiry_seconds: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, expiry_seconds: float = 60.0, clock: Clock | Callable[[], float] = SYSTEM_CLOCK) -> None:
         self.expiry_seconds = expiry_seconds
-        self.clock = clock
+        #: monotonic seconds now
+        self.clock: Callable[[], float] = clock.monotonic if isinstance(clock, Clock) else clock
         self.table: dict[str, dict[MessageQueue, LockEntry]] = {}
 
     def configure(self, config: BrokerConfig) -> None:

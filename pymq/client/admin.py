@@ -11,10 +11,11 @@ CLI over this class.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
-from pymq.client.consumer_base import read_queues
+from pymq.client import broker_api
 from pymq.client.namesrv import NamesrvClient, parse_addrs
+from pymq.client.routes import read_queues
 from pymq.errors import ClientError, NoRouteError, PymqError, QueryNotFoundError, TopicNotExistError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
@@ -45,16 +46,10 @@ class AdminClient:
 
     # --- plumbing ---------------------------------------------------------------------------------------
 
-    async def broker_call(
-        self,
-        addr: str,
-        code: int,
-        ext: dict[str, Any] | None = None,
-        body: bytes = b"",
-        ok: tuple[int, ...] = (0,),
-    ) -> Command:
-        """One request to one broker; raises the mapped error unless the answer's code is in ``ok``."""
-        return await self.rpc.invoke_ok(addr, Command.request(code, ext, body), self.timeout, ok)
+    async def broker_call(self, addr: str, cmd: Command, ok: tuple[int, ...] = (0,)) -> Command:
+        """One request (built with :mod:`pymq.client.broker_api`) to one broker; raises the mapped
+        error unless the answer's code is in ``ok``."""
+        return await self.rpc.invoke_ok(addr, cmd, self.timeout, ok)
 
     async def cluster_info(self) -> dict[str, Any]:
         return await self.ns.cluster_info()
@@ -95,14 +90,9 @@ class AdminClient:
         targets = [broker_addr] if broker_addr else list((await self.master_addrs(cluster)).values())
         if not targets:
             raise ClientError("no master broker to create the topic on")
-        ext = {
-            "topic": topic,
-            "readQueueNums": queues,
-            "writeQueueNums": queues,
-            "perm": perm,
-            "order": order,
-        }
-        await asyncio.gather(*(self.broker_call(a, RequestCode.UPDATE_AND_CREATE_TOPIC, dict(ext)) for a in targets))
+        await asyncio.gather(
+            *(self.broker_call(a, broker_api.create_topic(topic, queues, perm=perm, order=order)) for a in targets)
+        )
         return targets
 
     async def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:
@@ -111,10 +101,10 @@ class AdminClient:
         route = await self.ns.route_or_none(topic)
         holders = [masters[q.brokerName] for q in (route.queueDatas if route else []) if q.brokerName in masters]
         for addr in holders:
-            await self.broker_call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+            await self.broker_call(addr, broker_api.topic_request(RequestCode.DELETE_TOPIC_IN_BROKER, topic))
         for addr in self.ns.addrs:
             await self.rpc.invoke_ok(
-                addr, Command.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}), self.timeout
+                addr, broker_api.topic_request(RequestCode.DELETE_TOPIC_IN_NAMESRV, topic), self.timeout
             )
         if route is None and not holders:
             raise TopicNotExistError(17, f"topic {topic} does not exist")
@@ -138,7 +128,7 @@ class AdminClient:
             addr = bd.select_addr()
             if addr is None:
                 continue
-            resp = await self.broker_call(addr, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+            resp = await self.broker_call(addr, broker_api.topic_request(RequestCode.GET_TOPIC_STATS_INFO, topic))
             for row in decode_body(resp.body).get("offsetTable", []):
                 rows.append({"brokerAddr": addr, **row})
         return sorted(rows, key=lambda r: (r["brokerName"], r["queueId"]))
@@ -146,8 +136,9 @@ class AdminClient:
     # --- brokers ------------------------------------------------------------------------------------------
 
     async def broker_status(self, addr: str) -> dict[str, Any]:
-        resp = await self.broker_call(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
-        return decode_body(resp.body)
+        resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_BROKER_RUNTIME_INFO))
+        status: dict[str, Any] = decode_body(resp.body)
+        return status
 
     async def _targets(self, broker_addr: str | None, cluster: str | None) -> list[str]:
         targets = [broker_addr] if broker_addr else list((await self.master_addrs(cluster)).values())
@@ -160,7 +151,9 @@ class AdminClient:
     ) -> dict[str, dict[str, Any]]:
         out = {}
         for addr in await self._targets(broker_addr, cluster):
-            resp = await self.broker_call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=encode_body(settings))
+            resp = await self.broker_call(
+                addr, broker_api.plain(RequestCode.UPDATE_BROKER_CONFIG, encode_body(settings))
+            )
             out[addr] = decode_body(resp.body)
         return out
 
@@ -170,7 +163,7 @@ class AdminClient:
         out = {}
         for addr in await self._targets(broker_addr, cluster):
             resp = await self.broker_call(
-                addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=encode_body(config)
+                addr, broker_api.plain(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, encode_body(config))
             )
             out[addr] = decode_body(resp.body)
         return out
@@ -182,21 +175,21 @@ class AdminClient:
         last: PymqError | None = None
         for addr in (await self.master_addrs()).values():
             try:
-                resp = await self.broker_call(addr, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+                resp = await self.broker_call(
+                    addr, broker_api.consumer_group(RequestCode.GET_CONSUMER_CONNECTION_LIST, group)
+                )
             except PymqError as exc:
                 last = exc
                 continue
-            return decode_body(resp.body)
+            connection: dict[str, Any] = decode_body(resp.body)
+            return connection
         raise last or ClientError(f"no broker knows consumer group {group}")
 
     async def consumer_progress(self, group: str, topic: str | None = None) -> dict[str, Any]:
         """Per queue: broker offset, consumer offset, lag and owning client; plus the total lag."""
         rows: list[dict[str, Any]] = []
         for addr in (await self.master_addrs()).values():
-            ext: dict[str, Any] = {"consumerGroup": group}
-            if topic:
-                ext["topic"] = topic
-            resp = await self.broker_call(addr, RequestCode.GET_CONSUME_STATS, ext)
+            resp = await self.broker_call(addr, broker_api.consume_stats(group, topic or None))
             for row in decode_body(resp.body).get("offsetTable", []):
                 consumer = row["consumerOffset"]
                 row["lag"] = max(0, row["brokerOffset"] - max(consumer, 0))
@@ -215,11 +208,7 @@ class AdminClient:
             addr = bd.master_addr
             if addr is None:
                 continue
-            resp = await self.broker_call(
-                addr,
-                RequestCode.RESET_CONSUMER_OFFSET,
-                {"group": group, "topic": topic, "timestamp": timestamp},
-            )
+            resp = await self.broker_call(addr, broker_api.reset_offset(group, topic, timestamp))
             out[bd.brokerName] = decode_body(resp.body).get("offsetTable", {})
         return out
 
@@ -235,18 +224,11 @@ class AdminClient:
             addr = bd.select_addr()
             if addr is None:
                 continue
-            ext = {
-                "topic": topic,
-                "key": key,
-                "maxNum": max_num,
-                "beginTimestamp": begin,
-                "endTimestamp": end or 2**62,
-            }
             try:
-                resp = await self.broker_call(addr, RequestCode.QUERY_MESSAGE, ext)
+                resp = await self.broker_call(addr, broker_api.query_message(topic, key, max_num, begin, end or 2**62))
             except QueryNotFoundError:
                 continue
-            out.extend(iter_messages(resp.body, broker_name=bd.brokerName))
+            out.extend(iter_messages(_buffer(resp), broker_name=bd.brokerName))
         return sorted(out, key=lambda m: m.store_timestamp)
 
     async def query_id(self, msg_id: str, topic: str | None = None) -> MessageExt:
@@ -257,8 +239,8 @@ class AdminClient:
             addr, offset = "", -1
         if addr and not addr.startswith("0.0.0.0"):
             try:
-                resp = await self.broker_call(addr, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
-                return next(iter_messages(resp.body, broker_name=await self._broker_name(addr)))
+                resp = await self.broker_call(addr, broker_api.view_message(offset))
+                return next(iter_messages(_buffer(resp), broker_name=await self._broker_name(addr)))
             except (PymqError, StopIteration):
                 if topic is None:
                     raise
@@ -283,21 +265,15 @@ class AdminClient:
         addr = bd.select_addr() if bd else None
         if addr is None:
             raise NoRouteError(f"no broker {mq.brokerName} for topic {mq.topic}")
-        ext = {
-            "consumerGroup": ADMIN_GROUP,
-            "topic": mq.topic,
-            "queueId": mq.queueId,
-            "queueOffset": offset,
-            "maxMsgNums": count,
-            "sysFlag": 0,
-        }
-        resp = await self.rpc.invoke(addr, Command.request(RequestCode.PULL_MESSAGE, ext), self.timeout)
+        resp = await self.rpc.invoke(
+            addr, broker_api.pull_message(ADMIN_GROUP, mq, offset, max_nums=count), self.timeout
+        )
         if resp.code == 21 and offset < int(resp.ext.get("minOffset", 0)):
             # Those offsets were cleaned up: start at the oldest one still there.
             return await self.read_queue(mq, int(resp.ext["minOffset"]), count)
         if resp.code != 0:
             return []
-        return list(iter_messages(resp.body, broker_name=mq.brokerName))
+        return list(iter_messages(_buffer(resp), broker_name=mq.brokerName))
 
     async def print_message(self, topic: str, queue_id: int, offset: int, broker: str | None = None) -> MessageExt:
         route = await self.topic_route(topic)
@@ -357,3 +333,8 @@ class AdminClient:
                 await producer.send(Message(topic, m.body, tags=m.tags, keys=m.keys, properties=props, flag=m.flag))
                 resent.append(m.msg_id)
         return resent
+
+
+def _buffer(resp: Command) -> bytes | memoryview:
+    """A received body is one buffer (bytes or a view of the read buffer), never a list of them."""
+    return cast(bytes | memoryview, resp.body)

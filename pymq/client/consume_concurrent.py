@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pymq.client.consumer_types import ConsumeResult, MessageModel
+from pymq.client.consume_service import ConsumeContext
+from pymq.client.consumer_types import ConsumeResult
 from pymq.client.process_queue import ProcessQueue
-from pymq.client.send_back import send_back
 from pymq.logs import get_logger
 from pymq.protocol.message import MessageExt
 from pymq.protocol.route import MessageQueue
 
-if TYPE_CHECKING:
-    from pymq.client.push_consumer import Listener, PushConsumer
-
 log = get_logger("client.consume")
 
 LOCAL_RETRY_DELAY = 5.0
+PULL_DELAY_FLOW_CONTROL = 0.05
 
 
 def _is_success(result: Any) -> bool:
@@ -33,10 +31,13 @@ def _is_success(result: Any) -> bool:
 
 
 class ConcurrentConsumeService:
-    def __init__(self, consumer: PushConsumer, listener: Listener) -> None:
-        self.consumer = consumer
-        self.listener = listener
-        self._sem = asyncio.Semaphore(consumer.consume_concurrency)
+    """A :class:`~pymq.client.consume_service.ConsumeService`: one task per pulled batch."""
+
+    def __init__(self, ctx: ConsumeContext) -> None:
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.listener = ctx.listener
+        self._sem = asyncio.Semaphore(ctx.settings.concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         self._later_tasks: set[asyncio.Task[None]] = set()
         self.consumed = 0
@@ -51,9 +52,19 @@ class ConcurrentConsumeService:
         task.add_done_callback(self._tasks.discard)
 
     def pull_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
-        return 0.0
+        """Hold pulling while the queue's in-flight offsets span too far (a slow message holds the commit)."""
+        return PULL_DELAY_FLOW_CONTROL if pq.span > self.settings.max_span else 0.0
+
+    async def can_take(self, mq: MessageQueue) -> bool:
+        return True
+
+    def queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        return None
 
     async def queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
+        return None
+
+    async def after_queue_released(self, mq: MessageQueue) -> None:
         return None
 
     async def close(self) -> None:
@@ -71,7 +82,7 @@ class ConcurrentConsumeService:
 
     def _run_listener_sync(self, msgs: list[MessageExt], out: list[bool], stop: threading.Event) -> None:
         """Thread-pool side: call a blocking listener slice by slice, appending one result per message."""
-        size = self.consumer.consume_batch_max_size
+        size = self.settings.batch_max_size
         for i in range(0, len(msgs), size):
             if stop.is_set():  # timed out: the rest count as failed and go back
                 return
@@ -79,12 +90,12 @@ class ConcurrentConsumeService:
             try:
                 ok = _is_success(self.listener(chunk))
             except Exception:
-                log.exception("listener_failed", group=self.consumer.group, count=len(chunk))
+                log.exception("listener_failed", group=self.settings.group, count=len(chunk))
                 ok = False
             out.extend([ok] * len(chunk))
 
     async def _run_listener_async(self, msgs: list[MessageExt], out: list[bool]) -> None:
-        size = self.consumer.consume_batch_max_size
+        size = self.settings.batch_max_size
         for i in range(0, len(msgs), size):
             chunk = msgs[i : i + size]
             try:
@@ -92,30 +103,29 @@ class ConcurrentConsumeService:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("listener_failed", group=self.consumer.group, count=len(chunk))
+                log.exception("listener_failed", group=self.settings.group, count=len(chunk))
                 ok = False
             out.extend([ok] * len(chunk))
 
     async def _consume(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        consumer = self.consumer
+        settings = self.settings
+        executor = self.ctx.executor
         async with self._sem:
             if pq.dropped:
                 return
             out: list[bool] = []
             stop: threading.Event | None = None
             try:
-                if consumer.executor is not None:
+                if executor is not None:
                     stop = threading.Event()
-                    fut = asyncio.get_running_loop().run_in_executor(
-                        consumer.executor, self._run_listener_sync, msgs, out, stop
-                    )
-                    await asyncio.wait_for(fut, consumer.consume_timeout)
+                    fut = asyncio.get_running_loop().run_in_executor(executor, self._run_listener_sync, msgs, out, stop)
+                    await asyncio.wait_for(fut, settings.timeout)
                 else:
-                    await asyncio.wait_for(self._run_listener_async(msgs, out), consumer.consume_timeout)
+                    await asyncio.wait_for(self._run_listener_async(msgs, out), settings.timeout)
             except TimeoutError:
                 if stop is not None:
                     stop.set()
-                log.warning("consume_timeout", group=consumer.group, queue=str(mq), count=len(msgs) - len(out))
+                log.warning("consume_timeout", group=settings.group, queue=str(mq), count=len(msgs) - len(out))
             # Slices finished before a timeout keep their result; the rest failed.
             results = out[: len(msgs)]
             results += [False] * (len(msgs) - len(results))
@@ -124,27 +134,24 @@ class ConcurrentConsumeService:
         retry_locally: list[MessageExt] = []
         if failed:
             self.failed += len(failed)
-            if consumer.message_model is MessageModel.CLUSTERING:
+            if settings.clustering:
                 retry_locally = await self._send_back(failed)
             else:
-                log.warning("broadcast_consume_failed_dropped", group=consumer.group, count=len(failed))
+                log.warning("broadcast_consume_failed_dropped", group=settings.group, count=len(failed))
         done = msgs if not retry_locally else [m for m in msgs if m not in retry_locally]
         if not pq.dropped:
             offset = pq.remove(done)
             if offset >= 0:
-                consumer.offset_store.update(mq, offset, increase_only=True)  # type: ignore[union-attr]
+                self.ctx.offset_store.update(mq, offset, increase_only=True)
         if retry_locally:
             self._later(mq, pq, retry_locally)
 
     async def _send_back(self, msgs: list[MessageExt]) -> list[MessageExt]:
         """Send failed messages back; returns those that could not be (retried here later)."""
-        consumer = self.consumer
-        inst = consumer.instance
-        assert inst is not None
-        results = await asyncio.gather(
-            *(send_back(inst, consumer.group, m, max_reconsume_times=consumer.max_reconsume_times) for m in msgs)
-        )
-        keep = []
+        send_back = self.ctx.send_back
+        max_times = self.settings.max_reconsume_times
+        results = await asyncio.gather(*(send_back(m, 0, max_times) for m in msgs))
+        keep: list[MessageExt] = []
         for m, ok in zip(msgs, results, strict=True):
             if not ok:
                 m.reconsume_times += 1

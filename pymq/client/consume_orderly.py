@@ -15,46 +15,96 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from pymq.client.consumer_types import ConsumeOrderlyResult, MessageModel
+from pymq.client import broker_api
+from pymq.client.consume_service import ConsumeContext
+from pymq.client.consumer_types import ConsumeOrderlyResult
+from pymq.client.instance import ClientInstance
 from pymq.client.process_queue import ProcessQueue
-from pymq.client.send_back import send_back
 from pymq.errors import PymqError
 from pymq.logs import get_logger
-from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
-from pymq.protocol.headers import decode_body, encode_body
+from pymq.protocol.headers import decode_body
 from pymq.protocol.message import MessageExt
+from pymq.protocol.requests import LOCK_OK_MQ_SET
 from pymq.protocol.route import MessageQueue
-
-if TYPE_CHECKING:
-    from pymq.client.push_consumer import Listener, PushConsumer
 
 log = get_logger("client.orderly")
 
 DEFAULT_MAX_RECONSUME = 16
 PULL_DELAY_NOT_LOCKED = 3.0
+LOCK_REQUEST_TIMEOUT = 3.0
 
 
 def _is_success(result: Any) -> bool:
     return result is None or result in (ConsumeOrderlyResult.SUCCESS, ConsumeOrderlyResult.SUCCESS.value)
 
 
+class QueueLocks(Protocol):
+    """Broker-side queue locks of one consumer group (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ)."""
+
+    async def lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        """Lock or renew ``mqs``; returns those now held."""
+        ...
+
+    async def unlock(self, mqs: list[MessageQueue]) -> None: ...
+
+
+class BrokerQueueLocks:
+    """:class:`QueueLocks` on the queues' masters (locks live there only)."""
+
+    def __init__(self, instance: ClientInstance, group: str) -> None:
+        self.instance = instance
+        self.group = group
+
+    async def _per_master(self, mqs: list[MessageQueue], *, unlock: bool = False) -> list[Command]:
+        """Send a lock/unlock request for ``mqs`` to each of their masters."""
+        inst = self.instance
+        by_broker: dict[str, list[MessageQueue]] = defaultdict(list)
+        for mq in mqs:
+            by_broker[mq.brokerName].append(mq)
+        answers = []
+        for broker, queues in by_broker.items():
+            addr = inst.broker_addr(broker)
+            if addr is None:
+                continue
+            cmd = broker_api.lock_batch(self.group, inst.client_id, queues, unlock=unlock)
+            try:
+                answers.append(await inst.rpc.invoke_ok(addr, cmd, LOCK_REQUEST_TIMEOUT))
+            except PymqError as exc:
+                log.info("lock_request_failed", broker=broker, unlock=unlock, reason=str(exc))
+        return answers
+
+    async def lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        locked: set[MessageQueue] = set()
+        for resp in await self._per_master(mqs):
+            locked.update(MessageQueue.from_dict(d) for d in decode_body(resp.body).get(LOCK_OK_MQ_SET, []))
+        return locked
+
+    async def unlock(self, mqs: list[MessageQueue]) -> None:
+        if mqs:
+            await self._per_master(mqs, unlock=True)
+
+
 class OrderlyConsumeService:
-    def __init__(self, consumer: PushConsumer, listener: Listener) -> None:
-        self.consumer = consumer
-        self.listener = listener
-        self.lock_renew_interval = consumer.lock_renew_interval
-        self.lock_valid_seconds = consumer.lock_valid_seconds
-        mrt = consumer.max_reconsume_times
+    """A :class:`~pymq.client.consume_service.ConsumeService`: one worker per queue, in order, under a lock."""
+
+    def __init__(self, ctx: ConsumeContext, locks: QueueLocks) -> None:
+        self.ctx = ctx
+        self.settings = settings = ctx.settings
+        self.listener = ctx.listener
+        self.locks = locks
+        self.clock = ctx.clock
+        self.lock_renew_interval = settings.lock_renew_interval
+        self.lock_valid_seconds = settings.lock_valid_seconds
+        mrt = settings.max_reconsume_times
         self.max_reconsume = DEFAULT_MAX_RECONSUME if mrt is None or mrt < 0 else mrt
-        self.clustering = consumer.message_model is MessageModel.CLUSTERING
+        self.clustering = settings.clustering
         self._workers: dict[MessageQueue, asyncio.Task[None]] = {}
         self._renew_task: asyncio.Task[None] | None = None
-        self._sem = asyncio.Semaphore(consumer.consume_concurrency)
+        self._sem = asyncio.Semaphore(settings.concurrency)
         self.consumed = 0
         self.dead_lettered = 0
 
@@ -67,70 +117,46 @@ class OrderlyConsumeService:
             self._renew_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renew_task
-        # Let each queue finish its current batch; offsets are committed by the consumer,
-        # then the locks are released.
-        for mq, pq in list(self.consumer.process_queues.items()):
+        # Let each queue finish its current batch; offsets are committed, then the locks released.
+        for mq, pq in list(self.ctx.process_queues.items()):
             pq.dropped = True
             await self._wait_worker(mq)
-        await self.consumer.persist_offsets()
+        await self.ctx.persist_offsets()
         if self.clustering:
-            await self.unlock(list(self.consumer.process_queues))
+            await self.unlock(list(self.ctx.process_queues))
 
     # --- locks ---------------------------------------------------------------------------------------------
 
-    def _lock_valid(self, pq: ProcessQueue) -> bool:
-        return not self.clustering or (pq.locked and time.monotonic() - pq.last_lock_time < self.lock_valid_seconds)
+    def lock_valid(self, pq: ProcessQueue) -> bool:
+        """Broadcasting needs no lock; clustering trusts a lock ``lock_valid_seconds`` after its renewal."""
+        return not self.clustering or (
+            pq.locked and self.clock.monotonic() - pq.last_lock_time < self.lock_valid_seconds
+        )
 
-    async def _per_master(self, code: int, mqs: list[MessageQueue]) -> list[Command]:
-        """Send a lock/unlock request for ``mqs`` to each of their masters (locks live there only)."""
-        inst = self.consumer.instance
-        assert inst is not None
-        by_broker: dict[str, list[MessageQueue]] = defaultdict(list)
-        for mq in mqs:
-            by_broker[mq.brokerName].append(mq)
-        answers = []
-        for broker, queues in by_broker.items():
-            addr = inst.broker_addr(broker)
-            if addr is None:
-                continue
-            body = encode_body(
-                {
-                    "consumerGroup": self.consumer.group,
-                    "clientId": inst.client_id,
-                    "mqSet": [q.to_dict() for q in queues],
-                }
-            )
-            try:
-                answers.append(await inst.rpc.invoke_ok(addr, Command.request(code, body=body), 3.0))
-            except PymqError as exc:
-                log.info("lock_request_failed", broker=broker, code=code, reason=str(exc))
-        return answers
-
-    async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
-        locked: set[MessageQueue] = set()
-        for resp in await self._per_master(RequestCode.LOCK_BATCH_MQ, mqs):
-            locked.update(MessageQueue.from_dict(d) for d in decode_body(resp.body).get("lockOKMQSet", []))
-        return locked
-
-    async def lock_for_new_queue(self, mq: MessageQueue) -> bool:
+    async def can_take(self, mq: MessageQueue) -> bool:
         """Rebalance takes a queue only once its lock is held."""
-        return mq in await self._lock([mq])
+        if not self.clustering:
+            return True
+        return mq in await self.locks.lock([mq])
 
     async def unlock(self, mqs: list[MessageQueue]) -> None:
-        if self.consumer.instance is not None and mqs and self.clustering:
-            await self._per_master(RequestCode.UNLOCK_BATCH_MQ, mqs)
+        if mqs and self.clustering:
+            await self.locks.unlock(mqs)
+
+    async def after_queue_released(self, mq: MessageQueue) -> None:
+        await self.unlock([mq])
 
     async def _renew_loop(self) -> None:
         while True:
             await self.renew_locks()
-            await asyncio.sleep(self.lock_renew_interval)
+            await self.clock.sleep(self.lock_renew_interval)
 
     async def renew_locks(self) -> None:
-        pqs = dict(self.consumer.process_queues)
+        pqs = dict(self.ctx.process_queues)
         if not pqs:
             return
-        locked = await self._lock(list(pqs))
-        now = time.monotonic()
+        locked = await self.locks.lock(list(pqs))
+        now = self.clock.monotonic()
         for mq, pq in pqs.items():
             if mq in locked:
                 was = pq.locked
@@ -149,10 +175,10 @@ class OrderlyConsumeService:
         return 0.0
 
     def queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        """Rebalance took the queue right after locking it (see lock_for_new_queue)."""
+        """Rebalance took the queue right after locking it (see can_take)."""
         if self.clustering:
             pq.locked = True
-            pq.last_lock_time = time.monotonic()
+            pq.last_lock_time = self.clock.monotonic()
 
     def submit(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         self._ensure_worker(mq, pq)
@@ -172,30 +198,27 @@ class OrderlyConsumeService:
         await self._wait_worker(mq)
 
     async def _call(self, msgs: list[MessageExt]) -> bool:
-        consumer = self.consumer
+        executor = self.ctx.executor
+        timeout = self.settings.timeout
         try:
-            if consumer.executor is not None:
+            if executor is not None:
                 loop = asyncio.get_running_loop()
-                result = await asyncio.wait_for(
-                    loop.run_in_executor(consumer.executor, self.listener, msgs), consumer.consume_timeout
-                )
+                result = await asyncio.wait_for(loop.run_in_executor(executor, self.listener, msgs), timeout)
             else:
-                result = await asyncio.wait_for(self.listener(msgs), consumer.consume_timeout)
+                result = await asyncio.wait_for(self.listener(msgs), timeout)
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("orderly_listener_failed", group=consumer.group, count=len(msgs))
+            log.exception("orderly_listener_failed", group=self.settings.group, count=len(msgs))
             return False
         return _is_success(result)
 
     async def _work(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         """Consume one queue in order until it is empty, dropped, or its lock lapses."""
-        consumer = self.consumer
-        store = consumer.offset_store
-        assert store is not None
-        batch_size = consumer.consume_batch_max_size
+        store = self.ctx.offset_store
+        batch_size = self.settings.batch_max_size
         while not pq.dropped:
-            if not self._lock_valid(pq):
+            if not self.lock_valid(pq):
                 return  # renewal restarts the worker once the lock is back
             msgs = pq.take_in_order(batch_size)
             if not msgs:
@@ -209,7 +232,7 @@ class OrderlyConsumeService:
                 if poison and await self._dead_letter(poison):
                     msgs = poison  # they leave the queue; the rest are retried in order
                 else:
-                    await asyncio.sleep(consumer.suspend_current_queue_time)
+                    await asyncio.sleep(self.settings.suspend_current_queue_time)
                     continue
             else:
                 self.consumed += len(msgs)
@@ -218,17 +241,14 @@ class OrderlyConsumeService:
             store.update(mq, offset, increase_only=True)
 
     async def _dead_letter(self, msgs: list[MessageExt]) -> bool:
-        inst = self.consumer.instance
-        assert inst is not None
+        group = self.settings.group
         if not self.clustering:
-            log.warning("orderly_broadcast_message_dropped", group=self.consumer.group, count=len(msgs))
+            log.warning("orderly_broadcast_message_dropped", group=group, count=len(msgs))
             return True
         for m in msgs:
             # delay level -1: straight to %DLQ%<group>
-            if not await send_back(
-                inst, self.consumer.group, m, delay_level=-1, max_reconsume_times=self.max_reconsume
-            ):
+            if not await self.ctx.send_back(m, -1, self.max_reconsume):
                 return False
             self.dead_lettered += 1
-            log.warning("orderly_message_dead_lettered", group=self.consumer.group, msg_id=m.msg_id)
+            log.warning("orderly_message_dead_lettered", group=group, msg_id=m.msg_id)
         return True

@@ -11,24 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from abc import abstractmethod
 from pathlib import Path
 from typing import Any
 
+from pymq.client import broker_api
 from pymq.client.allocate import AllocateAveragely, AllocateStrategy
 from pymq.client.consumer_types import ConsumeFromWhere, MessageModel, PullStatus
 from pymq.client.instance import ClientInstance
 from pymq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
 from pymq.client.process_queue import ProcessQueue
 from pymq.client.pull_api import PullResult, pull
+from pymq.client.rebalance import QueueOwnership, assign
+from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.errors import ClientError, ClosedError, PymqError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription
-from pymq.protocol.frame import Command
+from pymq.protocol.message import MessageExt
 from pymq.protocol.requests import RETRY_PREFIX
-from pymq.protocol.route import PERM_READ, MessageQueue, TopicRouteData
+from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.consumer")
 
@@ -42,15 +44,6 @@ PULL_DELAY_ERROR = 3.0
 
 def retry_topic(group: str) -> str:
     return RETRY_PREFIX + group
-
-
-def read_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
-    """Every readable queue of the topic, sorted by (topic, brokerName, queueId)."""
-    out = []
-    for qd in route.queueDatas:
-        if qd.perm & PERM_READ and route.broker(qd.brokerName) is not None:
-            out.extend(MessageQueue(topic, qd.brokerName, i) for i in range(qd.readQueueNums))
-    return sorted(out)
 
 
 class ConsumerBase:
@@ -71,6 +64,7 @@ class ConsumerBase:
         pull_threshold_for_queue: int = 1000,
         pull_threshold_size_for_queue: int = 100 * 1024 * 1024,
         offset_store_dir: str | Path | None = None,
+        clock: Clock = SYSTEM_CLOCK,
         **client_options: Any,
     ) -> None:
         if not group:
@@ -86,12 +80,15 @@ class ConsumerBase:
         self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
         self.offset_store_dir = Path(offset_store_dir) if offset_store_dir else default_offset_dir()
         self._client_options = client_options
+        #: times of rebalance, pulls and process queues (a FakeClock in tests)
+        self.clock = clock
         self.subscriptions: dict[str, Subscription] = {}
         self.instance: ClientInstance | None = None
         self.offset_store: OffsetStore | None = None
-        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
-        self._pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
-        self._topic_queues: dict[str, list[MessageQueue]] = {}
+        #: the owned queues: a process queue and a pull task each (see pymq.client.rebalance)
+        self.ownership = QueueOwnership(
+            group, clock, start_offset=self._start_offset, commit=self._commit_released, pull=self._pull_loop
+        )
         self._rebalance_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self._started = False
@@ -103,7 +100,7 @@ class ConsumerBase:
         """Consume ``topic`` messages whose tag matches ``expression`` (``*`` or ``TagA || TagB``)."""
         if self._started:
             raise ClientError("subscribe before start()")
-        self.subscriptions[topic] = Subscription.parse(topic, expression, int(time.time() * 1000))
+        self.subscriptions[topic] = Subscription.parse(topic, expression, self.clock.time_ms())
 
     # --- lifecycle ------------------------------------------------------------------------------------------
 
@@ -112,7 +109,7 @@ class ConsumerBase:
             return self
         if not self.subscriptions:
             raise ClientError("subscribe to at least one topic before start()")
-        inst = ClientInstance.acquire(self.namesrv, **self._client_options)
+        inst = ClientInstance.acquire(self.namesrv, clock=self.clock, **self._client_options)
         if self.group in inst.consumers:
             await inst.release()
             raise ClientError(f"consumer group {self.group} is already started in client {inst.client_id}")
@@ -149,18 +146,13 @@ class ConsumerBase:
         """Stop pulling, let in-flight consumption finish, commit offsets, leave the group."""
         if not self._started or self._closing:
             return
-        self._closing = True
+        self._closing = self.ownership.closing = True
         inst = self.instance
         assert inst is not None
         # A rebalance already under way may still take queues: let it finish (later ones see
         # _closing and do nothing), so that no pull task starts after these are stopped.
         async with self._rebalance_lock:
-            for task in self._pull_tasks.values():
-                task.cancel()
-            for task in list(self._pull_tasks.values()):
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            self._pull_tasks.clear()
+            await self.ownership.stop_all()
         # Consumption in flight finishes and moves the offsets before they are committed.
         await self._on_close()
         for pq in self.process_queues.values():
@@ -200,9 +192,6 @@ class ConsumerBase:
     def topics_of_interest(self) -> list[str]:
         return list(self.subscriptions)
 
-    def route_changed(self, topic: str, route: TopicRouteData) -> None:
-        self._topic_queues[topic] = read_queues(topic, route)
-
     # --- rebalance ---------------------------------------------------------------------------------------
 
     async def rebalance(self) -> None:
@@ -214,73 +203,21 @@ class ConsumerBase:
     async def _do_rebalance(self) -> None:
         inst = self._instance()
         for topic in list(self.subscriptions):
-            mq_all = self._topic_queues.get(topic)
-            if mq_all is None:
-                route = await inst.update_route(topic)
-                mq_all = self._topic_queues.get(topic, []) if route is not None else []
-            if self.message_model is MessageModel.BROADCASTING:
-                mine = list(mq_all)
-            else:
-                cids = await inst.consumer_ids(self.group, topic)
-                if not cids:
-                    continue  # no broker answered: keep what we have
-                mine = self.allocate_strategy.allocate(self.group, inst.client_id, mq_all, cids)
-            await self._update_queues(topic, set(mine))
+            queues = await inst.routes.read_queues(topic)
+            members = (
+                [] if self.message_model is MessageModel.BROADCASTING else await inst.consumer_ids(self.group, topic)
+            )
+            mine = assign(self.message_model, self.allocate_strategy, self.group, inst.client_id, queues, members)
+            if mine is not None:
+                await self.ownership.update(topic, mine)
 
-    async def _update_queues(self, topic: str, mine: set[MessageQueue]) -> None:
-        current = {mq for mq in self.process_queues if mq.topic == topic}
-        for mq in sorted(current - mine):
-            await self._release_queue(mq)
-        for mq in sorted(mine - current):
-            if self._closing:
-                break  # close() is waiting for this rebalance: take nothing more
-            # Lock first, then read the offset (as RocketMQ does): a previous orderly owner
-            # commits before it unlocks, so its last commit is in once the lock is ours.
-            if not await self._can_take(mq):
-                continue
-            offset = await self._start_offset(mq)
-            if offset < 0:
-                await self._after_queue_released(mq)  # not taken after all: give the lock back
-                continue
-            self.process_queues[mq] = pq = ProcessQueue()
-            self._on_queue_taken(mq, pq)
-            self._pull_tasks[mq] = asyncio.ensure_future(self._pull_loop(mq, pq, offset))
-            log.info("queue_assigned", group=self.group, queue=str(mq), offset=offset)
-        if (current - mine) or (mine - current):
-            log.info("rebalanced", group=self.group, topic=topic, queues=len(mine))
-
-    async def _can_take(self, mq: MessageQueue) -> bool:
-        """Orderly consumers lock the queue on its master first."""
-        return True
-
-    def _on_queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        return None
-
-    async def _release_queue(self, mq: MessageQueue) -> None:
-        pq = self.process_queues.pop(mq, None)
-        task = self._pull_tasks.pop(mq, None)
-        if pq is not None:
-            pq.dropped = True
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        await self._on_queue_released(mq, pq)
+    async def _commit_released(self, mq: MessageQueue) -> None:
+        """A queue was given up: commit its offset and forget it."""
         store = self.offset_store
         assert store is not None
         with contextlib.suppress(PymqError):
             await store.persist([mq])
         store.remove(mq)
-        await self._after_queue_released(mq)
-        log.info("queue_released", group=self.group, queue=str(mq))
-
-    async def _on_queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
-        """After pulling stopped, before the offset is committed (orderly: let the batch finish)."""
-        return None
-
-    async def _after_queue_released(self, mq: MessageQueue) -> None:
-        """After the offset is committed (orderly: release the broker lock)."""
-        return None
 
     async def _start_offset(self, mq: MessageQueue) -> int:
         store = self.offset_store
@@ -294,9 +231,7 @@ class ConsumerBase:
             if self.consume_from_where is ConsumeFromWhere.FIRST_OFFSET:
                 return await self._queue_offset(RequestCode.GET_MIN_OFFSET, mq)
             if self.consume_from_where is ConsumeFromWhere.TIMESTAMP:
-                ts = (
-                    self.consume_timestamp if self.consume_timestamp is not None else int(time.time() * 1000) - 1800_000
-                )
+                ts = self.consume_timestamp if self.consume_timestamp is not None else self.clock.time_ms() - 1800_000
                 return await self._queue_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, mq, ts)
             return await self._queue_offset(RequestCode.GET_MAX_OFFSET, mq)
         except PymqError as exc:
@@ -308,10 +243,8 @@ class ConsumerBase:
         addr = inst.broker_addr(mq.brokerName, master_only=False)
         if addr is None:
             raise PymqError(f"no address for broker {mq.brokerName}")
-        ext: dict[str, Any] = {"topic": mq.topic, "queueId": mq.queueId}
-        if timestamp is not None:
-            ext["timestamp"] = timestamp
-        resp = await inst.rpc.invoke_ok(addr, Command.request(code, ext), inst.config.rpc_timeout_seconds)
+        cmd = broker_api.queue_offset(code, mq.topic, mq.queueId, timestamp)
+        resp = await inst.rpc.invoke_ok(addr, cmd, inst.config.rpc_timeout_seconds)
         return int(resp.ext.get("offset", 0))
 
     # --- pulling ---------------------------------------------------------------------------------------------
@@ -351,7 +284,7 @@ class ConsumerBase:
                 continue
             if pq.dropped:
                 return
-            pq.last_pull_time = time.monotonic()
+            pq.last_pull_time = self.clock.monotonic()
             offset = await self._handle_pull(mq, pq, offset, result)
 
     def _flow_control_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
@@ -391,7 +324,7 @@ class ConsumerBase:
         self.offset_store.update(mq, offset, increase_only=True)
 
     @abstractmethod
-    async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[Any]) -> None:
+    async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         """Hand pulled messages to the consumption side (listener or poll buffer)."""
 
     # --- offsets ---------------------------------------------------------------------------------------------
@@ -412,20 +345,17 @@ class ConsumerBase:
         store = self.offset_store
         assert store is not None
         for mq, offset in table.items():
-            old = self.process_queues.get(mq)
-            if old is None:
+            if mq not in self.process_queues:
                 continue
-            # Not _release_queue: that would commit the old offset over the reset one.
-            old.dropped = True
-            task = self._pull_tasks.pop(mq, None)
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            store.update(mq, offset)
-            self.process_queues[mq] = pq = ProcessQueue()
-            self._pull_tasks[mq] = asyncio.ensure_future(self._pull_loop(mq, pq, offset))
+            # Not a release: that would commit the old offset over the reset one.
+            await self.ownership.restart(mq, offset)
+            store.update(mq, offset)  # before the new pull task first runs
             log.info("offset_reset", group=self.group, queue=str(mq), offset=offset)
+
+    @property
+    def process_queues(self) -> dict[MessageQueue, ProcessQueue]:
+        """The owned queues and their in-flight messages."""
+        return self.ownership.process_queues
 
     def assigned_queues(self) -> list[MessageQueue]:
         return sorted(self.process_queues)

@@ -1,6 +1,7 @@
 """The client instance: what every producer and consumer of one client id shares.
 
-One connection per broker, the route cache, heartbeats to every broker, route refresh,
+One connection per broker, the route cache (:class:`~pymq.client.routes.RouteCache`, the
+only copy of route data in the client), heartbeats to every broker, route refresh,
 rebalance and offset persistence run here, once per client id (``ip@instance``) and event
 loop. Producers and consumers acquire the instance when they start and release it when
 they stop; the last release closes it.
@@ -11,21 +12,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
+from pymq.client import broker_api
 from pymq.client.namesrv import NamesrvClient, parse_addrs
+from pymq.client.routes import RouteCache
+from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.config import ClientConfig
 from pymq.errors import PymqError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
-from pymq.protocol.headers import decode_body, encode_body
+from pymq.protocol.headers import decode_body
 from pymq.protocol.route import MASTER_ID, MessageQueue, TopicRouteData
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.net import local_ip
-from pymq.transport.periodic import every
 
 if TYPE_CHECKING:
     from pymq.transport.connection import Connection
@@ -33,24 +36,38 @@ if TYPE_CHECKING:
 log = get_logger("client")
 
 
-class ClientMember:
+class ClientMember(Protocol):
     """What the instance needs from a producer or consumer registered with it."""
 
     group: str
 
-    def heartbeat_data(self) -> dict[str, Any] | None: ...
+    def heartbeat_data(self) -> dict[str, Any] | None:
+        """This member's entry in the heartbeat (None: producers send only their group)."""
+        ...
 
-    def topics_of_interest(self) -> list[str]: ...
+    def topics_of_interest(self) -> list[str]:
+        """Topics whose routes the instance keeps fresh for this member."""
+        ...
 
-    def route_changed(self, topic: str, route: TopicRouteData) -> None: ...
+
+class ConsumerMember(ClientMember, Protocol):
+    """A consumer: the instance drives its rebalance and offset persistence."""
+
+    async def rebalance(self) -> None: ...
+
+    async def persist_offsets(self) -> None: ...
+
+    def reset_offsets(self, table: dict[MessageQueue, int]) -> None: ...
 
 
 class ClientInstance:
     _registry: dict[tuple[str, int], ClientInstance] = {}
 
-    def __init__(self, config: ClientConfig, client_id: str) -> None:
+    def __init__(self, config: ClientConfig, client_id: str, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.client_id = client_id
+        #: drives route refresh, heartbeats, offset persistence and rebalance (a FakeClock in tests)
+        self.clock = clock
         self.dispatcher = Dispatcher(
             {
                 RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
@@ -60,10 +77,10 @@ class ClientInstance:
         )
         self.rpc = RpcClient(self.dispatcher)
         self.namesrv = NamesrvClient(self.rpc, config.namesrv_addrs, config.rpc_timeout_seconds)
-        self.routes: dict[str, TopicRouteData] = {}
-        self.broker_addrs: dict[str, dict[int, str]] = {}
+        #: the one route cache of this client id: producers and consumers ask it for queues
+        self.routes = RouteCache(self.namesrv.route_or_none)
         self.producers: dict[str, ClientMember] = {}
-        self.consumers: dict[str, Any] = {}
+        self.consumers: dict[str, ConsumerMember] = {}
         self._refs = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._rebalance_now = asyncio.Event()
@@ -73,8 +90,8 @@ class ClientInstance:
     # --- lifecycle ---------------------------------------------------------------------------------------
 
     @classmethod
-    def acquire(cls, namesrv: str | list[str], **options: Any) -> ClientInstance:
-        """The instance for this client id on the running loop, created on first use."""
+    def acquire(cls, namesrv: str | list[str], *, clock: Clock | None = None, **options: Any) -> ClientInstance:
+        """The instance for this client id on the running loop, created on first use (with ``clock``)."""
         config = ClientConfig(namesrv_addrs=parse_addrs(namesrv), **options)
         instance_name = config.instance_name or str(os.getpid())
         client_id = f"{config.client_ip or local_ip()}@{instance_name}"
@@ -84,7 +101,7 @@ class ClientInstance:
             # Another loop in this process already uses the id: keep ids unique per connection.
             if any(k[0] == client_id for k in cls._registry):
                 client_id = f"{client_id}#{sum(1 for k in cls._registry if k[0].startswith(client_id)) + 1}"
-            inst = cls(config, client_id)
+            inst = cls(config, client_id, clock or SYSTEM_CLOCK)
             inst._key = key
             cls._registry[key] = inst
         inst._refs += 1
@@ -95,9 +112,9 @@ class ClientInstance:
             return
         self._started = True
         cfg = self.config
-        self._spawn(every(cfg.poll_namesrv_interval_seconds, self.refresh_routes), "route-refresh")
-        self._spawn(every(cfg.heartbeat_interval_seconds, self.send_heartbeat_to_all), "heartbeat")
-        self._spawn(every(cfg.persist_offset_interval_seconds, self.persist_offsets), "offset-persist")
+        self._spawn(self._every(cfg.poll_namesrv_interval_seconds, self.refresh_routes), "route-refresh")
+        self._spawn(self._every(cfg.heartbeat_interval_seconds, self.send_heartbeat_to_all), "heartbeat")
+        self._spawn(self._every(cfg.persist_offset_interval_seconds, self.persist_offsets), "offset-persist")
         self._spawn(self._rebalance_loop(), "rebalance")
 
     async def release(self) -> None:
@@ -114,6 +131,17 @@ class ClientInstance:
         self._tasks.clear()
         await self.rpc.close()
 
+    async def _every(self, interval: float, fn: Callable[[], Awaitable[None]]) -> None:
+        """Call ``fn`` every ``interval`` seconds of the instance's clock; a failure does not stop it."""
+        while True:
+            await self.clock.sleep(interval)
+            try:
+                await fn()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("periodic_task_failed", task=getattr(fn, "__name__", "?"))
+
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         task = asyncio.ensure_future(coro)
         task.set_name(f"pymq-client-{name}")
@@ -122,17 +150,8 @@ class ClientInstance:
     # --- routes ------------------------------------------------------------------------------------------
 
     async def update_route(self, topic: str) -> TopicRouteData | None:
-        """Fetch a topic's route and tell interested members; None when the topic has no route."""
-        route = await self.namesrv.route_or_none(topic)
-        if route is None:
-            return None
-        self.routes[topic] = route
-        for bd in route.brokerDatas:
-            self.broker_addrs[bd.brokerName] = dict(bd.brokerAddrs)
-        for member in [*self.producers.values(), *self.consumers.values()]:
-            if topic in member.topics_of_interest():
-                member.route_changed(topic, route)
-        return route
+        """Fetch a topic's route into the cache now; None when the topic has no route."""
+        return await self.routes.update(topic)
 
     async def refresh_routes(self) -> None:
         topics = set()
@@ -145,63 +164,42 @@ class ClientInstance:
                 log.warning("route_refresh_failed", topic=topic, reason=str(exc))
 
     def broker_addr(self, broker_name: str, *, master_only: bool = True) -> str | None:
-        addrs = self.broker_addrs.get(broker_name)
-        if not addrs:
-            return None
-        if MASTER_ID in addrs:
-            return addrs[MASTER_ID]
-        if master_only:
-            return None
-        return addrs[min(addrs)]
+        return self.routes.broker_addr(broker_name, master_only=master_only)
 
     def all_broker_addrs(self) -> list[str]:
-        return sorted({a for addrs in self.broker_addrs.values() for a in addrs.values()})
+        return self.routes.all_broker_addrs()
 
     # --- heartbeats --------------------------------------------------------------------------------------
 
-    def heartbeat_body(self) -> bytes:
-        producers = [{"groupName": g} for g in self.producers]
+    def heartbeat(self) -> Command:
+        """One HEART_BEAT for every broker: this client's producer groups and consumers."""
         consumers = [d for c in self.consumers.values() if (d := c.heartbeat_data())]
-        return encode_body(
-            {
-                "clientID": self.client_id,
-                "language": "PYTHON",
-                "producerDataSet": producers,
-                "consumerDataSet": consumers,
-            }
-        )
+        return broker_api.heartbeat(self.client_id, list(self.producers), consumers)
 
     async def send_heartbeat_to_all(self) -> None:
         if not self.producers and not self.consumers:
             return
-        body = self.heartbeat_body()
+        cmd = self.heartbeat()
         has_consumers = bool(self.consumers)
 
         async def one(addr: str) -> None:
             try:
-                await self.rpc.invoke_ok(
-                    addr, Command.request(RequestCode.HEART_BEAT, body=body), self.config.rpc_timeout_seconds
-                )
+                await self.rpc.invoke_ok(addr, cmd, self.config.rpc_timeout_seconds)
             except PymqError as exc:
                 log.debug("heartbeat_failed", broker=addr, reason=str(exc))
 
         targets = []
-        for addrs in self.broker_addrs.values():
+        for addrs in self.routes.broker_addrs.values():
             for bid, addr in addrs.items():
                 if bid == MASTER_ID or has_consumers:
                     targets.append(addr)
         await asyncio.gather(*(one(a) for a in sorted(set(targets))))
 
     async def unregister(self, producer_group: str | None = None, consumer_group: str | None = None) -> None:
-        ext: dict[str, Any] = {"clientID": self.client_id}
-        if producer_group:
-            ext["producerGroup"] = producer_group
-        if consumer_group:
-            ext["consumerGroup"] = consumer_group
-
         async def one(addr: str) -> None:
+            cmd = broker_api.unregister_client(self.client_id, producer_group, consumer_group)
             with contextlib.suppress(PymqError):
-                await self.rpc.invoke_ok(addr, Command.request(RequestCode.UNREGISTER_CLIENT, dict(ext)), 2.0)
+                await self.rpc.invoke_ok(addr, cmd, 2.0)
 
         await asyncio.gather(*(one(a) for a in self.all_broker_addrs()))
 
@@ -211,9 +209,15 @@ class ClientInstance:
         self._rebalance_now.set()
 
     async def _rebalance_loop(self) -> None:
+        """Rebalance every ``rebalance_interval_seconds`` of the clock, and at once when triggered."""
         while True:
-            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                await asyncio.wait_for(self._rebalance_now.wait(), self.config.rebalance_interval_seconds)
+            interval = asyncio.ensure_future(self.clock.sleep(self.config.rebalance_interval_seconds))
+            triggered = asyncio.ensure_future(self._rebalance_now.wait())
+            try:
+                await asyncio.wait((interval, triggered), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                interval.cancel()
+                triggered.cancel()
             self._rebalance_now.clear()
             await self.rebalance_all()
 
@@ -235,7 +239,7 @@ class ClientInstance:
 
     async def consumer_ids(self, group: str, topic: str) -> list[str]:
         """The group's members as one broker of ``topic`` knows them."""
-        route = self.routes.get(topic) or await self.update_route(topic)
+        route = await self.routes.get(topic)
         if route is None:
             return []
         for bd in sorted(route.brokerDatas, key=lambda b: b.brokerName):
@@ -245,7 +249,7 @@ class ClientInstance:
             try:
                 resp = await self.rpc.invoke_ok(
                     addr,
-                    Command.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}),
+                    broker_api.consumer_group(RequestCode.GET_CONSUMER_LIST_BY_GROUP, group),
                     self.config.rpc_timeout_seconds,
                 )
             except PymqError:

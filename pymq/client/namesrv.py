@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from pymq.client import broker_api
 from pymq.errors import PymqError, TopicNotExistError, TransportError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
@@ -50,7 +51,7 @@ class NamesrvClient:
 
     async def route(self, topic: str) -> TopicRouteData:
         """The topic's route; raises :class:`TopicNotExistError` when no nameserver knows it."""
-        resp = await self.invoke(Command.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+        resp = await self.invoke(broker_api.topic_request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic))
         data = decode_body(resp.body, "route")
         try:
             return TopicRouteData.from_dict(data)
@@ -64,9 +65,10 @@ class NamesrvClient:
             return None
 
     async def cluster_info(self) -> dict[str, Any]:
-        resp = await self.invoke(Command.request(RequestCode.GET_BROKER_CLUSTER_INFO))
-        return decode_body(resp.body, "cluster info")
+        resp = await self.invoke(broker_api.plain(RequestCode.GET_BROKER_CLUSTER_INFO))
+        info: dict[str, Any] = decode_body(resp.body, "cluster info")
+        return info
 
     async def topics(self) -> list[str]:
-        resp = await self.invoke(Command.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+        resp = await self.invoke(broker_api.plain(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
         return list(decode_body(resp.body, "topic list").get("topicList", []))

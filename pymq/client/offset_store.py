@@ -7,11 +7,10 @@ import os
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+from pymq.client import broker_api
 from pymq.client.instance import ClientInstance
 from pymq.errors import PymqError, QueryNotFoundError
 from pymq.logs import get_logger
-from pymq.protocol.codes import RequestCode
-from pymq.protocol.frame import Command
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.offsets")
@@ -65,10 +64,7 @@ class RemoteOffsetStore(OffsetStore):
         addr = await self._addr(mq)
         if addr is None:
             raise PymqError(f"no master for broker {mq.brokerName}")
-        cmd = Command.request(
-            RequestCode.QUERY_CONSUMER_OFFSET,
-            {"consumerGroup": self.group, "topic": mq.topic, "queueId": mq.queueId},
-        )
+        cmd = broker_api.query_consumer_offset(self.group, mq.topic, mq.queueId)
         try:
             resp = await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
         except QueryNotFoundError:
@@ -85,15 +81,7 @@ class RemoteOffsetStore(OffsetStore):
             addr = await self._addr(mq)
             if addr is None:
                 continue
-            cmd = Command.request(
-                RequestCode.UPDATE_CONSUMER_OFFSET,
-                {
-                    "consumerGroup": self.group,
-                    "topic": mq.topic,
-                    "queueId": mq.queueId,
-                    "commitOffset": offset,
-                },
-            )
+            cmd = broker_api.update_consumer_offset(self.group, mq.topic, mq.queueId, offset)
             try:
                 await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
             except PymqError as exc:

@@ -7,14 +7,15 @@ a crash re-delivers rather than loses it (at least once).
 
 from __future__ import annotations
 
-import time
 from collections import deque
 
+from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.protocol.message import MessageExt
 
 
 class ProcessQueue:
     __slots__ = (
+        "_clock",
         "_in_flight",
         "_order",
         "consuming",
@@ -27,7 +28,8 @@ class ProcessQueue:
         "size",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self._in_flight: dict[int, MessageExt] = {}
         # offsets in pull order (increasing); entries already consumed are skipped lazily
         self._order: deque[int] = deque()
@@ -36,8 +38,7 @@ class ProcessQueue:
         self.dropped = False
         self.locked = False
         self.consuming = False
-        self.last_pull_time = time.monotonic()
-        self.last_consume_time = time.monotonic()
+        self.last_pull_time = self.last_consume_time = clock.monotonic()
         self.last_lock_time = 0.0
 
     @property
@@ -60,7 +61,7 @@ class ProcessQueue:
         for m in msgs:
             if self._in_flight.pop(m.queue_offset, None) is not None:
                 self.size -= len(m.body)
-        self.last_consume_time = time.monotonic()
+        self.last_consume_time = self._clock.monotonic()
         return self.commit_offset()
 
     def commit_offset(self) -> int:
@@ -85,7 +86,7 @@ class ProcessQueue:
 
     def take_in_order(self, n: int) -> list[MessageExt]:
         """The ``n`` lowest in-flight messages, in offset order (orderly consumption)."""
-        out = []
+        out: list[MessageExt] = []
         for off in sorted(self._in_flight)[:n]:
             out.append(self._in_flight[off])
         return out

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from pymq.client import broker_api
 from pymq.client.instance import ClientInstance
+from pymq.client.routes import AUTO_CREATE_TOPIC, RouteCache
 from pymq.client.selectors import (
     LatencyAwareSelector,
     MessageQueueSelector,
     QueueSelectionStrategy,
     RoundRobinSelector,
-    write_queues,
 )
 from pymq.errors import (
     ClientError,
@@ -40,16 +41,15 @@ from pymq.errors import (
     error_for_response,
 )
 from pymq.logs import get_logger
-from pymq.protocol.codes import RequestCode, ResponseCode
-from pymq.protocol.frame import Command
+from pymq.protocol.codes import ResponseCode
 from pymq.protocol.message import Message, Prop, UniqueIdGenerator
 from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, offset_msg_id, pack_host
-from pymq.protocol.requests import AUTO_CREATE_TOPIC
-from pymq.protocol.route import MessageQueue, TopicRouteData
+from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.producer")
 
-_STORED_CODES = {
+__all__ = ["AUTO_CREATE_TOPIC", "Producer", "SendResult", "SendStatus"]
+_STORED_CODES: dict[int, str] = {
     ResponseCode.SUCCESS: "SEND_OK",
     ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
     ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
@@ -121,7 +121,9 @@ class Producer:
         )
         self._client_options = client_options
         self.instance: ClientInstance | None = None
-        self._queues: dict[str, list[MessageQueue]] = {}
+        self._routes: RouteCache | None = None
+        #: topics sent to, refreshed by the instance (the queues themselves live in its route cache)
+        self._topics: set[str] = set()
         self._ids: UniqueIdGenerator | None = None
         self._born_host = b"\x00" * 8
         self._callbacks: set[asyncio.Task[Any]] = set()
@@ -138,6 +140,7 @@ class Producer:
             await self.instance.release()
             raise ClientError(f"producer group {self.group} is already started in client {self.instance.client_id}")
         self.instance.producers[self.group] = self
+        self._routes = self.instance.routes
         ip = self.instance.client_id.split("@", 1)[0]
         self._ids = UniqueIdGenerator(ip)
         self._born_host = pack_host(ip, 0)
@@ -169,10 +172,7 @@ class Producer:
         return None
 
     def topics_of_interest(self) -> list[str]:
-        return list(self._queues)
-
-    def route_changed(self, topic: str, route: TopicRouteData) -> None:
-        self._queues[topic] = write_queues(topic, route)
+        return list(self._topics)
 
     # --- encoding -----------------------------------------------------------------------------------------
 
@@ -227,28 +227,15 @@ class Producer:
 
     async def queues_for(self, topic: str) -> list[MessageQueue]:
         """The topic's writable queues (fetching the route on first use)."""
-        queues = self._queues.get(topic)
-        if queues:
-            return queues
-        inst = self._instance()
-        route = await inst.update_route(topic)
-        if route is not None:
-            self._queues[topic] = write_queues(topic, route)
-        else:
-            # No route: use the auto-create template topic's brokers (min(4, their queues) each),
-            # like RocketMQ; the broker creates the topic on the first send if it allows it.
-            template = await inst.update_route(AUTO_CREATE_TOPIC)
-            if template is not None:
-                per_broker: dict[str, int] = {}
-                for q in write_queues(AUTO_CREATE_TOPIC, template):
-                    per_broker[q.brokerName] = per_broker.get(q.brokerName, 0) + 1
-                self._queues[topic] = [
-                    MessageQueue(topic, b, i) for b, n in sorted(per_broker.items()) for i in range(min(4, n))
-                ]
-        queues = self._queues.get(topic) or []
+        routes = self._routes
+        if routes is not None:
+            queues = routes.cached_write_queues(topic)  # the hot path: one dict lookup
+            if queues:
+                return queues
+        queues = await self._instance().routes.write_queues(topic)
         if not queues:
-            self._queues.pop(topic, None)
             raise NoRouteError(f"No route info of this topic: {topic} (create it with pymq-admin topic-create)")
+        self._topics.add(topic)
         return queues
 
     def _instance(self) -> ClientInstance:
@@ -277,9 +264,7 @@ class Producer:
         """
         self._check(msg)
         record, uniq = self._encode(msg)
-        return await self._send_record(
-            msg.topic, record, [uniq], RequestCode.SEND_MESSAGE, msg, selector, arg, queue, timeout
-        )
+        return await self._send_record(msg.topic, record, [uniq], False, msg, selector, arg, queue, timeout)
 
     async def send_batch(
         self, messages: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
@@ -302,9 +287,7 @@ class Producer:
         total = sum(len(r) for r in records)
         if total > self.max_message_size:
             raise MessageTooLargeError(f"batch of {total} bytes exceeds {self.max_message_size}; send smaller batches")
-        return await self._send_record(
-            topic, b"".join(records), ids, RequestCode.SEND_BATCH_MESSAGE, None, None, None, queue, timeout
-        )
+        return await self._send_record(topic, b"".join(records), ids, True, None, None, None, queue, timeout)
 
     def send_with_callback(
         self, msg: Message, callback: Callable[[SendResult | None, BaseException | None], Any], **kwargs: Any
@@ -340,19 +323,14 @@ class Producer:
         addr = inst.broker_addr(mq.brokerName)
         if addr is None:
             raise NoRouteError(f"no master address for broker {mq.brokerName}")
-        cmd = Command.request(
-            RequestCode.SEND_MESSAGE,
-            {"topic": msg.topic, "queueId": mq.queueId, "producerGroup": self.group},
-            record,
-        )
-        await inst.rpc.invoke_oneway(addr, cmd)
+        await inst.rpc.invoke_oneway(addr, broker_api.send_message(msg.topic, mq.queueId, self.group, record))
 
     async def _send_record(
         self,
         topic: str,
         body: bytes,
         ids: list[str],
-        code: int,
+        batch: bool,
         msg: Message | None,
         selector: MessageQueueSelector | None,
         arg: Any,
@@ -387,32 +365,32 @@ class Producer:
                     last_error = NoRouteError(f"no master address for broker {mq.brokerName}")
                     continue
             started = loop.time()
-            cmd = Command.request(code, {"topic": topic, "queueId": mq.queueId, "producerGroup": self.group}, body)
+            cmd = broker_api.send_message(topic, mq.queueId, self.group, body, batch=batch)
             try:
                 resp = await inst.rpc.invoke(addr, cmd, remaining)
             except TransportError as exc:
                 self.selector.update(mq.brokerName, (loop.time() - started) * 1000, True)
                 last_error = exc
                 if isinstance(exc, ConnectError | ConnectionClosedError):
-                    self._queues.pop(topic, None)  # the broker may be gone: fetch the route again
+                    inst.routes.forget_write_queues(topic)  # the broker may be gone: fetch the route again
                 continue
             self.selector.update(mq.brokerName, (loop.time() - started) * 1000, False)
             status = _STORED_CODES.get(resp.code)
             if status is not None:
-                ext = resp.ext
+                queue_id, queue_offset, commit_log_offsets = broker_api.read_send_response(resp, mq.queueId)
                 return SendResult(
                     SendStatus(status),
                     ids[0],
-                    MessageQueue(topic, mq.brokerName, int(ext.get("queueId", mq.queueId))),
-                    int(ext.get("queueOffset", -1)),
+                    MessageQueue(topic, mq.brokerName, queue_id),
+                    queue_offset,
                     ids,
-                    list(ext.get("commitLogOffsets") or []),
+                    commit_log_offsets,
                     addr,
                 )
             err = error_for_response(resp.code, resp.remark, addr)
             last_error = err
             if err.invalid_route:
-                self._queues.pop(topic, None)
+                inst.routes.forget_write_queues(topic)
             if not err.retriable:
                 raise err
             if resp.code in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE):

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
+from pymq.client import broker_api
 from pymq.client.consumer_types import PullStatus
 from pymq.client.instance import ClientInstance
 from pymq.errors import NoRouteError, error_for_response
-from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.codes import ResponseCode
 from pymq.protocol.filter import Subscription
-from pymq.protocol.frame import Command
 from pymq.protocol.message import MessageExt, Prop, iter_messages
-from pymq.protocol.requests import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION, FLAG_SUSPEND, RETRY_PREFIX
+from pymq.protocol.requests import RETRY_PREFIX
 from pymq.protocol.route import MessageQueue
 
-_STATUS = {
+_STATUS: dict[int, PullStatus] = {
     ResponseCode.SUCCESS: PullStatus.FOUND,
     ResponseCode.PULL_NOT_FOUND: PullStatus.NO_NEW_MSG,
     ResponseCode.PULL_RETRY_IMMEDIATELY: PullStatus.NO_MATCHED_MSG,
@@ -50,38 +51,28 @@ async def pull(
         addr = instance.broker_addr(mq.brokerName, master_only=False)
         if addr is None:
             raise NoRouteError(f"no address for broker {mq.brokerName}")
-    flags = FLAG_SUBSCRIPTION
-    if commit_offset >= 0:
-        flags |= FLAG_COMMIT_OFFSET
-    if suspend_ms > 0:
-        flags |= FLAG_SUSPEND
-    ext = {
-        "consumerGroup": group,
-        "topic": mq.topic,
-        "queueId": mq.queueId,
-        "queueOffset": offset,
-        "maxMsgNums": max_nums,
-        "sysFlag": flags,
-        "commitOffset": commit_offset,
-        "suspendTimeoutMillis": suspend_ms,
-        "subscription": sub.expression,
-        "subVersion": sub.version,
-    }
-    resp = await instance.rpc.invoke(addr, Command.request(RequestCode.PULL_MESSAGE, ext), timeout)
+    cmd = broker_api.pull_message(
+        group,
+        mq,
+        offset,
+        max_nums=max_nums,
+        subscription=sub,
+        commit_offset=commit_offset,
+        suspend_ms=suspend_ms,
+    )
+    resp = await instance.rpc.invoke(addr, cmd, timeout)
     status = _STATUS.get(resp.code)
     if status is None:
         raise error_for_response(resp.code, resp.remark, addr)
-    e = resp.ext
-    result = PullResult(
-        status, int(e.get("nextBeginOffset", offset)), int(e.get("minOffset", 0)), int(e.get("maxOffset", 0))
-    )
+    result = PullResult(status, *broker_api.read_pull_offsets(resp, offset))
     if status is PullStatus.FOUND:
-        result.messages = decode_pulled(resp.body, mq, sub)
+        # A received body is one buffer (bytes or a view of the read buffer), never a list of them.
+        result.messages = decode_pulled(cast(bytes | memoryview, resp.body), mq, sub)
     return result
 
 
 def decode_pulled(body: bytes | memoryview, mq: MessageQueue, sub: Subscription) -> list[MessageExt]:
-    msgs = []
+    msgs: list[MessageExt] = []
     tags = sub.tags
     retry = mq.topic.startswith(RETRY_PREFIX)
     for m in iter_messages(body, broker_name=mq.brokerName):

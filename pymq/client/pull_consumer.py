@@ -66,17 +66,14 @@ class PullConsumer(ConsumerBase):
 
     async def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
         """Every readable queue of a topic (for ``assign``)."""
-        inst = self._instance()
-        if topic not in self._topic_queues:
-            await inst.update_route(topic)
-        return list(self._topic_queues.get(topic, []))
+        return list(await self._instance().routes.read_queues(topic))
 
     async def _do_rebalance(self) -> None:
         if self._assigned is None:
             await super()._do_rebalance()
             return
         for topic in {mq.topic for mq in self._assigned}:
-            await self._update_queues(topic, {mq for mq in self._assigned if mq.topic == topic})
+            await self.ownership.update(topic, {mq for mq in self._assigned if mq.topic == topic})
 
     # --- polling -------------------------------------------------------------------------------------------
 
@@ -159,17 +156,9 @@ class PullConsumer(ConsumerBase):
         """Make the next messages of ``mq`` come from ``offset``."""
         if mq not in self.process_queues:
             raise ClientError(f"{mq} is not assigned to this consumer")
-        old = self.process_queues[mq]
-        old.dropped = True
-        task = self._pull_tasks.pop(mq, None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await self.ownership.restart(mq, offset)
         self._consumed.pop(mq, None)
-        self.offset_store.update(mq, offset)  # type: ignore[union-attr]
-        self.process_queues[mq] = pq = ProcessQueue()
-        self._pull_tasks[mq] = asyncio.ensure_future(self._pull_loop(mq, pq, offset))
+        self.offset_store.update(mq, offset)  # type: ignore[union-attr]  # before the new pull task first runs
 
     async def seek_to_timestamp(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """Seek to the first message stored at or after ``timestamp_ms``; returns that offset."""

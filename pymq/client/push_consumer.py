@@ -22,21 +22,19 @@ order under a broker lock.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pymq.client.consume_concurrent import ConcurrentConsumeService
+from pymq.client.consume_orderly import BrokerQueueLocks, OrderlyConsumeService
+from pymq.client.consume_service import ConsumeContext, ConsumeService, ConsumeSettings, Listener
 from pymq.client.consumer_base import ConsumerBase
 from pymq.client.consumer_types import ConsumeOrderlyResult, ConsumeResult, MessageModel
 from pymq.client.process_queue import ProcessQueue
+from pymq.client.send_back import send_back
 from pymq.errors import ClientError
 from pymq.protocol.message import MessageExt
 from pymq.protocol.route import MessageQueue
-
-Listener = Callable[[list[MessageExt]], Any]
-
-PULL_DELAY_FLOW_CONTROL = 0.05
 
 
 class PushConsumer(ConsumerBase):
@@ -72,7 +70,8 @@ class PushConsumer(ConsumerBase):
         self.lock_valid_seconds = lock_valid_seconds
         self._listener: Listener | None = None
         self._orderly = False
-        self.service: Any = None
+        #: chosen at start by the kind of listener; every consumption hook goes to it
+        self.service: ConsumeService | None = None
         self.executor: ThreadPoolExecutor | None = None
 
     # --- listeners ------------------------------------------------------------------------------------------
@@ -116,19 +115,48 @@ class PushConsumer(ConsumerBase):
     # --- lifecycle ------------------------------------------------------------------------------------------
 
     async def _on_start(self) -> None:
-        if self._listener is None:
+        listener = self._listener
+        if listener is None:
             raise ClientError("register a listener before start()")
         if not self.is_async_listener:
             self.executor = ThreadPoolExecutor(
                 self.consume_concurrency, thread_name_prefix=f"pymq-consume-{self.group}"
             )
+        ctx = self._consume_context(listener)
         if self._orderly:
-            from pymq.client.consume_orderly import OrderlyConsumeService
-
-            self.service = OrderlyConsumeService(self, self._listener)
+            inst = self._instance()
+            self.service = OrderlyConsumeService(ctx, BrokerQueueLocks(inst, self.group))
         else:
-            self.service = ConcurrentConsumeService(self, self._listener)
+            self.service = ConcurrentConsumeService(ctx)
+        # Queues change hands through the service (orderly: lock, finish the batch, unlock).
+        self.ownership.hooks = self.service
         await self.service.start()
+
+    def _consume_context(self, listener: Listener) -> ConsumeContext:
+        """What the consume service gets instead of this consumer."""
+        inst = self._instance()
+        store = self.offset_store
+        assert store is not None
+        group = self.group
+
+        async def back(msg: MessageExt, delay_level: int, max_reconsume_times: int | None) -> bool:
+            return await send_back(inst, group, msg, delay_level=delay_level, max_reconsume_times=max_reconsume_times)
+
+        settings = ConsumeSettings(
+            group=group,
+            clustering=self.message_model is MessageModel.CLUSTERING,
+            concurrency=self.consume_concurrency,
+            batch_max_size=self.consume_batch_max_size,
+            max_span=self.consume_concurrently_max_span,
+            max_reconsume_times=self.max_reconsume_times,
+            timeout=self.consume_timeout,
+            suspend_current_queue_time=self.suspend_current_queue_time,
+            lock_renew_interval=self.lock_renew_interval,
+            lock_valid_seconds=self.lock_valid_seconds,
+        )
+        return ConsumeContext(
+            settings, listener, self.executor, self.process_queues, store, back, self.persist_offsets, self.clock
+        )
 
     async def _on_close(self) -> None:
         if self.service is not None:
@@ -136,37 +164,18 @@ class PushConsumer(ConsumerBase):
         if self.executor is not None:
             self.executor.shutdown(wait=False, cancel_futures=True)
 
-    # --- hooks from ConsumerBase ---------------------------------------------------------------------------
+    # --- pulling side: what to do with pulled messages and when to pull belong to the service -------------
+
+    def _service(self) -> ConsumeService:
+        service = self.service
+        assert service is not None, "the consume service is created at start"
+        return service
 
     def _flow_control_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
-        delay = super()._flow_control_delay(mq, pq)
-        if delay:
-            return delay
-        if not self._orderly and pq.span > self.consume_concurrently_max_span:
-            return PULL_DELAY_FLOW_CONTROL
-        if self._orderly:
-            return self.service.pull_delay(mq, pq)
-        return 0.0
-
-    async def _can_take(self, mq: MessageQueue) -> bool:
-        if self._orderly and self.message_model is MessageModel.CLUSTERING:
-            return await self.service.lock_for_new_queue(mq)
-        return True
-
-    def _on_queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        if self._orderly:
-            self.service.queue_taken(mq, pq)
+        return super()._flow_control_delay(mq, pq) or self._service().pull_delay(mq, pq)
 
     async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        self.service.submit(mq, pq, msgs)
-
-    async def _on_queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
-        if self.service is not None:
-            await self.service.queue_released(mq, pq)
-
-    async def _after_queue_released(self, mq: MessageQueue) -> None:
-        if self.service is not None and hasattr(self.service, "unlock"):
-            await self.service.unlock([mq])
+        self._service().submit(mq, pq, msgs)
 
 
 __all__ = ["ConsumeOrderlyResult", "ConsumeResult", "Listener", "PushConsumer"]

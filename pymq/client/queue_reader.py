@@ -12,13 +12,14 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
-from pymq.client.consumer_base import read_queues
+from pymq.client import broker_api
 from pymq.client.namesrv import NamesrvClient, parse_addrs
+from pymq.client.routes import read_queues
 from pymq.errors import ClientError, PymqError, QueryNotFoundError, error_for_response
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.frame import Command
 from pymq.protocol.record import records_before
-from pymq.protocol.route import TopicRouteData
+from pymq.protocol.route import MessageQueue, TopicRouteData
 from pymq.transport.client import RpcClient
 from pymq.transport.loop import new_event_loop
 
@@ -83,14 +84,14 @@ class QueueReader:
                 out.extend((mq.topic, mq.brokerName, mq.queueId) for mq in read_queues(topic, route))
             return sorted(out)
 
-        return self._run(all_())
+        queues: list[QueueKey] = self._run(all_())
+        return queues
 
     async def _offset(self, code: int, key: QueueKey, timestamp: int | None = None) -> int:
-        ext: dict[str, Any] = {"topic": key[0], "queueId": key[2]}
-        if timestamp is not None:
-            ext["timestamp"] = timestamp
         addr = await self._addr(key[0], key[1])
-        resp = await self._rpc.invoke_ok(addr, Command.request(code, ext), self.timeout)
+        assert addr is not None
+        cmd = broker_api.queue_offset(code, key[0], key[2], timestamp)
+        resp = await self._rpc.invoke_ok(addr, cmd, self.timeout)
         return int(resp.ext["offset"])
 
     def min_max(self, keys: list[QueueKey]) -> dict[QueueKey, tuple[int, int]]:
@@ -129,16 +130,10 @@ class QueueReader:
         topic, broker, qid = key
         offset = start
         while offset < end:
-            ext = {
-                "consumerGroup": READER_GROUP,
-                "topic": topic,
-                "queueId": qid,
-                "queueOffset": offset,
-                "maxMsgNums": min(MAX_PULL, end - offset),
-                "sysFlag": 0x4,
-                "subscription": tags,
-            }
-            resp = self._run(self._pull(topic, broker, ext))
+            cmd = broker_api.pull_message(
+                READER_GROUP, MessageQueue(topic, broker, qid), offset, max_nums=min(MAX_PULL, end - offset), tags=tags
+            )
+            resp = self._run(self._pull(topic, broker, cmd))
             nxt = int(resp.ext.get("nextBeginOffset", offset))
             if resp.code == ResponseCode.SUCCESS:
                 body = resp.body
@@ -167,10 +162,10 @@ class QueueReader:
                 break
             offset = nxt
 
-    async def _pull(self, topic: str, broker: str, ext: dict[str, Any]) -> Command:
+    async def _pull(self, topic: str, broker: str, cmd: Command) -> Command:
         addr = await self._addr(topic, broker)
         assert addr is not None
-        return await self._rpc.invoke(addr, Command.request(RequestCode.PULL_MESSAGE, ext), self.timeout)
+        return await self._rpc.invoke(addr, cmd, self.timeout)
 
     # --- group offsets --------------------------------------------------------------------------------------
 
@@ -182,8 +177,7 @@ class QueueReader:
             addr = await self._addr(topic, broker, master=True)
             if addr is None:
                 return
-            ext = {"consumerGroup": group, "topic": topic, "queueId": qid, "commitOffset": off}
-            await self._rpc.invoke_ok(addr, Command.request(RequestCode.UPDATE_CONSUMER_OFFSET, ext), self.timeout)
+            await self._rpc.invoke_ok(addr, broker_api.update_consumer_offset(group, topic, qid, off), self.timeout)
 
         async def all_() -> None:
             await asyncio.gather(*(one(k, o) for k, o in offsets.items()))
@@ -198,13 +192,13 @@ class QueueReader:
             addr = await self._addr(topic, broker, master=True)
             if addr is None:
                 return -1
-            ext = {"consumerGroup": group, "topic": topic, "queueId": qid}
             try:
                 resp = await self._rpc.invoke_ok(
-                    addr, Command.request(RequestCode.QUERY_CONSUMER_OFFSET, ext), self.timeout
+                    addr, broker_api.query_consumer_offset(group, topic, qid), self.timeout
                 )
             except QueryNotFoundError:
                 return -1
             return int(resp.ext["offset"])
 
-        return self._run(query())
+        offset: int = self._run(query())
+        return offset

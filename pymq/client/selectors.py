@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from pymq.client.routes import write_queues
 from pymq.errors import NoRouteError
-from pymq.protocol.route import MASTER_ID, MessageQueue, TopicRouteData, perm_writable
+from pymq.protocol.route import MessageQueue
 
 __all__ = [
     "DEFAULT_LATENCY_MAX_MS",
@@ -38,20 +39,6 @@ __all__ = [
 # NOT_AVAILABLE[i] ms.
 DEFAULT_LATENCY_MAX_MS: tuple[float, ...] = (50, 100, 550, 1800, 3000, 5000, 15000)
 DEFAULT_NOT_AVAILABLE_MS: tuple[float, ...] = (0, 0, 2000, 5000, 6000, 10000, 30000)
-
-
-def write_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
-    """The topic's writable queues: brokers sorted by name, each contributing queue ids
-    ``0..writeQueueNums-1``, skipping brokers without write permission or without a master."""
-    result: list[MessageQueue] = []
-    for qd in sorted(route.queueDatas, key=lambda q: q.brokerName):
-        if not perm_writable(qd.perm):
-            continue
-        bd = route.broker(qd.brokerName)
-        if bd is None or MASTER_ID not in bd.brokerAddrs:
-            continue
-        result.extend(MessageQueue(topic, qd.brokerName, i) for i in range(qd.writeQueueNums))
-    return result
 
 
 def _require_queues(queues: Sequence[MessageQueue]) -> None:

@@ -9,10 +9,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from pymq.client import broker_api
 from pymq.errors import PymqError
 from pymq.logs import get_logger
-from pymq.protocol.codes import RequestCode
-from pymq.protocol.frame import Command
 from pymq.protocol.message import MessageExt, Prop
 from pymq.protocol.record import encode_properties, encode_record, pack_host
 from pymq.protocol.requests import RETRY_PREFIX
@@ -39,20 +38,11 @@ async def send_back(
     max_times = -1 if max_reconsume_times is None else max_reconsume_times
     addr = instance.broker_addr(msg.broker_name)
     if addr is not None:
-        ext = {
-            "offset": msg.commitlog_offset,
-            "group": group,
-            "delayLevel": delay_level,
-            "originMsgId": msg.msg_id,
-            "originTopic": msg.topic,
-            "maxReconsumeTimes": max_times,
-        }
+        cmd = broker_api.send_msg_back(
+            group, msg.commitlog_offset, msg.msg_id, msg.topic, delay_level=delay_level, max_reconsume_times=max_times
+        )
         try:
-            await instance.rpc.invoke_ok(
-                addr,
-                Command.request(RequestCode.CONSUMER_SEND_MSG_BACK, ext),
-                instance.config.rpc_timeout_seconds,
-            )
+            await instance.rpc.invoke_ok(addr, cmd, instance.config.rpc_timeout_seconds)
             return True
         except PymqError as exc:
             log.warning("send_back_failed", group=group, msg_id=msg.msg_id, reason=str(exc))
@@ -64,7 +54,7 @@ async def send_back(
 async def _publish_to_retry_topic(instance: ClientInstance, group: str, msg: MessageExt, max_times: int) -> bool:
     """Publish to ``%RETRY%<group>`` directly; the broker dead-letters it past the limit (-1: the group's)."""
     topic = RETRY_PREFIX + group
-    route = instance.routes.get(topic) or await _route(instance, topic)
+    route = instance.routes.route(topic) or await _route(instance, topic)
     if route is None:
         return False
     props = dict(msg.properties)
@@ -88,9 +78,7 @@ async def _publish_to_retry_topic(instance: ClientInstance, group: str, msg: Mes
             continue
         try:
             await instance.rpc.invoke_ok(
-                addr,
-                Command.request(RequestCode.SEND_MESSAGE, {"topic": topic, "queueId": 0}, record),
-                instance.config.rpc_timeout_seconds,
+                addr, broker_api.send_message(topic, 0, None, record), instance.config.rpc_timeout_seconds
             )
             return True
         except PymqError as exc:

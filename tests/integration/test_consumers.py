@@ -267,8 +267,8 @@ async def test_close_during_a_notified_rebalance_leaves_no_pull_running(cluster:
         for c in pair:
             await c.close()
         await asyncio.sleep(0.05)
-        leaked += [t for c in pair for t in c._pull_tasks.values() if not t.done()]
-        leaked += [name for c in pair for name in [c.instance.client_id] if c._pull_tasks]
+        leaked += [t for c in pair for t in c.ownership.pull_tasks.values() if not t.done()]
+        leaked += [name for c in pair for name in [c.instance.client_id] if c.ownership.pull_tasks]
     assert not leaked, leaked
 
 

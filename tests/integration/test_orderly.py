@@ -235,16 +235,16 @@ async def test_orderly_hand_over_starts_after_the_previous_owners_last_commit(
         # Precondition: the broker's committed offsets (carried by pulls) lag behind what was processed.
         assert sum(broker.offsets.offsets_of("hg", "orders").values()) < 20
 
-        real_lock = OrderlyConsumeService.lock_for_new_queue
+        real_lock = OrderlyConsumeService.can_take
 
         async def lock_after_hand_over(self: OrderlyConsumeService, mq):  # type: ignore[no-untyped-def]
-            if self.consumer is not first:
+            if self is not first.service:
                 end = time.monotonic() + 10
                 while broker.locks.holder("hg", mq) is not None and time.monotonic() < end:
                     await asyncio.sleep(0.01)
             return await real_lock(self, mq)
 
-        monkeypatch.setattr(OrderlyConsumeService, "lock_for_new_queue", lock_after_hand_over)
+        monkeypatch.setattr(OrderlyConsumeService, "can_take", lock_after_hand_over)
         second = orderly("h1")
         await second.start()
         try:

@@ -186,3 +186,27 @@ def test_only_the_wiring_knows_the_daemon_apps() -> None:
         and m not in ("pymq.broker.app", "pymq.nameserver.app")
     }
     assert offenders(mods, lambda i: i.startswith(("pymq.broker.app", "pymq.nameserver.app"))) == []
+
+
+def test_clock_imports_nothing_of_ours() -> None:
+    """pymq.clock is shared by client and broker, so it depends on nothing of ours."""
+    bad = offenders({"pymq.clock": imports_of(PKG / "clock.py", "pymq.clock")}, ours)
+    assert bad == []
+
+
+def test_consume_services_never_import_the_consumer() -> None:
+    """The consume services get what they need injected: no import of the push consumer or its base."""
+    mods = {m: i for m, i in modules("client").items() if m.startswith("pymq.client.consume_")}
+    assert set(mods) >= {"pymq.client.consume_service", "pymq.client.consume_concurrent", "pymq.client.consume_orderly"}
+    bad = offenders(mods, lambda i: i.startswith(("pymq.client.push_consumer", "pymq.client.consumer_base")))
+    assert bad == []
+
+
+def test_client_builds_broker_requests_only_in_broker_api() -> None:
+    """Every request the client sends is built in pymq.client.broker_api (on the typed headers)."""
+    users = sorted(
+        p.name
+        for p in (PKG / "client").glob("*.py")
+        if p.name != "broker_api.py" and "Command.request(" in p.read_text()
+    )
+    assert users == []

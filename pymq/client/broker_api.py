@@ -1,0 +1,247 @@
+"""Every request the client sends to a broker or a nameserver, built in one place.
+
+Headers come from the typed classes of :mod:`pymq.protocol.requests` (the one source of
+field names, flags and prefixes, shared with the broker); the producer, consumers,
+send-back, offset stores, orderly locks, the queue reader and the admin client build
+their requests here instead of writing ext dicts of their own.
+
+Sends and pulls are the exception to "build a header object": they are the hot paths, so
+:func:`send_message` and :func:`pull_message` write the wire names (taken once from
+:class:`~pymq.protocol.requests.SendMessageRequest` / ``PullMessageRequest``) straight into
+the ext dict, and :func:`read_send_response` / :func:`read_pull_offsets` read the answers
+without building an object: no allocation beyond the ext dict the client always sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.filter import Subscription
+from pymq.protocol.frame import Body, Command
+from pymq.protocol.headers import encode_body
+from pymq.protocol.requests import (
+    FLAG_COMMIT_OFFSET,
+    FLAG_SUBSCRIPTION,
+    FLAG_SUSPEND,
+    ConsumerGroupRequest,
+    ConsumerSendMsgBackRequest,
+    ConsumeStatsRequest,
+    CreateTopicRequest,
+    LockBatchBody,
+    PullMessageRequest,
+    PullMessageResponse,
+    QueryConsumerOffsetRequest,
+    QueryMessageRequest,
+    QueueOffsetRequest,
+    ResetOffsetRequest,
+    SearchOffsetRequest,
+    SendMessageRequest,
+    SendMessageResponse,
+    TopicRequest,
+    UnregisterClientRequest,
+    UpdateConsumerOffsetRequest,
+    ViewMessageRequest,
+)
+from pymq.protocol.route import PERM_READ_WRITE, MessageQueue
+
+# --- produce (hot path) ------------------------------------------------------------------------------
+
+_SEND_TOPIC = SendMessageRequest.WIRE["topic"]
+_SEND_QUEUE_ID = SendMessageRequest.WIRE["queue_id"]
+_SEND_GROUP = SendMessageRequest.WIRE["producer_group"]
+_RESP_QUEUE_ID = SendMessageResponse.WIRE["queue_id"]
+_RESP_QUEUE_OFFSET = SendMessageResponse.WIRE["queue_offset"]
+_RESP_COMMIT_LOG_OFFSETS = SendMessageResponse.WIRE["commit_log_offsets"]
+_SEND = int(RequestCode.SEND_MESSAGE)
+_SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
+
+
+def send_message(topic: str, queue_id: int, group: str | None, records: Body, *, batch: bool = False) -> Command:
+    """SEND_MESSAGE (or SEND_BATCH_MESSAGE) of encoded records to one queue."""
+    ext: dict[str, Any] = {_SEND_TOPIC: topic, _SEND_QUEUE_ID: queue_id}
+    if group is not None:
+        ext[_SEND_GROUP] = group
+    return Command(_SEND_BATCH if batch else _SEND, 0, 0, None, ext, records)
+
+
+def read_send_response(resp: Command, queue_id: int) -> tuple[int, int, list[int]]:
+    """``(queue id, queue offset, commitlog offsets)`` of a stored send; ``queue_id`` if the broker left it out."""
+    ext = resp.ext
+    return (
+        int(ext.get(_RESP_QUEUE_ID, queue_id)),
+        int(ext.get(_RESP_QUEUE_OFFSET, -1)),
+        list(ext.get(_RESP_COMMIT_LOG_OFFSETS) or ()),
+    )
+
+
+# --- consume -----------------------------------------------------------------------------------------
+
+
+_PULL = int(RequestCode.PULL_MESSAGE)
+_PULL_WIRE = PullMessageRequest.WIRE
+_P_GROUP, _P_TOPIC, _P_QUEUE_ID, _P_OFFSET, _P_MAX_NUMS, _P_SYS_FLAG = (
+    _PULL_WIRE[f] for f in ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "sys_flag")
+)
+_P_COMMIT, _P_SUSPEND, _P_SUBSCRIPTION, _P_SUB_VERSION = (
+    _PULL_WIRE[f] for f in ("commit_offset", "suspend_timeout_millis", "subscription", "sub_version")
+)
+
+
+def pull_message(
+    group: str,
+    mq: MessageQueue,
+    offset: int,
+    *,
+    max_nums: int,
+    subscription: Subscription | None = None,
+    tags: str | None = None,
+    commit_offset: int = -1,
+    suspend_ms: int = 0,
+) -> Command:
+    """PULL_MESSAGE from ``offset``; with ``subscription`` (or bare ``tags``) the broker filters by tag.
+
+    A pull per batch is on the consumer's hot loop, so the ext dict is written directly with
+    :class:`~pymq.protocol.requests.PullMessageRequest`'s wire names; no subscription is left
+    out (as ``to_ext`` does) and ``maxBytes`` is left to the broker's default.
+    """
+    flags = 0
+    ext: dict[str, Any] = {_P_GROUP: group, _P_TOPIC: mq.topic, _P_QUEUE_ID: mq.queueId, _P_OFFSET: offset}
+    ext[_P_MAX_NUMS] = max_nums
+    if subscription is not None:
+        flags = FLAG_SUBSCRIPTION
+        ext[_P_SUBSCRIPTION] = subscription.expression
+        ext[_P_SUB_VERSION] = subscription.version
+    elif tags is not None:
+        flags = FLAG_SUBSCRIPTION
+        ext[_P_SUBSCRIPTION] = tags
+    if commit_offset >= 0:
+        flags |= FLAG_COMMIT_OFFSET
+    ext[_P_COMMIT] = commit_offset
+    if suspend_ms > 0:
+        flags |= FLAG_SUSPEND
+    ext[_P_SUSPEND] = suspend_ms
+    ext[_P_SYS_FLAG] = flags
+    return Command(_PULL, 0, 0, None, ext)
+
+
+_NEXT_BEGIN = PullMessageResponse.WIRE["next_begin_offset"]
+_MIN_OFFSET = PullMessageResponse.WIRE["min_offset"]
+_MAX_OFFSET = PullMessageResponse.WIRE["max_offset"]
+
+
+def read_pull_offsets(resp: Command, offset: int) -> tuple[int, int, int]:
+    """``(next begin offset, min offset, max offset)`` of a pull answer (``offset`` if it names no next)."""
+    ext = resp.ext
+    return int(ext.get(_NEXT_BEGIN, offset)), int(ext.get(_MIN_OFFSET, 0)), int(ext.get(_MAX_OFFSET, 0))
+
+
+def send_msg_back(
+    group: str, commitlog_offset: int, msg_id: str, origin_topic: str, *, delay_level: int, max_reconsume_times: int
+) -> Command:
+    """CONSUMER_SEND_MSG_BACK: retry (or with a negative delay level, dead-letter) a stored message."""
+    header = ConsumerSendMsgBackRequest(
+        offset=commitlog_offset,
+        group=group,
+        delay_level=delay_level,
+        origin_msg_id=msg_id,
+        origin_topic=origin_topic,
+        max_reconsume_times=max_reconsume_times,
+    )
+    return Command.request(RequestCode.CONSUMER_SEND_MSG_BACK, header.to_ext())
+
+
+def lock_batch(group: str, client_id: str, mqs: list[MessageQueue], *, unlock: bool = False) -> Command:
+    """LOCK_BATCH_MQ (or UNLOCK_BATCH_MQ) for queues of one master."""
+    code = RequestCode.UNLOCK_BATCH_MQ if unlock else RequestCode.LOCK_BATCH_MQ
+    return Command.request(code, body=encode_body(LockBatchBody(group, client_id, mqs).to_body()))
+
+
+# --- offsets -----------------------------------------------------------------------------------------
+
+
+def query_consumer_offset(group: str, topic: str, queue_id: int) -> Command:
+    header = QueryConsumerOffsetRequest(consumer_group=group, topic=topic, queue_id=queue_id)
+    return Command.request(RequestCode.QUERY_CONSUMER_OFFSET, header.to_ext())
+
+
+def update_consumer_offset(group: str, topic: str, queue_id: int, offset: int) -> Command:
+    header = UpdateConsumerOffsetRequest(consumer_group=group, topic=topic, queue_id=queue_id, commit_offset=offset)
+    return Command.request(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext())
+
+
+def queue_offset(code: int, topic: str, queue_id: int, timestamp: int | None = None) -> Command:
+    """GET_MIN_OFFSET / GET_MAX_OFFSET, or SEARCH_OFFSET_BY_TIMESTAMP when ``timestamp`` (ms) is given."""
+    if timestamp is not None:
+        search = SearchOffsetRequest(topic=topic, queue_id=queue_id, timestamp=timestamp)
+        return Command.request(code, search.to_ext())
+    return Command.request(code, QueueOffsetRequest(topic=topic, queue_id=queue_id).to_ext())
+
+
+# --- clients -----------------------------------------------------------------------------------------
+
+
+def heartbeat(client_id: str, producer_groups: list[str], consumers: list[dict[str, Any]]) -> Command:
+    """HEART_BEAT: the client's producer groups and each consumer's data (group, model, subscriptions)."""
+    body = {
+        "clientID": client_id,
+        "language": "PYTHON",
+        "producerDataSet": [{"groupName": g} for g in producer_groups],
+        "consumerDataSet": consumers,
+    }
+    return Command.request(RequestCode.HEART_BEAT, body=encode_body(body))
+
+
+def unregister_client(client_id: str, producer_group: str | None, consumer_group: str | None) -> Command:
+    header = UnregisterClientRequest(
+        client_id=client_id, producer_group=producer_group or None, consumer_group=consumer_group or None
+    )
+    return Command.request(RequestCode.UNREGISTER_CLIENT, header.to_ext())
+
+
+def consumer_group(code: int, group: str) -> Command:
+    """GET_CONSUMER_LIST_BY_GROUP or GET_CONSUMER_CONNECTION_LIST."""
+    return Command.request(code, ConsumerGroupRequest(consumer_group=group).to_ext())
+
+
+# --- nameserver --------------------------------------------------------------------------------------
+
+
+def topic_request(code: int, topic: str) -> Command:
+    """GET_ROUTEINFO_BY_TOPIC, DELETE_TOPIC_IN_NAMESRV, DELETE_TOPIC_IN_BROKER, GET_TOPIC_STATS_INFO."""
+    return Command.request(code, TopicRequest(topic=topic).to_ext())
+
+
+def plain(code: int, body: bytes = b"") -> Command:
+    """A request with no header (cluster info, topic list, runtime info, broker config)."""
+    return Command.request(code, None, body)
+
+
+# --- admin -------------------------------------------------------------------------------------------
+
+
+def create_topic(topic: str, queues: int, *, perm: int = PERM_READ_WRITE, order: bool = False) -> Command:
+    header = CreateTopicRequest(topic=topic, read_queue_nums=queues, write_queue_nums=queues, perm=perm, order=order)
+    return Command.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext())
+
+
+def consume_stats(group: str, topic: str | None = None) -> Command:
+    return Command.request(
+        RequestCode.GET_CONSUME_STATS, ConsumeStatsRequest(consumer_group=group, topic=topic).to_ext()
+    )
+
+
+def reset_offset(group: str, topic: str, timestamp: int) -> Command:
+    header = ResetOffsetRequest(group=group, topic=topic, timestamp=timestamp)
+    return Command.request(RequestCode.RESET_CONSUMER_OFFSET, header.to_ext())
+
+
+def query_message(topic: str, key: str, max_num: int, begin_timestamp: int, end_timestamp: int) -> Command:
+    header = QueryMessageRequest(
+        topic=topic, key=key, max_num=max_num, begin_timestamp=begin_timestamp, end_timestamp=end_timestamp
+    )
+    return Command.request(RequestCode.QUERY_MESSAGE, header.to_ext())
+
+
+def view_message(offset: int) -> Command:
+    return Command.request(RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequest(offset=offset).to_ext())

@@ -1,0 +1,150 @@
+"""The client's one copy of route data, owned by the client instance.
+
+Producers ask it for a topic's writable queues, consumers for its readable queues, and
+everyone for a broker's address. Queue lists are views derived from the route on first
+use and dropped whenever the topic's route is replaced, so nobody keeps a copy that must be
+kept in sync: the producer's hot path is one dict lookup (``RouteCache.cached_write_queues``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from pymq.protocol.requests import AUTO_CREATE_TOPIC
+from pymq.protocol.route import MASTER_ID, PERM_READ, MessageQueue, TopicRouteData, perm_writable
+
+__all__ = ["AUTO_CREATE_TOPIC", "RouteCache", "read_queues", "write_queues"]
+
+RouteFetcher = Callable[[str], Awaitable[TopicRouteData | None]]
+
+
+def write_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
+    """The topic's writable queues: brokers sorted by name, each contributing queue ids
+    ``0..writeQueueNums-1``, skipping brokers without write permission or without a master."""
+    result: list[MessageQueue] = []
+    for qd in sorted(route.queueDatas, key=lambda q: q.brokerName):
+        if not perm_writable(qd.perm):
+            continue
+        bd = route.broker(qd.brokerName)
+        if bd is None or MASTER_ID not in bd.brokerAddrs:
+            continue
+        result.extend(MessageQueue(topic, qd.brokerName, i) for i in range(qd.writeQueueNums))
+    return result
+
+
+def read_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
+    """Every readable queue of the topic, sorted by (topic, brokerName, queueId)."""
+    out: list[MessageQueue] = []
+    for qd in route.queueDatas:
+        if qd.perm & PERM_READ and route.broker(qd.brokerName) is not None:
+            out.extend(MessageQueue(topic, qd.brokerName, i) for i in range(qd.readQueueNums))
+    return sorted(out)
+
+
+class RouteCache:
+    """Topic routes and broker addresses, fetched through ``fetch`` (the nameserver client).
+
+    :attr:`version` grows with every route replaced, for holders of derived data that want
+    to know whether to recompute it.
+    """
+
+    def __init__(self, fetch: RouteFetcher) -> None:
+        self._fetch = fetch
+        self.routes: dict[str, TopicRouteData] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self.version = 0
+        self._write: dict[str, list[MessageQueue]] = {}
+        self._read: dict[str, list[MessageQueue]] = {}
+        #: ``cached_write_queues(topic)``: the writable queues a previous :meth:`write_queues`
+        #: found, or None. The send hot path: the dict's own ``get`` (the dict is never replaced).
+        self.cached_write_queues: Callable[[str], list[MessageQueue] | None] = self._write.get
+
+    # --- routes ------------------------------------------------------------------------------------------
+
+    def route(self, topic: str) -> TopicRouteData | None:
+        return self.routes.get(topic)
+
+    async def update(self, topic: str) -> TopicRouteData | None:
+        """Fetch ``topic``'s route now; None (and the cache unchanged) when it has none."""
+        route = await self._fetch(topic)
+        if route is not None:
+            self.put(topic, route)
+        return route
+
+    async def get(self, topic: str) -> TopicRouteData | None:
+        """The cached route, fetched on first use."""
+        return self.routes.get(topic) or await self.update(topic)
+
+    def put(self, topic: str, route: TopicRouteData) -> None:
+        """Replace ``topic``'s route; its derived queue lists are recomputed on next use."""
+        self.routes[topic] = route
+        for bd in route.brokerDatas:
+            self.broker_addrs[bd.brokerName] = dict(bd.brokerAddrs)
+        self._write.pop(topic, None)
+        self._read.pop(topic, None)
+        self.version += 1
+
+    def forget_write_queues(self, topic: str) -> None:
+        """Make the next send to ``topic`` fetch its route again (its broker may be gone)."""
+        self._write.pop(topic, None)
+
+    # --- queues ------------------------------------------------------------------------------------------
+
+    async def write_queues(self, topic: str) -> list[MessageQueue]:
+        """``topic``'s writable queues, fetching its route if needed.
+
+        A topic without a route gets the auto-create template topic's brokers (at most 4
+        queues each), like RocketMQ: the broker creates the topic on the first send if it
+        allows it. Empty when there is nothing to send to.
+        """
+        queues = self._write.get(topic)
+        if queues:
+            return queues
+        route = await self.update(topic)
+        if route is not None:
+            queues = write_queues(topic, route)
+        else:
+            template = await self.update(AUTO_CREATE_TOPIC)
+            queues = []
+            if template is not None:
+                per_broker: dict[str, int] = {}
+                for q in write_queues(AUTO_CREATE_TOPIC, template):
+                    per_broker[q.brokerName] = per_broker.get(q.brokerName, 0) + 1
+                queues = [MessageQueue(topic, b, i) for b, n in sorted(per_broker.items()) for i in range(min(4, n))]
+        if queues:
+            self._write[topic] = queues
+        return queues
+
+    def cached_read_queues(self, topic: str) -> list[MessageQueue] | None:
+        """``topic``'s readable queues from the cached route; None when no route is cached."""
+        queues = self._read.get(topic)
+        if queues is None:
+            route = self.routes.get(topic)
+            if route is None:
+                return None
+            queues = self._read[topic] = read_queues(topic, route)
+        return queues
+
+    async def read_queues(self, topic: str) -> list[MessageQueue]:
+        """``topic``'s readable queues, fetching its route on first use; empty without a route."""
+        queues = self.cached_read_queues(topic)
+        if queues is None:
+            await self.update(topic)
+            queues = self.cached_read_queues(topic)
+        return queues or []
+
+    # --- brokers -----------------------------------------------------------------------------------------
+
+    def broker_addr(self, broker_name: str, *, master_only: bool = True) -> str | None:
+        """The broker's master address; with ``master_only=False`` a slave's when there is no master."""
+        addrs = self.broker_addrs.get(broker_name)
+        if not addrs:
+            return None
+        if MASTER_ID in addrs:
+            return addrs[MASTER_ID]
+        if master_only:
+            return None
+        return addrs[min(addrs)]
+
+    def all_broker_addrs(self) -> list[str]:
+        return sorted({a for addrs in self.broker_addrs.values() for a in addrs.values()})

@@ -1,0 +1,50 @@
+"""The clock seam: where timers matter, code asks an injected :class:`Clock` instead of ``time``.
+
+Both the client and the broker may import this module (it imports nothing of ours), so a test
+can drive lock expiry, rebalance and process-queue timeouts with ``pymq.testing.FakeClock``
+instead of sleeping. The real clock is the default everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol, runtime_checkable
+
+__all__ = ["SYSTEM_CLOCK", "Clock", "SystemClock"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Monotonic seconds for durations, wall-clock milliseconds for timestamps, and sleeping."""
+
+    def monotonic(self) -> float:
+        """Seconds from an arbitrary origin that never goes backwards."""
+        ...
+
+    def time_ms(self) -> int:
+        """Wall-clock time in milliseconds since the epoch."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` of this clock's time."""
+        ...
+
+
+class SystemClock:
+    """The real clock: ``time.monotonic``, ``time.time`` and ``asyncio.sleep``."""
+
+    __slots__ = ()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time_ms(self) -> int:
+        return int(time.time() * 1000)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+#: the default clock of every component that takes one
+SYSTEM_CLOCK: Clock = SystemClock()

@@ -1,0 +1,80 @@
+"""Push consumers against a MockBroker: rebalance, pull, listener, offsets and send-back without a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from pymq.client.consumer_types import ConsumeFromWhere, ConsumeResult
+from pymq.client.producer import Producer
+from pymq.client.push_consumer import PushConsumer
+from pymq.protocol.message import Message, MessageExt
+from pymq.protocol.route import MessageQueue
+from pymq.testing import MockBroker
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[MockBroker]:
+    async with MockBroker("broker-a") as a:
+        a.add_topic("orders", [a], queues=2)
+        yield a
+
+
+async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
+
+
+def consumer(broker: MockBroker, tmp_path: Path, **kw: object) -> PushConsumer:
+    c = PushConsumer(
+        broker.address,
+        "g",
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        offset_store_dir=tmp_path,
+        **kw,  # type: ignore[arg-type]
+    )
+    c.subscribe("orders")
+    return c
+
+
+async def test_push_consumer_consumes_everything_and_commits(broker: MockBroker, tmp_path: Path) -> None:
+    async with Producer(broker.address) as p:
+        for i in range(6):
+            await p.send(Message("orders", f"m{i}".encode()))
+    seen: list[bytes] = []
+    c = consumer(broker, tmp_path)
+
+    @c.listener
+    async def on(msgs: list[MessageExt]) -> ConsumeResult:
+        seen.extend(m.body for m in msgs)
+        return ConsumeResult.SUCCESS
+
+    async with c:
+        await until(lambda: len(seen) == 6)
+        assert [mq.queueId for mq in c.assigned_queues()] == [0, 1]  # the only member owns both queues
+    assert sorted(seen) == [f"m{i}".encode() for i in range(6)]
+    committed = {k: v for k, v in broker.offsets.items() if k[0] == "g"}
+    assert sum(committed.values()) == 6  # each queue committed past its last message
+
+
+async def test_failed_messages_are_sent_back(broker: MockBroker, tmp_path: Path) -> None:
+    async with Producer(broker.address) as p:
+        await p.send(Message("orders", b"bad"))
+    c = consumer(broker, tmp_path)
+    c.register_listener(lambda msgs: ConsumeResult.RECONSUME_LATER)
+    async with c:
+        await until(lambda: len(broker.sent_back) == 1)
+    assert broker.sent_back[0]["group"] == "g" and broker.sent_back[0]["originTopic"] == "orders"
+
+
+async def test_orderly_consumer_takes_only_locked_queues(broker: MockBroker, tmp_path: Path) -> None:
+    broker.locks[("g", MessageQueue("orders", "broker-a", 1))] = "someone-else"  # held by another member
+    c = consumer(broker, tmp_path)
+    c.register_orderly_listener(lambda msgs: None)
+    async with c:
+        assert [mq.queueId for mq in c.assigned_queues()] == [0]
