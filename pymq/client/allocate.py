@@ -194,7 +194,7 @@ _STRATEGIES: tuple[type[AllocateStrategy], ...] = (
 )
 
 # RocketMQ's Java class names, so configs ported from a Java client keep working.
-_JAVA_NAMES = {
+_JAVA_NAMES: dict[str, type[AllocateStrategy]] = {
     "allocatemessagequeueaveragely": AllocateAveragely,
     "allocatemessagequeueaveragelybycircle": AllocateAveragelyByCircle,
     "allocatemessagequeueconsistenthash": AllocateConsistentHash,
@@ -219,6 +219,6 @@ def strategy_by_name(name: str, **kwargs: object) -> AllocateStrategy:
         known = ", ".join(s.name for s in _STRATEGIES)
         raise ConfigError(f"unknown allocate strategy {name!r} (known: {known})")
     try:
-        return cls(**kwargs)  # type: ignore[arg-type]
+        return cls(**kwargs)
     except TypeError as e:
         raise ConfigError(f"bad arguments for allocate strategy {cls.name}: {e}") from e

@@ -25,13 +25,14 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body
+from pymq.protocol.requests import ConsumerGroupRequest, ResetOffsetRequest
 from pymq.protocol.route import MASTER_ID, MessageQueue, TopicRouteData
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.net import local_ip
 
 if TYPE_CHECKING:
-    from pymq.transport.connection import Connection
+    from pymq.transport.channel import Channel
 
 log = get_logger("client")
 
@@ -257,14 +258,13 @@ class ClientInstance:
             return sorted(decode_body(resp.body).get("consumerIdList", []))
         return []
 
-    def _on_ids_changed(self, cmd: Command, conn: Connection) -> None:
-        log.debug("consumer_ids_changed", group=cmd.ext.get("consumerGroup"))
+    def _on_ids_changed(self, cmd: Command, channel: Channel) -> None:
+        log.debug("consumer_ids_changed", group=ConsumerGroupRequest.from_ext(cmd.ext).consumer_group)
         self.trigger_rebalance()
         return None
 
-    def _on_reset_offset(self, cmd: Command, conn: Connection) -> None:
-        group = str(cmd.ext.get("group", ""))
-        consumer = self.consumers.get(group)
+    def _on_reset_offset(self, cmd: Command, channel: Channel) -> None:
+        consumer = self.consumers.get(ResetOffsetRequest.from_ext(cmd.ext).group)
         if consumer is None:
             return None
         body = decode_body(cmd.body, "offset reset")

@@ -33,7 +33,7 @@ from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body, encode_body
 from pymq.protocol.record import encode_record, pack_host, parse_record
 from pymq.protocol.route import MASTER_ID, PERM_READ_WRITE, BrokerData, MessageQueue, QueueData, TopicRouteData
-from pymq.transport.connection import Connection
+from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.server import RpcServer
 
@@ -169,7 +169,7 @@ class MockBroker:
 
     # --- dispatch ----------------------------------------------------------------------------------------
 
-    def _handle(self, cmd: Command, conn: Connection) -> Command | Awaitable[Command | None] | None:
+    def _handle(self, cmd: Command, channel: Channel) -> Command | Awaitable[Command | None] | None:
         self.requests.append(cmd)
         script = self._scripts.get(cmd.code)
         item: ScriptItem | None = script.popleft() if script else None
