@@ -101,6 +101,7 @@ class BrokerApp:
         families = (
             SendHandlers(
                 store=store,
+                put_messages=store.put_messages,
                 topics=self.topics,
                 subscription_groups=self.subscription_groups,
                 stats=self.stats,
@@ -108,7 +109,11 @@ class BrokerApp:
                 address=address,
             ),
             SendBackHandlers(
-                store=store, topics=self.topics, subscription_groups=self.subscription_groups, stats=self.stats
+                store=store,
+                put_messages=store.put_messages,
+                topics=self.topics,
+                subscription_groups=self.subscription_groups,
+                stats=self.stats,
             ),
             PullHandlers(
                 store=store,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pymq.broker.store.results import PutResult, PutStatus
@@ -46,11 +47,16 @@ PUT_STATUS_TO_CODE = {
 }
 
 
+#: the broker's put path: (topic, queue id, records) -> one result per record
+PutMessages = Callable[[str, int, Buffer], list[PutResult]]
+
+
 class SendHandlers:
     def __init__(
         self,
         *,
         store: MessageStore,
+        put_messages: PutMessages,
         topics: TopicConfigManager,
         subscription_groups: SubscriptionGroupManager,
         stats: BrokerStats,
@@ -58,6 +64,8 @@ class SendHandlers:
         address: str,
     ) -> None:
         self.store = store
+        #: every store write goes through here (the broker's put path, not the store directly)
+        self.put_messages = put_messages
         self.topics = topics
         self.subscription_groups = subscription_groups
         self.stats = stats
@@ -102,7 +110,7 @@ class SendHandlers:
         body: Buffer = cmd.body  # type: ignore[assignment]  # a received request's body is one buffer
         if topic.startswith(RETRY_PREFIX):
             topic, queue_id, body = self.dead_letter_if_exhausted(topic, queue_id, body)
-        results = self.store.put_messages(topic, queue_id, body)
+        results = self.put_messages(topic, queue_id, body)
         resp = self.build_response(cmd, queue_id, results)
         self.stats.record_put(topic, results)
         if self.sync_flush and resp.code == ResponseCode.SUCCESS:
