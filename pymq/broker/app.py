@@ -88,8 +88,9 @@ class BrokerApp:
         self.started_at = 0.0
         self.metrics: Any = None
         self.schedule = ScheduleService(self)
-        #: started after the store, before serving, and stopped after serving (schedule, later HA ...)
-        self.services: list[Service] = [self.schedule]
+        #: started after the store, before serving, and stopped after serving (later HA ...);
+        #: only masters deliver scheduled messages
+        self.services: list[Service] = [] if self.is_slave else [self.schedule]
         #: started once serving, stopped first (the registrar last in, first out)
         self.serving_services: list[Service] = [
             PeriodicService("client-scan", config.client_scan_interval_seconds, self.consumers.scan_expired),
@@ -104,7 +105,7 @@ class BrokerApp:
         families = (
             SendHandlers(
                 store=store,
-                put_path=self.put_path,
+                put_messages=self.put_path.put,
                 topics=self.topics,
                 subscription_groups=self.subscription_groups,
                 stats=self.stats,
@@ -113,7 +114,7 @@ class BrokerApp:
             ),
             SendBackHandlers(
                 store=store,
-                put_path=self.put_path,
+                put_messages=self.put_path.put,
                 topics=self.topics,
                 subscription_groups=self.subscription_groups,
                 stats=self.stats,

@@ -48,8 +48,6 @@ if TYPE_CHECKING:
         def topics(self) -> TopicConfigManager: ...
         @property
         def stats(self) -> BrokerStats: ...
-        @property
-        def is_slave(self) -> bool: ...
 
 
 log = get_logger("broker.schedule")
@@ -77,8 +75,6 @@ class ScheduleService:
         data = read_json(self.path) or {}
         for level, off in (data.get("offsetTable") or {}).items():
             self.offsets[int(level)] = int(off)
-        if self.app.is_slave:
-            return
         store = self.app.store
         assert store is not None
         store.add_arrival_listener(self._on_arrival)

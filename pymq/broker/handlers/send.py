@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pymq.broker.store.results import PutResult, PutStatus
@@ -26,7 +27,6 @@ from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler, HandlerResult
 
 if TYPE_CHECKING:
-    from pymq.broker.put_hooks import PutPath
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
     from pymq.broker.subscription_groups import SubscriptionGroupManager
@@ -47,12 +47,16 @@ PUT_STATUS_TO_CODE = {
 }
 
 
+#: the broker's put path: (topic, queue id, records) -> one result per record
+PutMessages = Callable[[str, int, Buffer], list[PutResult]]
+
+
 class SendHandlers:
     def __init__(
         self,
         *,
         store: MessageStore,
-        put_path: PutPath,
+        put_messages: PutMessages,
         topics: TopicConfigManager,
         subscription_groups: SubscriptionGroupManager,
         stats: BrokerStats,
@@ -60,7 +64,8 @@ class SendHandlers:
         address: str,
     ) -> None:
         self.store = store
-        self.put_path = put_path
+        #: every store write goes through here (the broker's put path, not the store directly)
+        self.put_messages = put_messages
         self.topics = topics
         self.subscription_groups = subscription_groups
         self.stats = stats
@@ -105,7 +110,7 @@ class SendHandlers:
         body: Buffer = cmd.body  # type: ignore[assignment]  # a received request's body is one buffer
         if topic.startswith(RETRY_PREFIX):
             topic, queue_id, body = self.dead_letter_if_exhausted(topic, queue_id, body)
-        results = self.put_path.put(topic, queue_id, body)
+        results = self.put_messages(topic, queue_id, body)
         resp = self.build_response(cmd, queue_id, results)
         self.stats.record_put(topic, results)
         if self.sync_flush and resp.code == ResponseCode.SUCCESS:

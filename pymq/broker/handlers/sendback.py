@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from pymq.broker.handlers.send import PUT_STATUS_TO_CODE
+from pymq.broker.handlers.send import PUT_STATUS_TO_CODE, PutMessages
 from pymq.broker.store.results import PutStatus
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode, ResponseCode
@@ -25,7 +25,6 @@ from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler
 
 if TYPE_CHECKING:
-    from pymq.broker.put_hooks import PutPath
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
     from pymq.broker.subscription_groups import SubscriptionGroupManager
@@ -39,13 +38,13 @@ class SendBackHandlers:
         self,
         *,
         store: MessageStore,
-        put_path: PutPath,
+        put_messages: PutMessages,
         topics: TopicConfigManager,
         subscription_groups: SubscriptionGroupManager,
         stats: BrokerStats,
     ) -> None:
         self.store = store
-        self.put_path = put_path
+        self.put_messages = put_messages
         self.topics = topics
         self.subscription_groups = subscription_groups
         self.stats = stats
@@ -87,7 +86,7 @@ class SendBackHandlers:
             level = delay_level if delay_level > 0 else 3 + r.reconsume_times
             props[Prop.DELAY] = str(level)
         record = reencode(r, target.encode(), encode_properties(props), reconsume_times=r.reconsume_times + 1)
-        results = self.put_path.put(target, queue_id, record)
+        results = self.put_messages(target, queue_id, record)
         self.stats.record_put(target, results)
         res = results[0]
         if res.status == PutStatus.PUT_OK:
