@@ -25,7 +25,8 @@ class FakeStore:
         self.appender = type("A", (), {"max_message_size": 1 << 20})()
         self.dispatcher = type("D", (), {"set_tags_rule": lambda _self, t, r: self.rules.__setitem__(t, r)})()
 
-    def put_batches(self, batches: list[tuple[str, int, bytes]]) -> list[list[PutResult]]:
+    def put_batches(self, batches: list[tuple[str, int, bytes]], *, atomic: bool = False) -> list[list[PutResult]]:
+        assert atomic == (len(batches) > 1)  # the pieces of one request stand or fall together
         self.calls.append(list(batches))
         out = []
         for topic, qid, data in batches:
