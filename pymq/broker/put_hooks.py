@@ -10,7 +10,8 @@ store time) and hands back one result per record of the original batch, in order
 A hook splits a batch into consecutive *segments* ``(topic, queue_id, records)``: records
 it leaves alone stay in the segment they came in, a record it moves becomes its own
 segment. Segments keep the batch's record order, so the store's answers for them,
-concatenated, line up with the original records. A hook must be cheap when it has nothing
+concatenated, line up with the original records; they are stored atomically (if a file
+cannot be created, none stays), as one batch is. A hook must be cheap when it has nothing
 to do: :meth:`PutHook.wants` looks at the raw bytes (a substring search) before any
 per-record work.
 """
@@ -62,8 +63,11 @@ class PutPath:
                 segments = [out for seg in segments for out in (hook.rewrite(*seg) if hook.wants(seg[2]) else (seg,))]
         if segments is None:
             return self.store.put_batches([(topic, queue_id, data)])[0]
-        answers = self.store.put_batches(segments)
-        return answers[0] if len(answers) == 1 else [r for answer in answers for r in answer]
+        if len(segments) == 1:
+            return self.store.put_batches(segments)[0]
+        # The pieces of one request stand or fall together, as one batch does.
+        answers = self.store.put_batches(segments, atomic=True)
+        return [r for answer in answers for r in answer]
 
 
 __all__ = ["PutHook", "PutPath", "Segment"]

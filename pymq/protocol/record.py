@@ -73,7 +73,6 @@ _U16 = struct.Struct(">H")
 _BLANK = struct.Struct(">iI")
 _STORE_TS = struct.Struct(">q")
 _Q = struct.Struct(">q")
-_QID_QOFF = struct.Struct(">iq")
 #: total_size, magic, body_crc, (skipped to byte 84), body_len
 _HDR = struct.Struct(">iII72xi")
 #: total_size, magic, body_crc, queue_id, queue_offset, physical_offset, store_timestamp, body_len
@@ -439,16 +438,6 @@ def records_before(buf: bytes | memoryview, end: int) -> bytes | memoryview:
             return buf[:pos]
         pos += total
     return buf
-
-
-def record_queue_slot(buf: Buffer, pos: int) -> tuple[int, int]:
-    """``(queue_id, queue_offset)`` of the stored record at ``pos``."""
-    qid, qoff = _QID_QOFF.unpack_from(buf, pos + QUEUE_ID_POS)
-    return qid, qoff
-
-
-def record_physical_offset(buf: Buffer, pos: int) -> int:
-    return int(_Q.unpack_from(buf, pos + PHYSICAL_OFFSET_POS)[0])
 
 
 def stored_record_size(buf: Buffer, pos: int, limit: int, phys: int) -> int:

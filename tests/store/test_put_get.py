@@ -176,6 +176,38 @@ def test_file_creation_failure_undoes_the_batch(
     assert [bytes(r.body) for r in read_queue(store, "T", 0)] == [b"before", b"after"]
 
 
+def test_file_creation_failure_undoes_a_split_batch_too(
+    new_put_path: PutPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch the put hooks split into pieces (delayed records) is undone as a whole, as one batch is."""
+    path = new_put_path()
+    store = path.store
+    store.put_messages("T", 0, record("T", b"before"))
+    original = MappedFileQueue.create_file
+
+    def refuse(self: MappedFileQueue, start: int):  # type: ignore[no-untyped-def]
+        if "commitlog" in str(self.directory):
+            raise StoreError("cannot allocate: No space left on device")
+        return original(self, start)
+
+    store._warmer.stop()  # type: ignore[union-attr]  # and no preallocated next file
+    if store.commitlog.mfq.next_file is not None:
+        store.commitlog.mfq.next_file.destroy()
+        store.commitlog.mfq.next_file = None
+    end_before = store.commitlog.max_offset
+    monkeypatch.setattr(MappedFileQueue, "create_file", refuse)
+    # plain, delayed, then enough to cross into a new commitlog file (which fails)
+    batch = record("T", b"a") + record("T", b"later", delay=1) + b"".join(record("T", b"x" * 1500) for _ in range(20))
+    res = path.put("T", 0, batch)
+    assert [r.status for r in res] == [PutStatus.CREATE_MAPPED_FILE_FAILED] * 22
+    assert store.commitlog.max_offset == end_before and store.max_offset("T", 0) == 1
+    assert store.max_offset(SCHEDULE_TOPIC, 0) == 0
+    monkeypatch.undo()
+    after = path.put("T", 0, record("T", b"after") + record("T", b"later", delay=1))
+    assert [(r.topic, r.queue_offset) for r in after] == [("T", 1), (SCHEDULE_TOPIC, 0)]
+    assert after[0].physical_offset == end_before
+
+
 def test_get_statuses(store: MessageStore) -> None:
     """FOUND, OFFSET_OVERFLOW_ONE, OFFSET_OVERFLOW_BADLY, NO_MATCHED_LOGIC_QUEUE and their next offsets."""
     store.put_messages("T", 0, b"".join(record(body=f"m{i}".encode()) for i in range(5)))

@@ -31,7 +31,6 @@ LAYOUT_NAMES = {
     "STORE_TIMESTAMP_POS",
     "_BLANK",
     "_HDR",
-    "_QID_QOFF",
     "_STORED",
 }
 #: a field's offset (bytes 12 .. 88) added to a position, e.g. ``pos + 48`` or ``buf[p + 84 : ...]``

@@ -79,7 +79,7 @@ class Appender:
             except StoreError:
                 # A new commitlog or consume-queue file could not be created (disk full?): undo
                 # the whole batch, so that no record is stored without its consume-queue entry.
-                self._undo(start_phys, topic, queue_id, first_qoff)
+                self.undo(start_phys, [(topic, queue_id, first_qoff)])
                 raise
             self.stored = len(phys)
             self.stored_bytes = sum(sizes)
@@ -104,12 +104,16 @@ class Appender:
             results = _merge(results, rejected)
         return results
 
-    def _undo(self, start_phys: int, topic: str, queue_id: int, first_qoff: int) -> None:
-        """Take back everything a failed put wrote: commitlog bytes, consume-queue entries."""
+    def undo(self, start_phys: int, queues: list[tuple[str, int, int]]) -> None:
+        """Undo puts: the commitlog from ``start_phys``, each ``(topic, queue_id, end)`` queue to its end.
+
+        Index entries already written stay: lookups verify the record they find.
+        """
         # Files may be deleted here: keep the flush threads off them meanwhile.
         with self.file_locks[0], self.file_locks[1]:
             self.commitlog.mfq.truncate(start_phys)
-            self.dispatcher.queue_for(topic, queue_id).truncate_to(first_qoff)
+            for topic, queue_id, end in reversed(queues):  # reversed: a queue's earliest end wins
+                self.dispatcher.queue_for(topic, queue_id).truncate_to(end)
 
 
 def _merge(ok: list[PutResult], rejected: list[tuple[int, int, str]]) -> list[PutResult]:

@@ -249,11 +249,16 @@ class MessageStore:
         """
         return self.put_batches([(topic, queue_id, data)])[0]
 
-    def put_batches(self, batches: Sequence[tuple[str, int, bytes | bytearray | memoryview]]) -> list[list[PutResult]]:
+    def put_batches(
+        self, batches: Sequence[tuple[str, int, bytes | bytearray | memoryview]], *, atomic: bool = False
+    ) -> list[list[PutResult]]:
         """Append records for several queues in one call: one lock hold and one store time.
 
         Each ``(topic, queue_id, data)`` gets the queue offsets of its own queue, in order;
-        the answer holds one result list per batch, one result per record.
+        the answer holds one result list per batch, one result per record. If a file cannot
+        be created, that batch is undone (``CREATE_MAPPED_FILE_FAILED``); with ``atomic``
+        (the pieces of one request, see :class:`pymq.broker.put_hooks.PutPath`) the batches
+        stored before it are undone too and every record gets that status.
         """
         todo: list[tuple[str, int, bytes]] = [(t, q, d if isinstance(d, bytes) else bytes(d)) for t, q, d in batches]
         refused = self._refusal()
@@ -271,18 +276,33 @@ class MessageStore:
             # offset_by_time rely on them being ordered like the commitlog.
             store_ts = max(int(time.time() * 1000), self.last_store_ts)
             appender = self.appender
+            start_phys = self.commitlog.max_offset
+            #: (topic, queue id, its end before this call) of each batch, to undo an atomic call
+            starts: list[tuple[str, int, int]] = []
+            stored = stored_bytes = 0
             for topic, queue_id, data in todo:
+                if atomic:
+                    starts.append((topic, queue_id, self.queue_for(topic, queue_id).max_offset))
                 try:
                     results = appender.put(topic, queue_id, data, store_ts)
                 except StoreError as exc:
                     log.error("append_failed", reason=str(exc))
-                    answers.append(rejected_results(count_records(data), PutStatus.CREATE_MAPPED_FILE_FAILED, str(exc)))
+                    failed = PutStatus.CREATE_MAPPED_FILE_FAILED
+                    if atomic:
+                        appender.undo(start_phys, starts)
+                        answers = [rejected_results(count_records(d), failed, str(exc)) for _, _, d in todo]
+                        stored = stored_bytes = 0
+                        arrived.clear()
+                        break
+                    answers.append(rejected_results(count_records(data), failed, str(exc)))
                     continue
                 answers.append(results)
                 if appender.stored:
-                    self.put_count += appender.stored
-                    self.put_bytes += appender.stored_bytes
+                    stored += appender.stored
+                    stored_bytes += appender.stored_bytes
                     arrived.add((topic, queue_id))
+            self.put_count += stored
+            self.put_bytes += stored_bytes
             self.last_store_ts = store_ts
         self._notify_arrivals(arrived)
         return answers

@@ -1,0 +1,100 @@
+"""The broker's put path: hooks rewrite a batch into segments, the store gets them in one call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymq.broker.delay_hook import SCHEDULE_TOPIC, DelayHook
+from pymq.broker.put_hooks import PutPath, Segment
+from pymq.broker.store import PutResult, PutStatus
+from pymq.protocol.record import encode_record, parse_record
+
+LEVELS = [1000, 5000, 10000]
+
+
+def rec(topic: str, body: bytes, props: bytes = b"") -> bytes:
+    return encode_record(topic.encode(), body, props)
+
+
+class FakeStore:
+    """Records put_batches calls; answers PUT_OK per record with the segment's topic and queue."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[tuple[str, int, bytes]]] = []
+        self.rules: dict[str, Any] = {}
+        self.appender = type("A", (), {"max_message_size": 1 << 20})()
+        self.dispatcher = type("D", (), {"set_tags_rule": lambda _self, t, r: self.rules.__setitem__(t, r)})()
+
+    def put_batches(self, batches: list[tuple[str, int, bytes]], *, atomic: bool = False) -> list[list[PutResult]]:
+        assert atomic == (len(batches) > 1)  # the pieces of one request stand or fall together
+        self.calls.append(list(batches))
+        out = []
+        for topic, qid, data in batches:
+            n, pos = 0, 0
+            while pos < len(data):
+                pos += parse_record(data, pos).total_size
+                n += 1
+            out.append([PutResult(PutStatus.PUT_OK, 0, 0, 0, 0, topic, qid)] * n)
+        return out
+
+
+class Upper:
+    """A test hook: moves records whose body starts with b"UP" to topic UPPER, queue 9."""
+
+    def install(self, store: Any) -> None:
+        pass
+
+    def wants(self, data: bytes) -> bool:
+        return b"UP" in data
+
+    def rewrite(self, topic: str, queue_id: int, data: bytes) -> list[Segment]:
+        r = parse_record(data)
+        if bytes(r.body).startswith(b"UP") and r.total_size == len(data):
+            return [("UPPER", 9, data)]
+        return [(topic, queue_id, data)]
+
+
+def test_a_batch_without_delays_goes_to_the_store_untouched() -> None:
+    store = FakeStore()
+    path = PutPath(store, [DelayHook(LEVELS)])  # type: ignore[arg-type]
+    batch = rec("T", b"a") + rec("T", b"b")
+    res = path.put("T", 2, batch)
+    assert store.calls == [[("T", 2, batch)]] and store.calls[0][0][2] is batch
+    assert [(r.topic, r.queue_id) for r in res] == [("T", 2), ("T", 2)]
+
+
+def test_the_delay_hook_registers_the_schedule_topic_rule() -> None:
+    store = FakeStore()
+    hook = DelayHook(LEVELS)
+    PutPath(store, [hook])  # type: ignore[arg-type]
+    rule = store.rules[SCHEDULE_TOPIC]
+    assert rule(b"DELAY\x012\x02", 100) == 5100
+    assert rule(b"DELAY\x01x\x02", 100) == 1100 and rule(b"", 100) == 1100  # unreadable: level 1
+    assert rule(b"DELAY\x0199\x02", 100) == 10100  # capped at the last level
+
+
+def test_delayed_records_become_their_own_segments_in_order() -> None:
+    store = FakeStore()
+    path = PutPath(store, [DelayHook(LEVELS)])  # type: ignore[arg-type]
+    a, b, c = rec("T", b"a"), rec("T", b"b"), rec("T", b"c")
+    d = rec("T", b"later", b"DELAY\x012\x02")
+    res = path.put("T", 0, a + b + d + c)
+    (call,) = store.calls
+    assert [(t, q) for t, q, _ in call] == [("T", 0), (SCHEDULE_TOPIC, 1), ("T", 0)]
+    assert call[0][2] == a + b and call[2][2] == c
+    moved = parse_record(call[1][2])
+    assert moved.topic == SCHEDULE_TOPIC.encode() and bytes(moved.body) == b"later"
+    assert b"REAL_TOPIC\x01T\x02" in moved.properties and b"REAL_QID\x010\x02" in moved.properties
+    assert [r.topic for r in res] == ["T", "T", SCHEDULE_TOPIC, "T"]
+
+
+def test_hooks_chain_over_the_previous_hooks_segments() -> None:
+    store = FakeStore()
+    path = PutPath(store, [DelayHook(LEVELS), Upper()])  # type: ignore[arg-type]
+    batch = rec("T", b"a") + rec("T", b"later", b"DELAY\x011\x02") + rec("T", b"UPx")
+    res = path.put("T", 3, batch)
+    # The second hook sees the first one's segments: the last record is a segment of its own.
+    assert [(t, q) for t, q, _ in store.calls[0]] == [("T", 3), (SCHEDULE_TOPIC, 0), ("UPPER", 9)]
+    assert [r.topic for r in res] == ["T", SCHEDULE_TOPIC, "UPPER"]
+    res = path.put("T", 3, rec("T", b"UPy"))
+    assert store.calls[1] == [("UPPER", 9, rec("T", b"UPy"))] and res[0].topic == "UPPER"
