@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "SystemClock"]
+__all__ = ["SYSTEM_CLOCK", "Clock", "SystemClock", "TimerHandle"]
+
+
+class TimerHandle(Protocol):
+    """What :meth:`Clock.call_later` returns: a timer that can be cancelled."""
+
+    def cancel(self) -> None: ...
 
 
 @runtime_checkable
@@ -30,6 +37,10 @@ class Clock(Protocol):
         """Wait ``seconds`` of this clock's time."""
         ...
 
+    def call_later(self, seconds: float, callback: Callable[[], None]) -> TimerHandle:
+        """Run ``callback`` once ``seconds`` of this clock's time have passed (on the running loop)."""
+        ...
+
 
 class SystemClock:
     """The real clock: ``time.monotonic``, ``time.time`` and ``asyncio.sleep``."""
@@ -44,6 +55,9 @@ class SystemClock:
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def call_later(self, seconds: float, callback: Callable[[], None]) -> TimerHandle:
+        return asyncio.get_running_loop().call_later(seconds, callback)
 
 
 #: the default clock of every component that takes one

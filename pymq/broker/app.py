@@ -74,7 +74,7 @@ class BrokerApp:
             self.runtime.subscribe(manager.configure)
         self.pull_hold = PullHoldService()
         self.stats = BrokerStats()
-        self.store: MessageStore | None = None  # type: ignore[assignment]
+        self.store: MessageStore | None = None
         #: every put goes through it: put hooks (delays ...), then the store
         self.put_path: PutPath = None  # type: ignore[assignment]
         self.dispatcher = Dispatcher(name="broker")

@@ -28,6 +28,7 @@ from pymq.protocol.record import (
     parse_record,
     reencode,
 )
+from pymq.protocol.record_batch import SplitBatch, any_property_contains
 
 if TYPE_CHECKING:
     from pymq.broker.store import MessageStore
@@ -61,8 +62,8 @@ class DelayHook:
             level = 1
         return delivery_time(store_ts, level, self.delay_levels_ms)
 
-    def wants(self, data: bytes) -> bool:
-        return _DELAY in data
+    def wants(self, data: bytes, split: SplitBatch) -> bool:
+        return any_property_contains(data, split, _DELAY)
 
     def rewrite(self, topic: str, queue_id: int, data: bytes) -> list[Segment]:
         if topic == SCHEDULE_TOPIC:

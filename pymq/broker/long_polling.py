@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
+from pymq.clock import SYSTEM_CLOCK, Clock
+
 
 class _Held:
     __slots__ = ("future", "offset")
@@ -20,17 +22,18 @@ class _Held:
 
 
 class PullHoldService:
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._held: dict[tuple[str, int], list[_Held]] = defaultdict(list)
+        #: times the suspend timeouts (a FakeClock in tests)
+        self.clock = clock
 
     def hold(self, topic: str, queue_id: int, offset: int, timeout: float) -> asyncio.Future[bool]:
         """A future that becomes True when the queue grows past ``offset``, False on timeout."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         key = (topic, queue_id)
         entry = _Held(offset, fut)
         self._held[key].append(entry)
-        handle = loop.call_later(timeout, self._expire, key, entry)
+        handle = self.clock.call_later(timeout, lambda: self._expire(key, entry))
         fut.add_done_callback(lambda _f: handle.cancel())
         return fut
 

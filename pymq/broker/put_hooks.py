@@ -12,8 +12,10 @@ it leaves alone stay in the segment they came in, a record it moves becomes its 
 segment. Segments keep the batch's record order, so the store's answers for them,
 concatenated, line up with the original records; they are stored atomically (if a file
 cannot be created, none stays), as one batch is. A hook must be cheap when it has nothing
-to do: :meth:`PutHook.wants` looks at the raw bytes (a substring search) before any
-per-record work.
+to do: the path validates the batch once (:meth:`MessageStore.split`), and
+:meth:`PutHook.wants` looks only at the valid records' property bytes (a substring search
+per record, bodies skipped) before any per-record work; the same split then goes to the
+store, so nothing is validated twice.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pymq.broker.store import MessageStore, PutResult
+    from pymq.protocol.record_batch import SplitBatch
 
 #: (topic, queue id, encoded records)
 Segment = tuple[str, int, bytes]
@@ -34,8 +37,8 @@ class PutHook(Protocol):
     def install(self, store: MessageStore) -> None:
         """Register what the store needs to know (e.g. a topic's tags-code rule), before it starts."""
 
-    def wants(self, data: bytes) -> bool:
-        """Whether ``data`` may hold a record for this hook (cheap: no per-record work)."""
+    def wants(self, data: bytes, split: SplitBatch) -> bool:
+        """Whether a valid record of ``data`` (where ``split`` says) is for this hook (cheap: properties only)."""
 
     def rewrite(self, topic: str, queue_id: int, data: bytes) -> list[Segment]:
         """The batch as consecutive segments, records in their original order."""
@@ -54,15 +57,23 @@ class PutPath:
         """Store the records of ``data`` for ``(topic, queue_id)``; one result per record, in order."""
         if not isinstance(data, bytes):
             data = bytes(data)
+        if not self.hooks:
+            return self.store.put_batches([(topic, queue_id, data)])[0]
+        store = self.store
+        split = store.split(topic, data)
         segments: list[Segment] | None = None
         for hook in self.hooks:
             if segments is None:
-                if hook.wants(data):
+                if hook.wants(data, split):
                     segments = hook.rewrite(topic, queue_id, data)
             else:
-                segments = [out for seg in segments for out in (hook.rewrite(*seg) if hook.wants(seg[2]) else (seg,))]
+                segments = [
+                    out
+                    for seg in segments
+                    for out in (hook.rewrite(*seg) if hook.wants(seg[2], store.split(seg[0], seg[2])) else (seg,))
+                ]
         if segments is None:
-            return self.store.put_batches([(topic, queue_id, data)])[0]
+            return store.put_batches([(topic, queue_id, data)], splits=[split])[0]
         if len(segments) == 1:
             return self.store.put_batches(segments)[0]
         # The pieces of one request stand or fall together, as one batch does.

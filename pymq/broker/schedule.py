@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pymq.broker.delay_hook import SCHEDULE_TOPIC
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.broker.store.results import GetStatus, PutStatus
+from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.logs import get_logger
 from pymq.protocol.message import Prop
 from pymq.protocol.record import decode_properties, encode_properties, iter_spans, parse_record, reencode
@@ -58,8 +58,10 @@ BATCH = 32
 
 
 class ScheduleService:
-    def __init__(self, app: ScheduleHost) -> None:
+    def __init__(self, app: ScheduleHost, clock: Clock = SYSTEM_CLOCK) -> None:
         self.app = app
+        #: when messages fall due and how long to wait for them (a FakeClock in tests)
+        self.clock = clock
         self.delays_ms = app.config.store.delay_levels_ms
         self.path = Path(app.config.store.store_dir) / "config" / "delayOffset.json"
         #: delay level (1-based) -> next offset to deliver in queue level-1
@@ -129,14 +131,14 @@ class ScheduleService:
                 continue
             records = [parse_record(buf, pos) for buf in result.buffers for pos, _size in iter_spans(buf)]
             for r in records:
-                now = int(time.time() * 1000)
+                now = self.clock.time_ms()
                 due = r.store_timestamp + delay
                 if due > now + delay:
                     due = now  # the clock went back by more than a delay: deliver now
                 if due > now:
-                    await asyncio.sleep((due - now) / 1000)
+                    await self.clock.sleep((due - now) / 1000)
                 while not self._deliver(r):
-                    await asyncio.sleep(RETRY_DELAY)
+                    await self.clock.sleep(RETRY_DELAY)
                 self._advance(level, r.queue_offset + 1)
 
     def _advance(self, level: int, offset: int) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from pymq.client.consume_service import ConsumeContext
 from pymq.client.consumer_types import ConsumeResult
 from pymq.client.process_queue import ProcessQueue
+from pymq.client.rebalance import NoQueueHooks
 from pymq.logs import get_logger
 from pymq.protocol.message import MessageExt
 from pymq.protocol.route import MessageQueue
@@ -30,7 +31,7 @@ def _is_success(result: Any) -> bool:
     return result is None or result == ConsumeResult.SUCCESS or result == ConsumeResult.SUCCESS.value
 
 
-class ConcurrentConsumeService:
+class ConcurrentConsumeService(NoQueueHooks):
     """A :class:`~pymq.client.consume_service.ConsumeService`: one task per pulled batch."""
 
     def __init__(self, ctx: ConsumeContext) -> None:
@@ -54,18 +55,6 @@ class ConcurrentConsumeService:
     def pull_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
         """Hold pulling while the queue's in-flight offsets span too far (a slow message holds the commit)."""
         return PULL_DELAY_FLOW_CONTROL if pq.span > self.settings.max_span else 0.0
-
-    async def can_take(self, mq: MessageQueue) -> bool:
-        return True
-
-    def queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None:
-        return None
-
-    async def queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
-        return None
-
-    async def after_queue_released(self, mq: MessageQueue) -> None:
-        return None
 
     async def close(self) -> None:
         """Let running batches finish (their offsets are committed by the consumer's close).

@@ -29,7 +29,7 @@ from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.rebalance")
 
-__all__ = ["NO_HOOKS", "QueueHooks", "QueueOwnership", "assign"]
+__all__ = ["NO_HOOKS", "NoQueueHooks", "QueueHooks", "QueueOwnership", "assign"]
 
 
 def assign(
@@ -66,7 +66,9 @@ class QueueHooks(Protocol):
         ...
 
 
-class _NoHooks:
+class NoQueueHooks:
+    """Queue hooks that do nothing: take any queue at once, release it with no extra step."""
+
     async def can_take(self, mq: MessageQueue) -> bool:
         return True
 
@@ -81,7 +83,7 @@ class _NoHooks:
 
 
 #: hooks that do nothing (pull consumers, concurrent push consumers need none)
-NO_HOOKS: QueueHooks = _NoHooks()
+NO_HOOKS: QueueHooks = NoQueueHooks()
 
 PullLoop = Callable[[MessageQueue, ProcessQueue, int], Coroutine[Any, Any, None]]
 

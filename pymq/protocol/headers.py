@@ -27,7 +27,7 @@ def _get(ext: dict[str, Any], name: str, default: Any) -> Any:
 def get_str(ext: dict[str, Any], name: str, default: Any = _MISSING) -> str:
     value = _get(ext, name, default)
     if value is default:
-        return value
+        return value  # type: ignore[no-any-return]  # the caller's default, of the caller's type
     if isinstance(value, bytes):
         value = value.decode(errors="replace")
     if not isinstance(value, str):
@@ -67,4 +67,5 @@ def decode_body(body: Any, what: str = "body") -> Any:
 
 
 def encode_body(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
+    packed: bytes = msgpack.packb(obj, use_bin_type=True)
+    return packed

@@ -133,6 +133,10 @@ class MessageExt:
     store_size: int
     body_crc: int
     broker_name: str
+    _props_raw: bytes
+    _properties: dict[str, str] | None
+    _born_host: bytes
+    _store_host: bytes
 
     @property
     def properties(self) -> dict[str, str]:

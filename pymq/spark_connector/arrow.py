@@ -28,9 +28,7 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
-def records_to_batch(
-    chunks: Iterable[bytes | memoryview], broker: str, tags: frozenset[str] | None = None
-) -> pa.RecordBatch:
+def records_to_batch(chunks: Iterable[bytes], broker: str, tags: frozenset[str] | None = None) -> pa.RecordBatch:
     """Decode concatenated records (pull response bodies) into one RecordBatch of the source schema.
 
     ``tags``: keep only records whose tag is in the set (the broker filtered by hash already).

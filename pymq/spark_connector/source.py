@@ -54,7 +54,7 @@ def read_partition(part: QueueRange) -> Iterator[Any]:
     """Executor side: pull the range and yield RecordBatches (filtered by tag)."""
     wanted = parse_tags(part.tags)
     with QueueReader(part.namesrv, timeout=part.timeout) as reader:
-        pending: list[bytes | memoryview] = []
+        pending: list[bytes] = []
         chunks = reader.read_range(
             (part.topic, part.broker, part.queue_id), part.start, part.end, tags=part.tags,
             fail_on_data_loss=part.fail_on_data_loss,

@@ -79,7 +79,7 @@ class Connection(asyncio.Protocol):
         if local:
             self.local_addr = f"{local[0]}:{local[1]}"
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER, low=WRITE_LOW_WATER)  # type: ignore[attr-defined]
-        self.flow = FlowControl(self.transport, pause_reading_when_blocked=self.server_side)
+        self.flow = FlowControl(transport, pause_reading_when_blocked=self.server_side)  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -7,7 +7,8 @@ from typing import Any
 from pymq.broker.delay_hook import SCHEDULE_TOPIC, DelayHook
 from pymq.broker.put_hooks import PutPath, Segment
 from pymq.broker.store import PutResult, PutStatus
-from pymq.protocol.record import encode_record, parse_record
+from pymq.protocol.record import encode_record, parse_record, topic_field
+from pymq.protocol.record_batch import SplitBatch, split_batch
 
 LEVELS = [1000, 5000, 10000]
 
@@ -25,7 +26,12 @@ class FakeStore:
         self.appender = type("A", (), {"max_message_size": 1 << 20})()
         self.dispatcher = type("D", (), {"set_tags_rule": lambda _self, t, r: self.rules.__setitem__(t, r)})()
 
-    def put_batches(self, batches: list[tuple[str, int, bytes]], *, atomic: bool = False) -> list[list[PutResult]]:
+    def split(self, topic: str, data: bytes) -> SplitBatch:
+        return split_batch(data, topic_field(topic.encode()), 1 << 20)
+
+    def put_batches(
+        self, batches: list[tuple[str, int, bytes]], *, atomic: bool = False, splits: Any = None
+    ) -> list[list[PutResult]]:
         assert atomic == (len(batches) > 1)  # the pieces of one request stand or fall together
         self.calls.append(list(batches))
         out = []
@@ -44,7 +50,7 @@ class Upper:
     def install(self, store: Any) -> None:
         pass
 
-    def wants(self, data: bytes) -> bool:
+    def wants(self, data: bytes, split: SplitBatch) -> bool:
         return b"UP" in data
 
     def rewrite(self, topic: str, queue_id: int, data: bytes) -> list[Segment]:
@@ -61,6 +67,16 @@ def test_a_batch_without_delays_goes_to_the_store_untouched() -> None:
     res = path.put("T", 2, batch)
     assert store.calls == [[("T", 2, batch)]] and store.calls[0][0][2] is batch
     assert [(r.topic, r.queue_id) for r in res] == [("T", 2), ("T", 2)]
+
+
+def test_a_body_that_looks_like_a_delay_property_is_not_moved() -> None:
+    """The hook looks at properties only: DELAY bytes in a body do not make a message delayed."""
+    store = FakeStore()
+    path = PutPath(store, [DelayHook(LEVELS)])  # type: ignore[arg-type]
+    batch = rec("T", b"payload DELAY\x012\x02 in the body")
+    res = path.put("T", 1, batch)
+    assert store.calls == [[("T", 1, batch)]]
+    assert [(r.topic, r.queue_id) for r in res] == [("T", 1)]
 
 
 def test_the_delay_hook_registers_the_schedule_topic_rule() -> None:

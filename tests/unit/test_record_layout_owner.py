@@ -1,4 +1,7 @@
-"""Only :mod:`pymq.protocol.record` knows where a record's fields sit (issue 13, item 1).
+"""Only the record module knows where a record's fields sit (issue 13, item 1).
+
+The record module is :mod:`pymq.protocol.record` (the layout) with its sibling
+:mod:`pymq.protocol.record_batch` (the broker's batch validator, patcher and stored-record scanner).
 
 Everything else reads and patches records through its scanner, accessors and patchers.
 The check walks the source of ``pymq/`` (without importing it): no other module may import
@@ -13,7 +16,7 @@ import re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "pymq"
-RECORD_MODULE = PKG / "protocol" / "record.py"
+RECORD_MODULES = {PKG / "protocol" / "record.py", PKG / "protocol" / "record_batch.py"}
 
 #: names in pymq.protocol.record that encode the byte layout
 LAYOUT_NAMES = {
@@ -29,9 +32,9 @@ LAYOUT_NAMES = {
     "QUEUE_ID_POS",
     "QUEUE_OFFSET_POS",
     "STORE_TIMESTAMP_POS",
-    "_BLANK",
-    "_HDR",
-    "_STORED",
+    "BLANK_MARKER",
+    "STORED_HEAD",
+    "VALIDATION_HEAD",
 }
 #: a field's offset (bytes 12 .. 88) added to a position, e.g. ``pos + 48`` or ``buf[p + 84 : ...]``
 OFFSET_ARITHMETIC = re.compile(
@@ -42,7 +45,7 @@ HEADER_STRUCT = re.compile(r"""Struct\(\s*["']>iI""")
 
 
 def _sources() -> list[Path]:
-    return [p for p in PKG.rglob("*.py") if p != RECORD_MODULE]
+    return [p for p in PKG.rglob("*.py") if p not in RECORD_MODULES]
 
 
 def test_no_module_but_the_record_module_imports_the_layout() -> None:

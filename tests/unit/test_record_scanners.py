@@ -8,20 +8,22 @@ from pymq.errors import MessageDecodeError
 from pymq.protocol import record
 from pymq.protocol.record import (
     BODY_POS,
-    REJECT_ILLEGAL,
-    REJECT_PROPERTIES_SIZE,
-    StoredScan,
     blank_marker,
     encode_record,
     iter_records,
     iter_spans,
     pack_host,
     parse_record,
-    patch_broker_blocks,
-    split_batch,
     stored_record_size,
     topic_field,
     unpack_record,
+)
+from pymq.protocol.record_batch import (
+    REJECT_ILLEGAL,
+    REJECT_PROPERTIES_SIZE,
+    StoredScan,
+    patch_broker_blocks,
+    split_batch,
 )
 
 HOST = pack_host("10.0.0.1", 10911)

@@ -1,7 +1,7 @@
 """The write path: validate a producer's batch, append it to the commitlog, dispatch it.
 
 This is the hottest code in the broker, so it works on the producer's bytes directly, in
-three C-heavy passes: :func:`pymq.protocol.record.split_batch` validates every record
+three C-heavy passes: :func:`pymq.protocol.record_batch.split_batch` validates every record
 (lengths, topic, size, CRC); :meth:`CommitLog.append` copies the valid ones as they came
 (adjacent ones with one memcpy) and patches only the broker-assigned block (queue id,
 queue offset, commitlog offset, store time, store host); :meth:`Dispatcher.dispatch`
@@ -9,7 +9,7 @@ writes the batch's consume-queue entries with one copy and its index entries in 
 
 Crash safety: the copy of a run lands before its broker blocks are patched, so recovery
 only accepts a record whose physical-offset field equals its position and whose store
-time is set (see :class:`pymq.protocol.record.StoredScan`). Consume-queue and index
+time is set (see :class:`pymq.protocol.record_batch.StoredScan`). Consume-queue and index
 entries are written after the records they point to.
 
 The store stores what it is given: moving a record elsewhere first (delays, retries) is
@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 from pymq.broker.store.commitlog import BLANK_MIN
 from pymq.broker.store.results import PutResult, PutStatus
 from pymq.errors import StoreError
-from pymq.protocol.record import REJECT_PROPERTIES_SIZE, count_records, split_batch, topic_field
+from pymq.protocol.record import topic_field
+from pymq.protocol.record_batch import REJECT_PROPERTIES_SIZE, SplitBatch, count_records, split_batch
 
 if TYPE_CHECKING:
     from pymq.broker.store.commitlog import CommitLog
@@ -57,7 +58,13 @@ class Appender:
             tf = self._topic_fields[topic] = topic_field(topic.encode())
         return tf
 
-    def put(self, topic: str, queue_id: int, data: bytes, store_ts: int) -> list[PutResult]:
+    def split(self, topic: str, data: bytes) -> SplitBatch:
+        """Validate ``data`` as a batch for ``topic`` (see :func:`~pymq.protocol.record_batch.split_batch`)."""
+        return split_batch(data, self._topic_field(topic), self.max_message_size)
+
+    def put(
+        self, topic: str, queue_id: int, data: bytes, store_ts: int, split: SplitBatch | None = None
+    ) -> list[PutResult]:
         """Validate and append every record of ``data`` (call under the store lock); one result each.
 
         A record that fails validation gets its own status and the others are stored. If a
@@ -65,7 +72,7 @@ class Appender:
         :class:`~pymq.errors.StoreError` is raised. Afterwards :attr:`stored` and
         :attr:`stored_bytes` describe what was stored.
         """
-        positions, sizes, props_ats, rejected = split_batch(data, self._topic_field(topic), self.max_message_size)
+        positions, sizes, props_ats, rejected = split or self.split(topic, data)
         self.stored = self.stored_bytes = 0
         results: list[PutResult] = []
         cq = self.dispatcher.queue_for(topic, queue_id)  # a put creates its queue, even if nothing is stored
@@ -75,7 +82,7 @@ class Appender:
             start_phys = commitlog.max_offset
             try:
                 phys = commitlog.append(data, positions, sizes, queue_id, first_qoff, store_ts, self.store_host)
-                self.dispatcher.dispatch(topic, queue_id, first_qoff, data, positions, sizes, props_ats, phys, store_ts)
+                self.dispatcher.dispatch(topic, cq, first_qoff, data, positions, sizes, props_ats, phys, store_ts)
             except StoreError:
                 # A new commitlog or consume-queue file could not be created (disk full?): undo
                 # the whole batch, so that no record is stored without its consume-queue entry.
@@ -83,6 +90,8 @@ class Appender:
                 raise
             self.stored = len(phys)
             self.stored_bytes = sum(sizes)
+            if len(phys) == 1 and not rejected:  # single sends
+                return [PutResult(PutStatus.PUT_OK, first_qoff, phys[0], sizes[0], store_ts, topic, queue_id, "")]
             # PutResult(ok, queue offset, phys, size, store_ts, topic, queue_id, ""), built in C.
             results = list(
                 map(

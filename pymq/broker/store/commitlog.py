@@ -21,7 +21,8 @@ from pathlib import Path
 
 from pymq.broker.store.mapped_file import MappedFile, MappedFileQueue
 from pymq.errors import StoreError
-from pymq.protocol.record import BLANK_SIZE, StoredScan, blank_marker, patch_broker_blocks, stored_record_size
+from pymq.protocol.record import BLANK_SIZE, blank_marker, stored_record_size
+from pymq.protocol.record_batch import StoredScan, patch_broker_blocks
 
 BLANK_MIN = BLANK_SIZE
 
@@ -72,7 +73,7 @@ class CommitLog:
         """Copy the validated records of a producer's batch and patch their broker blocks.
 
         ``positions``/``sizes`` say where the records are in ``data`` (see
-        :func:`pymq.protocol.record.split_batch`); they get queue offsets from
+        :func:`pymq.protocol.record_batch.split_batch`); they get queue offsets from
         ``first_queue_offset`` on. Returns their commitlog offsets. Adjacent records are
         copied with one memcpy (a "run") and patched after, so a crash in between leaves
         records that recovery refuses (their physical-offset field is not yet theirs). A
@@ -89,7 +90,7 @@ class CommitLog:
         first = positions[0]
         if wpos + total + BLANK_MIN <= mf.size and positions[-1] + sizes[-1] - first == total:
             # The common case: the whole batch is one run and fits in the current file.
-            at = list(accumulate(sizes[:-1], initial=wpos))
+            at = [wpos] if count == 1 else list(accumulate(sizes[:-1], initial=wpos))
             self._write_run(mf, data, first, at, queue_id, first_queue_offset, store_ts, store_host, total)
             mf.wrote_pos = wpos + total
             base = mf.file_from
@@ -259,7 +260,7 @@ class CommitLog:
 
         ``start`` is a record boundary; positions are in the file (the topic is
         ``mm[topic_at : props_at - 2]``, the properties ``mm[props_at : pos + size]``).
-        Records are verified by :class:`pymq.protocol.record.StoredScan`. Stops at the
+        Records are verified by :class:`pymq.protocol.record_batch.StoredScan`. Stops at the
         first invalid record; the caller reads :attr:`scan_end` afterwards. Blank markers
         move to the next file.
         """

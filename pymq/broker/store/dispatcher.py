@@ -133,7 +133,7 @@ class Dispatcher:
     def dispatch(
         self,
         topic: str,
-        queue_id: int,
+        cq: ConsumeQueue,
         first_queue_offset: int,
         data: bytes,
         positions: Sequence[int],
@@ -146,14 +146,25 @@ class Dispatcher:
 
         Record ``i`` sits at ``data[positions[i] : positions[i] + sizes[i]]`` with its
         properties from ``props_ats[i]``; it was stored at ``phys[i]`` with queue offset
-        ``first_queue_offset + i``. A consume-queue file that cannot be created raises
-        :class:`StoreError` (the caller undoes the batch); an index failure is only logged:
-        the records stay consumable, lookups by key miss them.
+        ``first_queue_offset + i`` of ``cq`` (the topic's queue, which the caller holds). A
+        consume-queue file that cannot be created raises :class:`StoreError` (the caller
+        undoes the batch); an index failure is only logged: the records stay consumable,
+        lookups by key miss them.
         """
-        codes = self.codes
         rule = self.tags_rules.get(topic)
-        prefix_crc = zlib.crc32(self._prefix(topic))
         crc32 = zlib.crc32
+        prefix_crc = crc32(self._prefix(topic))
+        if len(phys) == 1:  # single sends: no lists to build
+            at, size = phys[0], sizes[0]
+            props = data[props_ats[0] : positions[0] + size]
+            tags_code, keys = self.codes(props)
+            if rule is not None:
+                tags_code = rule(props, store_ts)
+            cq.append(CQ_ENTRY.pack(at, size, tags_code), first_queue_offset)
+            if keys:
+                self.put_index([(crc32(k, prefix_crc), at) for k in keys], store_ts)
+            return
+        codes = self.codes
         cq_vals: list[int] = []  # phys, size, tags code per record, flat
         index_entries: list[tuple[int, int]] = []
         add_index = index_entries.append
@@ -166,19 +177,8 @@ class Dispatcher:
             if keys:
                 for k in keys:
                     add_index((crc32(k, prefix_crc), at))
-        self._finish(topic, queue_id, first_queue_offset, cq_vals, index_entries, store_ts)
-
-    def _finish(
-        self,
-        topic: str,
-        queue_id: int,
-        first_queue_offset: int,
-        cq_vals: list[int],
-        index_entries: list[tuple[int, int]],
-        store_ts: int,
-    ) -> None:
         if cq_vals:
-            self.queue_for(topic, queue_id).append(_cq_packer(len(cq_vals) // 3).pack(*cq_vals), first_queue_offset)
+            cq.append(_cq_packer(len(cq_vals) // 3).pack(*cq_vals), first_queue_offset)
         if index_entries:
             self.put_index(index_entries, store_ts)
 

@@ -66,7 +66,8 @@ class _StructSlots:
         self.mm = mm
 
     def __getitem__(self, i: int) -> int:
-        return _SLOT.unpack_from(self.mm, HEADER_SIZE + 4 * i)[0]  # type: ignore[arg-type]
+        value: int = _SLOT.unpack_from(self.mm, HEADER_SIZE + 4 * i)[0]  # type: ignore[arg-type]
+        return value
 
     def __setitem__(self, i: int, v: int) -> None:
         _SLOT.pack_into(self.mm, HEADER_SIZE + 4 * i, v)  # type: ignore[arg-type]

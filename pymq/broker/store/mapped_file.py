@@ -239,7 +239,7 @@ class MappedFile:
         global _populate_ok
         if _populate_ok and self.address:
             aligned = start - start % PAGE_SIZE
-            if _madvise(self.address + aligned, end - aligned, _MADV_POPULATE_WRITE) == 0:  # type: ignore[misc]
+            if _madvise(self.address + aligned, end - aligned, _MADV_POPULATE_WRITE) == 0:
                 return
             err = ctypes.get_errno()
             if err in (errno.EINVAL, errno.ENOSYS, errno.EPERM):
@@ -259,7 +259,7 @@ class MappedFile:
         if target > self.flushed_pos and not self.closed:
             if self.ranged_sync and self.address and _msync is not None:
                 start = self.flushed_pos - self.flushed_pos % PAGE_SIZE
-                if _msync(self.address + start, target - start, _MS_SYNC) != 0:  # type: ignore[misc]
+                if _msync(self.address + start, target - start, _MS_SYNC) != 0:
                     err = ctypes.get_errno()
                     raise OSError(err, f"msync {self.path}: {os.strerror(err or errno.EIO)}")
             else:

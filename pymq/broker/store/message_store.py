@@ -37,13 +37,8 @@ from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutStatus
 from pymq.config import FlushDiskType, StoreConfig
 from pymq.errors import StoreError, StoreLockedError
 from pymq.logs import get_logger
-from pymq.protocol.record import (
-    count_records,
-    find_property,
-    pack_host,
-    parse_record,
-    record_store_timestamp,
-)
+from pymq.protocol.record import find_property, pack_host, parse_record, record_store_timestamp
+from pymq.protocol.record_batch import SplitBatch, count_records
 
 log = get_logger("broker.store")
 
@@ -249,8 +244,17 @@ class MessageStore:
         """
         return self.put_batches([(topic, queue_id, data)])[0]
 
+    def split(self, topic: str, data: bytes) -> SplitBatch:
+        """Validate ``data`` as a batch for ``topic`` without storing it (the put path validates once,
+        lets its hooks look at the records' properties, then hands the split to :meth:`put_batches`)."""
+        return self.appender.split(topic, data)
+
     def put_batches(
-        self, batches: Sequence[tuple[str, int, bytes | bytearray | memoryview]], *, atomic: bool = False
+        self,
+        batches: Sequence[tuple[str, int, bytes | bytearray | memoryview]],
+        *,
+        atomic: bool = False,
+        splits: Sequence[SplitBatch | None] | None = None,
     ) -> list[list[PutResult]]:
         """Append records for several queues in one call: one lock hold and one store time.
 
@@ -258,7 +262,8 @@ class MessageStore:
         the answer holds one result list per batch, one result per record. If a file cannot
         be created, that batch is undone (``CREATE_MAPPED_FILE_FAILED``); with ``atomic``
         (the pieces of one request, see :class:`pymq.broker.put_hooks.PutPath`) the batches
-        stored before it are undone too and every record gets that status.
+        stored before it are undone too and every record gets that status. ``splits``, if
+        given, holds :meth:`split` of each batch (None: validate it here).
         """
         todo: list[tuple[str, int, bytes]] = [(t, q, d if isinstance(d, bytes) else bytes(d)) for t, q, d in batches]
         refused = self._refusal()
@@ -276,15 +281,15 @@ class MessageStore:
             # offset_by_time rely on them being ordered like the commitlog.
             store_ts = max(int(time.time() * 1000), self.last_store_ts)
             appender = self.appender
-            start_phys = self.commitlog.max_offset
+            start_phys = self.commitlog.max_offset if atomic else 0
             #: (topic, queue id, its end before this call) of each batch, to undo an atomic call
             starts: list[tuple[str, int, int]] = []
             stored = stored_bytes = 0
-            for topic, queue_id, data in todo:
+            for i, (topic, queue_id, data) in enumerate(todo):
                 if atomic:
                     starts.append((topic, queue_id, self.queue_for(topic, queue_id).max_offset))
                 try:
-                    results = appender.put(topic, queue_id, data, store_ts)
+                    results = appender.put(topic, queue_id, data, store_ts, splits[i] if splits else None)
                 except StoreError as exc:
                     log.error("append_failed", reason=str(exc))
                     failed = PutStatus.CREATE_MAPPED_FILE_FAILED

@@ -1,0 +1,257 @@
+"""The broker's side of the record layout: validating a producer's batch, patching the
+broker-assigned block, scanning stored records.
+
+Part of the record module (:mod:`pymq.protocol.record` holds the layout itself): these are
+the only other functions that read or write record fields by position. The store uses them
+on its write path (:func:`split_batch`, :func:`patch_broker_blocks`) and in recovery and
+replication (:class:`StoredScan`); the broker's put hooks look at properties through
+:func:`any_property_contains` without reading bodies.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+from itertools import repeat
+from typing import NamedTuple
+
+from pymq.protocol.record import (
+    BLANK_MAGIC,
+    BLANK_MARKER,
+    BLANK_SIZE,
+    BODY_POS,
+    BROKER_BLOCK,
+    BROKER_BLOCK_OFFSET,
+    HEAD,
+    MAGIC,
+    MAX_PROPERTIES_SIZE,
+    MIN_RECORD_SIZE,
+    STORED_HEAD,
+    U16,
+    VALIDATION_HEAD,
+    Buffer,
+)
+
+#: :func:`split_batch` rejection kinds
+REJECT_ILLEGAL = 0
+REJECT_PROPERTIES_SIZE = 1
+
+
+class SplitBatch(NamedTuple):
+    """A validated batch: where each valid record starts, its size and where its properties start."""
+
+    positions: list[int]
+    sizes: list[int]
+    props_ats: list[int]
+    #: ``(ordinal in the batch, REJECT_* kind, reason)`` of each refused record
+    rejected: list[tuple[int, int, str]]
+
+
+def split_batch(data: bytes, topic_field: bytes, max_size: int) -> SplitBatch:
+    """Validate a producer's batch for one topic, record by record, in one pass.
+
+    Returns ``(positions, sizes, props_ats, rejected)``: where each valid record starts in
+    ``data``, its size and where its properties start; ``rejected`` holds
+    ``(ordinal in the batch, REJECT_* kind, reason)`` for the others. A record is valid when
+    its header, lengths, topic (``topic_field``, see :func:`topic_field`), size (at most
+    ``max_size``), properties size and body CRC check out. A header that cannot be
+    trusted ends the batch: the rest cannot be split into records.
+    """
+    spans: list[int] = []  # pos, size, props_at per valid record, flat: one list operation each
+    rejected: list[tuple[int, int, str]] = []
+    tlen2 = len(topic_field)
+    n = len(data)
+    view = memoryview(data)
+    unpack_hdr = VALIDATION_HEAD.unpack_from
+    unpack_u16 = U16.unpack_from
+    startswith = data.startswith
+    crc32 = zlib.crc32
+    pos = 0
+    while pos < n:
+        try:
+            size, magic, crc, body_len = unpack_hdr(data, pos)
+        except struct.error:
+            rejected.append(
+                (len(spans) // 3 + len(rejected), REJECT_ILLEGAL, f"truncated record at byte {pos} of the batch")
+            )
+            break
+        end = pos + size
+        if magic != MAGIC or size < MIN_RECORD_SIZE or end > n:
+            # The size cannot be trusted, so the rest of the batch cannot be split.
+            rejected.append(
+                (len(spans) // 3 + len(rejected), REJECT_ILLEGAL, f"bad record header at byte {pos} of the batch")
+            )
+            break
+        body_end = pos + BODY_POS + body_len
+        props_at = body_end + tlen2 + 2
+        if (
+            body_len < 0
+            or props_at > end
+            or not startswith(topic_field, body_end)
+            or props_at + unpack_u16(data, props_at - 2)[0] != end
+            or size > max_size
+        ):
+            reason = _batch_rejection(data, pos, end, body_end, topic_field, max_size)
+            rejected.append((len(spans) // 3 + len(rejected), REJECT_ILLEGAL, reason))
+        elif crc32(view[pos + BODY_POS : body_end]) != crc:
+            rejected.append((len(spans) // 3 + len(rejected), REJECT_ILLEGAL, "body crc mismatch"))
+        elif end - props_at > MAX_PROPERTIES_SIZE:
+            rejected.append(
+                (
+                    len(spans) // 3 + len(rejected),
+                    REJECT_PROPERTIES_SIZE,
+                    f"properties of {end - props_at} bytes exceed {MAX_PROPERTIES_SIZE}",
+                )
+            )
+        else:
+            spans += (pos, size, props_at)
+        pos = end
+    return SplitBatch(spans[0::3], spans[1::3], spans[2::3], rejected)
+
+
+def any_property_contains(data: bytes, split: SplitBatch, needle: bytes) -> bool:
+    """Whether the properties of any valid record of ``split`` contain ``needle`` (bodies are not searched)."""
+    find = data.find
+    return any(
+        find(needle, props_at, pos + size) >= 0
+        for props_at, pos, size in zip(split.props_ats, split.positions, split.sizes, strict=True)
+    )
+
+
+def _batch_rejection(data: bytes, pos: int, end: int, body_end: int, topic_field: bytes, max_size: int) -> str:
+    """Why a record whose lengths or topic do not check out is refused (the slow path)."""
+    if body_end < pos + BODY_POS or body_end + 4 > end:
+        return "bad body length"
+    tl = U16.unpack_from(data, body_end)[0]
+    props_at = body_end + 2 + tl
+    if props_at + 2 > end:
+        return "bad topic length"
+    if props_at + 2 + U16.unpack_from(data, props_at)[0] != end:
+        return "record lengths do not add up"
+    if data[body_end : body_end + 2 + tl] != topic_field:
+        return "record topic differs from the request topic"
+    return f"message of {end - pos} bytes exceeds the maximum {max_size}"
+
+
+def patch_broker_blocks(
+    buf: Buffer,
+    positions: list[int],
+    queue_id: int,
+    first_queue_offset: int,
+    base: int,
+    store_timestamp: int,
+    store_host: bytes,
+) -> None:
+    """Write the broker-assigned block of records copied to ``positions`` of ``buf`` (a mapped file).
+
+    Their queue offsets run from ``first_queue_offset``; their physical offsets are
+    ``base + position``. One C-level loop (map) instead of a Python one.
+    """
+    if len(positions) == 1:  # single sends
+        w = positions[0]
+        BROKER_BLOCK.pack_into(
+            buf, w + BROKER_BLOCK_OFFSET, queue_id, first_queue_offset, base + w, store_timestamp, store_host
+        )
+        return
+    any(
+        map(
+            BROKER_BLOCK.pack_into,
+            repeat(buf),
+            [w + BROKER_BLOCK_OFFSET for w in positions],
+            repeat(queue_id),
+            range(first_queue_offset, first_queue_offset + len(positions)),
+            [base + w for w in positions],
+            repeat(store_timestamp),
+            repeat(store_host),
+        )
+    )
+
+
+class StoredScan:
+    """The stored records of one commitlog file region, verified one by one (recovery, replication).
+
+    Iterating yields ``(pos, size, topic_at, props_at, queue_id, queue_offset, store_ts)`` per
+    valid record from ``start`` up to ``limit`` (positions in ``buf``; the topic is
+    ``buf[topic_at : props_at - 2]``, the properties ``buf[props_at : pos + size]``). A record
+    is valid when its magic, size and inner lengths agree, its body CRC matches (if
+    ``check_crc``), and its broker block was written: the physical-offset field equals
+    ``base + pos`` and the store time is set (the appender copies the producer's bytes first
+    and patches the block after, so a crash in between leaves a record whose body checks out
+    but whose block does not). Afterwards :attr:`pos` is where the scan stopped and
+    :attr:`clean` says whether it stopped at a blank marker or the exact end (True), or at
+    something that is not a valid record (False).
+    """
+
+    __slots__ = ("base", "buf", "check_crc", "clean", "limit", "pos")
+
+    def __init__(self, buf: Buffer, start: int, limit: int, base: int, check_crc: bool) -> None:
+        self.buf = buf
+        self.pos = start
+        self.limit = limit
+        self.base = base
+        self.check_crc = check_crc
+        self.clean = True
+
+    def blank_size(self) -> int:
+        """The size a blank marker at :attr:`pos` announces (0 if there is none)."""
+        if self.limit - self.pos < BLANK_SIZE:
+            return 0
+        free, magic = BLANK_MARKER.unpack_from(self.buf, self.pos)
+        return free if magic == BLANK_MAGIC else 0
+
+    def __iter__(self) -> Iterator[tuple[int, int, int, int, int, int, int]]:
+        buf = self.buf
+        limit = self.limit
+        base = self.base
+        check_crc = self.check_crc
+        unpack = STORED_HEAD.unpack_from
+        unpack_u16 = U16.unpack_from
+        crc32 = zlib.crc32
+        view = memoryview(buf)
+        pos = self.pos
+        valid = True
+        try:
+            while pos + BLANK_SIZE <= limit:
+                if pos + MIN_RECORD_SIZE > limit:
+                    # Too little room for a record: only a blank marker can be here.
+                    valid = HEAD.unpack_from(buf, pos)[1] == BLANK_MAGIC
+                    break
+                size, magic, crc, qid, qoff, phys, store_ts, body_len = unpack(buf, pos)
+                if magic != MAGIC:
+                    valid = magic == BLANK_MAGIC
+                    break
+                end = pos + size
+                topic_at = pos + BODY_POS + body_len + 2
+                if size < MIN_RECORD_SIZE or end > limit or body_len < 0 or topic_at + 2 > end:
+                    valid = False
+                    break
+                props_at = topic_at + unpack_u16(buf, topic_at - 2)[0] + 2
+                if props_at > end or props_at + unpack_u16(buf, props_at - 2)[0] != end:
+                    valid = False
+                    break
+                if phys != base + pos or store_ts <= 0:
+                    valid = False
+                    break
+                if check_crc and crc32(view[pos + BODY_POS : topic_at - 2]) != crc:
+                    valid = False
+                    break
+                yield pos, size, topic_at, props_at, qid, qoff, store_ts
+                pos = end
+                self.pos = pos
+        finally:
+            view.release()
+        self.pos = pos
+        self.clean = valid
+
+
+def count_records(data: bytes | bytearray | memoryview) -> int:
+    """How many records a batch announces (for answering a batch that cannot be stored)."""
+    n, pos, count = len(data), 0, 0
+    while n - pos >= HEAD.size:
+        size, magic = HEAD.unpack_from(data, pos)
+        count += 1
+        if magic != MAGIC or size < MIN_RECORD_SIZE:
+            break
+        pos += size
+    return max(count, 1)
