@@ -112,11 +112,14 @@ def split_batch(data: bytes, topic_field: bytes, max_size: int) -> SplitBatch:
 
 def any_property_contains(data: bytes, split: SplitBatch, needle: bytes) -> bool:
     """Whether the properties of any valid record of ``split`` contain ``needle`` (bodies are not searched)."""
+    positions, sizes, props_ats = split.positions, split.sizes, split.props_ats
+    if len(positions) == 1:  # single sends
+        return data.find(needle, props_ats[0], positions[0] + sizes[0]) >= 0
     find = data.find
-    return any(
-        find(needle, props_at, pos + size) >= 0
-        for props_at, pos, size in zip(split.props_ats, split.positions, split.sizes, strict=True)
-    )
+    for props_at, pos, size in zip(props_ats, positions, sizes, strict=True):
+        if find(needle, props_at, pos + size) >= 0:
+            return True
+    return False
 
 
 def _batch_rejection(data: bytes, pos: int, end: int, body_end: int, topic_field: bytes, max_size: int) -> str:
