@@ -158,3 +158,39 @@ def test_offsets_behind_latest_per_trigger(spark, pymq_cluster, tmp_path: Path) 
     assert len(lags) >= 4
     assert lags[0]["maxOffsetsBehindLatest"] >= 5 and lags[0]["avgOffsetsBehindLatest"] > 0
     assert lags[-1] == {"minOffsetsBehindLatest": 0.0, "maxOffsetsBehindLatest": 0.0, "avgOffsetsBehindLatest": 0.0}
+
+
+def test_group_id_prefix_reports_lag_under_a_generated_group(spark, pymq_cluster, tmp_path: Path) -> None:
+    """groupIdPrefix: the query's processed offsets land under one group named <prefix>-<random>."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("prefixed", 2)
+    produce(ns, "prefixed", 12)
+    df = (
+        spark.readStream.format("pymq").option("namesrv", ns).option("topic", "prefixed")
+        .option("startingOffsets", "earliest").option("groupIdPrefix", "etl-job").load()
+    )  # fmt: skip
+    q = (
+        df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).trigger(availableNow=True)
+        .start()
+    )  # fmt: skip
+    try:
+        assert q.awaitTermination(180)
+    finally:
+        q.stop()
+    groups = {
+        key.partition("@")[2]: offsets
+        for broker in pymq_cluster.cluster.brokers
+        for key, offsets in broker.offsets.table.items()
+        if key.startswith("prefixed@")
+    }
+    assert len(groups) == 1, groups
+    (name,) = groups
+    assert name.startswith("etl-job-") and len(name) > len("etl-job-")
+    committed = sum(
+        o
+        for b in pymq_cluster.cluster.brokers
+        for k, v in b.offsets.table.items()
+        if k.endswith(name)
+        for o in v.values()
+    )
+    assert committed == 12
