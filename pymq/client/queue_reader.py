@@ -9,13 +9,23 @@ in any thread or process without an application loop.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from pymq.client import broker_api
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import read_queues
-from pymq.errors import ClientError, PymqError, QueryNotFoundError, error_for_response
+from pymq.errors import (
+    ClientError,
+    PymqError,
+    QueryNotFoundError,
+    ServiceNotAvailableError,
+    SystemBusyError,
+    TopicNotExistError,
+    TransportError,
+    error_for_response,
+)
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.frame import Command
 from pymq.protocol.record import records_before
@@ -29,6 +39,10 @@ QueueKey = tuple[str, str, int]
 #: group name used for reads that commit nothing
 READER_GROUP = "PYMQ_READER"
 MAX_PULL = 1024
+
+#: errors that mean "this broker cannot answer right now" (stopped, restarting, unreachable,
+#: gone from the route), as opposed to a bad request
+UNAVAILABLE = (TransportError, ServiceNotAvailableError, SystemBusyError, ClientError, TopicNotExistError)
 
 
 class OffsetsLostError(PymqError):
@@ -74,13 +88,27 @@ class QueueReader:
             return None
         raise ClientError(f"no address for broker {broker} of topic {topic}")
 
-    def queues(self, topics: list[str]) -> list[QueueKey]:
-        """Every readable queue of the topics, sorted."""
+    def topics(self) -> list[str]:
+        """Every topic the nameservers know, sorted."""
+        names: list[str] = self._run(self._ns.topics())
+        return sorted(names)
+
+    def queues(self, topics: list[str], *, missing_ok: bool = False) -> list[QueueKey]:
+        """Every readable queue of the topics, sorted (routes are refreshed).
+
+        ``missing_ok``: a topic no nameserver routes (e.g. all its brokers are down) has no
+        queues instead of raising :class:`TopicNotExistError`.
+        """
 
         async def all_() -> list[QueueKey]:
             out: list[QueueKey] = []
             for topic in topics:
-                route = await self._route(topic, True)
+                try:
+                    route = await self._route(topic, True)
+                except TopicNotExistError:
+                    if not missing_ok:
+                        raise
+                    continue
                 out.extend((mq.topic, mq.brokerName, mq.queueId) for mq in read_queues(topic, route))
             return sorted(out)
 
@@ -94,17 +122,30 @@ class QueueReader:
         resp = await self._rpc.invoke_ok(addr, cmd, self.timeout)
         return int(resp.ext["offset"])
 
-    def min_max(self, keys: list[QueueKey]) -> dict[QueueKey, tuple[int, int]]:
+    def min_max(self, keys: list[QueueKey], *, skip_unavailable: bool = False) -> dict[QueueKey, tuple[int, int]]:
+        """``(min offset, max offset)`` of each queue.
+
+        ``skip_unavailable``: leave out the queues whose broker cannot answer now (see
+        :data:`UNAVAILABLE`) instead of raising; other errors still raise.
+        """
+
         async def both(k: QueueKey) -> tuple[int, int]:
             lo, hi = await asyncio.gather(
                 self._offset(RequestCode.GET_MIN_OFFSET, k), self._offset(RequestCode.GET_MAX_OFFSET, k)
             )
             return lo, hi
 
-        async def all_() -> list[tuple[int, int]]:
-            return await asyncio.gather(*(both(k) for k in keys))
+        async def all_() -> list[Any]:
+            return await asyncio.gather(*(both(k) for k in keys), return_exceptions=skip_unavailable)
 
-        return dict(zip(keys, self._run(all_()), strict=True))
+        out: dict[QueueKey, tuple[int, int]] = {}
+        for key, result in zip(keys, self._run(all_()), strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, UNAVAILABLE):
+                    raise result
+                continue
+            out[key] = result
+        return out
 
     def offsets_for_time(self, keys: list[QueueKey], timestamp: int) -> dict[QueueKey, int]:
         """The first offset stored at or after ``timestamp`` (ms) in each queue."""
@@ -119,21 +160,31 @@ class QueueReader:
     # --- reading --------------------------------------------------------------------------------------------
 
     def read_range(
-        self, key: QueueKey, start: int, end: int, *, tags: str = "*", fail_on_data_loss: bool = True
+        self,
+        key: QueueKey,
+        start: int,
+        end: int,
+        *,
+        tags: str = "*",
+        fail_on_data_loss: bool = True,
+        unavailable_for: float | None = None,
     ) -> Iterator[tuple[bytes | memoryview, int]]:
         """Yield ``(records, next_offset)`` chunks of raw records covering ``[start, end)`` of one queue.
 
         Records past ``end`` are never returned. If ``start`` was deleted by cleanup, raise
         :class:`OffsetsLostError` or, with ``fail_on_data_loss=False``, continue from the
-        oldest offset still stored.
+        oldest offset still stored. A broker that cannot answer (stopping, restarting) is
+        retried, with the route refreshed, for up to ``unavailable_for`` seconds (default:
+        the reader's timeout) before its error is raised.
         """
         topic, broker, qid = key
         offset = start
+        patience = self.timeout if unavailable_for is None else unavailable_for
         while offset < end:
             cmd = broker_api.pull_message(
                 READER_GROUP, MessageQueue(topic, broker, qid), offset, max_nums=min(MAX_PULL, end - offset), tags=tags
             )
-            resp = self._run(self._pull(topic, broker, cmd))
+            resp = self._run(self._pull_patiently(topic, broker, cmd, patience))
             nxt = int(resp.ext.get("nextBeginOffset", offset))
             if resp.code == ResponseCode.SUCCESS:
                 body = resp.body
@@ -167,6 +218,23 @@ class QueueReader:
         assert addr is not None
         return await self._rpc.invoke(addr, cmd, self.timeout)
 
+    async def _pull_patiently(self, topic: str, broker: str, cmd: Command, patience: float) -> Command:
+        """``_pull``, retried while the broker is unavailable (it may be restarting, at a new address)."""
+        deadline = time.monotonic() + patience
+        delay = 0.1
+        while True:
+            try:
+                return await self._pull(topic, broker, cmd)
+            except UNAVAILABLE:
+                if time.monotonic() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+            try:
+                await self._route(topic, refresh=True)
+            except PymqError:
+                pass  # the nameservers may not route the topic again yet: retry later
+
     # --- group offsets --------------------------------------------------------------------------------------
 
     def commit(self, group: str, offsets: dict[QueueKey, int]) -> None:
@@ -180,7 +248,12 @@ class QueueReader:
             await self._rpc.invoke_ok(addr, broker_api.update_consumer_offset(group, topic, qid, off), self.timeout)
 
         async def all_() -> None:
-            await asyncio.gather(*(one(k, o) for k, o in offsets.items()))
+            # Every queue is tried (one stopped broker must not hold back the others' offsets);
+            # then the first failure is raised.
+            results = await asyncio.gather(*(one(k, o) for k, o in offsets.items()), return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
 
         self._run(all_())
 

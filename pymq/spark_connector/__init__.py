@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pymq.spark_connector.offsets import offsets_behind_latest
 from pymq.spark_connector.source import PymqDataSource
 
 
@@ -19,4 +20,4 @@ def register(spark: Any) -> None:
     spark.dataSource.register(PymqDataSource)
 
 
-__all__ = ["PymqDataSource", "register"]
+__all__ = ["PymqDataSource", "offsets_behind_latest", "register"]

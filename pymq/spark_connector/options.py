@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,9 @@ _UNITS = {
     "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
     "d": 86400.0, "day": 86400.0, "days": 86400.0,
 }  # fmt: skip
+
+
+log = logging.getLogger("pymq.spark")
 
 
 class OptionError(ValueError):
@@ -73,14 +77,67 @@ def _offsets_spec(raw: str | None, name: str, default: str) -> str | dict[str, A
         return default
     if raw.lower() in ("earliest", "latest"):
         return raw.lower()
+    return _queue_json(raw, name)
+
+
+def _queue_json(raw: str, name: str) -> dict[str, Any]:
+    """``{topic: {brokerName: {queueId: number}}}``, parsed and checked for shape."""
     try:
         spec = json.loads(raw)
     except json.JSONDecodeError:
         example = '{"orders": {"broker-a": {"0": 23}}}'
         raise OptionError(f"{name} must be earliest, latest or JSON like {example}") from None
-    if not isinstance(spec, dict) or not all(isinstance(b, dict) for b in spec.values()):
-        raise OptionError(f"{name} JSON must be {{topic: {{brokerName: {{queueId: offset}}}}}}")
-    return spec
+    ok = isinstance(spec, dict) and all(
+        isinstance(b, dict) and all(isinstance(q, dict) for q in b.values()) for b in spec.values()
+    )
+    if not ok:
+        raise OptionError(f"{name} JSON must be {{topic: {{brokerName: {{queueId: number}}}}}}")
+    for topic, brokers in spec.items():
+        for broker, queues in brokers.items():
+            for qid, value in queues.items():
+                if not str(qid).lstrip("-").isdigit() or isinstance(value, bool) or not isinstance(value, int):
+                    raise OptionError(f"{name}: {topic}/{broker}/{qid}: queue ids and values must be integers")
+    checked: dict[str, Any] = spec
+    return checked
+
+
+#: every option the source understands (lower-cased: Spark hands option names over lower-cased)
+SOURCE_OPTIONS = {
+    "namesrv", "topic", "subscribe", "subscribepattern",
+    "startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp",
+    "endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp",
+    "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
+    "failondataloss", "consumergroup", "groupidprefix", "tags", "polltimeoutms", "maxrecordsperpartition",
+}  # fmt: skip
+_SOURCE_NAMES = (
+    "namesrv, topic (or subscribe), subscribePattern, startingOffsets, startingTimestamp, "
+    "startingOffsetsByTimestamp, endingOffsets, endingTimestamp, endingOffsetsByTimestamp, maxOffsetsPerTrigger, "
+    "minOffsetsPerTrigger, maxTriggerDelay, failOnDataLoss, consumerGroup, groupIdPrefix, tags, pollTimeoutMs, "
+    "maxRecordsPerPartition"
+)
+#: options with a pymq-specific reason to refuse them
+_REFUSED = {
+    "includeheaders": "includeHeaders is not needed: the 'properties' column (map<string,string>) always carries "
+    "every message property, which is what Kafka calls headers",
+    "assign": "assign is not supported: give startingOffsets JSON for the queues you want, or use topic",
+    "kafka.bootstrap.servers": "this is the pymq source: use namesrv",
+}
+#: batch-only options (an error on a stream, as in Kafka)
+_BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
+#: stream-only options (ignored with a warning in batch reads, as in Kafka)
+STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "consumerGroup", "groupIdPrefix")
+
+
+def check_known(options: Mapping[str, str], known: set[str], names: str, what: str) -> None:
+    """Reject options this side does not understand, naming them (a typo must not be silently ignored)."""
+    for key in sorted(options):
+        low = key.lower()
+        if low == "includeheaders" and what == "source" and str(options[key]).strip().lower() == "false":
+            continue  # asks for what the source does anyway
+        if low in _REFUSED and what == "source":
+            raise OptionError(f"option {key}: {_REFUSED[low]}")
+        if low not in known:
+            raise OptionError(f"unknown option {key!r} for the pymq {what}; its options are: {names}")
 
 
 @dataclass(frozen=True)
@@ -98,29 +155,55 @@ class SourceOptions:
     tags: str
     poll_timeout: float
     max_records_per_partition: int
+    pattern: str | None = None
+    starting_by_timestamp: dict[str, Any] | None = None
+    ending_timestamp: int | None = None
+    ending_by_timestamp: dict[str, Any] | None = None
+    group_id_prefix: str | None = None
 
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    check_known(options, SOURCE_OPTIONS, _SOURCE_NAMES, "source")
     namesrv = _get(options, "namesrv")
     if not namesrv:
         raise OptionError("option namesrv is required (e.g. 127.0.0.1:9876)")
-    topic = _get(options, "topic")
-    if not topic:
+    topic, subscribe, pattern = _get(options, "topic"), _get(options, "subscribe"), _get(options, "subscribePattern")
+    if sum(x is not None for x in (topic, subscribe, pattern)) != 1:
+        raise OptionError(
+            "give exactly one of topic (one topic or a comma-separated list; subscribe is the same) "
+            "and subscribePattern (a regular expression over topic names)"
+        )
+    topics = tuple(sorted({t.strip() for t in (topic or subscribe or "").split(",") if t.strip()}))
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise OptionError(f"subscribePattern {pattern!r} is not a valid regular expression: {exc}") from None
+    elif not topics:
         raise OptionError("option topic is required (one topic or a comma-separated list)")
-    topics = tuple(sorted({t.strip() for t in topic.split(",") if t.strip()}))
     starting = _offsets_spec(_get(options, "startingOffsets"), "startingOffsets", "latest" if streaming else "earliest")
     if not streaming and starting == "latest":
         raise OptionError("startingOffsets=latest is not allowed for batch reads")
+    if streaming:
+        for name in _BATCH_ONLY:
+            if _get(options, name) is not None:
+                raise OptionError(f"{name} is only for batch reads")
     ending = _offsets_spec(_get(options, "endingOffsets"), "endingOffsets", "latest")
-    if streaming and _get(options, "endingOffsets") is not None:
-        raise OptionError("endingOffsets is only for batch reads")
     if ending == "earliest":
         raise OptionError("endingOffsets=earliest is not allowed")
+    by_ts = _get(options, "startingOffsetsByTimestamp")
+    end_by_ts = _get(options, "endingOffsetsByTimestamp")
     max_per = _int(options, "maxOffsetsPerTrigger")
     min_per = _int(options, "minOffsetsPerTrigger")
     if max_per is not None and min_per is not None and min_per > max_per:
         raise OptionError("minOffsetsPerTrigger must not exceed maxOffsetsPerTrigger")
     delay = _get(options, "maxTriggerDelay")
+    ignored = [name for name in STREAM_ONLY if not streaming and _get(options, name) is not None]
+    if ignored:
+        log.warning("batch read: %s apply to streams only and are ignored", ", ".join(ignored))
+    group, prefix = _get(options, "consumerGroup"), _get(options, "groupIdPrefix")
+    if group is not None and prefix is not None:
+        raise OptionError("give consumerGroup (a fixed group name) or groupIdPrefix (a generated one), not both")
     return SourceOptions(
         namesrv=namesrv,
         topics=topics,
@@ -131,10 +214,15 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         min_offsets_per_trigger=min_per,
         max_trigger_delay=parse_duration(delay) if delay else 15 * 60.0,
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-        consumer_group=_get(options, "consumerGroup"),
+        consumer_group=group,
         tags=_get(options, "tags") or "*",
         poll_timeout=(_int(options, "pollTimeoutMs") or 120_000) / 1000,
         max_records_per_partition=_int(options, "maxRecordsPerPartition") or 500_000,
+        pattern=pattern,
+        starting_by_timestamp=_queue_json(by_ts, "startingOffsetsByTimestamp") if by_ts else None,
+        ending_timestamp=_int(options, "endingTimestamp", 0),
+        ending_by_timestamp=_queue_json(end_by_ts, "endingOffsetsByTimestamp") if end_by_ts else None,
+        group_id_prefix=prefix,
     )
 
 
@@ -146,7 +234,13 @@ class SinkOptions:
     producer_group: str
 
 
+#: sink options; checkpointLocation (and path) are Spark's own and reach the sink too
+SINK_OPTIONS = {"namesrv", "topic", "batchsize", "producergroup", "checkpointlocation"}
+_SINK_NAMES = "namesrv, topic, batchSize, producerGroup"
+
+
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    check_known(options, SINK_OPTIONS, _SINK_NAMES, "sink")
     namesrv = _get(options, "namesrv")
     if not namesrv:
         raise OptionError("option namesrv is required (e.g. 127.0.0.1:9876)")

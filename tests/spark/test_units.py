@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import zlib
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadMinRows
+from pyspark.sql.datasource import InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMinRows
 
 from pymq.client.queue_reader import records_before
 from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_properties, encode_record, offset_msg_id, pack_host
 from pymq.spark_connector.arrow import records_to_batch
-from pymq.spark_connector.offsets import backlog, from_json, rate_limit, to_json
-from pymq.spark_connector.options import OptionError, parse_duration, parse_source_options
-from pymq.spark_connector.source import PymqStreamReader
+from pymq.spark_connector.offsets import backlog, carry_forward, from_json, offsets_behind_latest, rate_limit, to_json
+from pymq.spark_connector.options import OptionError, parse_duration, parse_sink_options, parse_source_options
+from pymq.spark_connector.source import DataLossError, PymqBatchReader, PymqStreamReader
 
 
 def test_required_options_and_defaults() -> None:
@@ -130,3 +132,126 @@ def test_min_offsets_hold_like_kafka(monkeypatch: pytest.MonkeyPatch) -> None:
     reader._available_now = True  # what prepareForTriggerAvailableNow sets (it also asks the brokers)
     now[0] += 1
     assert reader._apply_limit({k: 61}, {k: 62}, limit) == {k: 62}
+
+
+def stream_reader(**options: str) -> PymqStreamReader:
+    return PymqStreamReader(parse_source_options({"namesrv": "h:1", "topic": "t", **options}, streaming=True))
+
+
+A0, A1, B0, B1 = ("t", "broker-a", 0), ("t", "broker-a", 1), ("t", "broker-b", 0), ("t", "broker-b", 1)
+
+
+def fake_brokers(reader: PymqStreamReader, answers: dict) -> None:
+    """The brokers the reader's planner sees: ``{queue: (min, max)}`` of those that answer now."""
+    reader._planner.min_max = lambda **_kw: dict(answers)  # type: ignore[method-assign]
+
+
+def test_carry_forward_keeps_missing_queues_and_never_goes_back() -> None:
+    """Queues that did not answer keep their offsets; a max offset below the start is reported, not taken."""
+    begin = {A0: 10, B0: 40}
+    latest, went_back = carry_forward(begin, {A0: 15, A1: 3})
+    assert latest == {A0: 15, A1: 3, B0: 40} and went_back == {}
+    latest, went_back = carry_forward(begin, {A0: 15, B0: 7})
+    assert latest == {A0: 15, B0: 40} and went_back == {B0: (40, 7)}
+    assert rate_limit({A0: 0, B0: 40}, {A0: 100, B0: 40}, 10) == {A0: 10, B0: 40}  # a capped batch keeps B0 too
+
+
+def test_latest_offset_carries_queues_of_a_broker_that_left() -> None:
+    """broker-b missing from one trigger keeps its offsets in the end offset (it was re-read from 0 before)."""
+    reader = stream_reader()
+    start = to_json({A0: 5, B0: 400, B1: 400})
+    fake_brokers(reader, {A0: (0, 9)})  # broker-b stopped: not in the route, or not answering
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert from_json(end) == {A0: 9, B0: 400, B1: 400}
+    assert from_json(reader.reportLatestOffset()) == {A0: 9, B0: 400, B1: 400}
+    fake_brokers(reader, {A0: (0, 9), B0: (0, 410), B1: (0, 400)})  # back
+    again = reader.latestOffset(end, ReadAllAvailable())
+    assert from_json(again) == {A0: 9, B0: 410, B1: 400}
+
+
+def test_offsets_going_back_is_data_loss() -> None:
+    """A broker whose max offset falls below the query's position: failOnDataLoss fails, otherwise stays put."""
+    start = to_json({A0: 5, B0: 400})
+    strict = stream_reader()
+    fake_brokers(strict, {A0: (0, 5), B0: (0, 20)})
+    with pytest.raises(DataLossError, match="went back from 400 to 20"):
+        strict.latestOffset(start, ReadAllAvailable())
+    lenient = stream_reader(failOnDataLoss="false")
+    fake_brokers(lenient, {A0: (0, 5), B0: (0, 20)})
+    assert from_json(lenient.latestOffset(start, ReadAllAvailable())) == {A0: 5, B0: 400}
+    fake_brokers(lenient, {A0: (0, 5), B0: (0, 450)})
+    assert from_json(lenient.latestOffset(start, ReadAllAvailable())) == {A0: 5, B0: 450}
+
+
+def test_read_of_the_placeholder_partition_is_empty() -> None:
+    """With no partitions PySpark reads InputPartition(None): that yields nothing (it raised AttributeError)."""
+    opts = {"namesrv": "h:1", "topic": "t"}
+    assert list(PymqStreamReader(parse_source_options(opts, streaming=True)).read(InputPartition(None))) == []
+    assert list(PymqBatchReader(parse_source_options(opts, streaming=False)).read(InputPartition(None))) == []
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "message"),
+    [
+        ({"startingOffsetByTimestamp": "{}"}, True, "unknown option 'startingOffsetByTimestamp'"),
+        ({"maxOffsetPerTrigger": "10"}, True, "unknown option 'maxOffsetPerTrigger'"),
+        ({"includeHeaders": "true"}, True, "properties"),
+        ({"subscribePattern": "o.*"}, True, "exactly one of topic"),
+        ({"endingTimestamp": "5"}, True, "only for batch"),
+        ({"endingOffsetsByTimestamp": "{}"}, True, "only for batch"),
+        ({"startingOffsetsByTimestamp": "[1]"}, False, "JSON must be"),
+        ({"consumerGroup": "g", "groupIdPrefix": "p"}, True, "not both"),
+    ],
+)
+def test_unknown_and_conflicting_options_are_rejected(options: dict, streaming: bool, message: str) -> None:
+    """An option the source does not know is an error naming it (it was silently ignored)."""
+    with pytest.raises(OptionError, match=message):
+        parse_source_options({"namesrv": "h:1", "topic": "t", **options}, streaming=streaming)
+
+
+def test_pattern_and_kafka_style_options_parse() -> None:
+    """subscribePattern instead of topic; subscribe is topic's Kafka name; includeHeaders=false is harmless."""
+    s = parse_source_options({"namesrv": "h:1", "subscribePattern": "orders-.*"}, streaming=True)
+    assert s.pattern == "orders-.*" and s.topics == ()
+    with pytest.raises(OptionError, match="regular expression"):
+        parse_source_options({"namesrv": "h:1", "subscribePattern": "(["}, streaming=True)
+    s = parse_source_options({"namesrv": "h:1", "subscribe": "a,b", "includeHeaders": "false"}, streaming=False)
+    assert s.topics == ("a", "b")
+    with pytest.raises(OptionError, match="unknown option 'partitions'"):
+        parse_sink_options({"namesrv": "h:1", "partitions": "3"})
+    assert parse_sink_options({"namesrv": "h:1", "checkpointLocation": "/tmp/x"}).topic is None
+
+
+def test_offsets_json_must_name_every_queue_and_stay_in_range() -> None:
+    """Like Kafka, offsets JSON covers every subscribed queue; an offset past a queue's end is an error."""
+    planner = PymqStreamReader(parse_source_options({"namesrv": "h:1", "topic": "t"}, streaming=True))._planner
+    bounds = {A0: (0, 10), B0: (5, 20)}
+    ok = planner._from_json(to_json({A0: -2, B0: -1}), bounds, "startingOffsets")
+    assert ok == {A0: 0, B0: 20}
+    with pytest.raises(OptionError, match=r"missing: \['t/broker-b/0'\]"):
+        planner._from_json(to_json({A0: 3}), bounds, "startingOffsets")
+    with pytest.raises(OptionError, match="past the queue's end"):
+        planner._from_json(to_json({A0: 11, B0: 5}), bounds, "startingOffsets")
+    with pytest.raises(OptionError, match="not subscribed"):
+        planner._from_json(to_json({A0: 1, B0: 5, B1: 0}), bounds, "startingOffsets")
+    with pytest.raises(OptionError, match="use -1 for latest"):
+        planner._from_json(to_json({A0: -2, B0: 5}), bounds, "endingOffsets", ending=True)
+
+
+def test_group_id_prefix_names_a_group_per_run() -> None:
+    """groupIdPrefix gives each run a group <prefix>-<random>, kept for the run; consumerGroup is used as is."""
+    a, b = stream_reader(groupIdPrefix="etl"), stream_reader(groupIdPrefix="etl")
+    assert a.group() == a.group() and a.group().startswith("etl-") and a.group() != b.group()
+    assert stream_reader(consumerGroup="fixed").group() == "fixed" and stream_reader().group() is None
+
+
+def test_offsets_behind_latest_from_progress() -> None:
+    """Kafka's avg/max/minOffsetsBehindLatest computed from a progress entry's endOffset and latestOffset."""
+    progress = {
+        "endOffset": json.dumps(to_json({A0: 10, B0: 40})),
+        "latestOffset": to_json({A0: 30, B0: 40, B1: 6}),
+    }
+    assert offsets_behind_latest(progress) == {
+        "minOffsetsBehindLatest": 0.0, "maxOffsetsBehindLatest": 20.0, "avgOffsetsBehindLatest": 26 / 3,
+    }  # fmt: skip
+    assert offsets_behind_latest({"endOffset": None, "latestOffset": None}) == {}

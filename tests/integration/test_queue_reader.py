@@ -1,0 +1,60 @@
+"""QueueReader (the Spark connector's reader) against real daemons: brokers that go away and come back."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from pymq.client.queue_reader import UNAVAILABLE, QueueReader
+from pymq.client.sync import Message, Producer
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.frame import Command
+from pymq.protocol.record import iter_records
+from pymq.protocol.route import MessageQueue
+from pymq.testing import DaemonProcess, broker_process, namesrv_process
+from pymq.transport.client import RpcClient
+from pymq.transport.loop import run
+
+pytestmark = pytest.mark.integration
+
+
+async def _create_topic(addr: str, topic: str) -> None:
+    async with RpcClient() as rpc:
+        ext = {"topic": topic, "readQueueNums": 1, "writeQueueNums": 1}
+        await rpc.invoke_ok(addr, Command.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+
+
+def test_read_range_waits_for_a_restarting_broker(tmp_path: Path, processes: list[DaemonProcess]) -> None:
+    """A range on a stopped broker is read once the broker is back (on a new port); given less patience than
+    the restart takes, the reader gives up with an 'unavailable' error. min_max can skip such queues."""
+    ns = namesrv_process(tmp_path).start()
+    processes.append(ns)
+    broker = broker_process(tmp_path, ns.address, "broker-a").start()
+    processes.append(broker)
+    run(_create_topic(broker.address, "back"))
+    key = ("back", "broker-a", 0)
+    with Producer(ns.address, "qr-test") as p:
+        for i in range(30):
+            p.send(Message("back", b"m%d" % i), queue=MessageQueue(*key))
+    broker.stop()
+    with QueueReader(ns.address, timeout=5) as reader:
+        with pytest.raises(UNAVAILABLE):
+            list(reader.read_range(key, 0, 30, unavailable_for=0.5))
+        assert reader.min_max([key], skip_unavailable=True) == {}
+
+    def restart() -> None:
+        time.sleep(1.5)
+        processes.append(broker_process(tmp_path, ns.address, "broker-a").start())
+
+    later = threading.Thread(target=restart)
+    later.start()
+    try:
+        with QueueReader(ns.address, timeout=20) as reader:
+            chunks = list(reader.read_range(key, 0, 30))
+            assert reader.min_max([key], skip_unavailable=True) == {key: (0, 30)}
+    finally:
+        later.join()
+    assert sum(len(list(iter_records(body))) for body, _ in chunks) == 30

@@ -1,0 +1,43 @@
+"""examples/spark_tag_counts.py runs (briefly) against a real cluster, its two queries under two consumer groups."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pymq.client.queue_reader import QueueReader
+from pymq.client.sync import Message, Producer
+
+pytestmark = pytest.mark.spark
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "spark_tag_counts.py"
+
+
+@pytest.mark.skipif(shutil.which("java") is None and os.environ.get("CI") != "true", reason="needs Java 17 or 21")
+def test_tag_counts_example_runs_with_a_group_per_query(pymq_cluster, tmp_path: Path) -> None:
+    """The example runs for a few seconds and exits cleanly; each query stored its progress under its own group."""
+    ns = pymq_cluster.namesrv
+    pymq_cluster.create_topic("ex-orders", 2)
+    pymq_cluster.create_topic("ex-counts", 2)
+    with Producer(ns, "spark-example") as p:
+        for i in range(30):
+            p.send(Message("ex-orders", b"order-%d" % i, tags="AB"[i % 2]))
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    args = ["--namesrv", ns, "--topic", "ex-orders", "--counts-topic", "ex-counts", "--out", str(tmp_path / "out")]
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLE), *args, "--group", "ex", "--seconds", "25"],
+        env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "counting tags of 'ex-orders'" in run.stdout
+    with QueueReader(ns) as reader:
+        queues = reader.queues(["ex-orders"])
+        ends = {q: hi for q, (_, hi) in reader.min_max(queues).items()}
+        for group in ("ex-parquet", "ex-pymq"):
+            assert {q: reader.committed(group, q) for q in queues} == ends, group
+    assert sum(ends.values()) == 30
