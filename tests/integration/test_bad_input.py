@@ -86,3 +86,18 @@ async def test_garbage_connection_closed_others_unaffected(tmp_path) -> None:
             assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the broker
             writer.close()
             assert (await p.send(Message("t", b"after"))).queue_offset == 1
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+async def test_empty_send_is_message_illegal(tmp_path, flush) -> None:
+    """A SEND_MESSAGE with no record at all is MESSAGE_ILLEGAL with a clear remark under either flush
+    mode (it used to answer SUCCESS at queue offset -1, or SYSTEM_ERROR under SYNC_FLUSH)."""
+    async with LocalCluster(tmp_path / "c", store={"flush_disk_type": flush}) as cluster:
+        await cluster.create_topic("t", 1)
+        broker = cluster.brokers[0]
+        async with RpcClient() as rpc:
+            for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_BATCH_MESSAGE):
+                resp = await rpc.invoke(broker.address, Command.request(code, {"topic": "t", "queueId": 0}, b""))
+                assert resp.code == ResponseCode.MESSAGE_ILLEGAL, (resp.code, resp.remark)
+                assert "empty message body" in resp.remark
+        assert broker.store.max_offset("t", 0) == 0
