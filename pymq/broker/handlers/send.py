@@ -99,8 +99,9 @@ class SendHandlers:
             queue_id = random.randrange(tc.writeQueueNums)
         elif queue_id >= tc.writeQueueNums:
             return cmd.response(
-                ResponseCode.SYSTEM_ERROR,
-                f"queueId {queue_id} out of range (topic {topic} has {tc.writeQueueNums})",
+                ResponseCode.INVALID_PARAMETER,
+                f"header field 'queueId' out of range: {queue_id}, topic {topic} has write queues "
+                f"0..{tc.writeQueueNums - 1}",
             )
         return topic, queue_id
 
