@@ -97,8 +97,13 @@ class StoreConfig(_Model):
     file_reserved_hours: float = Field(72.0, gt=0)
     #: hours of the day (local time) for expiry deletion, ``;``-separated
     delete_when: str = "04"
+    #: disk use above this: expired files go at once, not only at the delete_when hours
     disk_max_used_ratio: float = Field(0.75, gt=0, le=1)
+    #: disk use above this: the oldest files go even if not expired (1.0: never)
     disk_clean_forcibly_ratio: float = Field(0.85, gt=0, le=1)
+    #: False: unexpired data is never deleted to free space; a full disk only refuses writes
+    clean_file_forcibly_enable: bool = True
+    #: disk use above this: writes are refused (SERVICE_NOT_AVAILABLE, "disk full")
     disk_full_ratio: float = Field(0.90, gt=0, le=1)
     cleanup_interval_ms: int = Field(10_000, ge=10)
     #: testing hook: pretend the store's disk holds this many bytes and only the store uses it

@@ -126,7 +126,7 @@ class MessageStore:
             _fsync_dir(self.root)
             self.running = True
             self.started_at = time.time()
-            self.disk_full = disk_ratio(self) >= self.config.disk_full_ratio
+            self.disk_full = disk_ratio(self) > self.config.disk_full_ratio
             sync = self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH
             self._flusher = CommitLogFlusher(self, sync=sync)
             self._logics_flusher = LogicsFlusher(self)
