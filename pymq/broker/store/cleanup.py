@@ -27,7 +27,7 @@ from pymq.broker.store.mapped_file import ALLOCATION_LOCK
 from pymq.logs import get_logger
 
 if TYPE_CHECKING:
-    from pymq.broker.store.store_view import CleanupView
+    from pymq.broker.store.store_view import CleanupView, DiskView
     from pymq.config import StoreConfig
 
 log = get_logger("broker.store.cleanup")
@@ -45,12 +45,31 @@ class CleanupReport:
     deleted_index_files: int = 0
 
 
-def disk_ratio(store: CleanupView) -> float:
+def disk_ratio(store: DiskView) -> float:
+    """How full the store's disk is (0..1; above 1 only with a simulated capacity)."""
     capacity = store.config.simulated_disk_capacity
     if capacity is not None:
         return store.disk_bytes() / capacity
     with ALLOCATION_LOCK:  # never in the middle of a (failing) preallocation: see ALLOCATION_LOCK
         st = os.statvfs(store.root)
+    return _used_ratio(st)
+
+
+def try_disk_ratio(store: DiskView) -> float | None:
+    """:func:`disk_ratio`, or None at once if a file is being allocated (for the write path)."""
+    capacity = store.config.simulated_disk_capacity
+    if capacity is not None:
+        return store.disk_bytes() / capacity
+    if not ALLOCATION_LOCK.acquire(blocking=False):
+        return None
+    try:
+        st = os.statvfs(store.root)
+    finally:
+        ALLOCATION_LOCK.release()
+    return _used_ratio(st)
+
+
+def _used_ratio(st: os.statvfs_result) -> float:
     used = (st.f_blocks - st.f_bfree) * st.f_frsize
     avail = st.f_bavail * st.f_frsize
     total = used + avail
