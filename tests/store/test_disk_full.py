@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import time
 
 import pytest
 from structlog.testing import capture_logs
 
 from pymq.broker.store import GetStatus, PutStatus, message_store
+from pymq.broker.store.flush import Warmer
 from tests.store.conftest import StoreFactory
 from tests.store.storeutil import keyed, read_queue
 from tests.store.test_cleanup import fill, other_hour, quiet
@@ -91,3 +94,50 @@ def test_write_path_rechecks_after_enough_bytes(new_store: StoreFactory, monkeyp
     first = statuses.index(PutStatus.SERVICE_NOT_AVAILABLE)
     assert 10 <= first <= 25  # ~8 KiB of 500-byte records, then refused
     assert len(store.commitlog.mfq.files) == 1
+
+
+def _no_space(fd: int, offset: int, length: int) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_no_space_left_answers_disk_full_and_logs_once(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC creating a file is a full disk: SERVICE_NOT_AVAILABLE "disk full" (as RocketMQ answers,
+    so producers try another broker), not CREATE_MAPPED_FILE_FAILED (SYSTEM_ERROR); writes are
+    refused from then on, with one error line rather than one per request."""
+    now = time.time()
+    store = quiet(new_store(delete_when=other_hour(now)))
+    fill(store, 2)
+    monkeypatch.setattr(os, "posix_fallocate", _no_space)
+    with capture_logs() as logs:
+        results = [store.put_messages("T", 0, keyed(20_000 + j, size=400))[0] for j in range(100)]
+    failed = [r for r in results if r.status != PutStatus.PUT_OK]
+    assert failed and {r.status for r in failed} == {PutStatus.SERVICE_NOT_AVAILABLE}
+    assert failed[0].reason.startswith("disk full") and "No space left" in failed[0].reason
+    assert all(r.reason == "disk full: writes refused until cleanup" for r in failed[1:])
+    assert store.disk_full
+    errors = [e["event"] for e in logs if e["log_level"] == "error"]
+    # one line for the refusal; an index file that could not be made either is logged once too
+    assert errors.count("disk_full_writes_refused") == 1 and len(errors) == len(set(errors)), errors
+    # Space comes back: the next cleanup pass turns writes on again.
+    monkeypatch.undo()
+    store.run_cleanup(now=now)
+    assert not store.disk_full
+    assert store.put_messages("T", 0, keyed(30_000))[0].status == PutStatus.PUT_OK
+
+
+def test_warmer_logs_a_failing_preallocation_rate_limited(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No room for the next file: one warning (no traceback), not a traceback every second."""
+    store = quiet(new_store())
+    monkeypatch.setattr(os, "posix_fallocate", _no_space)
+    warmer = Warmer(store)
+    with capture_logs() as logs:
+        warmer.start()
+        time.sleep(2.5)  # the warmer retries every second
+        warmer.stop()
+    events = [e["event"] for e in logs]
+    assert events == ["next_file_preallocation_failed"], events
+    assert "exc_info" not in logs[0] and "No space left" in logs[0]["reason"]

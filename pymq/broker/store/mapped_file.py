@@ -23,9 +23,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from pymq.errors import StoreError
+from pymq.errors import DiskFullError, StoreError
 
 PAGE_SIZE = mmap.PAGESIZE
+#: errnos that mean the disk (or the quota) is full: DiskFullError, not a broken store
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _MS_SYNC = 4  # Linux
 _MADV_POPULATE_WRITE = 23  # Linux >= 5.14
 
@@ -154,7 +156,8 @@ class MappedFile:
         try:
             self.fd = os.open(open_path, flags, 0o644)
         except OSError as exc:
-            raise StoreError(f"cannot open {open_path}: {exc}") from exc
+            error = DiskFullError if exc.errno in _NO_SPACE else StoreError
+            raise error(f"cannot open {open_path}: {exc}") from exc
         try:
             if create:
                 with ALLOCATION_LOCK:
@@ -163,7 +166,8 @@ class MappedFile:
                     except OSError as exc:
                         with contextlib.suppress(OSError):
                             os.ftruncate(self.fd, 0)  # give the blocks back before anyone measures
-                        raise StoreError(f"cannot allocate {size} bytes for {path}: {exc}") from exc
+                        error = DiskFullError if exc.errno in _NO_SPACE else StoreError
+                        raise error(f"cannot allocate {size} bytes for {path}: {exc}") from exc
                 os.rename(open_path, path)
             else:
                 actual = os.fstat(self.fd).st_size

@@ -35,8 +35,8 @@ from pymq.broker.store.index import IndexService
 from pymq.broker.store.recovery import RecoveryReport, recover
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutStatus
 from pymq.config import FlushDiskType, StoreConfig
-from pymq.errors import StoreError, StoreLockedError
-from pymq.logs import get_logger
+from pymq.errors import DiskFullError, StoreError, StoreLockedError
+from pymq.logs import RateLimitedLog, get_logger
 from pymq.protocol.record import (
     count_records,
     find_property,
@@ -87,6 +87,7 @@ class MessageStore:
         self._unchecked_bytes = 0
         self._checked_files = 0
         self._checked_next: object = None
+        self._limited_log = RateLimitedLog(log)
         self.recovery: RecoveryReport | None = None
         self.index_rolled_back = 0
         self.started_at = 0.0
@@ -294,8 +295,7 @@ class MessageStore:
                 try:
                     results = appender.put(topic, queue_id, data, store_ts)
                 except StoreError as exc:
-                    log.error("append_failed", reason=str(exc))
-                    failed, reason = PutStatus.CREATE_MAPPED_FILE_FAILED, str(exc)
+                    failed, reason = self._append_failed(exc)
                     if atomic:
                         appender.undo(start_phys, starts)
                         answers = [rejected_results(count_records(d), failed, reason) for _, _, d in todo]
@@ -344,6 +344,21 @@ class MessageStore:
         if ratio > limit and not self.disk_full:
             self.disk_full = True
             log.error("disk_full_writes_refused", disk_ratio=round(ratio, 3), limit=limit, found_by="write_path")
+
+    def _append_failed(self, exc: StoreError) -> tuple[PutStatus, str]:
+        """The status and reason for records a file-creation failure kept out (logged, rate-limited).
+
+        No space left (ENOSPC/EDQUOT) is a full disk: writes are refused from now on until a
+        cleanup pass finds space (SERVICE_NOT_AVAILABLE, as RocketMQ answers on a full
+        disk, which producers retry on another broker); anything else is a broken store.
+        """
+        if isinstance(exc, DiskFullError):
+            if not self.disk_full:
+                self.disk_full = True
+                log.error("disk_full_writes_refused", reason=str(exc), found_by="enospc")
+            return PutStatus.SERVICE_NOT_AVAILABLE, f"{DISK_FULL_REASON} ({exc})"
+        self._limited_log.log("error", "append_failed", reason=str(exc))
+        return PutStatus.CREATE_MAPPED_FILE_FAILED, str(exc)
 
     def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
         """Append bytes in commitlog layout at exactly ``offset`` (a slave's copy of its master's).
