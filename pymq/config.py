@@ -72,6 +72,12 @@ class NamesrvConfig(_Model):
     scan_interval_seconds: float = Field(10.0, gt=0)
     metrics_port: int | None = Field(None, ge=0, le=65535)
     log_level: str = "info"
+    #: close a connection that sent nothing for this long and has no request in flight (0: never)
+    idle_timeout_seconds: float = Field(120.0, ge=0)
+    #: close a connection whose frame, once begun, is not complete within this time (0: never)
+    frame_read_timeout_seconds: float = Field(60.0, ge=0)
+    #: bytes all connections may hold in unfinished frames; past it, large new frames are refused (0: no cap)
+    max_partial_frame_bytes: int = Field(128 * 1024 * 1024, ge=0)
 
 
 class StoreConfig(_Model):
@@ -159,6 +165,12 @@ class BrokerConfig(_Model):
     slave_read_enable: bool = False
     metrics_port: int | None = Field(None, ge=0, le=65535)
     log_level: str = "info"
+    #: close a connection that sent nothing for this long and has no request in flight (0: never)
+    idle_timeout_seconds: float = Field(120.0, ge=0)
+    #: close a connection whose frame, once begun, is not complete within this time (0: never)
+    frame_read_timeout_seconds: float = Field(60.0, ge=0)
+    #: bytes all connections may hold in unfinished frames; past it, large new frames are refused (0: no cap)
+    max_partial_frame_bytes: int = Field(128 * 1024 * 1024, ge=0)
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")
