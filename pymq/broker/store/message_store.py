@@ -87,6 +87,7 @@ class MessageStore:
         self._unchecked_bytes = 0
         self._checked_files = 0
         self._checked_next: object = None
+        self._last_disk_ratio = 0.0
         self._limited_log = RateLimitedLog(log)
         self.recovery: RecoveryReport | None = None
         self.index_rolled_back = 0
@@ -336,6 +337,7 @@ class MessageStore:
         ratio = try_disk_ratio(self)
         if ratio is None:
             return
+        self._last_disk_ratio = ratio
         mfq = self.commitlog.mfq
         self._unchecked_bytes = 0
         self._checked_files = len(mfq.files)
@@ -630,7 +632,15 @@ class MessageStore:
         )
 
     def disk_ratio(self) -> float:
-        return disk_ratio(self)
+        """Disk use now, without waiting for a file being allocated (then: the last figure measured).
+
+        For the event loop (runtime info) and metrics; cleanup measures with :func:`disk_ratio`.
+        """
+        ratio = try_disk_ratio(self)
+        if ratio is None:
+            return self._last_disk_ratio
+        self._last_disk_ratio = ratio
+        return ratio
 
     @property
     def flushed_offset(self) -> int:
