@@ -72,6 +72,12 @@ class NamesrvConfig(_Model):
     scan_interval_seconds: float = Field(10.0, gt=0)
     metrics_port: int | None = Field(None, ge=0, le=65535)
     log_level: str = "info"
+    #: close a connection that sent nothing for this long and has no request in flight (0: never)
+    idle_timeout_seconds: float = Field(120.0, ge=0)
+    #: close a connection whose frame, once begun, is not complete within this time (0: never)
+    frame_read_timeout_seconds: float = Field(60.0, ge=0)
+    #: bytes all connections may hold in unfinished frames; past it, large new frames are refused (0: no cap)
+    max_partial_frame_bytes: int = Field(128 * 1024 * 1024, ge=0)
 
 
 class StoreConfig(_Model):
@@ -97,8 +103,13 @@ class StoreConfig(_Model):
     file_reserved_hours: float = Field(72.0, gt=0)
     #: hours of the day (local time) for expiry deletion, ``;``-separated
     delete_when: str = "04"
+    #: disk use above this: expired files go at once, not only at the delete_when hours
     disk_max_used_ratio: float = Field(0.75, gt=0, le=1)
+    #: disk use above this: the oldest files go even if not expired (1.0: never)
     disk_clean_forcibly_ratio: float = Field(0.85, gt=0, le=1)
+    #: False: unexpired data is never deleted to free space; a full disk only refuses writes
+    clean_file_forcibly_enable: bool = True
+    #: disk use above this: writes are refused (SERVICE_NOT_AVAILABLE, "disk full")
     disk_full_ratio: float = Field(0.90, gt=0, le=1)
     cleanup_interval_ms: int = Field(10_000, ge=10)
     #: testing hook: pretend the store's disk holds this many bytes and only the store uses it
@@ -154,6 +165,12 @@ class BrokerConfig(_Model):
     slave_read_enable: bool = False
     metrics_port: int | None = Field(None, ge=0, le=65535)
     log_level: str = "info"
+    #: close a connection that sent nothing for this long and has no request in flight (0: never)
+    idle_timeout_seconds: float = Field(120.0, ge=0)
+    #: close a connection whose frame, once begun, is not complete within this time (0: never)
+    frame_read_timeout_seconds: float = Field(60.0, ge=0)
+    #: bytes all connections may hold in unfinished frames; past it, large new frames are refused (0: no cap)
+    max_partial_frame_bytes: int = Field(128 * 1024 * 1024, ge=0)
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")

@@ -183,6 +183,10 @@ class StoreError(PymqError):
     """The message store cannot proceed."""
 
 
+class DiskFullError(StoreError):
+    """A store file could not be created or grown: no space left (ENOSPC) or over quota (EDQUOT)."""
+
+
 class StoreLockedError(StoreError):
     """Another process holds the store directory lock."""
 

@@ -52,6 +52,7 @@ from pymq.protocol.command import Command
 from pymq.protocol.requests import ConsumerGroupRequest
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
+from pymq.transport.limits import limits_from_settings
 from pymq.transport.net import local_ip
 from pymq.transport.server import RpcServer, bind_socket
 
@@ -81,7 +82,10 @@ class BrokerApp:
         if self.is_slave:
             # Writes belong to the master: one interceptor answers them (see broker.roles).
             self.dispatcher.add_interceptor(ReadOnlyRole())
-        self.server = RpcServer(self.dispatcher, config.host, config.port, name="broker")
+        limits = limits_from_settings(
+            config.idle_timeout_seconds, config.frame_read_timeout_seconds, config.max_partial_frame_bytes
+        )
+        self.server = RpcServer(self.dispatcher, config.host, config.port, name="broker", limits=limits)
         self.namesrv_client = RpcClient()
         self.registrar = NamesrvRegistrar(config, self.topics, self.namesrv_client, lambda: self.address)
         self.topics.on_change = self.registrar.trigger

@@ -28,6 +28,7 @@ RUNTIME_SETTINGS = {
     "slave_read_enable",
     "store.disk_max_used_ratio",
     "store.disk_clean_forcibly_ratio",
+    "store.clean_file_forcibly_enable",
     "store.disk_full_ratio",
     "store.file_reserved_hours",
     "store.delete_when",

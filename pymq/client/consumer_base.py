@@ -29,7 +29,7 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription
 from pymq.protocol.message import MessageExt
-from pymq.protocol.requests import RETRY_PREFIX
+from pymq.protocol.requests import MAX_PULL_MSG_NUMS, RETRY_PREFIX
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.consumer")
@@ -69,6 +69,9 @@ class ConsumerBase:
     ) -> None:
         if not group:
             raise ClientError("consumer group must not be empty")
+        if not 1 <= pull_batch_size <= MAX_PULL_MSG_NUMS:
+            # As RocketMQ's checkConfig: the broker would refuse every pull (INVALID_PARAMETER).
+            raise ClientError(f"pull_batch_size must be between 1 and {MAX_PULL_MSG_NUMS}, got {pull_batch_size}")
         self.namesrv = namesrv
         self.group = group
         self.message_model = MessageModel(message_model)

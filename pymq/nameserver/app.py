@@ -11,6 +11,7 @@ from pymq.logs import get_logger
 from pymq.nameserver.handlers import NamesrvHandlers
 from pymq.nameserver.registry import RouteRegistry
 from pymq.transport.dispatch import Dispatcher
+from pymq.transport.limits import limits_from_settings
 from pymq.transport.server import RpcServer
 
 log = get_logger("namesrv")
@@ -24,7 +25,10 @@ class NamesrvApp:
         self.registry = RouteRegistry(expiry_seconds=config.broker_expiry_seconds)
         self.handlers = NamesrvHandlers(self.registry)
         self.dispatcher = Dispatcher(self.handlers.table(), name="namesrv")
-        self.server = RpcServer(self.dispatcher, config.host, config.port, name="namesrv")
+        limits = limits_from_settings(
+            config.idle_timeout_seconds, config.frame_read_timeout_seconds, config.max_partial_frame_bytes
+        )
+        self.server = RpcServer(self.dispatcher, config.host, config.port, name="namesrv", limits=limits)
         self._scan_task: asyncio.Task[None] | None = None
         self.metrics: Any = None
 

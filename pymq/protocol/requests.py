@@ -18,6 +18,11 @@ the ext map without the object, for responses built on every request.
 
 Fields typed ``X | None`` with default ``None`` are optional: absent from the ext map when
 ``None``. A field with no default is required.
+
+Every integer field is range-checked after coercion (one chained comparison against
+constants baked into the generated code): int64 unless declared narrower with
+:func:`bounded` (``max_msg_nums: int = bounded(32, lo=1, hi=1024)``). A value outside its
+range is an InvalidRequestError naming the field, never clamped.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from pymq.errors import InvalidRequestError
-from pymq.protocol.headers import get_bool, get_int, get_str
+from pymq.protocol.headers import check_range, get_bool, get_int, get_str
 from pymq.protocol.route import PERM_READ_WRITE, MessageQueue
 
 # --- shared constants --------------------------------------------------------------------------------
@@ -41,6 +46,8 @@ FLAG_SUBSCRIPTION = 0x4
 
 #: A pull's byte budget when the request names none.
 DEFAULT_PULL_MAX_BYTES = 4 * 1024 * 1024
+#: The most messages one pull may ask for (RocketMQ's pullBatchSize range is 1..1024).
+MAX_PULL_MSG_NUMS = 1024
 
 #: ``%RETRY%<group>``: where a group's failed messages wait for their next attempt.
 RETRY_PREFIX = "%RETRY%"
@@ -59,6 +66,16 @@ def dlq_topic(group: str) -> str:
 
 
 # --- the header machinery ----------------------------------------------------------------------------
+
+I32_MAX = 2**31 - 1
+I64_MIN = -(2**63)
+I64_MAX = 2**63 - 1
+
+
+def bounded(default: Any = dataclasses.MISSING, *, lo: int = I64_MIN, hi: int = I64_MAX) -> Any:
+    """An integer header field that accepts only ``lo..hi`` (default: int64's range)."""
+    return field(default=default, metadata={"range": (lo, hi)})
+
 
 H = TypeVar("H", bound="Header")
 
@@ -121,6 +138,7 @@ def wire_header(cls: type[H]) -> type[H]:
         "_get_int": get_int,
         "_get_bool": get_bool,
         "_get_list": _get_list,
+        "_check_range": check_range,
         "_str": str,
         "_int": int,
         "_bool": bool,
@@ -156,6 +174,15 @@ def wire_header(cls: type[H]) -> type[H]:
         else:  # required: the getter raises, naming the field, if it is absent
             parse.append(f" if {check}: {v} = {getter}(ext, {name!r})")
             params.append(f.name)
+        if kind == "int":
+            lo, hi = f.metadata.get("range", (I64_MIN, I64_MAX))
+            if isinstance(f.default, int) and not lo <= f.default <= hi:
+                raise TypeError(f"{cls.__name__}.{f.name}: default {f.default} outside {lo}..{hi}")
+            # Literal bounds: LOAD_CONST, no global lookups, on every request.
+            cond = f"not {lo} <= {v} <= {hi}"
+            if nullable:
+                cond = f"{v} is not None and {cond}"
+            parse.append(f" if {cond}: _check_range({name!r}, {v}, {lo}, {hi})")
         args.append(f"{f.name}={v}")
         if nullable and f.default is None:
             optional.append(f" if $${f.name} is not None: d[{name!r}] = $${f.name}")
@@ -193,8 +220,8 @@ class SendMessageRequest(Header):
     """SEND_MESSAGE and SEND_BATCH_MESSAGE; the body is the encoded record(s)."""
 
     topic: str
-    #: -1: the broker picks a queue
-    queue_id: int = -1
+    #: negative (-1): the broker picks a queue; at most the topic's write queues - 1 (checked by the handler)
+    queue_id: int = bounded(-1, lo=-(2**31), hi=I32_MAX)
     producer_group: str | None = None
 
 
@@ -220,11 +247,14 @@ class PullMessageRequest(Header):
 
     consumer_group: str
     topic: str
-    queue_id: int
+    #: at most the topic's read queues - 1 (checked by the handler)
+    queue_id: int = bounded(lo=0, hi=I32_MAX)
     queue_offset: int
-    max_msg_nums: int = 32
-    max_bytes: int = DEFAULT_PULL_MAX_BYTES
-    sys_flag: int = 0
+    #: RocketMQ's clients refuse a pullBatchSize outside 1..1024; the broker refuses it too
+    #: (a pull may still return fewer: ``max_bytes`` and what is stored limit it)
+    max_msg_nums: int = bounded(32, lo=1, hi=MAX_PULL_MSG_NUMS)
+    max_bytes: int = bounded(DEFAULT_PULL_MAX_BYTES, lo=1, hi=I32_MAX)
+    sys_flag: int = bounded(0, lo=0, hi=I32_MAX)
     #: committed with the pull when FLAG_COMMIT_OFFSET is set (-1: nothing to commit)
     commit_offset: int = -1
     #: how long the broker may hold a pull that finds nothing (with FLAG_SUSPEND)

@@ -6,6 +6,7 @@ from pymq.transport.codec import Codec
 from pymq.transport.connection import Connection
 from pymq.transport.dispatch import Dispatcher, Handler
 from pymq.transport.interceptor import Interceptor
+from pymq.transport.limits import ConnectionLimits
 from pymq.transport.loop import new_event_loop, run
 from pymq.transport.server import RpcServer
 
@@ -14,6 +15,7 @@ __all__ = [
     "Channel",
     "Codec",
     "Connection",
+    "ConnectionLimits",
     "Dispatcher",
     "Handler",
     "Interceptor",

@@ -19,6 +19,11 @@ class Decoder(Protocol):
         """Commands completed by ``data``; raises ProtocolError on garbage."""
         ...
 
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a frame not yet complete (servers bound these, see transport.limits)."""
+        ...
+
 
 class Codec(Protocol):
     def decoder(self) -> Decoder:

@@ -21,6 +21,7 @@ from pymq.protocol.command import FLAG_ONEWAY, Command
 from pymq.transport.channel import RequestSink
 from pymq.transport.codec import Codec
 from pymq.transport.flow_control import FlowControl
+from pymq.transport.limits import ConnectionLimits, monotonic
 
 log = get_logger("transport")
 
@@ -45,9 +46,17 @@ class Connection(asyncio.Protocol):
         codec: Codec,
         *,
         server_side: bool = False,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.server_side = server_side
+        #: the server's limits (idle and frame timeouts, partial-frame budget); None: none (clients)
+        self.limits = limits
+        #: when bytes last arrived (monotonic; stamped only when there are limits)
+        self.last_read = monotonic()
+        #: bytes of the unfinished frame the decoder holds, and when that frame began
+        self.partial_bytes = 0
+        self.partial_since = 0.0
         self.decoder = codec.decoder()
         self._encode = codec.encode
         self.transport: asyncio.Transport | None = None
@@ -88,6 +97,14 @@ class Connection(asyncio.Protocol):
             log.warning("malformed_frame_closing_connection", peer=self.remote_addr, reason=str(exc))
             self.abort()
             return
+        limits = self.limits
+        if limits is not None:
+            now = self.last_read = monotonic()
+            held = self.decoder.buffered
+            if (held != self.partial_bytes or (held and commands)) and self._track_partial(
+                limits, held, now, bool(commands)
+            ):
+                return
         flow = self.flow
         for cmd in commands:
             if cmd.is_response:
@@ -102,6 +119,33 @@ class Connection(asyncio.Protocol):
                     flow.backlog_full(True)
             else:
                 self._dispatch(cmd)
+
+    def _track_partial(self, limits: ConnectionLimits, held: int, now: float, completed: bool) -> bool:
+        """Count the unfinished frame in the server's budget; True if it was refused (connection closed)."""
+        grew = held > self.partial_bytes
+        if held and (not self.partial_bytes or completed):
+            self.partial_since = now  # a new frame began in this read
+        limits.partial_bytes += held - self.partial_bytes
+        self.partial_bytes = held
+        if grew and limits.over_budget(held):
+            log.warning(
+                "partial_frame_refused_closing_connection",
+                peer=self.remote_addr,
+                reason="bytes held in unfinished frames over the server's limit",
+                frame_bytes_received=held,
+                partial_bytes_total=limits.partial_bytes,
+                limit=limits.max_partial_frame_bytes,
+            )
+            self.release_partial()
+            self.abort()
+            return True
+        return False
+
+    def release_partial(self) -> None:
+        """Take this connection's unfinished frame out of the server's budget (closing)."""
+        if self.limits is not None and self.partial_bytes:
+            self.limits.partial_bytes -= self.partial_bytes
+            self.partial_bytes = 0
 
     def _dispatch(self, cmd: Command) -> None:
         if self.dispatcher is not None:
@@ -123,6 +167,7 @@ class Connection(asyncio.Protocol):
             self._run_backlog()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.release_partial()
         self._backlog.clear()
         pending, self._pending = self._pending, {}
         for fut in pending.values():

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 
 from pymq.logs import get_logger
 from pymq.transport.codec import DEFAULT_MAX_FRAME_SIZE, Codec, default_codec
 from pymq.transport.connection import Connection
 from pymq.transport.dispatch import Dispatcher
+from pymq.transport.limits import ConnectionLimits, monotonic
 
 log = get_logger("transport.server")
 
@@ -25,6 +27,7 @@ class RpcServer:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         codec: Codec | None = None,
         name: str = "rpc",
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.host = host
@@ -33,11 +36,14 @@ class RpcServer:
         #: the wire format (default: pymq's frames, limited to ``max_frame_size``)
         self.codec = codec if codec is not None else default_codec(max_frame_size)
         self.name = name
+        #: idle and frame timeouts, partial-frame budget (None: none; see transport.limits)
+        self.limits = limits
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     def _make_connection(self) -> Connection:
-        conn = Connection(self.dispatcher, self.codec, server_side=True)
+        conn = Connection(self.dispatcher, self.codec, server_side=True, limits=self.limits)
         self.connections.add(conn)
         conn.add_close_callback(self.connections.discard)
         return conn
@@ -58,7 +64,24 @@ class RpcServer:
             )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
+        interval = self.limits.sweep_interval if self.limits is not None else None
+        if interval is not None:
+            self._sweeper = asyncio.create_task(self._sweep(interval), name=f"{self.name}-connection-sweep")
         log.info("listening", server=self.name, host=self.host, port=self.port)
+
+    async def _sweep(self, interval: float) -> None:
+        """Close connections past their idle or frame read timeout (one task, not a timer per connection)."""
+        limits = self.limits
+        assert limits is not None
+        while True:
+            await asyncio.sleep(interval)
+            now = monotonic()
+            for conn in list(self.connections):
+                reason = limits.expired(conn, now)
+                if reason is not None:
+                    log.warning("closing_connection", server=self.name, peer=conn.remote_addr, reason=reason)
+                    conn.release_partial()
+                    conn.abort()
 
     @property
     def address(self) -> str:
@@ -66,6 +89,11 @@ class RpcServer:
 
     async def close(self, grace: float = 5.0) -> None:
         """Stop accepting, let running handlers finish for up to ``grace`` seconds, then close."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         if self._server is not None:
             self._server.close()
         await self.dispatcher.drain(grace)

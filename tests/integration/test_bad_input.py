@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
         (RequestCode.SEND_MESSAGE, {}, b"", ResponseCode.INVALID_PARAMETER),
         (RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": "x"}, b"", ResponseCode.INVALID_PARAMETER),
         (RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": 0}, b"garbage-not-a-record", ResponseCode.MESSAGE_ILLEGAL),
-        (RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": 9}, b"", ResponseCode.SYSTEM_ERROR),
+        (RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": 9}, b"", ResponseCode.INVALID_PARAMETER),
         (RequestCode.SEND_MESSAGE, {"topic": "missing", "queueId": 0}, b"", ResponseCode.TOPIC_NOT_EXIST),
         (RequestCode.SEND_MESSAGE, {"topic": "bad name!", "queueId": 0}, b"", ResponseCode.INVALID_PARAMETER),
         (RequestCode.PULL_MESSAGE, {"topic": "t"}, b"", ResponseCode.INVALID_PARAMETER),
@@ -86,3 +86,56 @@ async def test_garbage_connection_closed_others_unaffected(tmp_path) -> None:
             assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the broker
             writer.close()
             assert (await p.send(Message("t", b"after"))).queue_offset == 1
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+async def test_empty_send_is_message_illegal(tmp_path, flush) -> None:
+    """A SEND_MESSAGE with no record at all is MESSAGE_ILLEGAL with a clear remark under either flush
+    mode (it used to answer SUCCESS at queue offset -1, or SYSTEM_ERROR under SYNC_FLUSH)."""
+    async with LocalCluster(tmp_path / "c", store={"flush_disk_type": flush}) as cluster:
+        await cluster.create_topic("t", 1)
+        broker = cluster.brokers[0]
+        async with RpcClient() as rpc:
+            for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_BATCH_MESSAGE):
+                resp = await rpc.invoke(broker.address, Command.request(code, {"topic": "t", "queueId": 0}, b""))
+                assert resp.code == ResponseCode.MESSAGE_ILLEGAL, (resp.code, resp.remark)
+                assert "empty message body" in resp.remark
+        assert broker.store.max_offset("t", 0) == 0
+
+
+_PULL = {"consumerGroup": "g", "topic": "t", "queueId": 0, "queueOffset": 0}
+
+
+async def test_out_of_range_and_non_integer_fields_are_invalid_parameter(tmp_path) -> None:
+    """Typed validation: a non-integer number or a value out of its field's range answers INVALID_PARAMETER
+    naming the field (it used to be truncated, clamped, or answered SYSTEM_ERROR)."""
+    requests = [
+        (RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": 1.5}, "queueId"),
+        (RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": "1.5"}, "queueId"),
+        (RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": 2}, "queueId"),
+        (RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": 2**31}, "queueId"),
+        (RequestCode.PULL_MESSAGE, {**_PULL, "queueId": -1}, "queueId"),
+        (RequestCode.PULL_MESSAGE, {**_PULL, "queueId": 2}, "queueId"),
+        (RequestCode.PULL_MESSAGE, {**_PULL, "queueId": 0.5}, "queueId"),
+        (RequestCode.PULL_MESSAGE, {**_PULL, "maxMsgNums": 2**31}, "maxMsgNums"),
+        (RequestCode.PULL_MESSAGE, {**_PULL, "maxMsgNums": 0}, "maxMsgNums"),
+        (RequestCode.PULL_MESSAGE, {**_PULL, "maxMsgNums": 1025}, "maxMsgNums"),
+        (RequestCode.PULL_MESSAGE, {**_PULL, "queueOffset": 2**64 - 1}, "queueOffset"),
+    ]
+    async with LocalCluster(tmp_path / "c") as cluster:
+        await cluster.create_topic("t", 2)
+        broker = cluster.brokers[0].address
+        record = encode_record(b"t", b"x", b"")
+        async with RpcClient() as rpc:
+            for code, ext, field in requests:
+                resp = await rpc.invoke(broker, Command.request(code, ext, record))
+                assert (resp.code, field in (resp.remark or "")) == (ResponseCode.INVALID_PARAMETER, True), (
+                    ext,
+                    resp.code,
+                    resp.remark,
+                )
+            assert cluster.brokers[0].store.max_offset("t", 0) == 0
+            # An integral float is an integer: this send is stored.
+            send = Command.request(RequestCode.SEND_MESSAGE, {"topic": "t", "queueId": 1.0}, record)
+            ok = await rpc.invoke(broker, send)
+            assert ok.code == ResponseCode.SUCCESS and ok.ext["queueId"] == 1

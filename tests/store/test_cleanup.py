@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
 import time
+from typing import NamedTuple
 
-from pymq.broker.store import GetStatus, MessageStore
+import pytest
+
+from pymq.broker.store import GetStatus, MessageStore, PutStatus
+from pymq.errors import StoreError
 from tests.store.conftest import StoreFactory
 from tests.store.storeutil import keyed, read_queue
 
@@ -139,3 +145,74 @@ def test_queues_and_index_follow_the_commitlog(new_store: StoreFactory) -> None:
     first_kept = next(r for r in results if r.physical_offset >= min_phys)
     assert first_kept.physical_offset == min_phys
     assert store.earliest_store_time() == first_kept.store_timestamp
+
+
+def test_forcibly_ratio_of_one_never_deletes_unexpired_files(new_store: StoreFactory) -> None:
+    """disk_clean_forcibly_ratio = 1.0 (its maximum) means never: a 100 % full disk refuses writes and
+    keeps every unexpired file (ratios mean "above", and nothing is above 100 %)."""
+    now = time.time()
+    store = quiet(new_store(delete_when=other_hour(now), disk_clean_forcibly_ratio=1.0))
+    fill(store, 6)
+    store.config.simulated_disk_capacity = store.disk_bytes()  # exactly 100 %
+    report = store.run_cleanup(now=now)
+    assert report.deleted_commitlog_files == 0 and len(store.commitlog.mfq.files) == 6
+    assert store.disk_full and store.commitlog.min_offset == 0
+
+
+def test_forced_deletion_can_be_turned_off(new_store: StoreFactory) -> None:
+    """clean_file_forcibly_enable = False: at 95 % nothing unexpired goes; writes are refused instead."""
+    now = time.time()
+    store = quiet(new_store(delete_when=other_hour(now), clean_file_forcibly_enable=False))
+    fill(store, 8)
+    store.config.simulated_disk_capacity = int(store.disk_bytes() / 0.95)
+    report = store.run_cleanup(now=now)
+    assert report.deleted_commitlog_files == 0 and len(store.commitlog.mfq.files) == 8
+    assert store.disk_full
+    assert store.put_messages("T", 0, keyed(9999))[0].status == PutStatus.SERVICE_NOT_AVAILABLE
+
+
+class _FakeStatvfs(NamedTuple):
+    f_blocks: int
+    f_bfree: int
+    f_bavail: int
+    f_frsize: int = 4096
+
+
+def test_failing_preallocation_does_not_look_like_a_full_disk(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A posix_fallocate that fails (ENOSPC) holds its blocks until it gives up, so the file system
+    looks 100 % full meanwhile: a cleanup pass measuring then must not delete unexpired files."""
+    now = time.time()
+    store = quiet(new_store(delete_when=other_hour(now)))
+    fill(store, 4)
+    allocating = threading.Event()
+
+    def failing_fallocate(fd: int, offset: int, length: int) -> None:
+        allocating.set()
+        time.sleep(0.3)
+        allocating.clear()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def statvfs(path: object) -> _FakeStatvfs:
+        # 100 % full while the doomed preallocation holds its blocks, 50 % otherwise
+        return _FakeStatvfs(1000, 0, 0) if allocating.is_set() else _FakeStatvfs(1000, 500, 500)
+
+    monkeypatch.setattr(os, "posix_fallocate", failing_fallocate)
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    errors: list[BaseException] = []
+
+    def preallocate() -> None:
+        try:
+            store.commitlog.mfq.preallocate_next()
+        except StoreError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=preallocate)
+    t.start()
+    assert allocating.wait(5)
+    report = store.run_cleanup(now=now)
+    t.join()
+    assert errors and "cannot allocate" in str(errors[0])
+    assert report.deleted_commitlog_files == 0 and len(store.commitlog.mfq.files) == 4
+    assert report.disk_ratio == 0.5 and not store.disk_full

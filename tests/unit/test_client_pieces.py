@@ -111,3 +111,12 @@ def test_decode_pulled_filters_tags_and_restores_retry_topic() -> None:
     msgs = decode_pulled(recs, mq, Subscription.parse(mq.topic, "A"))
     assert [m.tags for m in msgs] == ["A", "A"] and {m.topic for m in msgs} == {"orders"}
     assert {m.broker_name for m in msgs} == {"broker-a"}
+
+
+@pytest.mark.parametrize("size", [0, 1025])
+def test_pull_batch_size_out_of_range_is_refused_up_front(size: int) -> None:
+    """As RocketMQ's checkConfig: a batch size the broker would refuse on every pull fails at construction."""
+    from pymq.client import PushConsumer
+
+    with pytest.raises(ClientError, match="pull_batch_size must be between 1 and 1024"):
+        PushConsumer("127.0.0.1:9876", "g", pull_batch_size=size)

@@ -20,6 +20,10 @@ class JsonLinesDecoder:
     def __init__(self) -> None:
         self.buf = b""
 
+    @property
+    def buffered(self) -> int:
+        return len(self.buf)
+
     def feed(self, data: bytes) -> list[Command]:
         self.buf += bytes(data)
         *lines, self.buf = self.buf.split(b"\n")

@@ -236,6 +236,55 @@ def test_bytes_values_decode_as_strings() -> None:
     assert rq.TopicRequest.from_ext({"topic": b"t"}).topic == "t"
 
 
+def test_non_integer_numbers_are_refused_not_truncated() -> None:
+    for bad in (1.5, "1.5", "1e3", "0x10", "1_0", " 1", float("nan"), float("inf"), "", "+"):
+        with pytest.raises(InvalidRequestError, match="'queueId' must be an integer"):
+            rq.SendMessageRequest.from_ext({"topic": "t", "queueId": bad})
+    for good, value in ((2.0, 2), ("-1", -1), ("+3", 3), (b"4", 4)):
+        assert rq.SendMessageRequest.from_ext({"topic": "t", "queueId": good}).queue_id == value
+
+
+PULL = {"consumerGroup": "g", "topic": "t", "queueId": 0, "queueOffset": 0}
+
+
+@pytest.mark.parametrize(
+    ("field", "bad", "good"),
+    [
+        ("maxMsgNums", [0, -1, 1025, 2**31], [1, 1024, "1024"]),
+        ("queueId", [-1, 2**31], [0, 2**31 - 1]),
+        ("maxBytes", [0, 2**31], [1, 2**31 - 1]),
+        ("sysFlag", [-1], [0, 7]),
+        ("queueOffset", [2**63, -(2**63) - 1, str(2**64)], [2**63 - 1, -1]),
+    ],
+)
+def test_out_of_range_values_are_refused_naming_the_field(field: str, bad: list[Any], good: list[Any]) -> None:
+    """Refused, never clamped: RocketMQ's clients refuse a pullBatchSize outside 1..1024, so do we."""
+    for value in bad:
+        with pytest.raises(InvalidRequestError, match=f"'{field}' must be"):
+            rq.PullMessageRequest.from_ext({**PULL, field: value})
+    for value in good:
+        rq.PullMessageRequest.from_ext({**PULL, field: value})
+
+
+def test_every_int_field_is_range_checked() -> None:
+    """Every integer field of every header refuses what does not fit in int64 (msgpack carries up to 2**64 - 1)."""
+    for header, wire in CASES:
+        cls = type(header)
+        for f in dataclasses.fields(header):  # type: ignore[arg-type]
+            if str(f.type).startswith("int"):
+                with pytest.raises(InvalidRequestError, match=repr(cls.WIRE[f.name])):
+                    cls.from_ext({**wire, cls.WIRE[f.name]: 2**64 - 1})
+
+
+def test_bounds_must_hold_the_default() -> None:
+    with pytest.raises(TypeError, match="outside"):
+
+        @rq.wire_header
+        @dataclasses.dataclass(slots=True, kw_only=True)
+        class Bad(rq.Header):
+            n: int = rq.bounded(0, lo=1, hi=2)
+
+
 def test_bool_is_not_taken_for_an_int() -> None:
     assert rq.SendMessageRequest.from_ext({"topic": "t", "queueId": True}).queue_id == 1
 

@@ -106,7 +106,7 @@ class PullHandlers:
         topic = h.topic
         queue_id = h.queue_id
         offset = h.queue_offset
-        max_nums = max(1, min(h.max_msg_nums, 1024))
+        max_nums = h.max_msg_nums  # 1..1024, checked by from_ext
         sys_flag = h.sys_flag
         suspend_ms = h.suspend_timeout_millis
         tc = self.topics.get(topic)
@@ -114,10 +114,11 @@ class PullHandlers:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {self.address}")
         if not perm_readable(tc.perm):
             return cmd.response(ResponseCode.NO_PERMISSION, f"topic[{topic}] is not readable on {self.address}")
-        if queue_id < 0 or queue_id >= tc.readQueueNums:
+        if queue_id >= tc.readQueueNums:  # negative ones were refused by from_ext
             return cmd.response(
-                ResponseCode.SYSTEM_ERROR,
-                f"queueId {queue_id} out of range (topic {topic} has {tc.readQueueNums})",
+                ResponseCode.INVALID_PARAMETER,
+                f"header field 'queueId' out of range: {queue_id}, topic {topic} has read queues "
+                f"0..{tc.readQueueNums - 1}",
             )
         sg = self.subscription_groups.get(group)
         if sg is None:

@@ -46,6 +46,8 @@ PUT_STATUS_TO_CODE = {
     PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
 }
 
+#: the answer to a send whose body holds no record at all
+EMPTY_BODY_REMARK = "empty message body: a send must carry at least one encoded record"
 
 #: the broker's put path: (topic, queue id, records) -> one result per record
 PutMessages = Callable[[str, int, Buffer], list[PutResult]]
@@ -97,8 +99,9 @@ class SendHandlers:
             queue_id = random.randrange(tc.writeQueueNums)
         elif queue_id >= tc.writeQueueNums:
             return cmd.response(
-                ResponseCode.SYSTEM_ERROR,
-                f"queueId {queue_id} out of range (topic {topic} has {tc.writeQueueNums})",
+                ResponseCode.INVALID_PARAMETER,
+                f"header field 'queueId' out of range: {queue_id}, topic {topic} has write queues "
+                f"0..{tc.writeQueueNums - 1}",
             )
         return topic, queue_id
 
@@ -108,12 +111,14 @@ class SendHandlers:
             return checked
         topic, queue_id = checked
         body: Buffer = cmd.body  # type: ignore[assignment]  # a received request's body is one buffer
+        if not len(body):
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, EMPTY_BODY_REMARK)
         if topic.startswith(RETRY_PREFIX):
             topic, queue_id, body = self.dead_letter_if_exhausted(topic, queue_id, body)
         results = self.put_messages(topic, queue_id, body)
         resp = self.build_response(cmd, queue_id, results)
         self.stats.record_put(topic, results)
-        if self.sync_flush and resp.code == ResponseCode.SUCCESS:
+        if self.sync_flush and resp.code == ResponseCode.SUCCESS and results:
             end = max(r.physical_offset + r.size for r in results)
             return self._await_flush(resp, end)
         return resp
@@ -146,6 +151,8 @@ class SendHandlers:
 
     @staticmethod
     def build_response(cmd: Command, queue_id: int, results: list[PutResult]) -> Command:
+        if not results:  # nothing was stored, so nothing succeeded (never "SUCCESS at offset -1")
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, EMPTY_BODY_REMARK)
         ok = PutStatus.PUT_OK
         first_fail = next((r for r in results if r.status != ok), None)
         ext = SendMessageResponse.build_ext(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from pymq.broker.store.consume_queue import CQ_ENTRY
 from pymq.errors import StoreError
-from pymq.logs import get_logger
+from pymq.logs import RateLimitedLog, get_logger
 
 if TYPE_CHECKING:
     from pymq.broker.store.commitlog import StoredRef
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pymq.broker.store.index import IndexService
 
 log = get_logger("broker.store")
+_limited = RateLimitedLog(log)
 
 #: ``rule(properties, store_ts) -> tags code`` for one topic's consume-queue entries
 TagsRule = Callable[[bytes, int], int]
@@ -187,7 +188,8 @@ class Dispatcher:
             self.index.put_many(entries, store_ts)
         except StoreError as exc:
             # The records are stored and consumable; only lookups by key will miss them.
-            log.error("index_append_failed", entries=len(entries), reason=str(exc))
+            # Rate-limited: on a full disk this would repeat for every batch.
+            _limited.log("error", "index_append_failed", entries=len(entries), reason=str(exc))
 
     def dispatch_stored(self, refs: Sequence[StoredRef]) -> set[tuple[str, int]]:
         """Entries for records already in the commitlog (a slave's replicated bytes); returns the queues touched.

@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pymq.logs import get_logger
+from pymq.errors import StoreError
+from pymq.logs import RateLimitedLog, get_logger
 
 if TYPE_CHECKING:
     from pymq.broker.store.store_view import FlushView
@@ -156,6 +157,7 @@ class Warmer(threading.Thread):
         self.store = store
         self.ahead = ahead
         self._stop_event = threading.Event()
+        self._limited = RateLimitedLog(log)
 
     def run(self) -> None:
         mfq = self.store.commitlog.mfq
@@ -169,8 +171,13 @@ class Warmer(threading.Thread):
                         nxt = mfq.next_file or mfq.preallocate_next()
                         if nxt is not None:
                             worked = nxt.warm_step(self.ahead) or worked
+            except StoreError as exc:
+                # No room for the next file (disk full): the writer answers for it when it needs
+                # the file; here, one line per interval instead of a traceback every second.
+                self._limited.log("warning", "next_file_preallocation_failed", reason=str(exc))
+                self._stop_event.wait(1.0)
             except Exception:
-                log.exception("warmer_failed")
+                self._limited.log("error", "warmer_failed", exc_info=True)
                 self._stop_event.wait(1.0)
             if not worked:
                 self._stop_event.wait(0.005)

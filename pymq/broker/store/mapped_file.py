@@ -14,6 +14,7 @@ Files written anywhere (index files) use ``fdatasync``.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import mmap
@@ -22,9 +23,11 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from pymq.errors import StoreError
+from pymq.errors import DiskFullError, StoreError
 
 PAGE_SIZE = mmap.PAGESIZE
+#: errnos that mean the disk (or the quota) is full: DiskFullError, not a broken store
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _MS_SYNC = 4  # Linux
 _MADV_POPULATE_WRITE = 23  # Linux >= 5.14
 
@@ -55,6 +58,13 @@ def _address(mm: mmap.mmap) -> int:
         return ctypes.addressof(c)
     finally:
         del c
+
+
+#: Held while this process preallocates a file (``posix_fallocate``, and removing it if that
+#: fails). A failing fallocate holds the blocks it got until it gives up, so for that moment
+#: the file system looks (up to 100 %) full; disk-use measurements take this lock so they
+#: never see it (see :func:`pymq.broker.store.cleanup.disk_ratio`).
+ALLOCATION_LOCK = threading.Lock()
 
 
 def file_name(offset: int) -> str:
@@ -146,13 +156,18 @@ class MappedFile:
         try:
             self.fd = os.open(open_path, flags, 0o644)
         except OSError as exc:
-            raise StoreError(f"cannot open {open_path}: {exc}") from exc
+            error = DiskFullError if exc.errno in _NO_SPACE else StoreError
+            raise error(f"cannot open {open_path}: {exc}") from exc
         try:
             if create:
-                try:
-                    os.posix_fallocate(self.fd, 0, size)
-                except OSError as exc:
-                    raise StoreError(f"cannot allocate {size} bytes for {path}: {exc}") from exc
+                with ALLOCATION_LOCK:
+                    try:
+                        os.posix_fallocate(self.fd, 0, size)
+                    except OSError as exc:
+                        with contextlib.suppress(OSError):
+                            os.ftruncate(self.fd, 0)  # give the blocks back before anyone measures
+                        error = DiskFullError if exc.errno in _NO_SPACE else StoreError
+                        raise error(f"cannot allocate {size} bytes for {path}: {exc}") from exc
                 os.rename(open_path, path)
             else:
                 actual = os.fstat(self.fd).st_size

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pymq.broker.store.appender import Appender, rejected_results
 from pymq.broker.store.checkpoint import Checkpoint
-from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup
+from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup, try_disk_ratio
 from pymq.broker.store.commitlog import CommitLog
 from pymq.broker.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
 from pymq.broker.store.dispatcher import Dispatcher
@@ -35,8 +35,8 @@ from pymq.broker.store.index import IndexService
 from pymq.broker.store.recovery import RecoveryReport, recover
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutStatus
 from pymq.config import FlushDiskType, StoreConfig
-from pymq.errors import StoreError, StoreLockedError
-from pymq.logs import get_logger
+from pymq.errors import DiskFullError, StoreError, StoreLockedError
+from pymq.logs import RateLimitedLog, get_logger
 from pymq.protocol.record import find_property, pack_host, parse_record, record_store_timestamp
 from pymq.protocol.record_batch import SplitBatch, count_records
 
@@ -44,6 +44,10 @@ log = get_logger("broker.store")
 
 #: Entries scanned per pull when a tag filter skips most of them.
 FILTER_SCAN_ENTRIES = 800
+#: The write path re-measures disk use after this many bytes (and whenever a commitlog file appears).
+DISK_CHECK_BYTES = 16 * 1024 * 1024
+#: Why writes are refused while the disk is full (the send's remark; clients may match "disk full").
+DISK_FULL_REASON = "disk full: writes refused until cleanup"
 
 ArrivalListener = Callable[[str, int, int], None]
 
@@ -74,6 +78,12 @@ class MessageStore:
         self.last_store_ts = 0
         self.running = False
         self.disk_full = False
+        #: the write path's disk check (see _check_disk): bytes since, and the files seen, at the last one
+        self._unchecked_bytes = 0
+        self._checked_files = 0
+        self._checked_next: object = None
+        self._last_disk_ratio = 0.0
+        self._limited_log = RateLimitedLog(log)
         self.recovery: RecoveryReport | None = None
         self.index_rolled_back = 0
         self.started_at = 0.0
@@ -121,7 +131,7 @@ class MessageStore:
             _fsync_dir(self.root)
             self.running = True
             self.started_at = time.time()
-            self.disk_full = disk_ratio(self) >= self.config.disk_full_ratio
+            self.disk_full = disk_ratio(self) > self.config.disk_full_ratio
             sync = self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH
             self._flusher = CommitLogFlusher(self, sync=sync)
             self._logics_flusher = LogicsFlusher(self)
@@ -291,15 +301,14 @@ class MessageStore:
                 try:
                     results = appender.put(topic, queue_id, data, store_ts, splits[i] if splits else None)
                 except StoreError as exc:
-                    log.error("append_failed", reason=str(exc))
-                    failed = PutStatus.CREATE_MAPPED_FILE_FAILED
+                    failed, reason = self._append_failed(exc)
                     if atomic:
                         appender.undo(start_phys, starts)
-                        answers = [rejected_results(count_records(d), failed, str(exc)) for _, _, d in todo]
+                        answers = [rejected_results(count_records(d), failed, reason) for _, _, d in todo]
                         stored = stored_bytes = 0
                         arrived.clear()
                         break
-                    answers.append(rejected_results(count_records(data), failed, str(exc)))
+                    answers.append(rejected_results(count_records(data), failed, reason))
                     continue
                 answers.append(results)
                 if appender.stored:
@@ -309,8 +318,54 @@ class MessageStore:
             self.put_count += stored
             self.put_bytes += stored_bytes
             self.last_store_ts = store_ts
+            # The disk-full check on the write path: a few attribute reads per call; it measures
+            # only after a new commitlog file appeared or DISK_CHECK_BYTES were written.
+            self._unchecked_bytes += stored_bytes
+            mfq = self.commitlog.mfq
+            if (
+                self._unchecked_bytes >= DISK_CHECK_BYTES
+                or len(mfq.files) != self._checked_files
+                or mfq.next_file is not self._checked_next
+            ):
+                self._check_disk()
         self._notify_arrivals(arrived)
         return answers
+
+    def _check_disk(self) -> None:
+        """Refuse writes as soon as the disk is above ``disk_full_ratio`` (under the store lock).
+
+        Cleanup passes (every 10 s) also decide this, and alone decide when writes resume;
+        checking here too keeps a fast producer from writing on to a really full disk (ENOSPC)
+        between two passes. A measurement never waits for a file being allocated: it is
+        retried at the next write.
+        """
+        ratio = try_disk_ratio(self)
+        if ratio is None:
+            return
+        self._last_disk_ratio = ratio
+        mfq = self.commitlog.mfq
+        self._unchecked_bytes = 0
+        self._checked_files = len(mfq.files)
+        self._checked_next = mfq.next_file
+        limit = self.config.disk_full_ratio
+        if ratio > limit and not self.disk_full:
+            self.disk_full = True
+            log.error("disk_full_writes_refused", disk_ratio=round(ratio, 3), limit=limit, found_by="write_path")
+
+    def _append_failed(self, exc: StoreError) -> tuple[PutStatus, str]:
+        """The status and reason for records a file-creation failure kept out (logged, rate-limited).
+
+        No space left (ENOSPC/EDQUOT) is a full disk: writes are refused from now on until a
+        cleanup pass finds space (SERVICE_NOT_AVAILABLE, as RocketMQ answers on a full
+        disk, which producers retry on another broker); anything else is a broken store.
+        """
+        if isinstance(exc, DiskFullError):
+            if not self.disk_full:
+                self.disk_full = True
+                log.error("disk_full_writes_refused", reason=str(exc), found_by="enospc")
+            return PutStatus.SERVICE_NOT_AVAILABLE, f"{DISK_FULL_REASON} ({exc})"
+        self._limited_log.log("error", "append_failed", reason=str(exc))
+        return PutStatus.CREATE_MAPPED_FILE_FAILED, str(exc)
 
     def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
         """Append bytes in commitlog layout at exactly ``offset`` (a slave's copy of its master's).
@@ -345,7 +400,7 @@ class MessageStore:
         if not self.running:
             return "store is not running"
         if self.disk_full:
-            return "disk full: writes refused until cleanup"
+            return DISK_FULL_REASON
         return None
 
     def request_flush(self, offset: int, callback: FlushCallback) -> None:
@@ -582,7 +637,15 @@ class MessageStore:
         )
 
     def disk_ratio(self) -> float:
-        return disk_ratio(self)
+        """Disk use now, without waiting for a file being allocated (then: the last figure measured).
+
+        For the event loop (runtime info) and metrics; cleanup measures with :func:`disk_ratio`.
+        """
+        ratio = try_disk_ratio(self)
+        if ratio is None:
+            return self._last_disk_ratio
+        self._last_disk_ratio = ratio
+        return ratio
 
     @property
     def flushed_offset(self) -> int:

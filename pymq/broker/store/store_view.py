@@ -39,12 +39,19 @@ class FlushView(StoreCore, Protocol):
     def flush_logics(self, *, index: bool = True) -> None: ...
 
 
-class CleanupView(StoreCore, Protocol):
+class DiskView(Protocol):
+    """What measuring disk use needs."""
+
+    config: StoreConfig
+    root: Path
+
+    def disk_bytes(self) -> int: ...
+
+
+class CleanupView(StoreCore, DiskView, Protocol):
     """What the cleanup pass uses."""
 
     disk_full: bool
-
-    def disk_bytes(self) -> int: ...
 
     def delete_commitlog_files(self, count: int) -> int: ...
 
