@@ -28,22 +28,22 @@ from pymq.broker.store.appender import Appender, rejected_results
 from pymq.broker.store.checkpoint import Checkpoint
 from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup, try_disk_ratio
 from pymq.broker.store.commitlog import CommitLog
-from pymq.broker.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
+from pymq.broker.store.consume_queue import CQ_ENTRY_SIZE, ConsumeQueue
 from pymq.broker.store.dispatcher import Dispatcher
 from pymq.broker.store.flush import CommitLogFlusher, FlushCallback, LogicsFlusher, Warmer
 from pymq.broker.store.index import IndexService
+from pymq.broker.store.reader import find_by_key, read_queue
 from pymq.broker.store.recovery import RecoveryReport, recover
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutStatus
 from pymq.config import FlushDiskType, StoreConfig
 from pymq.errors import DiskFullError, StoreError, StoreLockedError
 from pymq.logs import RateLimitedLog, get_logger
-from pymq.protocol.record import find_property, pack_host, parse_record, record_store_timestamp
+from pymq.protocol.record import pack_host, record_store_timestamp
 from pymq.protocol.record_batch import SplitBatch, count_records
 
 log = get_logger("broker.store")
 
 #: Entries scanned per pull when a tag filter skips most of them.
-FILTER_SCAN_ENTRIES = 800
 #: The write path re-measures disk use after this many bytes (and whenever a commitlog file appears).
 DISK_CHECK_BYTES = 16 * 1024 * 1024
 #: Why writes are refused while the disk is full (the send's remark; clients may match "disk full").
@@ -453,76 +453,7 @@ class MessageStore:
             if offset > max_off:
                 next_offset = min_off if min_off == 0 else max_off
                 return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_off, max_off)
-            return self._read_queue(cq, offset, max_count, max_bytes, tag_codes, min_off, max_off)
-
-    def _read_queue(
-        self,
-        cq: ConsumeQueue,
-        offset: int,
-        max_count: int,
-        max_bytes: int,
-        tag_codes: frozenset[int] | set[int] | None,
-        min_off: int,
-        max_off: int,
-    ) -> GetResult:
-        commitlog = self.commitlog
-        cl_min = commitlog.min_offset
-        cl_max = commitlog.max_offset
-        scan_limit = max(max_count, FILTER_SCAN_ENTRIES) if tag_codes else max_count
-        buffers: list[memoryview] = []
-        count = total = 0
-        next_offset = offset
-        removed = filtered = 0
-        run_file = None
-        run_start = run_end = 0
-        max_phys_read = 0
-        while count < max_count and next_offset < max_off and next_offset - offset < scan_limit:
-            raw = cq.read_entries(next_offset, min(scan_limit - (next_offset - offset), max_off - next_offset))
-            if not raw:
-                break
-            stop = False
-            for phys, size, code in CQ_ENTRY.iter_unpack(raw):
-                if count >= max_count or (count and total + size > max_bytes):
-                    stop = True
-                    break
-                next_offset += 1
-                if size == 0x7FFFFFFF or phys < cl_min:
-                    removed += 1
-                    continue
-                if phys + size > cl_max:
-                    next_offset -= 1
-                    stop = True
-                    break
-                if tag_codes and code not in tag_codes:
-                    filtered += 1
-                    continue
-                mf = commitlog.mfq.find(phys)
-                if mf is None:
-                    removed += 1
-                    continue
-                pos = phys - mf.file_from
-                if run_file is mf and pos == run_end:
-                    run_end = pos + size
-                else:
-                    if run_file is not None:
-                        buffers.append(memoryview(run_file.mm)[run_start:run_end])
-                    run_file, run_start, run_end = mf, pos, pos + size
-                count += 1
-                total += size
-                max_phys_read = phys + size
-            if stop:
-                break
-        if run_file is not None:
-            buffers.append(memoryview(run_file.mm)[run_start:run_end])
-        if count:
-            status = GetStatus.FOUND
-        elif filtered:
-            status = GetStatus.NO_MATCHED_MESSAGE
-        elif removed:
-            status = GetStatus.MESSAGE_WAS_REMOVING
-        else:
-            status = GetStatus.OFFSET_FOUND_NULL
-        return GetResult(status, next_offset, min_off, max_off, buffers, count, total, max_phys_read)
+            return read_queue(self.commitlog, cq, offset, max_count, max_bytes, tag_codes, min_off, max_off)
 
     def read_commitlog(self, offset: int, size: int) -> list[memoryview]:
         """Up to ``size`` commitlog bytes from ``offset``, one view per file (what replication ships)."""
@@ -538,28 +469,8 @@ class MessageStore:
         self, topic: str, key: str, max_count: int = 32, begin_ts: int = 0, end_ts: int | None = None
     ) -> list[memoryview]:
         """Records of ``topic`` with ``key`` (business key or unique id) in a time range, newest first."""
-        end_ts = end_ts if end_ts is not None else 2**62
-        key_b = key.encode()
-        topic_b = topic.encode()
-        out: list[memoryview] = []
         with self.lock:
-            candidates = self.index.lookup(topic_b + b"#" + key_b, begin_ts, end_ts, max_count * 4 + 16)
-            seen = set()
-            for phys in candidates:
-                if phys in seen:
-                    continue
-                seen.add(phys)
-                rec = self.commitlog.read_record(phys)
-                if rec is None:
-                    continue
-                r = parse_record(rec)
-                if r.topic != topic_b or not begin_ts <= r.store_timestamp <= end_ts:
-                    continue
-                if _record_has_key(r.properties, key_b):
-                    out.append(rec)
-                    if len(out) >= max_count:
-                        break
-        return out
+            return find_by_key(self.index, self.commitlog, topic, key, max_count, begin_ts, end_ts)
 
     def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
         """The first queue offset whose record was stored at or after ``timestamp`` (max offset if none)."""
@@ -657,14 +568,6 @@ class MessageStore:
             if mf is None or mf.wrote_pos == 0:
                 return 0
             return record_store_timestamp(mf.mm, 0)
-
-
-def _record_has_key(props: bytes, key: bytes) -> bool:
-    uniq = find_property(props, b"UNIQ_KEY\x01")
-    if uniq == key:
-        return True
-    keys = find_property(props, b"KEYS\x01")
-    return keys is not None and key in keys.split(b" ")
 
 
 def _fsync_dir(path: Path) -> None:
