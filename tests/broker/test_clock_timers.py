@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -53,22 +52,23 @@ async def test_delayed_message_is_delivered_when_the_clock_reaches_its_level(tmp
     store.start()
     topics = TopicConfigManager(tmp_path / "topics.json")
     topics.upsert(TopicConfig("orders", 1, 1))
-    clock = FakeClock(wall_ms=int(time.time() * 1000))
+    props = encode_properties({Prop.DELAY: "3", Prop.TAGS: "late"})
+    [res] = put_path.put("orders", 0, encode_record(b"orders", b"hello", props))
+    # The fake wall clock starts at the message's store time: due exactly 10 s of fake time later.
+    clock = FakeClock(wall_ms=res.store_timestamp)
     host = SimpleNamespace(config=config, store=store, put_path=put_path, topics=topics, stats=BrokerStats())
     schedule = ScheduleService(host, clock)  # type: ignore[arg-type]
     try:
         await schedule.start()
-        props = encode_properties({Prop.DELAY: "3", Prop.TAGS: "late"})
-        [res] = put_path.put("orders", 0, encode_record(b"orders", b"hello", props))
         # The level task finds the message and sleeps on the fake clock until it is due.
-        for _ in range(200):
+        for _ in range(500):
             if clock.sleepers:
                 break
             await asyncio.sleep(0.01)
         await clock.run_for(9.9, yields=20)
         assert store.get_messages("g", "orders", 0, 0, 10).status != GetStatus.FOUND
         await clock.run_for((res.store_timestamp + 10_000 - clock.time_ms()) / 1000 + 0.01, yields=20)
-        for _ in range(200):
+        for _ in range(500):
             if schedule.delivered:
                 break
             await asyncio.sleep(0.01)

@@ -242,3 +242,17 @@ def test_index_uncounted_entries_restore_the_slots(new_store: StoreFactory) -> N
     f = store.index.files[0]
     assert all(0 <= f.slot_view[s] < f.count for s in range(8)) and f.count == 21
     assert os.path.getsize(path) == entries_base + 20 * 1000
+
+
+def test_index_file_killed_before_its_header_is_dropped(new_store: StoreFactory) -> None:
+    """An index file created but never written (kill -9 right after creation) is dropped, and its keys re-indexed."""
+    store = new_store(index_max_entries=1000)
+    store.put_messages("T", 0, b"".join(record("T", b"x", keys=[f"k{i}"]) for i in range(5)))
+    store.halt()
+    path = next((store.root / "index").iterdir())
+    path.write_bytes(bytes(path.stat().st_size))  # right size, nothing written: the header is all zeros
+    store = new_store(index_max_entries=1000)
+    assert store.recovery is not None and store.recovery.abnormal
+    assert not path.exists() or path.read_bytes()[:40] != bytes(40)
+    for i in range(5):
+        assert len(store.query_by_key("T", f"k{i}")) == 1

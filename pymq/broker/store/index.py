@@ -246,6 +246,13 @@ class IndexService:
                 log.warning("index_file_dropped", path=str(path), size=size, expected=self.file_size)
                 path.unlink()
                 continue
+            with path.open("rb") as fh:
+                header = fh.read(HEADER.size)
+            if not any(header):
+                # Created, but killed before its header was written: it holds no entry.
+                log.warning("index_file_dropped", path=str(path), reason="header never written")
+                path.unlink()
+                continue
             f = IndexFile(MappedFile(path, self.file_size, create=False), self.slots, self.max_entries, new=False)
             rolled_back += f.rollback_uncounted()
             self.files.append(f)
