@@ -166,21 +166,6 @@ class BrokerConfig(_Model):
         return v
 
 
-class ClientConfig(_Model):
-    """Settings shared by every producer and consumer of one client instance."""
-
-    namesrv_addrs: list[str]
-    #: the IP in the client id and in message ids (default: this host's outward IPv4)
-    client_ip: str | None = None
-    #: distinguishes client instances in one process (default: the pid)
-    instance_name: str | None = None
-    poll_namesrv_interval_seconds: float = Field(30.0, gt=0)
-    heartbeat_interval_seconds: float = Field(30.0, gt=0)
-    persist_offset_interval_seconds: float = Field(5.0, gt=0)
-    rebalance_interval_seconds: float = Field(20.0, gt=0)
-    rpc_timeout_seconds: float = Field(3.0, gt=0)
-
-
 M = TypeVar("M", bound=BaseModel)
 
 
