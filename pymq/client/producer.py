@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from pymq.client import broker_api
+from pymq.client.hooks import SendHook, after_send, before_send
 from pymq.client.instance import ClientInstance
 from pymq.client.routes import AUTO_CREATE_TOPIC, RouteCache
 from pymq.client.selectors import (
@@ -127,6 +128,8 @@ class Producer:
         self._ids: UniqueIdGenerator | None = None
         self._born_host = b"\x00" * 8
         self._callbacks: set[asyncio.Task[Any]] = set()
+        #: before/after hooks of every send (see pymq.client.hooks); empty: the send path skips them
+        self.hooks: list[SendHook] = []
         self._started = False
         self._closed = False
 
@@ -165,6 +168,10 @@ class Producer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    def add_hook(self, hook: SendHook) -> None:
+        """Call ``hook.before_send(event)`` / ``hook.after_send(event)`` around every send."""
+        self.hooks.append(hook)
 
     # --- ClientMember -----------------------------------------------------------------------------------------
 
@@ -262,9 +269,18 @@ class Producer:
         message goes to that queue only, without retrying elsewhere: that keeps related
         messages in order.
         """
-        self._check(msg)
-        record, uniq = self._encode(msg)
-        return await self._send_record(msg.topic, record, [uniq], False, msg, selector, arg, queue, timeout)
+        event = before_send(self.hooks, self.group, (msg,), "send") if self.hooks else None
+        try:
+            self._check(msg)
+            record, uniq = self._encode(msg)
+            result = await self._send_record(msg.topic, record, [uniq], False, msg, selector, arg, queue, timeout)
+        except BaseException as exc:
+            if event is not None:
+                after_send(self.hooks, event, None, exc)
+            raise
+        if event is not None:
+            after_send(self.hooks, event, result, None)
+        return result
 
     async def send_batch(
         self, messages: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
@@ -272,22 +288,33 @@ class Producer:
         """Send messages of one topic in one request; they land in one queue, in order."""
         if not messages:
             raise ClientError("send_batch needs at least one message")
-        topic = messages[0].topic
-        records = []
-        ids = []
-        for m in messages:
-            if m.topic != topic:
-                raise ClientError("all messages of a batch must have the same topic")
-            if m.delay_level > 0:
-                raise ClientError("delayed messages cannot be sent in a batch")
-            self._check(m)
-            rec, uniq = self._encode(m)
-            records.append(rec)
-            ids.append(uniq)
-        total = sum(len(r) for r in records)
-        if total > self.max_message_size:
-            raise MessageTooLargeError(f"batch of {total} bytes exceeds {self.max_message_size}; send smaller batches")
-        return await self._send_record(topic, b"".join(records), ids, True, None, None, None, queue, timeout)
+        event = before_send(self.hooks, self.group, messages, "batch") if self.hooks else None
+        try:
+            topic = messages[0].topic
+            records = []
+            ids = []
+            for m in messages:
+                if m.topic != topic:
+                    raise ClientError("all messages of a batch must have the same topic")
+                if m.delay_level > 0:
+                    raise ClientError("delayed messages cannot be sent in a batch")
+                self._check(m)
+                rec, uniq = self._encode(m)
+                records.append(rec)
+                ids.append(uniq)
+            total = sum(len(r) for r in records)
+            if total > self.max_message_size:
+                raise MessageTooLargeError(
+                    f"batch of {total} bytes exceeds {self.max_message_size}; send smaller batches"
+                )
+            result = await self._send_record(topic, b"".join(records), ids, True, None, None, None, queue, timeout)
+        except BaseException as exc:
+            if event is not None:
+                after_send(self.hooks, event, None, exc)
+            raise
+        if event is not None:
+            after_send(self.hooks, event, result, None)
+        return result
 
     def send_with_callback(
         self, msg: Message, callback: Callable[[SendResult | None, BaseException | None], Any], **kwargs: Any
@@ -316,14 +343,22 @@ class Producer:
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer (no result, no retry): fastest, least reliable."""
-        self._check(msg)
-        record, _ = self._encode(msg)
-        inst = self._instance()
-        mq = queue or self.selector.select(await self.queues_for(msg.topic), None)
-        addr = inst.broker_addr(mq.brokerName)
-        if addr is None:
-            raise NoRouteError(f"no master address for broker {mq.brokerName}")
-        await inst.rpc.invoke_oneway(addr, broker_api.send_message(msg.topic, mq.queueId, self.group, record))
+        event = before_send(self.hooks, self.group, (msg,), "oneway") if self.hooks else None
+        try:
+            self._check(msg)
+            record, _ = self._encode(msg)
+            inst = self._instance()
+            mq = queue or self.selector.select(await self.queues_for(msg.topic), None)
+            addr = inst.broker_addr(mq.brokerName)
+            if addr is None:
+                raise NoRouteError(f"no master address for broker {mq.brokerName}")
+            await inst.rpc.invoke_oneway(addr, broker_api.send_message(msg.topic, mq.queueId, self.group, record))
+        except BaseException as exc:
+            if event is not None:
+                after_send(self.hooks, event, None, exc)
+            raise
+        if event is not None:
+            after_send(self.hooks, event, None, None)
 
     async def _send_record(
         self,

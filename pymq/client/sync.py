@@ -169,6 +169,7 @@ class Producer(_Blocking[_producer.Producer]):
     send_batch = _blocking(_producer.Producer.send_batch)
     send_oneway = _blocking(_producer.Producer.send_oneway)
     queues_for = _blocking(_producer.Producer.queues_for)
+    add_hook = _on_loop(_producer.Producer.add_hook)
 
     def send_with_callback(
         self, msg: Message, callback: Callable[[SendResult | None, BaseException | None], Any], **kwargs: Any
@@ -198,6 +199,7 @@ class PushConsumer(_Consumer[_push.PushConsumer]):
     register_orderly_listener = _on_loop(_push.PushConsumer.register_orderly_listener)
     listener = _on_loop(_push.PushConsumer.listener)
     orderly_listener = _on_loop(_push.PushConsumer.orderly_listener)
+    add_hook = _on_loop(_push.PushConsumer.add_hook)
 
 
 class PullConsumer(_Consumer[_pull.PullConsumer]):
