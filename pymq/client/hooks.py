@@ -20,13 +20,11 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from pymq.client.send_result import SendResult
 from pymq.logs import get_logger
 from pymq.protocol.message import Message, MessageExt
-
-if TYPE_CHECKING:
-    from pymq.client.producer import SendResult
 
 log = get_logger("client.hooks")
 

@@ -15,8 +15,6 @@ import inspect
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from pymq.client import broker_api
@@ -29,6 +27,7 @@ from pymq.client.selectors import (
     QueueSelectionStrategy,
     RoundRobinSelector,
 )
+from pymq.client.send_result import SendResult, SendStatus
 from pymq.errors import (
     ClientError,
     ClosedError,
@@ -44,7 +43,7 @@ from pymq.errors import (
 from pymq.logs import get_logger
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.message import Message, Prop, UniqueIdGenerator
-from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, offset_msg_id, pack_host
+from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, pack_host
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.producer")
@@ -57,40 +56,6 @@ _STORED_CODES: dict[int, str] = {
     ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
 }
 _RESERVED_BYTES = (b"\x01", b"\x02")
-
-
-class SendStatus(StrEnum):
-    """Every status means the broker stored the message; the others say what is not yet durable."""
-
-    SEND_OK = "SEND_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
-
-
-@dataclass(slots=True)
-class SendResult:
-    status: SendStatus
-    #: the producer-assigned unique id (UNIQ_KEY) of the (first) message
-    msg_id: str
-    message_queue: MessageQueue
-    queue_offset: int
-    #: every message's unique id (one entry for a single send)
-    msg_ids: list[str] = field(default_factory=list)
-    commit_log_offsets: list[int] = field(default_factory=list)
-    store_addr: str = ""
-
-    @property
-    def offset_msg_id(self) -> str:
-        """The broker-side id (store address + commitlog offset) of the (first) message."""
-        ids = self.offset_msg_ids
-        return ids[0] if ids else ""
-
-    @property
-    def offset_msg_ids(self) -> list[str]:
-        host, _, port = self.store_addr.rpartition(":")
-        packed = pack_host(host, int(port or 0))
-        return [offset_msg_id(packed, off) for off in self.commit_log_offsets]
 
 
 class Producer:
