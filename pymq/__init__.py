@@ -1,3 +1,18 @@
 """pymq: a RocketMQ-style distributed message queue in Python."""
 
-__version__ = "0.1.0"
+from __future__ import annotations
+
+#: the name pymq is installed under (its package metadata), which may differ from the import name
+DISTRIBUTION = "pymq"
+
+
+def __getattr__(name: str) -> str:
+    # Lazy: importlib.metadata costs milliseconds that ``import pymq.client`` should not pay.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version(DISTRIBUTION)
+        except PackageNotFoundError:  # running from a source tree that was never installed
+            return "0+unknown"
+    raise AttributeError(f"module 'pymq' has no attribute {name!r}")

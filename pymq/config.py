@@ -8,6 +8,7 @@ values (``PYMQ_NAMESRV_ADDRS=10.0.0.1:9876;10.0.0.2:9876``).
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 import typing
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
 
 from pymq.errors import ConfigError
 
@@ -183,21 +185,6 @@ class BrokerConfig(_Model):
         return v
 
 
-class ClientConfig(_Model):
-    """Settings shared by every producer and consumer of one client instance."""
-
-    namesrv_addrs: list[str]
-    #: the IP in the client id and in message ids (default: this host's outward IPv4)
-    client_ip: str | None = None
-    #: distinguishes client instances in one process (default: the pid)
-    instance_name: str | None = None
-    poll_namesrv_interval_seconds: float = Field(30.0, gt=0)
-    heartbeat_interval_seconds: float = Field(30.0, gt=0)
-    persist_offset_interval_seconds: float = Field(5.0, gt=0)
-    rebalance_interval_seconds: float = Field(20.0, gt=0)
-    rpc_timeout_seconds: float = Field(3.0, gt=0)
-
-
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -233,12 +220,55 @@ def _merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def format_validation_error(exc: ValidationError) -> str:
+def format_validation_error(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
     parts = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        parts.append(f"{loc}: {err['msg']} (got {err.get('input')!r})")
+        text = f"{loc}: {err['msg']} (got {err.get('input')!r})"
+        if err["type"] == "extra_forbidden" and model is not None:
+            text += _where_it_belongs(model, [str(p) for p in err["loc"]])
+        parts.append(text)
     return "; ".join(parts)
+
+
+def _setting_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every setting of a model, nested tables included: ("port",), ("store", "store_dir"), ..."""
+    out = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out += _setting_paths(ann, (*prefix, name))
+        else:
+            out.append((*prefix, name))
+    return out
+
+
+def setting_field(model: type[BaseModel], dotted: str) -> FieldInfo | None:
+    """The field a dotted setting name (``store.delete_when``) names, or None."""
+    *tables, name = dotted.split(".")
+    for table in tables:
+        field = model.model_fields.get(table)
+        ann = field.annotation if field is not None else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model.model_fields.get(name)
+
+
+def _where_it_belongs(model: type[BaseModel], loc: list[str]) -> str:
+    """A hint for an unknown key: the table it belongs in, or a close spelling."""
+    name = loc[-1]
+    paths = _setting_paths(model)
+    homes = [p for p in paths if p[-1] == name and list(p) != loc]
+    if homes:
+        home = homes[0]
+        table = ".".join(home[:-1])
+        where = f"in the [{table}] table" if table else "at the top level"
+        return f"; it belongs {where}: {'.'.join(home)}"
+    prefix = tuple(loc[:-1])
+    siblings = [p[-1] for p in paths if p[:-1] == prefix]
+    close = difflib.get_close_matches(name, siblings, n=1)
+    return f"; did you mean {'.'.join((*prefix, close[0]))}?" if close else ""
 
 
 def load_config(
@@ -264,4 +294,4 @@ def load_config(
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"invalid configuration: {format_validation_error(exc)}") from exc
+        raise ConfigError(f"invalid configuration: {format_validation_error(exc, model)}") from exc

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,16 @@ from pymq.transport.net import local_ip
 from pymq.transport.server import RpcServer, bind_socket
 
 log = get_logger("broker")
+
+
+def check_store_dir(path: Path) -> None:
+    """Create the store directory and prove it writable; a ConfigError (one line) says why not."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"cannot use store directory {path}: {exc.strerror or exc}") from exc
 
 
 class BrokerApp:
@@ -193,6 +204,7 @@ class BrokerApp:
         port = sock.getsockname()[1]
         self.address = f"{self._advertised_host()}:{port}"
         try:
+            check_store_dir(cfg.store.store_dir)
             self.store = MessageStore(cfg.store, store_host=self.address)
             self.put_path = PutPath(self.store, default_put_hooks(cfg.store.delay_levels_ms))
             # Recovery can take seconds: keep the loop free to handle signals meanwhile.

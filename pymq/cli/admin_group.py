@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from pymq.cli.common import version_option
 from pymq.client.admin import AdminClient
 from pymq.errors import PymqError
 from pymq.logs import configure_logging
@@ -46,6 +47,7 @@ def admin_command(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @click.option(
     "--namesrv",
     envvar="PYMQ_NAMESRV",

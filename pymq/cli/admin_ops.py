@@ -13,7 +13,8 @@ import click
 from pymq.cli.admin_group import AdminContext, admin_command, main
 from pymq.cli.output import emit, fmt_ms, key_values, table
 from pymq.client.admin import AdminClient
-from pymq.errors import ClientError
+from pymq.errors import ClientError, TopicNotExistError
+from pymq.protocol.filter import parse_tags_strict
 from pymq.protocol.message import MessageExt
 from pymq.protocol.route import MessageQueue
 
@@ -169,16 +170,47 @@ async def update_subscription_group(
     emit(out, ctx.as_json, "\n".join(f"{addr}: {json.dumps(cfg, sort_keys=True)}" for addr, cfg in out.items()))
 
 
-def _key_values(items: tuple[str, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _pairs(items: tuple[str, ...]) -> list[tuple[str, str]]:
+    out = []
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE")
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
+        out.append((key, value))
+    return out
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _key_values(items: tuple[str, ...]) -> dict[str, Any]:
+    return {key: _json_or_text(value) for key, value in _pairs(items)}
+
+
+def _broker_settings(items: tuple[str, ...]) -> dict[str, Any]:
+    """KEY=VALUE pairs parsed by the type of the broker setting they name: ``store.delete_when=10``
+    stays the text "10", ``store.disk_full_ratio=0.95`` is a number; a key the broker does not
+    have is sent as given (its answer lists the settings it takes)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from pymq.config import BrokerConfig, setting_field
+
+    out: dict[str, Any] = {}
+    for key, raw in _pairs(items):
+        field = setting_field(BrokerConfig, key)
+        if field is None or field.annotation is None:
+            out[key] = _json_or_text(raw)
+            continue
+        adapter: TypeAdapter[Any] = TypeAdapter(field.annotation)
         try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
+            value = adapter.validate_strings(raw)
+        except ValidationError as exc:
+            raise click.BadParameter(f"{key}={raw}: {exc.errors()[0]['msg']}", param_hint="--set") from None
+        out[key] = adapter.dump_python(value, mode="json")
     return out
 
 
@@ -224,7 +256,7 @@ async def update_broker_config(
     Example:
       pymq-admin update-broker-config --broker 127.0.0.1:10911 --set auto_create_topic=true
     """
-    out = await admin.update_broker_config(_key_values(settings), broker_addr=broker_addr, cluster=cluster)
+    out = await admin.update_broker_config(_broker_settings(settings), broker_addr=broker_addr, cluster=cluster)
     emit(out, ctx.as_json, "\n".join(f"{addr}: {json.dumps(v, sort_keys=True)}" for addr, v in out.items()))
 
 
@@ -321,7 +353,12 @@ def _show(ctx: AdminContext, m: MessageExt, raw: bool) -> None:
 @click.option("--body", required=True, help="Message body (UTF-8 text).")
 @click.option("--tags", default=None)
 @click.option("--keys", default=None, help="Space-separated business keys.")
-@click.option("--delay-level", type=int, default=0, help="Deliver later (1-18: 1s 5s 10s 30s 1m ... 2h).")
+@click.option(
+    "--delay-level",
+    type=click.IntRange(0, 18),
+    default=0,
+    help="Deliver later: level 1-18 (1s 5s 10s 30s 1m ... 2h); 0 delivers at once.",
+)
 @admin_command
 async def send(
     admin: AdminClient,
@@ -357,7 +394,10 @@ async def send(
 @click.option("--topic", required=True)
 @click.option("--group", default="PYMQ_ADMIN_CONSUMER", show_default=True)
 @click.option("--count", type=int, default=10, show_default=True, help="Stop after this many messages.")
-@click.option("--tags", default="*", show_default=True, help="Tag expression, e.g. 'A || B'.")
+@click.option(
+    "--tags", default="*", show_default=True, callback=lambda _ctx, _param, v: _tag_expression(v),
+    help="Tag expression, e.g. 'A || B'.",
+)  # fmt: skip
 @click.option("--wait", type=float, default=5.0, show_default=True, help="Give up after this many idle seconds.")
 @click.option("--from-latest", is_flag=True, help="A new group starts at the end instead of the beginning.")
 @admin_command
@@ -379,6 +419,10 @@ async def consume(
     """
     from pymq.client import ConsumeFromWhere, PullConsumer
 
+    try:
+        await admin.topic_route(topic)
+    except TopicNotExistError:
+        raise ClientError(f"topic {topic} does not exist (create it with pymq-admin topic-create)") from None
     where = ConsumeFromWhere.LAST_OFFSET if from_latest else ConsumeFromWhere.FIRST_OFFSET
     consumer = PullConsumer(
         admin.ns.addrs,
@@ -411,6 +455,15 @@ async def consume(
         ctx.as_json,
         table(rows, [*MESSAGE_COLUMNS[:5], ("body", "BODY")]) if rows else "no message",
     )
+
+
+def _tag_expression(value: str) -> str:
+    """The broker's tag-expression parser, strictly: 'created paid' or 'a,b' would match nothing."""
+    try:
+        parse_tags_strict(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
 
 
 # --- dead letters ---------------------------------------------------------------------------------------

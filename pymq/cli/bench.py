@@ -27,7 +27,7 @@ from pymq.bench.workloads import (
     run_producers,
     topic_max_offsets,
 )
-from pymq.cli.common import fail
+from pymq.cli.common import fail, version_option
 from pymq.errors import PymqError
 from pymq.logs import configure_logging
 from pymq.transport.loop import run
@@ -86,6 +86,7 @@ def common(f: Any) -> Any:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 def main() -> None:
     """Benchmark a pymq cluster.
 

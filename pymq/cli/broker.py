@@ -6,11 +6,12 @@ from typing import Any
 
 import click
 
-from pymq.cli.common import log_options, serve
+from pymq.cli.common import log_options, serve, version_option
 from pymq.config import SMALL_STORE_SIZES, BrokerConfig
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file.")
 @click.option("--cluster", "cluster_name", default=None, help="Cluster name (default DefaultCluster).")
 @click.option("--broker-name", default=None, help="Broker group name (default broker-a).")

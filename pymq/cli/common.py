@@ -12,13 +12,20 @@ from typing import Any, Protocol
 
 import click
 
+from pymq import DISTRIBUTION
 from pymq.errors import ConfigError, StoreLockedError
 from pymq.logs import configure_logging, get_logger
 from pymq.transport.loop import run
 
+# Exit codes of the daemons (documented in README.md and deploy/README.md):
+#: stopped cleanly (SIGTERM / SIGINT)
 EXIT_OK = 0
+#: any other failure; at startup, an operating-system error not covered below (one line on stderr)
 EXIT_FAILURE = 1
+#: the configuration is invalid or cannot be used: a bad value, the listen (or metrics) port in use
+#: or not permitted, a store directory that cannot be created or written
 EXIT_CONFIG = 2
+#: the store directory is in use by another broker
 EXIT_STORE_LOCKED = 3
 
 log = get_logger("cli")
@@ -31,6 +38,11 @@ class Daemon(Protocol):
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+def version_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--version``: the installed package's version, from its metadata."""
+    return click.version_option(package_name=DISTRIBUTION, message="%(prog)s %(version)s")(f)
 
 
 def log_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -67,6 +79,10 @@ def run_daemon(
         except StoreLockedError as exc:
             log.error("startup_failed", reason=str(exc))
             return EXIT_STORE_LOCKED
+        except OSError as exc:
+            # Whatever the daemon did not turn into a ConfigError: still one line, not a traceback.
+            log.error("startup_failed", reason=f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+            return EXIT_FAILURE
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

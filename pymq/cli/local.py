@@ -1,19 +1,23 @@
 """``pymq-local``: one nameserver and one broker in this process, for trying pymq out.
 
 Runs in the foreground, prints where it listens and how to send and receive a first
-message, and stops both cleanly on Ctrl-C (or SIGTERM).
+message, and stops both cleanly on Ctrl-C (or SIGTERM). Unlike a plain ``pymq-broker``, its
+broker creates unknown topics on first use (``auto_create_topic``). Shutdown never depends
+on stdout: with ``pymq-local | tee log`` a Ctrl-C kills ``tee`` first, and the stop messages
+are then dropped, not raised.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from pathlib import Path
 
 import click
 
-from pymq.cli.common import EXIT_CONFIG, EXIT_OK, EXIT_STORE_LOCKED
+from pymq.cli.common import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_STORE_LOCKED, version_option
 from pymq.config import SMALL_STORE_SIZES, BrokerConfig, NamesrvConfig, StoreConfig
 from pymq.errors import ConfigError, StoreLockedError
 from pymq.logs import configure_logging
@@ -24,6 +28,7 @@ pymq is running.
   nameserver  {ns}
   broker      {broker}  (store: {store})
 
+Topics are created on first use here (a plain pymq-broker needs pymq-admin topic-create).
 Try it from another terminal (with the virtualenv's bin/ on your PATH):
   pymq-admin --namesrv {ns} topic-create --topic hello --queues 4
   pymq-admin --namesrv {ns} send --topic hello --body 'hi there' --keys greeting-1
@@ -48,6 +53,7 @@ Press Ctrl-C to stop.
 @click.option("--broker-port", default=10911, show_default=True)
 @click.option("--store-dir", default="./pymq-local-store", show_default=True, type=click.Path(file_okay=False))
 @click.option("--log-level", default="warning", show_default=True)
+@version_option
 def main(host: str, namesrv_port: int, broker_port: int, store_dir: str, log_level: str) -> None:
     """Start a local pymq cluster (one nameserver, one broker) in the foreground.
 
@@ -67,9 +73,9 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
     namesrv = NamesrvApp(NamesrvConfig(host=host, port=namesrv_port))
     try:
         await namesrv.start()
-    except OSError as exc:
-        click.echo(f"error: cannot start the nameserver on {host}:{namesrv_port}: {exc.strerror or exc}", err=True)
-        return EXIT_CONFIG
+    except (ConfigError, OSError) as exc:
+        click.echo(f"error: cannot start the nameserver: {exc}", err=True)
+        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
     broker_cfg = BrokerConfig(
         host=host,
         port=broker_port,
@@ -81,22 +87,38 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
     broker = BrokerApp(broker_cfg)
     try:
         await broker.start()
-    except (ConfigError, StoreLockedError) as exc:
+    except (ConfigError, StoreLockedError, OSError) as exc:
         await namesrv.close()
         click.echo(f"error: cannot start the broker: {exc}", err=True)
-        return EXIT_STORE_LOCKED if isinstance(exc, StoreLockedError) else EXIT_CONFIG
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    click.echo(GUIDE.format(ns=namesrv.address, broker=broker.address, store=store_dir.resolve()), nl=False)
-    sys.stdout.flush()
-    await stop.wait()
-    click.echo("stopping ...")
-    await broker.close()
-    await namesrv.close()
-    click.echo("stopped.")
+        if isinstance(exc, StoreLockedError):
+            return EXIT_STORE_LOCKED
+        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
+    try:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        say(GUIDE.format(ns=namesrv.address, broker=broker.address, store=store_dir.resolve()), nl=False)
+        await stop.wait()
+        say("stopping ...")
+    finally:
+        # Closed whatever happened above: offsets persisted, the store marked clean (no abort file).
+        await broker.close()
+        await namesrv.close()
+    say("stopped.")
     return EXIT_OK
+
+
+def say(text: str, *, nl: bool = True) -> None:
+    """Print to stdout if it is still there: a closed pipe (``| tee`` killed by Ctrl-C) is not an error."""
+    try:
+        click.echo(text, nl=nl)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Point stdout at /dev/null so later writes and the flush at exit do not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import click
 
-from pymq.cli.common import log_options, serve
+from pymq.cli.common import log_options, serve, version_option
 from pymq.config import NamesrvConfig
 from pymq.nameserver.app import NamesrvApp
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@version_option
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="TOML config file.")
 @click.option("--host", default=None, help="Listen address (default 0.0.0.0).")
 @click.option("--port", type=int, default=None, help="Listen port (default 9876; 0 picks a free one).")

@@ -18,6 +18,7 @@ from pymq.client.allocate import (
     AllocateStrategy,
 )
 from pymq.client.consumer_types import ConsumeFromWhere, ConsumeOrderlyResult, ConsumeResult, MessageModel
+from pymq.client.hooks import ConsumeEvent, ConsumeHook, SendEvent, SendHook
 from pymq.client.producer import Producer, SendResult, SendStatus
 from pymq.client.pull_consumer import PullConsumer
 from pymq.client.push_consumer import PushConsumer
@@ -39,7 +40,9 @@ __all__ = [
     "AllocateByMachineRoom",
     "AllocateConsistentHash",
     "AllocateStrategy",
+    "ConsumeEvent",
     "ConsumeFromWhere",
+    "ConsumeHook",
     "ConsumeOrderlyResult",
     "ConsumeResult",
     "LatencyAwareSelector",
@@ -55,6 +58,8 @@ __all__ = [
     "SelectByHash",
     "SelectByModulo",
     "SelectByRandom",
+    "SendEvent",
+    "SendHook",
     "SendResult",
     "SendStatus",
 ]

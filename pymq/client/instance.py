@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pymq.client import broker_api
+from pymq.client.client_config import ClientConfig
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import RouteCache
 from pymq.clock import SYSTEM_CLOCK, Clock
-from pymq.config import ClientConfig
 from pymq.errors import PymqError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
@@ -93,7 +93,7 @@ class ClientInstance:
     @classmethod
     def acquire(cls, namesrv: str | list[str], *, clock: Clock | None = None, **options: Any) -> ClientInstance:
         """The instance for this client id on the running loop, created on first use (with ``clock``)."""
-        config = ClientConfig(namesrv_addrs=parse_addrs(namesrv), **options)
+        config = ClientConfig.from_options(parse_addrs(namesrv), options)
         instance_name = config.instance_name or str(os.getpid())
         client_id = f"{config.client_ip or local_ip()}@{instance_name}"
         key = (client_id, id(asyncio.get_running_loop()))

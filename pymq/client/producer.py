@@ -15,11 +15,10 @@ import inspect
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from pymq.client import broker_api
+from pymq.client.hooks import SendHook, after_send, before_send
 from pymq.client.instance import ClientInstance
 from pymq.client.routes import AUTO_CREATE_TOPIC, RouteCache
 from pymq.client.selectors import (
@@ -28,6 +27,7 @@ from pymq.client.selectors import (
     QueueSelectionStrategy,
     RoundRobinSelector,
 )
+from pymq.client.send_result import SendResult, SendStatus
 from pymq.errors import (
     ClientError,
     ClosedError,
@@ -43,7 +43,7 @@ from pymq.errors import (
 from pymq.logs import get_logger
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.message import Message, Prop, UniqueIdGenerator
-from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, offset_msg_id, pack_host
+from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, pack_host
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.producer")
@@ -56,40 +56,6 @@ _STORED_CODES: dict[int, str] = {
     ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
 }
 _RESERVED_BYTES = (b"\x01", b"\x02")
-
-
-class SendStatus(StrEnum):
-    """Every status means the broker stored the message; the others say what is not yet durable."""
-
-    SEND_OK = "SEND_OK"
-    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
-
-
-@dataclass(slots=True)
-class SendResult:
-    status: SendStatus
-    #: the producer-assigned unique id (UNIQ_KEY) of the (first) message
-    msg_id: str
-    message_queue: MessageQueue
-    queue_offset: int
-    #: every message's unique id (one entry for a single send)
-    msg_ids: list[str] = field(default_factory=list)
-    commit_log_offsets: list[int] = field(default_factory=list)
-    store_addr: str = ""
-
-    @property
-    def offset_msg_id(self) -> str:
-        """The broker-side id (store address + commitlog offset) of the (first) message."""
-        ids = self.offset_msg_ids
-        return ids[0] if ids else ""
-
-    @property
-    def offset_msg_ids(self) -> list[str]:
-        host, _, port = self.store_addr.rpartition(":")
-        packed = pack_host(host, int(port or 0))
-        return [offset_msg_id(packed, off) for off in self.commit_log_offsets]
 
 
 class Producer:
@@ -127,6 +93,8 @@ class Producer:
         self._ids: UniqueIdGenerator | None = None
         self._born_host = b"\x00" * 8
         self._callbacks: set[asyncio.Task[Any]] = set()
+        #: before/after hooks of every send (see pymq.client.hooks); empty: the send path skips them
+        self.hooks: list[SendHook] = []
         self._started = False
         self._closed = False
 
@@ -165,6 +133,10 @@ class Producer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    def add_hook(self, hook: SendHook) -> None:
+        """Call ``hook.before_send(event)`` / ``hook.after_send(event)`` around every send."""
+        self.hooks.append(hook)
 
     # --- ClientMember -----------------------------------------------------------------------------------------
 
@@ -262,9 +234,18 @@ class Producer:
         message goes to that queue only, without retrying elsewhere: that keeps related
         messages in order.
         """
-        self._check(msg)
-        record, uniq = self._encode(msg)
-        return await self._send_record(msg.topic, record, [uniq], False, msg, selector, arg, queue, timeout)
+        event = before_send(self.hooks, self.group, (msg,), "send") if self.hooks else None
+        try:
+            self._check(msg)
+            record, uniq = self._encode(msg)
+            result = await self._send_record(msg.topic, record, [uniq], False, msg, selector, arg, queue, timeout)
+        except BaseException as exc:
+            if event is not None:
+                after_send(self.hooks, event, None, exc)
+            raise
+        if event is not None:
+            after_send(self.hooks, event, result, None)
+        return result
 
     async def send_batch(
         self, messages: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
@@ -272,22 +253,33 @@ class Producer:
         """Send messages of one topic in one request; they land in one queue, in order."""
         if not messages:
             raise ClientError("send_batch needs at least one message")
-        topic = messages[0].topic
-        records = []
-        ids = []
-        for m in messages:
-            if m.topic != topic:
-                raise ClientError("all messages of a batch must have the same topic")
-            if m.delay_level > 0:
-                raise ClientError("delayed messages cannot be sent in a batch")
-            self._check(m)
-            rec, uniq = self._encode(m)
-            records.append(rec)
-            ids.append(uniq)
-        total = sum(len(r) for r in records)
-        if total > self.max_message_size:
-            raise MessageTooLargeError(f"batch of {total} bytes exceeds {self.max_message_size}; send smaller batches")
-        return await self._send_record(topic, b"".join(records), ids, True, None, None, None, queue, timeout)
+        event = before_send(self.hooks, self.group, messages, "batch") if self.hooks else None
+        try:
+            topic = messages[0].topic
+            records = []
+            ids = []
+            for m in messages:
+                if m.topic != topic:
+                    raise ClientError("all messages of a batch must have the same topic")
+                if m.delay_level > 0:
+                    raise ClientError("delayed messages cannot be sent in a batch")
+                self._check(m)
+                rec, uniq = self._encode(m)
+                records.append(rec)
+                ids.append(uniq)
+            total = sum(len(r) for r in records)
+            if total > self.max_message_size:
+                raise MessageTooLargeError(
+                    f"batch of {total} bytes exceeds {self.max_message_size}; send smaller batches"
+                )
+            result = await self._send_record(topic, b"".join(records), ids, True, None, None, None, queue, timeout)
+        except BaseException as exc:
+            if event is not None:
+                after_send(self.hooks, event, None, exc)
+            raise
+        if event is not None:
+            after_send(self.hooks, event, result, None)
+        return result
 
     def send_with_callback(
         self, msg: Message, callback: Callable[[SendResult | None, BaseException | None], Any], **kwargs: Any
@@ -316,14 +308,22 @@ class Producer:
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer (no result, no retry): fastest, least reliable."""
-        self._check(msg)
-        record, _ = self._encode(msg)
-        inst = self._instance()
-        mq = queue or self.selector.select(await self.queues_for(msg.topic), None)
-        addr = inst.broker_addr(mq.brokerName)
-        if addr is None:
-            raise NoRouteError(f"no master address for broker {mq.brokerName}")
-        await inst.rpc.invoke_oneway(addr, broker_api.send_message(msg.topic, mq.queueId, self.group, record))
+        event = before_send(self.hooks, self.group, (msg,), "oneway") if self.hooks else None
+        try:
+            self._check(msg)
+            record, _ = self._encode(msg)
+            inst = self._instance()
+            mq = queue or self.selector.select(await self.queues_for(msg.topic), None)
+            addr = inst.broker_addr(mq.brokerName)
+            if addr is None:
+                raise NoRouteError(f"no master address for broker {mq.brokerName}")
+            await inst.rpc.invoke_oneway(addr, broker_api.send_message(msg.topic, mq.queueId, self.group, record))
+        except BaseException as exc:
+            if event is not None:
+                after_send(self.hooks, event, None, exc)
+            raise
+        if event is not None:
+            after_send(self.hooks, event, None, None)
 
     async def _send_record(
         self,

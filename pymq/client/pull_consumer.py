@@ -6,6 +6,11 @@
                 ...
             # auto-commit (default) commits what poll() returned; or: await consumer.commit()
 
+        async for msg in consumer:                  # the same, message by message, until close()
+            ...
+        async for batch in consumer.batches():      # or poll()'s non-empty batches
+            ...
+
 ``subscribe()`` shares the topic's queues with the rest of the group (rebalance);
 ``assign()`` takes explicit queues. Pulling runs in the background into a bounded buffer.
 """
@@ -15,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pymq.client.consumer_base import ConsumerBase
 from pymq.client.consumer_types import MessageModel
 from pymq.client.process_queue import ProcessQueue
-from pymq.errors import ClientError, PymqError
+from pymq.errors import ClientError, ClosedError, PymqError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription
 from pymq.protocol.message import MessageExt
@@ -122,6 +128,28 @@ class PullConsumer(ConsumerBase):
             else:
                 self._consumed[mq] = max(self._consumed.get(mq, -1), next_offset)
         return out
+
+    async def batches(self, timeout: float = 1.0) -> AsyncIterator[list[MessageExt]]:
+        """The non-empty batches :meth:`poll` returns, until the consumer is closed.
+
+        Each batch is committed as :meth:`poll` commits (auto-commit: once returned).
+        """
+        while not self._closing:
+            try:
+                batch = await self.poll(timeout)
+            except ClosedError:
+                return
+            if batch:
+                yield batch
+
+    def __aiter__(self) -> AsyncIterator[MessageExt]:
+        """``async for msg in consumer``: the messages of :meth:`batches`, one by one."""
+        return self._messages()
+
+    async def _messages(self) -> AsyncIterator[MessageExt]:
+        async for batch in self.batches():
+            for msg in batch:
+                yield msg
 
     def _requeue_front(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         items = [(mq, pq, msgs)]

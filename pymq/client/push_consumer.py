@@ -30,6 +30,7 @@ from pymq.client.consume_orderly import BrokerQueueLocks, OrderlyConsumeService
 from pymq.client.consume_service import ConsumeContext, ConsumeService, ConsumeSettings, Listener
 from pymq.client.consumer_base import ConsumerBase
 from pymq.client.consumer_types import ConsumeOrderlyResult, ConsumeResult, MessageModel
+from pymq.client.hooks import ConsumeHook, hooked_listener
 from pymq.client.process_queue import ProcessQueue
 from pymq.client.send_back import send_back
 from pymq.errors import ClientError
@@ -70,6 +71,8 @@ class PushConsumer(ConsumerBase):
         self.lock_valid_seconds = lock_valid_seconds
         self._listener: Listener | None = None
         self._orderly = False
+        #: before/after hooks around every listener call (see pymq.client.hooks)
+        self.hooks: list[ConsumeHook] = []
         #: chosen at start by the kind of listener; every consumption hook goes to it
         self.service: ConsumeService | None = None
         self.executor: ThreadPoolExecutor | None = None
@@ -93,6 +96,12 @@ class PushConsumer(ConsumerBase):
         """Decorator form of :meth:`register_orderly_listener`."""
         self.register_orderly_listener(fn)
         return fn
+
+    def add_hook(self, hook: ConsumeHook) -> None:
+        """Call ``hook.before_consume(event)`` / ``hook.after_consume(event)`` around every listener call."""
+        if self._started:
+            raise ClientError("add hooks before start()")
+        self.hooks.append(hook)
 
     def _set_listener(self, listener: Listener, *, orderly: bool) -> None:
         if self._started:
@@ -122,6 +131,8 @@ class PushConsumer(ConsumerBase):
             self.executor = ThreadPoolExecutor(
                 self.consume_concurrency, thread_name_prefix=f"pymq-consume-{self.group}"
             )
+        if self.hooks:
+            listener = hooked_listener(listener, list(self.hooks), self.group, is_async=self.is_async_listener)
         ctx = self._consume_context(listener)
         if self._orderly:
             inst = self._instance()

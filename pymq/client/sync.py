@@ -5,15 +5,20 @@ Same names as :mod:`pymq.client`, blocking calls::
     from pymq.client.sync import Message, Producer, PullConsumer
 
     with Producer("127.0.0.1:9876") as producer:
-        producer.send(Message("orders", b"hello"))
+        result = producer.send(Message("orders", b"hello"))     # a SendResult
 
-    with PullConsumer("127.0.0.1:9876", "reports") as consumer:   # consumer.subscribe(...) first
-        msgs = consumer.poll(timeout=1.0)
+    consumer = PullConsumer("127.0.0.1:9876", "reports")
+    consumer.subscribe("orders")
+    with consumer:
+        for msg in consumer:                                    # until close() or break
+            ...
 
 The asyncio objects live on one background event-loop thread per process (started on
-first use, a daemon thread); each blocking call runs a coroutine there and waits for it.
-Push-consumer listeners given here should be plain functions: they run in the consumer's
-thread pool, never on the caller's thread.
+first use, a daemon thread); each blocking call runs the asyncio method there and waits
+for it. Every method is the asyncio class's own, made blocking by :func:`_blocking` (so
+the signatures and result types are those of :mod:`pymq.client`); ``aio`` gives the
+asyncio object for anything else. Push-consumer listeners given here should be plain
+functions: they run in the consumer's thread pool, never on the caller's thread.
 """
 
 from __future__ import annotations
@@ -22,21 +27,23 @@ import asyncio
 import atexit
 import concurrent.futures
 import functools
-import inspect
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar
 
 from pymq.client import producer as _producer
 from pymq.client import pull_consumer as _pull
 from pymq.client import push_consumer as _push
+from pymq.client.consumer_base import ConsumerBase
 from pymq.client.consumer_types import ConsumeFromWhere, ConsumeOrderlyResult, ConsumeResult, MessageModel
 from pymq.client.producer import SendResult, SendStatus
+from pymq.errors import ClosedError
 from pymq.protocol.message import Message, MessageExt
 from pymq.protocol.route import MessageQueue
 from pymq.transport.loop import new_event_loop
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class _LoopThread:
@@ -65,7 +72,9 @@ class _LoopThread:
             return cls._instance
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result."""
         if threading.current_thread() is self.thread:
+            coro.close()
             raise RuntimeError("blocking pymq call made from the pymq loop thread (use the asyncio API there)")
         fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
@@ -74,32 +83,41 @@ class _LoopThread:
             fut.cancel()
             raise TimeoutError(f"pymq call did not finish within {timeout}s") from None
 
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run a plain function on the loop (the asyncio objects are not thread-safe) and wait."""
+
+        async def go() -> T:
+            return fn()
+
+        return self.run(go())
+
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
 
-class _Blocking:
-    """Wraps an asyncio client object: its coroutine methods become blocking calls."""
+class _Lifecycle(Protocol):
+    async def start(self) -> Any: ...
 
-    _async_cls: type = object
+    async def close(self) -> None: ...
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+
+A = TypeVar("A", bound=_Lifecycle)
+
+
+class _Blocking(Generic[A]):
+    """Owns one asyncio client object on the loop thread: its start/close and context manager."""
+
+    def __init__(self, target: A) -> None:
         self._runner = _LoopThread.get()
-        self._target = self._async_cls(*args, **kwargs)
+        self._target = target
         self._started = False
 
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._target, name)
-        if inspect.iscoroutinefunction(attr):
+    @property
+    def aio(self) -> A:
+        """The asyncio object underneath; use it only on the pymq loop thread."""
+        return self._target
 
-            @functools.wraps(attr)
-            def call(*args: Any, **kwargs: Any) -> Any:
-                return self._runner.run(attr(*args, **kwargs))
-
-            return call
-        return attr
-
-    def start(self) -> Any:
+    def start(self) -> Self:
         self._runner.run(self._target.start())
         self._started = True
         _open.add(self)
@@ -111,19 +129,51 @@ class _Blocking:
             _open.discard(self)
             self._runner.run(self._target.close())
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-class Producer(_Blocking):
-    """Blocking :class:`pymq.client.Producer`."""
+def _blocking(
+    method: Callable[Concatenate[Any, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[_Blocking[Any], P], T]:
+    """The blocking form of an asyncio method: same parameters, the coroutine's result type."""
 
-    _async_cls = _producer.Producer
+    @functools.wraps(method)
+    def call(self: _Blocking[Any], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._runner.run(method(self._target, *args, **kwargs))
 
-    def send_with_callback(self, msg: Message, callback: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+    return call
+
+
+def _on_loop(method: Callable[Concatenate[Any, P], T]) -> Callable[Concatenate[_Blocking[Any], P], T]:
+    """A plain method of the asyncio object, run on the loop thread (where that object lives)."""
+
+    @functools.wraps(method)
+    def call(self: _Blocking[Any], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        target = self._target
+        return self._runner.call(lambda: method(target, *args, **kwargs))
+
+    return call
+
+
+class Producer(_Blocking[_producer.Producer]):
+    """Blocking :class:`pymq.client.Producer` (same options)."""
+
+    def __init__(self, namesrv: str | list[str], group: str = "DEFAULT_PRODUCER", **options: Any) -> None:
+        super().__init__(_producer.Producer(namesrv, group, **options))
+
+    send = _blocking(_producer.Producer.send)
+    send_batch = _blocking(_producer.Producer.send_batch)
+    send_oneway = _blocking(_producer.Producer.send_oneway)
+    queues_for = _blocking(_producer.Producer.queues_for)
+    add_hook = _on_loop(_producer.Producer.add_hook)
+
+    def send_with_callback(
+        self, msg: Message, callback: Callable[[SendResult | None, BaseException | None], Any], **kwargs: Any
+    ) -> concurrent.futures.Future[None]:
         """Send in the background; ``callback(result, error)`` runs on the loop thread (keep it short)."""
 
         async def go() -> None:
@@ -132,22 +182,63 @@ class Producer(_Blocking):
         return self._runner.submit(go())
 
 
-class PushConsumer(_Blocking):
+class _Consumer(_Blocking[A]):
+    """What both blocking consumers wrap: subscriptions and the owned queues."""
+
+    subscribe = _on_loop(ConsumerBase.subscribe)
+    assigned_queues = _on_loop(ConsumerBase.assigned_queues)
+
+
+class PushConsumer(_Consumer[_push.PushConsumer]):
     """Blocking :class:`pymq.client.PushConsumer`; listeners are plain functions run in its thread pool."""
 
-    _async_cls = _push.PushConsumer
+    def __init__(self, namesrv: str | list[str], group: str, **options: Any) -> None:
+        super().__init__(_push.PushConsumer(namesrv, group, **options))
+
+    register_listener = _on_loop(_push.PushConsumer.register_listener)
+    register_orderly_listener = _on_loop(_push.PushConsumer.register_orderly_listener)
+    listener = _on_loop(_push.PushConsumer.listener)
+    orderly_listener = _on_loop(_push.PushConsumer.orderly_listener)
+    add_hook = _on_loop(_push.PushConsumer.add_hook)
 
 
-class PullConsumer(_Blocking):
-    """Blocking :class:`pymq.client.PullConsumer`."""
+class PullConsumer(_Consumer[_pull.PullConsumer]):
+    """Blocking :class:`pymq.client.PullConsumer`; iterating it yields messages until it is closed."""
 
-    _async_cls = _pull.PullConsumer
+    def __init__(self, namesrv: str | list[str], group: str, **options: Any) -> None:
+        super().__init__(_pull.PullConsumer(namesrv, group, **options))
+
+    assign = _on_loop(_pull.PullConsumer.assign)
+    pause = _on_loop(_pull.PullConsumer.pause)
+    resume = _on_loop(_pull.PullConsumer.resume)
+    fetch_message_queues = _blocking(_pull.PullConsumer.fetch_message_queues)
+    commit = _blocking(_pull.PullConsumer.commit)
+    committed = _blocking(_pull.PullConsumer.committed)
+    seek = _blocking(_pull.PullConsumer.seek)
+    seek_to_timestamp = _blocking(_pull.PullConsumer.seek_to_timestamp)
+    seek_to_begin = _blocking(_pull.PullConsumer.seek_to_begin)
+    seek_to_end = _blocking(_pull.PullConsumer.seek_to_end)
 
     def poll(self, timeout: float = 5.0) -> list[MessageExt]:
+        """Up to ``poll_batch_size`` messages, waiting at most ``timeout`` seconds for the first."""
         return self._runner.run(self._target.poll(timeout), timeout + 30.0)
 
+    def batches(self, timeout: float = 1.0) -> Iterator[list[MessageExt]]:
+        """Non-empty batches from :meth:`poll` until the consumer is closed (or the loop is left)."""
+        while self._started:
+            try:
+                batch = self.poll(timeout)
+            except ClosedError:
+                return
+            if batch:
+                yield batch
 
-_open: set[_Blocking] = set()
+    def __iter__(self) -> Iterator[MessageExt]:
+        for batch in self.batches():
+            yield from batch
+
+
+_open: set[_Blocking[Any]] = set()
 
 
 @atexit.register

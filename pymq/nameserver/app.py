@@ -7,6 +7,7 @@ import contextlib
 from typing import Any
 
 from pymq.config import NamesrvConfig
+from pymq.errors import ConfigError
 from pymq.logs import get_logger
 from pymq.nameserver.handlers import NamesrvHandlers
 from pymq.nameserver.registry import RouteRegistry
@@ -44,9 +45,13 @@ class NamesrvApp:
             self.metrics = start_namesrv_metrics(self, self.config.metrics_port)
         try:
             await self.server.start()
-        except BaseException:
+        except BaseException as exc:
             if self.metrics is not None:
                 self.metrics.close()
+            if isinstance(exc, OSError):
+                # As the broker says it: a port in use is a configuration that cannot be used.
+                host, port = self.config.host, self.config.port
+                raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
             raise
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-expiry-scan")
         log.info("namesrv_started", address=self.address)

@@ -61,3 +61,23 @@ def parse_tags(expression: str | None) -> frozenset[str] | None:
     if not tags or SUB_ALL in tags:
         return None
     return tags
+
+
+def parse_tags_strict(expression: str) -> frozenset[str] | None:
+    """:func:`parse_tags`, rejecting what is almost surely a mistake (for user input such as a CLI).
+
+    Raises ValueError for an empty alternative (``a ||``), or a tag with blanks, ``,`` or ``|``
+    in it (``created paid``, ``a,b``, ``a | b``): the broker would take those as one tag
+    that matches nothing.
+    """
+    expr = expression.strip()
+    if not expr or expr == SUB_ALL:
+        return None
+    hint = "tags are separated by '||', e.g. 'created || paid'; '*' matches every tag"
+    parts = [t.strip() for t in expr.split("||")]
+    for tag in parts:
+        if not tag:
+            raise ValueError(f"{expression!r} is not a tag expression: an alternative is empty ({hint})")
+        if tag != SUB_ALL and any(c.isspace() or c in ",|*" for c in tag):
+            raise ValueError(f"{expression!r} is not a tag expression: {tag!r} is not a tag ({hint})")
+    return parse_tags(expr)

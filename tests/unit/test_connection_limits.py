@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 from pymq.broker.app import BrokerApp
 from pymq.config import BrokerConfig, NamesrvConfig, StoreConfig
 from pymq.nameserver.app import NamesrvApp
 from pymq.protocol.frame import Command, encode_bytes
+from pymq.testing import capture_logs
 from pymq.transport import Connection, Dispatcher, RpcClient, RpcServer
 from pymq.transport.limits import ConnectionLimits, limits_from_settings
 

@@ -71,6 +71,16 @@ def test_client_never_imports_server_side() -> None:
     assert bad == []
 
 
+def test_client_never_imports_daemon_config_or_cli() -> None:
+    """pymq.client (the SDK) never imports pymq.config (pydantic), the CLIs, click or structlog."""
+    daemon_side = (["pymq", "config"], ["pymq", "cli"])
+    bad = offenders(
+        modules("client"),
+        lambda i: i.split(".")[:2] in daemon_side or i.split(".")[0] in {"click", "pydantic", "structlog"},
+    )
+    assert bad == []
+
+
 def test_only_spark_connector_imports_pyspark_and_nobody_imports_it() -> None:
     """pyspark is imported only in pymq.spark_connector, and nothing imports pymq.spark_connector."""
     mods = modules()

@@ -6,12 +6,12 @@ import asyncio
 from typing import Any
 
 from pymq.broker.locks import QueueLockManager
+from pymq.client.client_config import ClientConfig
 from pymq.client.consume_orderly import OrderlyConsumeService
 from pymq.client.consume_service import ConsumeContext, ConsumeSettings
 from pymq.client.instance import ClientInstance
 from pymq.client.offset_store import OffsetStore
 from pymq.client.process_queue import ProcessQueue
-from pymq.config import ClientConfig
 from pymq.protocol.message import MessageExt
 from pymq.protocol.route import MessageQueue
 from pymq.testing import FakeClock

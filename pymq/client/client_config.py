@@ -1,0 +1,43 @@
+"""The settings of one client instance: a plain dataclass (no pydantic on the SDK's import path)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from pymq.errors import ConfigError
+
+
+@dataclass(slots=True)
+class ClientConfig:
+    """Settings shared by every producer and consumer of one client instance."""
+
+    namesrv_addrs: list[str]
+    #: the IP in the client id and in message ids (default: this host's outward IPv4)
+    client_ip: str | None = None
+    #: distinguishes client instances in one process (default: the pid)
+    instance_name: str | None = None
+    poll_namesrv_interval_seconds: float = 30.0
+    heartbeat_interval_seconds: float = 30.0
+    persist_offset_interval_seconds: float = 5.0
+    rebalance_interval_seconds: float = 20.0
+    rpc_timeout_seconds: float = 3.0
+
+    def __post_init__(self) -> None:
+        if not self.namesrv_addrs:
+            raise ConfigError("at least one nameserver address is required")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith("_seconds") and (
+                isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
+            ):
+                raise ConfigError(f"client option {f.name} must be a number greater than 0, got {value!r}")
+
+    @classmethod
+    def from_options(cls, namesrv_addrs: list[str], options: dict[str, Any]) -> ClientConfig:
+        """The config from a producer's or consumer's leftover keyword options; unknown ones are errors."""
+        known = {f.name for f in fields(cls)} - {"namesrv_addrs"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise ConfigError(f"unknown client option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(namesrv_addrs, **options)

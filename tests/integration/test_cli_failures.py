@@ -1,0 +1,183 @@
+"""Daemons and CLIs as Unix citizens: one-line startup failures with documented exit codes, a clean
+stop when stdout is a dead pipe, ``--version`` everywhere, clear errors for bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from pymq.cli.common import EXIT_CONFIG, EXIT_OK
+from pymq.testing import LocalCluster
+
+pytestmark = pytest.mark.integration
+
+
+def cli(name: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", f"pymq.cli.{name}", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def one_line(text: str) -> str:
+    assert text.count("\n") == 1 and text.endswith("\n"), text
+    assert "Traceback" not in text
+    return text
+
+
+# --- startup failures ------------------------------------------------------------------------------------
+
+
+def test_namesrv_on_a_port_in_use_is_one_line_exit_2() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = cli("namesrv", "--host", "127.0.0.1", "--port", str(port))
+    assert out.returncode == EXIT_CONFIG
+    event = json.loads(one_line(out.stderr))
+    assert event["event"] == "startup_failed" and f"cannot listen on 127.0.0.1:{port}" in event["reason"]
+    assert out.stdout == ""
+
+
+def unusable_store_dirs(tmp_path: Path) -> dict[str, Path]:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    return {
+        "under-a-file": a_file / "store",
+        "in-sys": Path("/sys/pymq-store"),
+        # root writes anywhere it has permission bits for: /proc refuses new files even to root
+        "not-writable": read_only if os.geteuid() != 0 else Path("/proc"),
+    }
+
+
+@pytest.mark.parametrize("case", ["under-a-file", "in-sys", "not-writable"])
+def test_broker_store_dir_unusable_is_one_line_exit_2(tmp_path: Path, case: str) -> None:
+    store = unusable_store_dirs(tmp_path)[case]
+    out = cli(
+        "broker", "--host", "127.0.0.1", "--port", "0", "--namesrv", "127.0.0.1:1", "--store-dir", str(store),
+        "--log-format", "console",
+    )  # fmt: skip
+    assert out.returncode == EXIT_CONFIG, out.stderr
+    line = one_line(out.stderr)
+    assert "startup_failed" in line and f"cannot use store directory {store}" in line
+
+
+def test_pymq_local_store_dir_under_a_file_is_one_line_exit_2(tmp_path: Path, free_ports) -> None:
+    store = unusable_store_dirs(tmp_path)["under-a-file"]
+    ns_port, broker_port = free_ports(2)
+    out = cli("local", "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--store-dir", str(store))
+    assert out.returncode == EXIT_CONFIG
+    assert one_line(out.stderr).startswith("error: cannot start the broker: cannot use store directory")
+
+
+def test_toml_store_dir_at_the_top_level_says_where_it_belongs(tmp_path: Path) -> None:
+    cfg = tmp_path / "broker.toml"
+    cfg.write_text(f'store_dir = "{tmp_path / "s"}"\n')
+    out = cli("broker", "--config", str(cfg))
+    assert out.returncode == EXIT_CONFIG
+    assert "it belongs in the [store] table: store.store_dir" in one_line(out.stderr)
+
+
+# --- pymq-local | tee, then Ctrl-C --------------------------------------------------------------------------
+
+
+def test_pymq_local_stops_cleanly_when_stdout_is_a_closed_pipe(tmp_path: Path, free_ports) -> None:
+    """Like ``pymq-local | tee log`` and Ctrl-C: tee is gone, the stop messages cannot be written,
+    and the broker still closes its store (no abort file) and the process exits 0."""
+    ns_port, broker_port = free_ports(2)
+    store = tmp_path / "store"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pymq.cli.local", "--namesrv-port", str(ns_port), "--broker-port", str(broker_port),
+         "--store-dir", str(store)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "Press Ctrl-C" not in proc.stdout.readline():
+            pass
+        assert (store / "abort").exists()  # running
+        proc.stdout.close()  # the reader (tee) is gone
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == EXIT_OK
+        assert not (store / "abort").exists()
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+# --- --version ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["namesrv", "broker", "admin", "local", "bench"])
+def test_version_on_every_cli(name: str) -> None:
+    out = cli(name, "--version")
+    assert out.returncode == 0 and out.stdout.strip().endswith(" " + version("pymq")), out.stdout + out.stderr
+
+
+# --- bad input ---------------------------------------------------------------------------------------------
+
+
+def test_send_delay_level_out_of_range_rejected() -> None:
+    out = cli("admin", "--namesrv", "127.0.0.1:1", "send", "--topic", "t", "--body", "x", "--delay-level", "99")
+    assert out.returncode == 2 and "--delay-level" in out.stderr and "99" in out.stderr
+
+
+@pytest.mark.parametrize("tags", ["created paid", "a,b", "a ||", "a | b"])
+def test_consume_rejects_tag_expressions_the_broker_cannot_mean(tags: str) -> None:
+    out = cli("admin", "--namesrv", "127.0.0.1:1", "consume", "--topic", "t", "--tags", tags)
+    assert out.returncode == 2 and "--tags" in out.stderr and "||" in out.stderr
+
+
+async def run_admin(cluster: LocalCluster, *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pymq.cli.admin", "--namesrv", cluster.namesrv_addr, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_consume_on_a_missing_topic_says_so(cluster: LocalCluster) -> None:
+    code, out, err = await run_admin(cluster, "consume", "--topic", "nope", "--wait", "1")
+    assert code == 1 and out == ""
+    assert one_line(err) == "error: topic nope does not exist (create it with pymq-admin topic-create)\n"
+
+
+async def test_consume_with_a_good_tag_expression_prints_the_match(cluster: LocalCluster) -> None:
+    await cluster.create_topic("orders", 1)
+    for tags in ("created", "paid", "other"):
+        assert (await run_admin(cluster, "send", "--topic", "orders", "--body", tags, "--tags", tags))[0] == 0
+    code, out, _ = await run_admin(cluster, "--json", "consume", "--topic", "orders", "--tags", "created || paid")
+    assert code == 0 and sorted(m["tags"] for m in json.loads(out)) == ["created", "paid"]
+
+
+async def test_update_broker_config_parses_values_by_the_settings_type(cluster: LocalCluster) -> None:
+    """store.delete_when is text ("10", not 10); store.disk_full_ratio a number; a bad number is refused early."""
+    broker = cluster.brokers[0]
+    code, _, err = await run_admin(
+        cluster, "update-broker-config", "--broker", broker.address,
+        "--set", "store.delete_when=10", "--set", "store.disk_full_ratio=0.95",
+    )  # fmt: skip
+    assert code == 0, err
+    assert broker.config.store.delete_when == "10" and broker.config.store.disk_full_ratio == 0.95
+    code, _, err = await run_admin(
+        cluster, "update-broker-config", "--broker", broker.address, "--set", "store.disk_full_ratio=lots"
+    )
+    assert code == 2 and "store.disk_full_ratio=lots" in err

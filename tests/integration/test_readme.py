@@ -1,0 +1,56 @@
+"""The README's Python snippets run against an in-process cluster and print what they say.
+
+A snippet states its output in ``# prints: TEXT`` comments (``…`` stands for anything); each
+snippet runs as its own program, with the nameserver address replaced by the cluster's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from pymq.testing import LocalCluster
+
+pytestmark = pytest.mark.integration
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+SNIPPET = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+CLAIM = "# prints:"
+
+
+def snippets() -> list[str]:
+    return SNIPPET.findall(README.read_text())
+
+
+def claims(code: str) -> list[str]:
+    return [line.split(CLAIM, 1)[1].strip() for line in code.splitlines() if CLAIM in line]
+
+
+def claim_pattern(claim: str) -> re.Pattern[str]:
+    return re.compile("^" + ".*".join(re.escape(part) for part in claim.split("…")) + "$", re.M)
+
+
+def test_claims_are_patterns() -> None:
+    pattern = claim_pattern("SEND_OK MessageQueue [topic=orders, queueId=…]")
+    assert pattern.search("x\nSEND_OK MessageQueue [topic=orders, queueId=3]\n")
+    assert not pattern.search("SEND_OK MessageQueue [topic=other, queueId=3]")
+
+
+async def test_readme_python_snippets_print_what_they_claim(cluster: LocalCluster) -> None:
+    blocks = snippets()
+    assert len(blocks) >= 2 and sum(len(claims(b)) for b in blocks) >= 3, "the README lost its examples"
+    await cluster.create_topic("orders", 4)  # the tour creates it (pymq-local would auto-create it)
+    for code in blocks:
+        program = code.replace("127.0.0.1:9876", cluster.namesrv_addr)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", program, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, f"{code}\n{err.decode()}"
+        assert err == b"", err.decode()  # nothing logged at default settings
+        for claim in claims(code):
+            assert claim_pattern(claim).search(out.decode()), f"expected {claim!r} in:\n{out.decode()}"
