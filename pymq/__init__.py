@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-#: the name pymq is installed under (its package metadata), which may differ from the import name
-DISTRIBUTION = "pymq"
+#: the distribution pymq is installed under (``pip install pymq-rocket``; the index's ``pymq`` is an
+#: unrelated project); the import name stays ``pymq``
+DISTRIBUTION = "pymq-rocket"
 
 
 def __getattr__(name: str) -> str:

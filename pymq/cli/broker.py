@@ -42,7 +42,7 @@ from pymq.config import SMALL_STORE_SIZES, BrokerConfig
     "--metrics-port",
     type=int,
     default=None,
-    help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; needs pymq[metrics]).",
+    help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; needs pymq-rocket[metrics]).",
 )
 @click.option("--port-file", type=click.Path(dir_okay=False), help="Write host:port here once serving.")
 @log_options

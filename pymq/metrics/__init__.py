@@ -1,4 +1,4 @@
-"""Prometheus metrics for the daemons (the optional ``pymq[metrics]`` extra).
+"""Prometheus metrics for the daemons (the optional ``pymq-rocket[metrics]`` extra).
 
 Each daemon gets its own :class:`~prometheus_client.CollectorRegistry`, served over HTTP on
 the event loop (``GET /metrics``). Request counts and latencies come from an ``after``
@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from pymq import DISTRIBUTION
 from pymq.errors import ConfigError
 from pymq.metrics.server import MetricsServer
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MetricsServer", "start_broker_metrics", "start_namesrv_metrics"]
 
-INSTALL_HINT = "pip install 'pymq[metrics]'"
+INSTALL_HINT = f"pip install '{DISTRIBUTION}[metrics]'"
 
 
 def _new_registry() -> Any:
@@ -50,15 +51,15 @@ def _serve(app: Any, registry: Any, collector: Any, port: int, name: str) -> Met
 
 def start_broker_metrics(app: BrokerView, port: int) -> MetricsServer:
     """Serve a broker's metrics on ``port`` (0: any free port, see ``.port``) of its listen host."""
+    registry = _new_registry()  # first: it says how to install prometheus-client when it is missing
     from pymq.metrics.broker import BrokerCollector
 
-    registry = _new_registry()
     return _serve(app, registry, BrokerCollector(app), port, "broker")
 
 
 def start_namesrv_metrics(app: NamesrvView, port: int) -> MetricsServer:
     """Serve a nameserver's metrics on ``port`` (0: any free port, see ``.port``) of its listen host."""
+    registry = _new_registry()  # first: it says how to install prometheus-client when it is missing
     from pymq.metrics.namesrv import NamesrvCollector
 
-    registry = _new_registry()
     return _serve(app, registry, NamesrvCollector(app, started_at=time.time()), port, "namesrv")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from pymq import DISTRIBUTION
 from pymq.cli.common import EXIT_CONFIG, EXIT_OK
 from pymq.testing import LocalCluster
 
@@ -127,7 +128,7 @@ def test_pymq_local_stops_cleanly_when_stdout_is_a_closed_pipe(tmp_path: Path, f
 @pytest.mark.parametrize("name", ["namesrv", "broker", "admin", "local", "bench"])
 def test_version_on_every_cli(name: str) -> None:
     out = cli(name, "--version")
-    assert out.returncode == 0 and out.stdout.strip().endswith(" " + version("pymq")), out.stdout + out.stderr
+    assert out.returncode == 0 and out.stdout.strip().endswith(" " + version(DISTRIBUTION)), out.stdout + out.stderr
 
 
 # --- bad input ---------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from pymq.transport.client import RpcClient
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
-prom_parser = pytest.importorskip("prometheus_client.parser")  # the pymq[metrics] extra
+prom_parser = pytest.importorskip("prometheus_client.parser")  # the pymq-rocket[metrics] extra
 
 README = Path(__file__).resolve().parents[2] / "deploy" / "README.md"
 FAST = {
@@ -234,7 +234,7 @@ async def test_missing_prometheus_client_fails_with_install_hint(monkeypatch) ->
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now raises ImportError
     ns = NamesrvApp(NamesrvConfig(host="127.0.0.1", port=0, metrics_port=0))
     try:
-        with pytest.raises(ConfigError, match=r"pip install 'pymq\[metrics\]'"):
+        with pytest.raises(ConfigError, match=r"pip install 'pymq-rocket\[metrics\]'"):
             await ns.start()
     finally:
         await ns.close()
