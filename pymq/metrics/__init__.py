@@ -32,6 +32,8 @@ def _new_registry() -> Any:
             f"a metrics port is configured but prometheus-client is not installed: {INSTALL_HINT}"
             " (or drop metrics_port / --metrics-port)"
         ) from exc
+    # One series per counter: the *_created timestamps double them and no dashboard reads them.
+    prom.disable_created_metrics()  # type: ignore[no-untyped-call]
     registry = prom.CollectorRegistry()
     prom.ProcessCollector(registry=registry)
     prom.PlatformCollector(registry=registry)

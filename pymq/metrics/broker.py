@@ -99,15 +99,13 @@ class BrokerCollector:
         return time.time() - started if started else 0.0
 
     def _traffic(self) -> Iterator[Any]:
+        # Counters only: rates (messages/s) are PromQL's job, rate(pymq_put_messages_total[1m]).
         stats = self.app.stats
-        yield per_topic("pymq_messages_in", "Messages stored, by topic.", stats.put_msgs)
-        yield per_topic("pymq_messages_in_bytes", "Bytes of stored records, by topic.", stats.put_bytes)
-        yield per_topic("pymq_messages_out", "Messages returned to pulls, by topic.", stats.get_msgs)
-        yield per_topic("pymq_messages_out_bytes", "Bytes of records returned to pulls, by topic.", stats.get_bytes)
+        yield per_topic("pymq_put_messages", "Messages stored, by topic.", stats.put_msgs)
+        yield per_topic("pymq_put_bytes", "Bytes of stored records, by topic.", stats.put_bytes)
+        yield per_topic("pymq_get_messages", "Messages returned to pulls, by topic.", stats.get_msgs)
+        yield per_topic("pymq_get_bytes", "Bytes of records returned to pulls, by topic.", stats.get_bytes)
         yield CounterMetricFamily("pymq_put_failures", "Messages the store refused.", value=stats.put_failed)
-        put_tps, get_tps = stats.rates()
-        yield gauge("pymq_put_tps", "Messages stored per second, over the last 10 s.", put_tps)
-        yield gauge("pymq_get_tps", "Messages returned to pulls per second, over the last 10 s.", get_tps)
 
     def _store(self) -> Iterator[Any]:
         store = self.app.store
@@ -123,12 +121,12 @@ class BrokerCollector:
             int(store.disk_full),
         )
         yield gauge(
-            "pymq_commitlog_min_offset",
-            "First physical offset still in the commitlog.",
+            "pymq_commitlog_min_offset_bytes",
+            "First physical offset (bytes) still in the commitlog.",
             store.commitlog.min_offset,
         )
-        yield gauge("pymq_commitlog_max_offset", "Physical offset after the last stored record.", cl_max)
-        yield gauge("pymq_commitlog_flushed_offset", "Physical offset flushed to disk.", flushed)
+        yield gauge("pymq_commitlog_max_offset_bytes", "Physical offset (bytes) after the last stored record.", cl_max)
+        yield gauge("pymq_commitlog_flushed_offset_bytes", "Physical offset (bytes) flushed to disk.", flushed)
         yield gauge(
             "pymq_commitlog_unflushed_bytes",
             "Stored bytes not yet flushed to disk.",

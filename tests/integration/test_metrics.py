@@ -108,7 +108,7 @@ async def traffic(tmp_path: Path) -> AsyncIterator[tuple[LocalCluster, PullConsu
 
 
 async def test_broker_metrics_serve_every_series(traffic) -> None:
-    """Broker series: requests, latency, messages in/out, store, commitlog, lag, clients, held pulls, TPS."""
+    """Broker series: requests, latency, messages put/got, store, commitlog, lag, clients, held pulls."""
     cluster, _consumer, maxes = traffic
     broker = cluster.brokers[0]
     async with RpcClient() as rpc:  # one failing request
@@ -124,20 +124,17 @@ async def test_broker_metrics_serve_every_series(traffic) -> None:
     assert value(s, "pymq_requests_total", code="PULL_MESSAGE", result="ok") >= 1
     assert value(s, "pymq_request_duration_seconds_count", code="SEND_MESSAGE") == SENT + 1
     assert value(s, "pymq_request_duration_seconds_bucket", code="SEND_MESSAGE", le="+Inf") == SENT + 1
-    assert value(s, "pymq_messages_in_total", topic="orders") == SENT
-    assert value(s, "pymq_messages_out_total", topic="orders") == SENT
+    assert value(s, "pymq_put_messages_total", topic="orders") == SENT
+    assert value(s, "pymq_get_messages_total", topic="orders") == SENT
     stored = sum(len(f"body-{i}") for i in range(SENT))
-    assert value(s, "pymq_messages_in_bytes_total", topic="orders") > stored
-    assert value(s, "pymq_messages_out_bytes_total", topic="orders") == value(
-        s, "pymq_messages_in_bytes_total", topic="orders"
-    )
+    assert value(s, "pymq_put_bytes_total", topic="orders") > stored
+    assert value(s, "pymq_get_bytes_total", topic="orders") == value(s, "pymq_put_bytes_total", topic="orders")
     assert value(s, "pymq_put_failures_total") == 0
-    assert value(s, "pymq_put_tps") > 0 and value(s, "pymq_get_tps") > 0
     assert value(s, "pymq_store_size_bytes") > 0
     assert 0 < value(s, "pymq_disk_used_ratio") < 1 and value(s, "pymq_disk_full") == 0
-    assert value(s, "pymq_commitlog_min_offset") == 0
-    assert value(s, "pymq_commitlog_max_offset") == broker.store.commitlog.max_offset > 0
-    assert value(s, "pymq_commitlog_flushed_offset") <= value(s, "pymq_commitlog_max_offset")
+    assert value(s, "pymq_commitlog_min_offset_bytes") == 0
+    assert value(s, "pymq_commitlog_max_offset_bytes") == broker.store.commitlog.max_offset > 0
+    assert value(s, "pymq_commitlog_flushed_offset_bytes") <= value(s, "pymq_commitlog_max_offset_bytes")
     short = max(maxes, key=lambda q: maxes[q])
     for q, top in maxes.items():
         expected = top - 1 if q == short else 0
@@ -178,14 +175,36 @@ async def test_namesrv_metrics_serve_every_series(traffic) -> None:
     assert value(s, "pymq_request_duration_seconds_count", code="REGISTER_BROKER") >= 1
 
 
+async def test_series_follow_prometheus_naming(traffic) -> None:
+    """Counters end in _total (no rate gauges), byte quantities in _bytes, no _created twins, one pymq_ prefix."""
+    cluster, _consumer, _ = traffic
+    for app in (cluster.brokers[0], cluster.namesrvs[0]):
+        text, _samples = await scrape(app.metrics.url)
+        families = list(prom_parser.text_string_to_metric_families(text))
+        ours = [f for f in families if f.name.startswith("pymq_")]
+        assert len(ours) >= 8
+        for fam in families:
+            assert not any(s.name.endswith("_created") for s in fam.samples), fam.name
+            if fam.type == "counter":
+                assert all(s.name == fam.name + "_total" for s in fam.samples), fam.name
+        for fam in ours:
+            assert not re.search(r"tps|per_second|_rate$", fam.name), f"{fam.name}: export a counter, rate() it"
+            if "offset" in fam.name:
+                assert fam.name.endswith("_bytes"), f"{fam.name}: a byte position says so"
+        # everything else is the standard process_*/python_* set
+        assert {f.name.split("_")[0] for f in families} <= {"pymq", "process", "python"}
+    _, broker = await scrape(cluster.brokers[0].metrics.url)
+    assert value(broker, "pymq_put_messages_total", topic="orders") == SENT
+    assert {name for name, _ in broker if "tps" in name} == set()
+
+
 async def test_readme_documents_exactly_the_served_series(traffic) -> None:
     """deploy/README.md names every served pymq_* series, and only series that are served."""
     cluster, _consumer, _ = traffic
     families, served = set(), set()
     for app in (cluster.brokers[0], cluster.namesrvs[0]):
         text, samples = await scrape(app.metrics.url)
-        # *_created: prometheus_client's creation timestamps of counters and histograms
-        families |= {n for n in names(text) if n.startswith("pymq_") and not n.endswith("_created")}
+        families |= {n for n in names(text) if n.startswith("pymq_")}
         served |= names(text) | {name for name, _ in samples}
     documented = set(re.findall(r"\bpymq_[a-z_]+[a-z]", README.read_text()))
     assert documented - served == set(), "documented but not served"
