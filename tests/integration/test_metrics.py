@@ -28,7 +28,8 @@ from tests.helpers import wait_until
 pytestmark = pytest.mark.integration
 prom_parser = pytest.importorskip("prometheus_client.parser")  # the pymq-rocket[metrics] extra
 
-README = Path(__file__).resolve().parents[2] / "deploy" / "README.md"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+README = DEPLOY / "README.md"
 FAST = {
     "rebalance_interval_seconds": 1.0,
     "heartbeat_interval_seconds": 1.0,
@@ -209,6 +210,31 @@ async def test_readme_documents_exactly_the_served_series(traffic) -> None:
     documented = set(re.findall(r"\bpymq_[a-z_]+[a-z]", README.read_text()))
     assert documented - served == set(), "documented but not served"
     assert families - documented == set(), "served but not documented"
+
+
+def queried_series(exprs: list[str]) -> set[str]:
+    """Series names in PromQL expressions (label names and functions are lower case too: keep known prefixes)."""
+    return {m for e in exprs for m in re.findall(r"\b(?:pymq|process|python)_[a-z0-9_]*[a-z0-9]", e)}
+
+
+async def test_dashboard_and_alert_rules_query_served_series(traffic) -> None:
+    """Every series the Grafana dashboard and the alert rules query is one the daemons serve."""
+    import yaml
+
+    cluster, _consumer, _ = traffic
+    served: set[str] = set()
+    for app in (cluster.brokers[0], cluster.namesrvs[0]):
+        text, samples = await scrape(app.metrics.url)
+        # a labelled family with no children yet (no producer connected) is still exported
+        served |= names(text) | {name for name, _ in samples}
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboards" / "pymq.json").read_text())
+    panel_exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "pymq-rules.yml").read_text())
+    rule_exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+    for what, exprs in (("dashboard", panel_exprs), ("alert rules", rule_exprs)):
+        queried = queried_series(exprs)
+        assert len(queried) >= 5, what
+        assert queried - served == set(), f"the {what} query series no daemon serves"
 
 
 async def test_http_endpoint_paths_gzip_and_close(tmp_path: Path) -> None:
