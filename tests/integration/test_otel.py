@@ -200,3 +200,31 @@ def test_sdk_works_without_opentelemetry_installed() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "no otel"
+
+
+async def test_sync_facade_clients_are_instrumented(
+    cluster: LocalCluster, tracing: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    from pymq.client import sync
+
+    provider, exporter = tracing
+    await cluster.create_topic("orders", 1)
+
+    def run() -> tuple[str, list[MessageExt]]:
+        with sync.Producer(cluster.namesrv_addr) as producer:
+            instrument_producer(producer, provider)
+            msg = Message("orders", b"blocking")
+            producer.send(msg)
+        consumer = sync.PullConsumer(cluster.namesrv_addr, "sync", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+        consumer.subscribe("orders")
+        instrument_consumer(consumer, provider)
+        with consumer:
+            got = consumer.poll(timeout=10.0)
+        return msg.properties["traceparent"], got
+
+    traceparent, got = await asyncio.to_thread(run)
+    [send] = await spans_named(exporter, "send orders")
+    [receive] = await spans_named(exporter, "receive orders")
+    assert traceparent.split("-")[2] == f"{send.context.span_id:016x}" and got[0].body == b"blocking"
+    assert receive.attributes is not None and receive.attributes["messaging.consumer.group.name"] == "sync"
+    assert [link.context.span_id for link in receive.links] == [send.context.span_id]
