@@ -214,10 +214,12 @@ class ConsumeTracing:
             attrs[MESSAGE_ID] = msg.msg_id
             _message_attributes(attrs, msg.tags, msg.keys, msg.body)
         creation = _creation_contexts(propagator, msgs)
-        parent = None
-        if operation == "process" and len(msgs) == 1 and creation:
-            # One message pushed to the listener: its processing continues the producer's trace.
-            parent = trace.set_span_in_context(trace.NonRecordingSpan(creation[0]))
+        parent: Context | None = None  # receive: a child of the poller's current span
+        if operation == "process":
+            # One message pushed to the listener continues the producer's trace; a batch starts
+            # its own (linked to each message's), not under whatever span started the consumer.
+            single = len(msgs) == 1 and creation
+            parent = trace.set_span_in_context(trace.NonRecordingSpan(creation[0])) if single else Context()
         start = time.time_ns() - int((time.perf_counter() - event.started) * 1e9)
         span = self.tracer.start_span(
             f"{operation} {topic}",

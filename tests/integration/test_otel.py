@@ -228,3 +228,37 @@ async def test_sync_facade_clients_are_instrumented(
     assert traceparent.split("-")[2] == f"{send.context.span_id:016x}" and got[0].body == b"blocking"
     assert receive.attributes is not None and receive.attributes["messaging.consumer.group.name"] == "sync"
     assert [link.context.span_id for link in receive.links] == [send.context.span_id]
+
+
+async def test_batch_process_span_is_a_root_linked_to_each_message(
+    cluster: LocalCluster, tracing: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    """A listener call with several messages links them all and does not nest under the span that started it."""
+    provider, exporter = tracing
+    await cluster.create_topic("orders", 1)
+    async with Producer(cluster.namesrv_addr) as producer:
+        instrument_producer(producer, provider)
+        await producer.send_batch([Message("orders", b"a"), Message("orders", b"b")])
+    done = asyncio.Event()
+
+    async def handle(msgs: list[MessageExt]) -> None:
+        done.set()
+
+    consumer = PushConsumer(
+        cluster.namesrv_addr, "billing", consume_from_where=ConsumeFromWhere.FIRST_OFFSET, consume_batch_max_size=2
+    )
+    consumer.subscribe("orders")
+    consumer.register_listener(handle)
+    instrument_consumer(consumer, provider)
+    with provider.get_tracer("app").start_as_current_span("startup"):
+        await consumer.start()
+    try:
+        await asyncio.wait_for(done.wait(), 20)
+        [process] = await spans_named(exporter, "process orders")
+    finally:
+        await consumer.close()
+    [send] = await spans_named(exporter, "send orders")
+    assert process.parent is None and process.attributes is not None
+    assert process.attributes["messaging.batch.message_count"] == 2
+    assert [link.context.span_id for link in process.links] == [send.context.span_id] * 2
+    assert "messaging.message.id" not in process.attributes
