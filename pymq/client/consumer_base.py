@@ -27,7 +27,7 @@ from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.errors import ClientError, ClosedError, PymqError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
-from pymq.protocol.filter import Subscription
+from pymq.protocol.filter import Subscription, parse_tags_strict
 from pymq.protocol.message import MessageExt
 from pymq.protocol.requests import MAX_PULL_MSG_NUMS, RETRY_PREFIX
 from pymq.protocol.route import MessageQueue
@@ -100,9 +100,17 @@ class ConsumerBase:
     # --- subscriptions ------------------------------------------------------------------------------------
 
     def subscribe(self, topic: str, expression: str = "*") -> None:
-        """Consume ``topic`` messages whose tag matches ``expression`` (``*`` or ``TagA || TagB``)."""
+        """Consume ``topic`` messages whose tag matches ``expression`` (``*`` or ``TagA || TagB``).
+
+        Raises ClientError for an expression the broker would take as one tag matching nothing
+        (``"a,b"``, ``"created paid"``, ``"a ||"``), as ``pymq-admin consume --tags`` does.
+        """
         if self._started:
             raise ClientError("subscribe before start()")
+        try:
+            parse_tags_strict(expression)
+        except ValueError as exc:
+            raise ClientError(str(exc)) from None
         self.subscriptions[topic] = Subscription.parse(topic, expression, self.clock.time_ms())
 
     # --- lifecycle ------------------------------------------------------------------------------------------

@@ -7,10 +7,16 @@
 
     producer.add_hook(Timing())          # a SendHook
     push_consumer.add_hook(hook)         # a ConsumeHook: before_consume / after_consume
+    pull_consumer.add_hook(hook)         # the same ConsumeHook, around what poll() hands over
 
 ``before_send`` runs before the message is encoded, so it may still add properties (trace
-context, say); ``after_send`` sees the result or the error and the elapsed seconds. Consume
-hooks run around each listener call, on the thread that runs the listener. A hook that
+context, say); ``after_send`` sees the result or the error and the elapsed seconds. On a push
+consumer the consume hooks run around each listener call, on the thread that runs the
+listener (``event.kind == "process"``). A pull consumer's application processes messages
+after ``poll()`` returns, out of pymq's sight: there the hooks see the hand-over
+(``event.kind == "receive"``): both run just before a ``poll()`` that returns messages
+returns them, ``event.started`` is when the poll began and ``event.result`` the messages
+(a poll that returns nothing calls no hook). A hook that
 raises is logged and ignored: it never fails a send or a consumption. Without hooks the
 send and consume paths pay one truth test.
 """
@@ -51,13 +57,16 @@ class SendEvent:
 
 @dataclass(slots=True)
 class ConsumeEvent:
-    """One listener call of a push consumer as the hooks see it."""
+    """One listener call of a push consumer, or one poll() of a pull consumer, as the hooks see it."""
 
     group: str
     messages: list[MessageExt]
+    #: ``time.perf_counter()`` when the listener call (or the poll) began
     started: float
+    #: "process" (a push consumer's listener call) or "receive" (a pull consumer's poll)
+    kind: str = "process"
     elapsed: float = 0.0
-    #: what the listener returned (a ConsumeResult, ConsumeOrderlyResult or None)
+    #: what the listener returned (a ConsumeResult, ConsumeOrderlyResult or None); a poll's messages
     result: Any = None
     error: BaseException | None = None
 
@@ -98,23 +107,30 @@ def after_send(
         _call(hook.after_send, event)
 
 
+def before_consume(hooks: Sequence[ConsumeHook], event: ConsumeEvent) -> ConsumeEvent:
+    for hook in hooks:
+        _call(hook.before_consume, event)
+    return event
+
+
+def after_consume(hooks: Sequence[ConsumeHook], event: ConsumeEvent, result: Any, error: BaseException | None) -> None:
+    event.elapsed = time.perf_counter() - event.started
+    event.result = result
+    event.error = error
+    for hook in reversed(hooks):
+        _call(hook.after_consume, event)
+
+
 def hooked_listener(
     listener: Callable[[list[MessageExt]], Any], hooks: Sequence[ConsumeHook], group: str, *, is_async: bool
 ) -> Callable[[list[MessageExt]], Any]:
     """``listener`` with the consume hooks around each call (a coroutine function stays one)."""
 
     def begin(msgs: list[MessageExt]) -> ConsumeEvent:
-        event = ConsumeEvent(group, msgs, time.perf_counter())
-        for hook in hooks:
-            _call(hook.before_consume, event)
-        return event
+        return before_consume(hooks, ConsumeEvent(group, msgs, time.perf_counter()))
 
     def end(event: ConsumeEvent, result: Any, error: BaseException | None) -> None:
-        event.elapsed = time.perf_counter() - event.started
-        event.result = result
-        event.error = error
-        for hook in reversed(hooks):
-            _call(hook.after_consume, event)
+        after_consume(hooks, event, result, error)
 
     if is_async:
         run_async: Callable[[list[MessageExt]], Awaitable[Any]] = listener

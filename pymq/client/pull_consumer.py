@@ -25,6 +25,7 @@ from typing import Any
 
 from pymq.client.consumer_base import ConsumerBase
 from pymq.client.consumer_types import MessageModel
+from pymq.client.hooks import ConsumeEvent, ConsumeHook, after_consume, before_consume
 from pymq.client.process_queue import ProcessQueue
 from pymq.errors import ClientError, ClosedError, PymqError
 from pymq.protocol.codes import RequestCode
@@ -59,6 +60,8 @@ class PullConsumer(ConsumerBase):
         self._paused: set[MessageQueue] = set()
         #: next offset after what poll() returned, per queue, not yet committed (manual commit)
         self._consumed: dict[MessageQueue, int] = {}
+        #: hooks around what poll() hands over (see pymq.client.hooks); empty: poll skips them
+        self.hooks: list[ConsumeHook] = []
 
     # --- what to consume ---------------------------------------------------------------------------------
 
@@ -81,6 +84,14 @@ class PullConsumer(ConsumerBase):
         for topic in {mq.topic for mq in self._assigned}:
             await self.ownership.update(topic, {mq for mq in self._assigned if mq.topic == topic})
 
+    def add_hook(self, hook: ConsumeHook) -> None:
+        """Call ``hook.before_consume(event)`` / ``hook.after_consume(event)`` on every poll that returns messages.
+
+        Both run just before :meth:`poll` returns (``event.kind == "receive"``, ``event.started``
+        when the poll began): the application processes the messages after that.
+        """
+        self.hooks.append(hook)
+
     # --- polling -------------------------------------------------------------------------------------------
 
     def _flow_control_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
@@ -98,6 +109,7 @@ class PullConsumer(ConsumerBase):
         """Up to ``poll_batch_size`` messages, waiting at most ``timeout`` seconds for the first."""
         self._instance()
         out: list[MessageExt] = []
+        started = time.perf_counter()
         deadline = time.monotonic() + timeout
         while len(out) < self.poll_batch_size:
             if self._buffer.empty() and out:
@@ -127,6 +139,9 @@ class PullConsumer(ConsumerBase):
                 self.offset_store.update(mq, next_offset, increase_only=True)  # type: ignore[union-attr]
             else:
                 self._consumed[mq] = max(self._consumed.get(mq, -1), next_offset)
+        if out and self.hooks:
+            hooks = self.hooks
+            after_consume(hooks, before_consume(hooks, ConsumeEvent(self.group, out, started, "receive")), out, None)
         return out
 
     async def batches(self, timeout: float = 1.0) -> AsyncIterator[list[MessageExt]]:

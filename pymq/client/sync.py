@@ -218,6 +218,7 @@ class PullConsumer(_Consumer[_pull.PullConsumer]):
     seek_to_timestamp = _blocking(_pull.PullConsumer.seek_to_timestamp)
     seek_to_begin = _blocking(_pull.PullConsumer.seek_to_begin)
     seek_to_end = _blocking(_pull.PullConsumer.seek_to_end)
+    add_hook = _on_loop(_pull.PullConsumer.add_hook)
 
     def poll(self, timeout: float = 5.0) -> list[MessageExt]:
         """Up to ``poll_batch_size`` messages, waiting at most ``timeout`` seconds for the first."""

@@ -120,3 +120,25 @@ async def test_consume_hooks_wrap_each_listener_call(cluster: LocalCluster, bloc
     assert by_body[b"ok"].result is ConsumeResult.SUCCESS and by_body[b"ok"].error is None
     assert isinstance(by_body[b"fail"].error, ValueError) and by_body[b"fail"].result is None
     assert all(e.elapsed >= 0 and e.group == "hooks" for e in events)
+
+
+async def test_pull_consumer_hooks_see_what_poll_hands_over(cluster: LocalCluster) -> None:
+    """A pull consumer's hooks run once per poll that returns messages, with kind "receive"."""
+    await cluster.create_topic("orders", 1)
+    async with Producer(cluster.namesrv_addr) as producer:
+        await producer.send_batch([Message("orders", b"a"), Message("orders", b"b")])
+    rec = Recorder()
+    consumer = PullConsumer(cluster.namesrv_addr, "pulled", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe("orders")
+    consumer.add_hook(rec)
+    async with consumer:
+        got: list[MessageExt] = []
+        while len(got) < 2:
+            got += await consumer.poll(timeout=5.0)
+        assert await consumer.poll(timeout=0.2) == []  # an empty poll calls no hook
+    events = [e for name, e in rec.calls if name == "after_consume"]
+    befores = [n for name, n in rec.calls if name == "before_consume"]
+    assert sum(befores) == 2 and len(events) == len(befores) >= 1
+    assert all(isinstance(e, ConsumeEvent) and e.kind == "receive" and e.group == "pulled" for e in events)
+    assert [m.body for e in events for m in e.messages] == [b"a", b"b"]
+    assert all(e.result == e.messages and e.error is None and e.elapsed >= 0 for e in events)

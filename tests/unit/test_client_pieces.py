@@ -11,6 +11,8 @@ from pymq.client.offset_store import LocalOffsetStore
 from pymq.client.process_queue import ProcessQueue
 from pymq.client.producer import Producer
 from pymq.client.pull_api import decode_pulled
+from pymq.client.pull_consumer import PullConsumer
+from pymq.client.push_consumer import PushConsumer
 from pymq.errors import ClientError, MessageTooLargeError
 from pymq.protocol.filter import Subscription
 from pymq.protocol.message import Message, MessageExt, UniqueIdGenerator, decode_message
@@ -120,3 +122,23 @@ def test_pull_batch_size_out_of_range_is_refused_up_front(size: int) -> None:
 
     with pytest.raises(ClientError, match="pull_batch_size must be between 1 and 1024"):
         PushConsumer("127.0.0.1:9876", "g", pull_batch_size=size)
+
+
+@pytest.mark.parametrize("expression", ["a,b", "created paid", "a ||", "a | b", "|| b"])
+@pytest.mark.parametrize("kind", [PushConsumer, PullConsumer])
+def test_subscribe_rejects_tag_expressions_that_match_nothing(
+    kind: type[PushConsumer | PullConsumer], expression: str
+) -> None:
+    """The CLI's strict parser: an expression the broker would take as one unknown tag is refused."""
+    consumer = kind("127.0.0.1:9876", "g")
+    with pytest.raises(ClientError, match="not a tag expression"):
+        consumer.subscribe("orders", expression)
+    assert consumer.subscriptions == {}
+
+
+@pytest.mark.parametrize("expression", ["*", "", "  created  ", "created || paid", "a||b||*"])
+def test_subscribe_accepts_tag_expressions(expression: str) -> None:
+    consumer = PullConsumer("127.0.0.1:9876", "g")
+    consumer.subscribe("orders", expression)
+    sub, expected = consumer.subscriptions["orders"], Subscription.parse("orders", expression)
+    assert (sub.expression, sub.tags) == (expected.expression, expected.tags)

@@ -95,6 +95,13 @@ def test_only_spark_connector_imports_pyspark_and_nobody_imports_it() -> None:
     assert uses_pyspark == [] and imports_connector == []
 
 
+def test_only_pymq_otel_imports_opentelemetry_and_nobody_imports_it() -> None:
+    """opentelemetry (the optional pymq[otel] extra) is imported only by pymq.otel, which no pymq module imports."""
+    others = {m: i for m, i in modules().items() if m != "pymq.otel"}
+    assert offenders(others, lambda i: i.split(".")[0] == "opentelemetry" or i.startswith("pymq.otel")) == []
+    assert any(i.startswith("opentelemetry") for i in modules()["pymq.otel"])
+
+
 def test_store_imports_nothing_of_the_broker_around_it() -> None:
     """pymq.broker.store imports no other pymq.broker module (put hooks, schedule ... sit above it)."""
     bad = offenders(
