@@ -77,6 +77,7 @@ def main(argv: list[str]) -> None:
     store_dir, ack_path, mode, run, seed = Path(argv[0]), argv[1], argv[2], int(argv[3]), int(argv[4])
     store = MessageStore(writer_config(store_dir, mode), store_host="127.0.0.1:10911")
     store.start()
+    _drop_partial_line(Path(ack_path))
     ack_fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     rng = random.Random(seed)
     seq = 0
@@ -100,6 +101,18 @@ def main(argv: list[str]) -> None:
         os.write(ack_fd, lines.encode())
         os.fsync(ack_fd)
         seq += count
+
+
+def _drop_partial_line(path: Path) -> None:
+    """A kill can cut the previous run's last write short (a fatal signal stops a write between
+    pages): that partial line was never acknowledged, and appending to it would merge it with
+    this run's first line, so it goes before this run appends."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end != len(data):
+        os.truncate(path, end)
 
 
 if __name__ == "__main__":
