@@ -1,7 +1,7 @@
 """The clock seam: where timers matter, code asks an injected :class:`Clock` instead of ``time``.
 
 Both the client and the broker may import this module (it imports nothing of ours), so a test
-can drive lock expiry, rebalance and process-queue timeouts with ``pymq.testing.FakeClock``
+can drive lock expiry, rebalance and process-queue timeouts with the test kit's ``FakeClock``
 instead of sleeping. The real clock is the default everywhere.
 """
 

@@ -3,8 +3,8 @@
 Every module logs structured events with :func:`get_logger`: ``log.info("queue_assigned",
 topic=t, queues=n)`` becomes a record of the stdlib logger ``pymq.<component>`` whose
 message reads ``queue_assigned topic=orders queues=4`` and whose ``pymq_fields`` attribute
-holds the event and its fields as a dict. As a library (the SDK, and the servers of
-:mod:`pymq.testing` run in-process) pymq therefore does what the application's logging
+holds the event and its fields as a dict. As a library (the SDK, and the test kit's servers
+run in-process) pymq therefore does what the application's logging
 set-up says: unconfigured, Python shows WARNING and above on stderr and drops the rest;
 nothing ever goes to stdout. Turn the SDK's logs on like any library's::
 
