@@ -12,6 +12,7 @@ from pymq.client.queue_reader import QueueReader
 from pymq.client.sync import Message, Producer
 from pymq.spark_connector import offsets_behind_latest
 from pymq.spark_connector.offsets import to_json
+from tests.spark.streams import run_available_now
 
 pytestmark = pytest.mark.spark
 
@@ -146,14 +147,7 @@ def test_offsets_behind_latest_per_trigger(spark, pymq_cluster, tmp_path: Path) 
         spark.readStream.format("pymq").option("namesrv", ns).option("topic", "lagging")
         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "10").load()
     )  # fmt: skip
-    q = (
-        df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).trigger(availableNow=True)
-        .start()
-    )  # fmt: skip
-    try:
-        assert q.awaitTermination(180)
-    finally:
-        q.stop()
+    q = run_available_now(df, tmp_path / "c")
     lags = [offsets_behind_latest(p["sources"][0]) for p in q.recentProgress if p["numInputRows"]]
     assert len(lags) >= 4
     assert lags[0]["maxOffsetsBehindLatest"] >= 5 and lags[0]["avgOffsetsBehindLatest"] > 0
@@ -169,14 +163,7 @@ def test_group_id_prefix_reports_lag_under_a_generated_group(spark, pymq_cluster
         spark.readStream.format("pymq").option("namesrv", ns).option("topic", "prefixed")
         .option("startingOffsets", "earliest").option("groupIdPrefix", "etl-job").load()
     )  # fmt: skip
-    q = (
-        df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "c")).trigger(availableNow=True)
-        .start()
-    )  # fmt: skip
-    try:
-        assert q.awaitTermination(180)
-    finally:
-        q.stop()
+    run_available_now(df, tmp_path / "c")
     groups = {
         key.partition("@")[2]: offsets
         for broker in pymq_cluster.cluster.brokers

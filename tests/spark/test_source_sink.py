@@ -12,6 +12,7 @@ import pytest
 
 from pymq.client.queue_reader import QueueReader
 from pymq.client.sync import Message, Producer
+from tests.spark.streams import run_available_now as drain
 
 pytestmark = pytest.mark.spark
 
@@ -55,15 +56,7 @@ def started_at(progress: dict) -> float:
 
 
 def run_available_now(spark, df, out: Path, cp: Path) -> Any:
-    q = (
-        df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(cp))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
-    try:
-        assert q.awaitTermination(180)
-    finally:
-        q.stop()
-    return q
+    return drain(df, cp, out=out)
 
 
 def start_noop(df, checkpoint: Path):  # type: ignore[no-untyped-def]
