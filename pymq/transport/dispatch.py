@@ -46,6 +46,8 @@ class Dispatcher:
         self._interceptors: list[Interceptor] = []
         self._routes: dict[int, Route] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: futures handlers returned, answered from their done callbacks (no task each)
+        self._futures: set[asyncio.Future[Command | None]] = set()
         self.name = name
         self._rebuild()
 
@@ -118,6 +120,11 @@ class Dispatcher:
             return
         if result is None or isinstance(result, Command):
             self._answer(channel, cmd, result, started, afters)
+        elif isinstance(result, asyncio.Future):
+            # A plain future (e.g. a SYNC_FLUSH group commit): answered from its done callback.
+            self._futures.add(result)
+            channel.inflight += 1
+            result.add_done_callback(lambda f: self._future_done(channel, cmd, f, started, afters))
         elif inspect.isawaitable(result):
             task = asyncio.ensure_future(self._finish(channel, cmd, result, started, afters))
             self._tasks.add(task)
@@ -143,6 +150,25 @@ class Dispatcher:
             self._answer_error(channel, cmd, exc, started, afters)
             return
         self._answer(channel, cmd, result, started, afters)
+
+    def _future_done(
+        self,
+        channel: ServerChannel,
+        cmd: Command,
+        fut: asyncio.Future[Command | None],
+        started: float,
+        afters: tuple[After, ...],
+    ) -> None:
+        self._futures.discard(fut)
+        try:
+            if not fut.cancelled():
+                exc = fut.exception()
+                if exc is None:
+                    self._answer(channel, cmd, fut.result(), started, afters)
+                elif isinstance(exc, Exception):
+                    self._answer_error(channel, cmd, exc, started, afters)
+        finally:
+            channel.handler_finished()
 
     def _answer(
         self,
@@ -188,12 +214,12 @@ class Dispatcher:
 
     @property
     def in_flight(self) -> int:
-        return len(self._tasks)
+        return len(self._tasks) + len(self._futures)
 
     async def drain(self, timeout: float) -> None:
         """Wait up to ``timeout`` for running handlers, then cancel the rest."""
-        if self._tasks:
-            _done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+        if self._tasks or self._futures:
+            _done, pending = await asyncio.wait(set(self._tasks) | set(self._futures), timeout=timeout)
             for t in pending:
                 t.cancel()
             if pending:

@@ -367,3 +367,27 @@ async def test_pipelined_requests_behind_busy_handlers_pause_reading(net) -> Non
         opaques.update(c.opaque for c in decoder.feed(chunk))
     assert opaques == set(range(1, n + 1))
     await eventually(lambda: sconn.flow.reading)
+
+
+async def test_handler_returning_a_future_is_answered_when_it_resolves(net) -> None:
+    """A handler may return a plain future (SYNC_FLUSH group commit): answered from its callback, errors mapped."""
+    pending: list[tuple[Command, asyncio.Future]] = []
+
+    def deferred(cmd: Command, conn: Connection) -> asyncio.Future:
+        fut = asyncio.get_running_loop().create_future()
+        pending.append((cmd, fut))
+        return fut
+
+    srv = await net.server({SLOW: deferred})
+    client = net.client()
+    calls = [asyncio.create_task(client.invoke(srv.address, Command.request(SLOW, {"i": i}))) for i in range(3)]
+    await eventually(lambda: len(pending) == 3)
+    assert srv.dispatcher.in_flight == 3 and not any(c.done() for c in calls)
+    by_i = {cmd.ext["i"]: (cmd, fut) for cmd, fut in pending}
+    by_i[2][1].set_result(by_i[2][0].response(body=b"two"))
+    by_i[0][1].set_exception(RuntimeError("late boom"))
+    by_i[1][1].set_result(by_i[1][0].response(body=b"one"))
+    r0, r1, r2 = await asyncio.wait_for(asyncio.gather(*calls), 5)
+    assert r0.code == ResponseCode.SYSTEM_ERROR and "late boom" in r0.remark
+    assert (r1.body_bytes(), r2.body_bytes()) == (b"one", b"two")
+    assert srv.dispatcher.in_flight == 0

@@ -8,11 +8,11 @@ With SYNC_FLUSH the answer waits for a disk sync covering the messages (group co
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from pymq.broker.group_commit import GroupCommit
 from pymq.broker.store.results import PutResult, PutStatus
 from pymq.broker.topics import validate_topic_name
 from pymq.config import FlushDiskType
@@ -75,6 +75,12 @@ class SendHandlers:
         self.address = address
         self.sync_flush = config.store.flush_disk_type == FlushDiskType.SYNC_FLUSH
         self.flush_timeout = config.store.sync_flush_timeout_ms / 1000
+        #: SYNC_FLUSH: answers sends once a shared disk sync covers them
+        self.group_commit = (
+            GroupCommit(store.request_flush, lambda: store.flushed_offset, self.flush_timeout)
+            if self.sync_flush
+            else None
+        )
 
     def table(self) -> dict[int, Handler]:
         return {RequestCode.SEND_MESSAGE: self.send, RequestCode.SEND_BATCH_MESSAGE: self.send}
@@ -118,9 +124,9 @@ class SendHandlers:
         results = self.put_messages(topic, queue_id, body)
         resp = self.build_response(cmd, queue_id, results)
         self.stats.record_put(topic, results)
-        if self.sync_flush and resp.code == ResponseCode.SUCCESS and results:
+        if self.group_commit is not None and resp.code == ResponseCode.SUCCESS and results:
             end = max(r.physical_offset + r.size for r in results)
-            return self._await_flush(resp, end)
+            return self.group_commit.wait(resp, end)
         return resp
 
     def dead_letter_if_exhausted(self, topic: str, queue_id: int, body: Buffer) -> tuple[str, int, Buffer]:
@@ -166,25 +172,3 @@ class SendHandlers:
         stored = sum(1 for r in results if r.status == ok)
         remark = f"{stored}/{len(results)} stored; {first_fail.status.name}: {first_fail.reason}"
         return cmd.response(PUT_STATUS_TO_CODE.get(first_fail.status, ResponseCode.SYSTEM_ERROR), remark, ext)
-
-    async def _await_flush(self, resp: Command, end: int) -> Command:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
-
-        def done(ok: bool) -> None:
-            loop.call_soon_threadsafe(_resolve, fut, ok)
-
-        self.store.request_flush(end, done)
-        try:
-            ok = await asyncio.wait_for(fut, self.flush_timeout)
-        except TimeoutError:
-            ok = False
-        if not ok:
-            resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
-            resp.remark = f"stored, but the disk flush did not finish within {self.flush_timeout:.1f}s"
-        return resp
-
-
-def _resolve(fut: asyncio.Future[bool], ok: bool) -> None:
-    if not fut.done():
-        fut.set_result(ok)

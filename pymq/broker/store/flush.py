@@ -15,7 +15,8 @@
 * :class:`Warmer` — prefaults commitlog pages ahead of the writer and creates the next file.
 
 Callbacks run on the flusher thread; the broker hops back to its loop with
-``call_soon_threadsafe``. The 5 s FLUSH_DISK_TIMEOUT is the caller's (the send handler's).
+``call_soon_threadsafe``. The 5 s FLUSH_DISK_TIMEOUT is the caller's (the broker's
+:mod:`pymq.broker.group_commit`, which keeps one request in flight for all waiting sends).
 """
 
 from __future__ import annotations

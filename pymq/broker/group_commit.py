@@ -1,0 +1,130 @@
+"""SYNC_FLUSH group commit on the broker's event loop (RocketMQ's GroupCommitService, loop side).
+
+Sends that must wait for the disk (from any connection) register ``(end offset, response)``
+here and get a future. At most one flush request is with the store's flusher thread at a
+time: the first waiter of an idle period asks at the end of its loop tick (so every send
+decoded in that tick shares the sync), and waiters arriving while a sync runs are covered
+by the next one, which asks up to the highest end waiting. The batch therefore grows with
+the load by itself (one sync per sync-duration, however many senders), and an idle broker
+answers after one sync.
+
+Waiters are kept in commitlog order (the appends that produced them run in order on this
+loop) and are answered from the front: everything up to the flushed offset at once, one
+``call_soon_threadsafe`` per sync rather than per send. Timeouts need no timer per
+request either: waiters also expire in arrival order, so one timer, armed for the oldest
+waiter's deadline, answers FLUSH_DISK_TIMEOUT to everything past due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+
+from pymq.protocol.codes import ResponseCode
+from pymq.protocol.command import Command
+
+#: ``request_flush(offset, callback)``: the store calls ``callback(ok)`` (on its flush thread)
+#: once everything below ``offset`` is on disk (ok False: it cannot be)
+RequestFlush = Callable[[int, Callable[[bool], None]], None]
+
+
+class GroupCommit:
+    """Answers waiting SYNC_FLUSH sends once a disk sync covers them (one flush request in flight)."""
+
+    def __init__(self, request_flush: RequestFlush, flushed_offset: Callable[[], int], timeout: float) -> None:
+        self._request_flush = request_flush
+        self._flushed_offset = flushed_offset
+        self.timeout = timeout
+        #: (end offset, deadline, future, response), in arrival (= commitlog) order
+        self._waiters: deque[tuple[int, float, asyncio.Future[Command], Command]] = deque()
+        #: the offset the flush request in flight covers (-1: none in flight)
+        self._in_flight = -1
+        self._kick_scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: syncs requested so far (tests and stats)
+        self.requests = 0
+
+    def wait(self, resp: Command, end: int) -> asyncio.Future[Command]:
+        """A future resolving to ``resp`` once the commitlog below ``end`` is synced.
+
+        After the timeout it resolves to ``resp`` turned into FLUSH_DISK_TIMEOUT (the message stays stored).
+        """
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Command] = loop.create_future()
+        deadline = loop.time() + self.timeout
+        self._waiters.append((end, deadline, fut, resp))
+        if self._timer is None:
+            self._timer = loop.call_at(deadline, self._expire)
+        if self._in_flight < 0 and not self._kick_scheduled:
+            # End of this tick: every send decoded in it shares the sync.
+            self._kick_scheduled = True
+            loop.call_soon(self._kick)
+        return fut
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    # --- flush requests -------------------------------------------------------------------------------
+
+    def _kick(self) -> None:
+        self._kick_scheduled = False
+        if self._in_flight >= 0 or not self._waiters:
+            return
+        target = self._waiters[-1][0]
+        for w in self._waiters:  # normally the last is the highest; stay correct if not
+            if w[0] > target:
+                target = w[0]
+        self._in_flight = target
+        self.requests += 1
+        loop = self._loop
+        assert loop is not None
+
+        def done(ok: bool) -> None:  # on the flusher thread
+            try:
+                loop.call_soon_threadsafe(self._synced, target, ok)
+            except RuntimeError:
+                pass  # the loop is closed: nobody is waiting any more
+
+        self._request_flush(target, done)
+
+    def _synced(self, target: int, ok: bool) -> None:
+        self._in_flight = -1
+        waiters = self._waiters
+        if ok:
+            covered = max(target, self._flushed_offset())
+            while waiters and waiters[0][0] <= covered:
+                _end, _deadline, fut, resp = waiters.popleft()
+                if not fut.done():
+                    fut.set_result(resp)
+        else:
+            # The store could not sync (stopping, or the sync failed): answer what this request covered.
+            while waiters and waiters[0][0] <= target:
+                self._fail(waiters.popleft())
+        if waiters:
+            self._kick()
+
+    # --- timeouts -------------------------------------------------------------------------------------
+
+    def _expire(self) -> None:
+        self._timer = None
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        waiters = self._waiters
+        while waiters and waiters[0][1] <= now:
+            self._fail(waiters.popleft())
+        if waiters:
+            self._timer = loop.call_at(waiters[0][1], self._expire)
+
+    def _fail(self, waiter: tuple[int, float, asyncio.Future[Command], Command]) -> None:
+        fut, resp = waiter[2], waiter[3]
+        if fut.done():
+            return
+        resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
+        resp.remark = f"stored, but the disk flush did not finish within {self.timeout:.1f}s"
+        fut.set_result(resp)

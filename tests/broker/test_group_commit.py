@@ -1,0 +1,85 @@
+"""GroupCommit (SYNC_FLUSH, loop side): one flush request in flight, waiters answered in offset order,
+one timer for all timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+from pymq.broker.group_commit import GroupCommit
+from pymq.protocol.codes import ResponseCode
+from pymq.protocol.command import Command
+from tests.helpers import wait_until
+
+
+class FakeFlusher:
+    """Records flush requests; the test completes them from another thread, as the flusher would."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[int, Callable[[bool], None]]] = []
+        self.flushed = 0
+
+    def request(self, offset: int, callback: Callable[[bool], None]) -> None:
+        self.requests.append((offset, callback))
+
+    def complete(self, index: int, ok: bool = True) -> None:
+        offset, cb = self.requests[index]
+        if ok:
+            self.flushed = max(self.flushed, offset)
+        t = threading.Thread(target=cb, args=(ok,))
+        t.start()
+        t.join()
+
+
+def response(n: int) -> Command:
+    return Command(code=ResponseCode.SUCCESS, opaque=n)
+
+
+async def test_waiters_share_syncs_and_resolve_in_order() -> None:
+    flusher = FakeFlusher()
+    gc = GroupCommit(flusher.request, lambda: flusher.flushed, timeout=30)
+    first = [gc.wait(response(i), end=100 * (i + 1)) for i in range(3)]
+    await wait_until(lambda: len(flusher.requests) == 1, what="one request for the tick")
+    assert flusher.requests[0][0] == 300  # up to the highest end waiting
+    # Sends arriving while that sync runs wait for the next one: no second request yet.
+    later = [gc.wait(response(10 + i), end=400 + i) for i in range(2)]
+    await asyncio.sleep(0)
+    assert len(flusher.requests) == 1
+    flusher.complete(0)
+    results = await asyncio.gather(*first)
+    assert [r.opaque for r in results] == [0, 1, 2] and all(r.code == ResponseCode.SUCCESS for r in results)
+    assert not any(f.done() for f in later)
+    await wait_until(lambda: len(flusher.requests) == 2, what="the next sync for the later waiters")
+    assert flusher.requests[1][0] == 401
+    flusher.complete(1)
+    assert [r.opaque for r in await asyncio.gather(*later)] == [10, 11]
+    assert gc.waiting == 0 and gc.requests == 2
+
+
+async def test_a_failed_sync_answers_flush_disk_timeout_for_what_it_covered() -> None:
+    flusher = FakeFlusher()
+    gc = GroupCommit(flusher.request, lambda: flusher.flushed, timeout=30)
+    fut = gc.wait(response(1), end=50)
+    await wait_until(lambda: len(flusher.requests) == 1, what="request")
+    flusher.complete(0, ok=False)
+    r = await fut
+    assert r.code == ResponseCode.FLUSH_DISK_TIMEOUT and "disk flush" in (r.remark or "")
+
+
+async def test_timeouts_need_one_timer_and_answer_in_arrival_order() -> None:
+    flusher = FakeFlusher()  # never completes
+    gc = GroupCommit(flusher.request, lambda: flusher.flushed, timeout=0.2)
+    futs = [gc.wait(response(i), end=10 * (i + 1)) for i in range(50)]
+    assert gc._timer is not None  # one timer for all 50
+    results = await asyncio.wait_for(asyncio.gather(*futs), 10)
+    assert [r.opaque for r in results] == list(range(50))
+    assert all(r.code == ResponseCode.FLUSH_DISK_TIMEOUT for r in results)
+    assert gc._timer is None and gc.waiting == 0
+    # A sync finishing late answers nobody twice, and the next waiter gets a new request.
+    flusher.complete(0)
+    await wait_until(lambda: gc._in_flight < 0, what="the late sync handled")
+    fut = gc.wait(response(99), end=600)
+    await wait_until(lambda: len(flusher.requests) == 2, what="a new request")
+    flusher.complete(1)
+    assert (await fut).code == ResponseCode.SUCCESS
