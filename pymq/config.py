@@ -117,6 +117,10 @@ class StoreConfig(_Model):
     #: testing hook: pretend the store's disk holds this many bytes and only the store uses it
     simulated_disk_capacity: int | None = Field(None, ge=1)
     message_delay_level: str = DEFAULT_DELAY_LEVELS
+    # --- many queues (issue 19) ---
+    #: consume-queue files kept mapped at once (least recently used ones are unmapped past it;
+    #: a mapping holds no file descriptor on Linux, so this bounds mappings, not descriptors)
+    consume_queue_max_mapped_files: int = Field(16_384, ge=1)
 
     @field_validator("delete_when")
     @classmethod

@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pymq.broker.store.mapped_file import MappedFileQueue
+from pymq.broker.store.mapped_file import MappedFile, MappedFileQueue
+
+if TYPE_CHECKING:
+    from pymq.broker.store.map_pool import MapPool
 
 CQ_ENTRY = struct.Struct(">qiq")
 #: the size field of a blank filler entry
@@ -30,16 +34,42 @@ _ZERO_ENTRY = bytes(CQ_ENTRY_SIZE)
 
 
 class ConsumeQueue:
-    __slots__ = ("directory", "entries_per_file", "file_size", "mfq", "min_offset", "queue_id", "topic")
+    __slots__ = (
+        "directory",
+        "dirty",
+        "entries_per_file",
+        "file_size",
+        "mfq",
+        "min_offset",
+        "queue_id",
+        "restored",
+        "topic",
+    )
 
-    def __init__(self, topic: str, queue_id: int, directory: Path, entries_per_file: int) -> None:
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        directory: Path,
+        entries_per_file: int,
+        *,
+        pool: MapPool | None = None,
+        dirty: set[ConsumeQueue] | None = None,
+    ) -> None:
+        """``pool``: map files lazily through it (many queues); ``dirty``: the set a write adds the queue
+        to, so a flush pass syncs only queues written since the last one."""
         self.topic = topic
         self.queue_id = queue_id
         self.directory = directory
         self.entries_per_file = entries_per_file
         self.file_size = entries_per_file * CQ_ENTRY_SIZE
         self.mfq = MappedFileQueue(directory, self.file_size)
+        if pool is not None:
+            self.mfq.new_file = pool.new_file
+        self.dirty = dirty
         self.min_offset = 0
+        #: the ends came from the clean shutdown's record (:meth:`restore`), not from the files
+        self.restored = False
 
     # --- offsets -----------------------------------------------------------------------------------------
 
@@ -72,26 +102,29 @@ class ConsumeQueue:
     def _write(self, data: bytes | bytearray, first_offset: int) -> None:
         pos = first_offset * CQ_ENTRY_SIZE
         view = memoryview(data)
+        if self.dirty is not None:
+            self.dirty.add(self)
         while view:
             mf = self.mfq.writable_file(pos)
+            mm = mf.view()
             if mf.file_from + mf.wrote_pos != pos:
                 # A new queue's first file starts on a file boundary: pad up to ``pos``.
                 pad_from = mf.file_from + mf.wrote_pos
                 if pos > pad_from:
                     blank = BLANK_ENTRY * ((pos - pad_from) // CQ_ENTRY_SIZE)
-                    mf.mm[mf.wrote_pos : mf.wrote_pos + len(blank)] = blank
+                    mm[mf.wrote_pos : mf.wrote_pos + len(blank)] = blank
                     mf.wrote_pos += len(blank)
                     if mf.wrote_pos >= mf.size:
                         continue
             n = min(len(view), mf.size - mf.wrote_pos)
-            mf.mm[mf.wrote_pos : mf.wrote_pos + n] = view[:n]
+            mm[mf.wrote_pos : mf.wrote_pos + n] = view[:n]
             mf.wrote_pos += n
             pos += n
             view = view[n:]
 
     # --- reading ------------------------------------------------------------------------------------------
 
-    def read_entries(self, offset: int, max_entries: int) -> bytes:
+    def read_entries(self, offset: int, max_entries: int) -> bytes | memoryview:
         """Raw entries from ``offset``, at most ``max_entries``, never crossing a file end."""
         pos = offset * CQ_ENTRY_SIZE
         mf = self.mfq.find(pos)
@@ -101,7 +134,7 @@ class ConsumeQueue:
         end = min(mf.wrote_pos, start + max_entries * CQ_ENTRY_SIZE)
         if end <= start:
             return b""
-        return mf.mm[start:end]
+        return mf.view()[start:end]
 
     def entry(self, offset: int) -> tuple[int, int, int] | None:
         raw = self.read_entries(offset, 1)
@@ -119,13 +152,13 @@ class ConsumeQueue:
 
     def recover(self) -> None:
         """Find the end of the valid entries (all files are loaded marked full)."""
-        self.mfq.load()
+        self.mfq.load(lazy=self.mfq.new_file is not MappedFile)
         files = self.mfq.files
         if not files:
             return
         # The last file with any entry holds the end; later (empty) files are dropped.
         for mf in reversed(files):
-            if mf.mm[0:CQ_ENTRY_SIZE] != _ZERO_ENTRY:
+            if mf.view()[0:CQ_ENTRY_SIZE] != _ZERO_ENTRY:
                 end = self._scan_end(mf)
                 self.mfq.truncate(mf.file_from + end)
                 break
@@ -139,11 +172,38 @@ class ConsumeQueue:
                 break
             self.min_offset += 1
 
+    def restore(self, min_offset: int, max_offset: int) -> bool:
+        """Take the ends a clean shutdown recorded, mapping nothing (pooled files only).
+
+        False (nothing changed) if the files on disk do not fit them: then :meth:`recover`.
+        """
+        if self.mfq.new_file is MappedFile:
+            return False
+        self.mfq.load(lazy=True)
+        files = self.mfq.files
+        end = max_offset * CQ_ENTRY_SIZE
+        if not files or not files[0].file_from <= end <= files[-1].file_to or min_offset > max_offset:
+            for mf in files:
+                mf.close()
+            self.mfq.files = []
+            return False
+        keep = []
+        for mf in files:
+            if mf.file_from > end:
+                mf.destroy()  # an empty file past the end (as recover() drops)
+                continue
+            mf.wrote_pos = mf.flushed_pos = min(mf.size, end - mf.file_from)
+            keep.append(mf)
+        self.mfq.files = keep
+        self.min_offset = min_offset
+        self.restored = True
+        return True
+
     @staticmethod
     def _scan_end(mf) -> int:  # type: ignore[no-untyped-def]
         # Entries are written in order; binary search for the first all-zero entry.
         lo, hi = 0, mf.size // CQ_ENTRY_SIZE
-        mm = mf.mm
+        mm = mf.view()
         while lo < hi:
             mid = (lo + hi) // 2
             p = mid * CQ_ENTRY_SIZE
@@ -187,9 +247,12 @@ class ConsumeQueue:
         if mf is None or pos - mf.file_from + CQ_ENTRY_SIZE > mf.wrote_pos:
             return False
         at = pos - mf.file_from
-        if mf.mm[at : at + CQ_ENTRY_SIZE] == entry:
+        mm = mf.view()
+        if mm[at : at + CQ_ENTRY_SIZE] == entry:
             return False
-        mf.mm[at : at + CQ_ENTRY_SIZE] = entry
+        mm[at : at + CQ_ENTRY_SIZE] = entry
+        if self.dirty is not None:
+            self.dirty.add(self)
         return True
 
     def max_phys_end(self) -> int:
@@ -205,7 +268,7 @@ class ConsumeQueue:
         files = self.mfq.files
         while len(files) > 1:
             mf = files[0]
-            last = CQ_ENTRY.unpack_from(mf.mm, mf.size - CQ_ENTRY_SIZE)
+            last = CQ_ENTRY.unpack_from(mf.view(), mf.size - CQ_ENTRY_SIZE)
             # A file whose last entry is a blank filler holds nothing but fillers.
             if last[1] == BLANK_SIZE or last[0] + last[1] <= min_phys:
                 self.mfq.delete_first(1)

@@ -20,7 +20,7 @@ import errno
 import mmap
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pymq.errors import DiskFullError, StoreError
@@ -87,7 +87,7 @@ def data_extent(mm: mmap.mmap, start: int, end: int) -> int:
     extent = 0
     while pos < end:
         n = min(len(_ZERO_CHUNK), end - pos)
-        chunk = mm[pos : pos + n]
+        chunk = bytes(mm[pos : pos + n])  # (no copy for an mmap's bytes)
         if chunk == _ZERO_CHUNK[:n]:
             break
         extent = pos - start + len(chunk.rstrip(b"\x00"))
@@ -132,7 +132,10 @@ class MappedFile:
         "wrote_pos",
     )
 
-    def __init__(self, path: Path, size: int, *, create: bool) -> None:
+    mm: mmap.mmap
+
+    def __init__(self, path: Path, size: int, *, create: bool, lazy: bool = False) -> None:
+        """Open (or ``create``) and map the file; ``lazy``: only describe it (a subclass maps it on first use)."""
         self.path = path
         self.size = size
         self.file_from = int(path.name) if path.name.isdigit() else 0
@@ -147,14 +150,22 @@ class MappedFile:
         self.warm_lock: threading.Condition | None = None
         #: the chunk the warmer is writing right now, as (start, end); (0, 0) when idle
         self.warm_busy = (0, 0)
-        # A new file is allocated under a temporary name and renamed into place, so that a
-        # crash mid-creation never leaves a short file under a real name.
-        open_path = path.with_name(path.name + TMP_SUFFIX) if create else path
+        self.fd = -1
+        self.address = 0
         if create and path.exists():
             raise StoreError(f"cannot create {path}: it exists")
+        if not lazy:
+            self._map(create)
+
+    def _open(self, create: bool) -> int:
+        """Open (``create``: allocate under a temporary name and rename into place) and check the size."""
+        # A new file is allocated under a temporary name and renamed into place, so that a
+        # crash mid-creation never leaves a short file under a real name.
+        path, size = self.path, self.size
+        open_path = path.with_name(path.name + TMP_SUFFIX) if create else path
         flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
         try:
-            self.fd = os.open(open_path, flags, 0o644)
+            fd = os.open(open_path, flags, 0o644)
         except OSError as exc:
             error = DiskFullError if exc.errno in _NO_SPACE else StoreError
             raise error(f"cannot open {open_path}: {exc}") from exc
@@ -162,26 +173,40 @@ class MappedFile:
             if create:
                 with ALLOCATION_LOCK:
                     try:
-                        os.posix_fallocate(self.fd, 0, size)
+                        os.posix_fallocate(fd, 0, size)
                     except OSError as exc:
                         with contextlib.suppress(OSError):
-                            os.ftruncate(self.fd, 0)  # give the blocks back before anyone measures
+                            os.ftruncate(fd, 0)  # give the blocks back before anyone measures
                         error = DiskFullError if exc.errno in _NO_SPACE else StoreError
                         raise error(f"cannot allocate {size} bytes for {path}: {exc}") from exc
                 os.rename(open_path, path)
             else:
-                actual = os.fstat(self.fd).st_size
+                actual = os.fstat(fd).st_size
                 if actual != size:
                     raise StoreError(f"{path} is {actual} bytes, expected {size}")
-            self.mm = mmap.mmap(self.fd, size, access=mmap.ACCESS_WRITE)
+        except BaseException:
+            os.close(fd)
+            if create:
+                open_path.unlink(missing_ok=True)
+                path.unlink(missing_ok=True)
+            raise
+        return fd
+
+    def _map(self, create: bool) -> None:
+        self.fd = self._open(create)
+        try:
+            self.mm = mmap.mmap(self.fd, self.size, access=mmap.ACCESS_WRITE)
             #: the mapping's address, for msync and madvise through ctypes (0: not available)
             self.address = _address(self.mm) if _msync is not None or _madvise is not None else 0
         except BaseException:
             os.close(self.fd)
             if create:
-                open_path.unlink(missing_ok=True)
-                path.unlink(missing_ok=True)
+                self.path.unlink(missing_ok=True)
             raise
+
+    def view(self) -> mmap.mmap:
+        """The mapping (a pooled file maps itself here when it is not mapped)."""
+        return self.mm
 
     @property
     def file_to(self) -> int:
@@ -345,19 +370,25 @@ class MappedFileQueue:
         self.alloc_lock = threading.Lock()
         #: new files get warming enabled (the commitlog; see MappedFile.enable_warming)
         self.warm = False
+        #: makes the file objects: ``new_file(path, size, create=..., lazy=...)`` (consume
+        #: queues pass pooled files, see :mod:`pymq.broker.store.map_pool`)
+        self.new_file: Callable[..., MappedFile] = MappedFile
 
-    def load(self) -> None:
-        """Map the existing files (all marked full; recovery sets the real write positions)."""
+    def load(self, *, lazy: bool = False) -> None:
+        """Map the existing files (all marked full; recovery sets the real write positions).
+
+        ``lazy`` (pooled files): only list them; each is opened, size-checked and mapped on first use.
+        """
         if not self.directory.exists():
             return
         remove_leftovers(self.directory)
         names = sorted(p for p in self.directory.iterdir() if p.name.isdigit() and len(p.name) == 20)
         for path in names:
-            if path.stat().st_size != self.file_size:
+            if not lazy and path.stat().st_size != self.file_size:
                 raise StoreError(
                     f"{path} is {path.stat().st_size} bytes but the configured file size is {self.file_size}"
                 )
-            mf = MappedFile(path, self.file_size, create=False)
+            mf = self.new_file(path, self.file_size, create=False, lazy=lazy)
             mf.wrote_pos = mf.flushed_pos = self.file_size
             self.files.append(mf)
         for prev, nxt in zip(self.files, self.files[1:], strict=False):
@@ -388,7 +419,7 @@ class MappedFileQueue:
                     self.next_file = None
                     nf.destroy()
                 self.directory.mkdir(parents=True, exist_ok=True)
-                mf = MappedFile(self.directory / file_name(start), self.file_size, create=True)
+                mf = self.new_file(self.directory / file_name(start), self.file_size, create=True)
                 if self.warm:
                     mf.enable_warming(0)
             # Appended under the lock so that preallocate_next never sees the file list
@@ -403,7 +434,7 @@ class MappedFileQueue:
             if last is None or self.next_file is not None:
                 return None
             start = last.file_from + self.file_size
-            mf = MappedFile(self.directory / file_name(start), self.file_size, create=True)
+            mf = self.new_file(self.directory / file_name(start), self.file_size, create=True)
             mf.enable_warming(0)
             self.next_file = mf
             return mf
@@ -452,13 +483,13 @@ class MappedFileQueue:
         dropped = 0
         for mf in self.files:
             if mf.file_from > offset:
-                dropped += data_extent(mf.mm, 0, mf.size)
+                dropped += data_extent(mf.view(), 0, mf.size)
                 mf.destroy()
                 continue
             keep.append(mf)
             if offset < mf.file_to:
                 end = offset - mf.file_from
-                dropped += zero_tail(mf.mm, end, mf.size)
+                dropped += zero_tail(mf.view(), end, mf.size)
                 mf.wrote_pos = end
                 mf.flushed_pos = min(mf.flushed_pos, end)
         self.files = keep

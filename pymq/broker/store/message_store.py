@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pymq.broker.store import queue_ends
 from pymq.broker.store.appender import Appender, rejected_results
 from pymq.broker.store.checkpoint import Checkpoint
 from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup, try_disk_ratio
@@ -32,6 +33,7 @@ from pymq.broker.store.consume_queue import CQ_ENTRY_SIZE, ConsumeQueue
 from pymq.broker.store.dispatcher import Dispatcher
 from pymq.broker.store.flush import CommitLogFlusher, FlushCallback, LogicsFlusher, Warmer
 from pymq.broker.store.index import IndexService
+from pymq.broker.store.map_pool import MapPool
 from pymq.broker.store.reader import find_by_key, read_queue
 from pymq.broker.store.recovery import RecoveryReport, recover
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutStatus
@@ -60,6 +62,12 @@ class MessageStore:
         self.store_host = pack_host(host, int(port or 0))
         self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_file_size)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        #: consume-queue files are mapped through this (lazily, no descriptor, LRU-bounded)
+        self.map_pool = MapPool(config.consume_queue_max_mapped_files)
+        #: queues written since the last logics flush (a flush pass syncs only these)
+        self.dirty_queues: set[ConsumeQueue] = set()
+        #: the commitlog (min, end) the restored queue ends were recorded with (None: none restored)
+        self.restored_range: tuple[int, int] | None = None
         self.index = IndexService(self.root / "index", config.index_hash_slots, config.index_max_entries)
         #: builds consume-queue and index entries for every record the commitlog takes
         self.dispatcher = Dispatcher(self.queue_for, self.index)
@@ -106,7 +114,7 @@ class MessageStore:
             abort = self.root / "abort"
             abnormal = abort.exists()
             self.checkpoint = Checkpoint(self.root / "checkpoint")
-            self._load_queues()
+            self._load_queues(abnormal)
             self.index_rolled_back = self.index.load()
             self.recovery = recover(self, abnormal=abnormal)
             r = self.recovery
@@ -174,6 +182,11 @@ class MessageStore:
             self.checkpoint.flushed_phys = self.commitlog.max_offset
             self.checkpoint.flush()
             self.index.close()
+            queue_ends.save(
+                self.root,
+                (self.commitlog.min_offset, self.commitlog.max_offset),
+                ((t, q, cq.min_offset, cq.max_offset) for (t, q), cq in self.queues.items()),
+            )
             for cq in self.queues.values():
                 cq.close()
             self.commitlog.close()
@@ -219,25 +232,42 @@ class MessageStore:
             os.close(self._lock_fd)
             self._lock_fd = -1
 
-    def _load_queues(self) -> None:
+    def _load_queues(self, abnormal: bool) -> None:
+        # After a clean shutdown its record of the queues' ends saves mapping every queue file.
+        taken = queue_ends.take(self.root)
+        ends: queue_ends.QueueEnds = {}
+        if taken is not None and not abnormal and taken[0][1] == self.checkpoint.clean_end:
+            self.restored_range = taken[0]
+            ends = taken[1]
         base = self.root / "consumequeue"
         if not base.exists():
             return
+        entries = self.config.consume_queue_file_entries
         for topic_dir in sorted(base.iterdir()):
             if not topic_dir.is_dir():
                 continue
             for qdir in sorted(topic_dir.iterdir()):
                 if not qdir.name.isdigit() or not qdir.is_dir():
                     continue
-                cq = ConsumeQueue(topic_dir.name, int(qdir.name), qdir, self.config.consume_queue_file_entries)
-                cq.recover()
-                self.queues[(topic_dir.name, int(qdir.name))] = cq
+                key = (topic_dir.name, int(qdir.name))
+                cq = ConsumeQueue(key[0], key[1], qdir, entries, pool=self.map_pool, dirty=self.dirty_queues)
+                known = ends.get(key)
+                if known is None or not cq.restore(*known):
+                    cq.recover()
+                self.queues[key] = cq
 
     def queue_for(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self.queues.get((topic, queue_id))
         if cq is None:
             directory = self.root / "consumequeue" / topic / str(queue_id)
-            cq = ConsumeQueue(topic, queue_id, directory, self.config.consume_queue_file_entries)
+            cq = ConsumeQueue(
+                topic,
+                queue_id,
+                directory,
+                self.config.consume_queue_file_entries,
+                pool=self.map_pool,
+                dirty=self.dirty_queues,
+            )
             self.queues[(topic, queue_id)] = cq
         return cq
 
@@ -418,8 +448,17 @@ class MessageStore:
     def _flush_logics_locked(self, index: bool = True) -> None:
         # Store times first, syncs second: the checkpoint only ever claims what was synced.
         logics_ts = self.last_store_ts
-        for cq in list(self.queues.values()):
-            cq.flush()
+        # Only queues written since the last pass (the writer adds them; set.pop is atomic).
+        dirty = self.dirty_queues
+        flushed: list[ConsumeQueue] = []
+        try:
+            while dirty:
+                cq = dirty.pop()
+                flushed.append(cq)
+                cq.flush()
+        except BaseException:
+            dirty.update(flushed)  # retried next pass
+            raise
         if index:
             self.checkpoint.index_ts = self.index.flush()
         self.checkpoint.logics_ts = logics_ts

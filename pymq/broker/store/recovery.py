@@ -18,7 +18,9 @@ all-zero entry; index entries written past a file's header count are rolled back
   differs, and a queue's entries past its last record in the commitlog are dropped.
 
 Either way, consume-queue entries pointing past the commitlog end are dropped and min
-offsets move past deleted data.
+offsets move past deleted data — except for queues whose ends a clean shutdown recorded
+(:mod:`pymq.broker.store.queue_ends`) for the same commitlog range: those are taken as
+recorded, without mapping their files.
 """
 
 from __future__ import annotations
@@ -131,7 +133,12 @@ def recover(store: RecoveryView, *, abnormal: bool) -> RecoveryReport:
     if last is not None:
         last.flushed_pos = last.wrote_pos
     min_phys = commitlog.min_offset
+    # Queues whose ends the clean shutdown recorded for this very commitlog range need no
+    # checks (and stay unmapped): nothing was appended or deleted since.
+    trust = store.restored_range == (min_phys, report.commitlog_end)
     for cq in list(store.queues.values()):
+        if trust and cq.restored:
+            continue
         report.dropped_cq_entries += cq.truncate_beyond(report.commitlog_end)
         cq.correct_min_offset(min_phys)
     ck = store.checkpoint

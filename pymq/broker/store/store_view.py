@@ -65,5 +65,7 @@ class RecoveryView(StoreCore, Protocol):
     index: IndexService
     dispatcher: Dispatcher
     index_rolled_back: int
+    #: the commitlog (min, end) restored queue ends were recorded with (None: none restored)
+    restored_range: tuple[int, int] | None
 
     def queue_for(self, topic: str, queue_id: int) -> ConsumeQueue: ...

@@ -1,0 +1,237 @@
+"""Consume-queue files for many queues: mapped lazily, without a descriptor, at most ``cap`` at a time.
+
+A broker with 10,000 queues has at least 10,000 consume-queue files. Python's ``mmap.mmap``
+keeps a duplicate of the file descriptor for the mapping's life, and pymq used to keep its
+own too: two descriptors per file, so 10,000 queues ran out of descriptors (EMFILE). A
+mapping does not need its descriptor, so :class:`PooledMappedFile` maps with ``mmap(2)``
+through ctypes and closes the descriptor at once; the mapping is exposed as a writable
+``memoryview`` whose owner unmaps it when the last view of it is gone (a pull's slices keep
+it alive, so unmapping can never pull memory from under a reader).
+
+:class:`MapPool` bounds the mappings (``consume_queue_max_mapped_files``): a file is mapped
+on first use, and past the cap the least recently used files that hold no unsynced data are
+unmapped (files with unsynced data stay until the logics flusher has synced them). A file
+read again is mapped again. Off Linux (no ctypes ``mmap``) the files fall back to
+``mmap.mmap`` with one descriptor each, and the cap is lowered to fit the descriptor limit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+import resource
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from pymq.broker.store import mapped_file
+from pymq.broker.store.mapped_file import MappedFile
+from pymq.errors import StoreError
+
+
+def _libc_mmap() -> tuple[Any, Any] | None:
+    if os.uname().sysname != "Linux":
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        mmap_fn, munmap_fn = libc.mmap, libc.munmap
+    except (OSError, AttributeError):
+        return None
+    mmap_fn.restype = ctypes.c_void_p
+    mmap_fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    munmap_fn.restype = ctypes.c_int
+    munmap_fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return mmap_fn, munmap_fn
+
+
+_LIBC = _libc_mmap()
+#: mappings without a descriptor are possible here (and msync by address, which flushing needs)
+FD_LESS = _LIBC is not None and mapped_file._msync is not None
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+class _Mapping:
+    """Owns one mapping: unmapped when the buffer holding it (and so every view of it) is gone."""
+
+    __slots__ = ("address", "size")
+
+    def __init__(self, address: int, size: int) -> None:
+        self.address = address
+        self.size = size
+
+    def __del__(self) -> None:
+        if _LIBC is not None and self.address:
+            _LIBC[1](self.address, self.size)
+            self.address = 0
+
+
+_BUFFER_TYPES: dict[int, Any] = {}
+
+
+def _buffer_type(size: int) -> Any:
+    """A ctypes byte-array type of ``size`` whose instances can carry their :class:`_Mapping`."""
+    t = _BUFFER_TYPES.get(size)
+    if t is None:
+        t = _BUFFER_TYPES[size] = type(f"_Pages{size}", (ctypes.Array,), {"_type_": ctypes.c_char, "_length_": size})
+    return t
+
+
+def map_fd(fd: int, size: int, path: Path) -> tuple[memoryview, int]:
+    """Map ``size`` bytes of ``fd`` shared and writable; the caller may close ``fd`` right after."""
+    assert _LIBC is not None
+    address = _LIBC[0](None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+    if address is None or address == _MAP_FAILED:
+        err = ctypes.get_errno()
+        raise StoreError(f"cannot map {path}: {os.strerror(err or errno.ENOMEM)}")
+    owner = _Mapping(address, size)
+    buf = _buffer_type(size).from_address(address)
+    buf.owner = owner  # lives as long as the buffer, which the views keep alive
+    return memoryview(buf).cast("B"), address
+
+
+class PooledMappedFile(MappedFile):
+    """A consume-queue file: mapped on first use (:meth:`view`), unmappable by its :class:`MapPool`."""
+
+    __slots__ = ("pool",)
+
+    def __init__(self, path: Path, size: int, *, create: bool, lazy: bool = False, pool: MapPool) -> None:
+        self.pool = pool
+        self.mm = None  # type: ignore[assignment]  # not mapped (yet)
+        super().__init__(path, size, create=create, lazy=lazy)
+
+    def _map(self, create: bool) -> None:
+        if not FD_LESS:
+            super()._map(create)
+        else:
+            fd = self._open(create)
+            try:
+                mm, self.address = map_fd(fd, self.size, self.path)
+            except BaseException:
+                if create:
+                    self.path.unlink(missing_ok=True)
+                raise
+            finally:
+                os.close(fd)  # the mapping does not need it
+            self.mm = mm  # type: ignore[assignment]  # a writable memoryview: the slicing an mmap offers
+        self.pool.add(self)
+
+    def view(self) -> mmap.mmap:
+        mm = self.mm
+        if mm is None:
+            if self.closed:
+                raise StoreError(f"{self.path} is closed")
+            self._map(False)
+            return self.mm
+        self.pool.touch(self)
+        return mm
+
+    @property
+    def mapped(self) -> bool:
+        return self.mm is not None
+
+    def unmap(self) -> None:
+        """Drop the mapping (the pool's eviction; only files without unsynced data)."""
+        mm = self.mm
+        if mm is None:
+            return
+        self.mm = None  # type: ignore[assignment]
+        self.address = 0
+        if self.fd >= 0:  # the descriptor-holding fallback
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a reader still holds a view: the mapping goes with it
+            os.close(self.fd)
+            self.fd = -1
+
+    def flush(self) -> int:
+        target = self.wrote_pos
+        if target > self.flushed_pos and not self.closed:
+            mm = self.mm  # holds the mapping while it is synced
+            if mm is None:
+                raise StoreError(f"{self.path} was unmapped with unsynced data")
+            if self.fd >= 0:
+                return super().flush()
+            start = self.flushed_pos - self.flushed_pos % mapped_file.PAGE_SIZE
+            if mapped_file._msync(self.address + start, target - start, mapped_file._MS_SYNC) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"msync {self.path}: {os.strerror(err or errno.EIO)}")
+            self.flushed_pos = target
+            del mm
+        return self.flushed_pos
+
+    def sync_all(self) -> None:
+        mm = self.mm
+        if mm is None or self.closed:
+            return
+        if self.fd >= 0:
+            os.fdatasync(self.fd)
+        elif mapped_file._msync(self.address, self.size, mapped_file._MS_SYNC) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"msync {self.path}: {os.strerror(err or errno.EIO)}")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.pool.forget(self)
+        self.unmap()
+
+    def __repr__(self) -> str:
+        state = "mapped" if self.mm is not None else "unmapped"
+        return f"<PooledMappedFile {self.path.name} wrote={self.wrote_pos}/{self.size} {state}>"
+
+
+class MapPool:
+    """The mapped consume-queue files, least recently used first; at most ``cap`` stay mapped.
+
+    Used from the store's writer/reader side (under the store lock); the logics flusher only
+    syncs files, and never unmaps one.
+    """
+
+    def __init__(self, cap: int) -> None:
+        if not FD_LESS:
+            # One descriptor per mapped file here: leave room for sockets and the other files.
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            if soft != resource.RLIM_INFINITY:
+                cap = min(cap, max(16, soft // 4))
+        self.cap = max(1, cap)
+        self._lru: OrderedDict[PooledMappedFile, None] = OrderedDict()
+        #: files mapped / unmapped by the pool so far (stats, tests)
+        self.maps = 0
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def new_file(self, path: Path, size: int, *, create: bool, lazy: bool = False) -> PooledMappedFile:
+        return PooledMappedFile(path, size, create=create, lazy=lazy, pool=self)
+
+    def add(self, mf: PooledMappedFile) -> None:
+        self._lru[mf] = None
+        self.maps += 1
+        if len(self._lru) > self.cap:
+            self._evict(len(self._lru) - self.cap, mf)
+
+    def touch(self, mf: PooledMappedFile) -> None:
+        self._lru.move_to_end(mf)
+
+    def forget(self, mf: PooledMappedFile) -> None:
+        self._lru.pop(mf, None)
+
+    def _evict(self, count: int, keep: PooledMappedFile) -> None:
+        lru = self._lru
+        # Files with unsynced data are skipped (moved to the back); look at a bounded number.
+        tries = min(len(lru), count + 64)
+        while count > 0 and tries > 0:
+            tries -= 1
+            mf = next(iter(lru))
+            if mf is keep or mf.wrote_pos > mf.flushed_pos:
+                lru.move_to_end(mf)
+                continue
+            del lru[mf]
+            mf.unmap()
+            self.evictions += 1
+            count -= 1

@@ -1,0 +1,94 @@
+"""Many queues: consume-queue files are mapped lazily without descriptors, behind an LRU, and a clean
+restart restores the queues' ends without mapping them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pymq.broker.store.map_pool import FD_LESS
+from tests.store.conftest import StoreFactory
+from tests.store.storeutil import record
+
+CHECK = Path(__file__).with_name("many_queues_check.py")
+
+
+@pytest.mark.slow
+def test_ten_thousand_queues_under_a_low_descriptor_limit(tmp_path: Path) -> None:
+    """10,000 queues with RLIMIT_NOFILE at 256 (in a child process): put, read, clean restart, crash restart."""
+    proc = subprocess.run(
+        [sys.executable, str(CHECK), str(tmp_path / "store"), "256", "10000"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert figures["maps_at_clean_restart"] == 0
+    assert figures["evictions"] > 0  # 10,000 queues, at most ~2,000 mapped: the LRU worked
+    assert figures["fds_at_end"] < 64
+    assert not FD_LESS or figures["fds_after_first_touch"] < 64
+
+
+def test_lru_unmaps_clean_files_and_remaps_on_read(new_store: StoreFactory) -> None:
+    store = new_store(consume_queue_max_mapped_files=4, consume_queue_flush_interval_ms=3_600_000)
+    for q in range(12):
+        store.put_messages("T", q, record("T", b"m%d" % q))
+    pool = store.map_pool
+    # Written but not yet synced: nothing may be unmapped.
+    assert len(pool) == 12 and pool.evictions == 0
+    store.flush_logics()
+    assert not store.dirty_queues
+    store.put_messages("U", 0, record("U", b"u"))  # maps one more: the oldest clean ones go
+    assert len(pool) <= 4 and pool.evictions >= 9
+    for q in range(12):
+        got = store.get_messages("g", "T", q, 0)
+        assert got.message_count == 1 and b"m%d" % q in bytes(got.buffers[0])
+        assert len(pool) <= 5
+
+
+def test_flush_syncs_only_written_queues(new_store: StoreFactory) -> None:
+    store = new_store(consume_queue_flush_interval_ms=3_600_000)
+    for q in range(8):
+        store.put_messages("T", q, record("T"))
+    store.flush_logics()
+    store.put_messages("T", 3, record("T"))
+    assert store.dirty_queues == {store.queues[("T", 3)]}
+    store.flush_logics()
+    assert not store.dirty_queues
+    assert all(mf.flushed_pos == mf.wrote_pos for cq in store.queues.values() for mf in cq.mfq.files)
+
+
+def test_clean_restart_restores_ends_without_mapping(new_store: StoreFactory, tmp_path: Path) -> None:
+    store = new_store()
+    for q in range(3):
+        store.put_messages("T", q, b"".join(record("T", b"x%d" % i) for i in range(q * 20 + 1)))
+    ends = {q: (store.min_offset("T", q), store.max_offset("T", q)) for q in range(3)}
+    store.shutdown()
+    again = new_store()
+    assert again.map_pool.maps == 0
+    assert {q: (again.min_offset("T", q), again.max_offset("T", q)) for q in range(3)} == ends
+    assert all(again.queues[("T", q)].restored for q in range(3))
+    got = again.get_messages("g", "T", 2, 40)
+    assert got.message_count == 1 and b"x40" in bytes(got.buffers[0])
+    (r,) = again.put_messages("T", 2, record("T", b"next"))
+    assert r.queue_offset == ends[2][1]
+    # The record is read once: a crash later must not find it.
+    assert not (again.root / "queue_ends").exists()
+
+
+def test_queue_ends_of_another_commitlog_range_are_not_trusted(new_store: StoreFactory) -> None:
+    store = new_store()
+    store.put_messages("T", 0, b"".join(record("T") for _ in range(5)))
+    store.shutdown()
+    ends = store.root / "queue_ends"
+    data = json.loads(ends.read_text())
+    data["queues"] = [["T", 0, 0, 3]]  # a lie, but recorded for a different commitlog range
+    data["commitlog"][1] += 1
+    ends.write_text(json.dumps(data))
+    again = new_store()
+    assert again.max_offset("T", 0) == 5 and not again.queues[("T", 0)].restored
