@@ -160,6 +160,14 @@ class SendHandlers:
         if not results:  # nothing was stored, so nothing succeeded (never "SUCCESS at offset -1")
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, EMPTY_BODY_REMARK)
         ok = PutStatus.PUT_OK
+        if len(results) == 1 and results[0].status is ok:  # single sends: no scans of the results
+            r = results[0]
+            return cmd.response(
+                ResponseCode.SUCCESS,
+                ext=SendMessageResponse.build_ext(
+                    queue_id=r.queue_id, queue_offset=r.queue_offset, commit_log_offsets=[r.physical_offset]
+                ),
+            )
         first_fail = next((r for r in results if r.status != ok), None)
         ext = SendMessageResponse.build_ext(
             queue_id=results[0].queue_id if results and results[0].status == ok else queue_id,

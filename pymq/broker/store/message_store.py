@@ -305,6 +305,10 @@ class MessageStore:
         stored before it are undone too and every record gets that status. ``splits``, if
         given, holds :meth:`split` of each batch (None: validate it here).
         """
+        if len(batches) == 1 and self.running and not self.disk_full:
+            # One batch (every single send): the same steps without the multi-batch bookkeeping.
+            topic, queue_id, data = batches[0]
+            return [self._put_one(topic, queue_id, data, splits[0] if splits else None)]
         todo: list[tuple[str, int, bytes]] = [(t, q, d if isinstance(d, bytes) else bytes(d)) for t, q, d in batches]
         refused = self._refusal()
         if refused is not None:
@@ -360,6 +364,43 @@ class MessageStore:
                 self._check_disk()
         self._notify_arrivals(arrived)
         return answers
+
+    def _put_one(
+        self, topic: str, queue_id: int, data: bytes | bytearray | memoryview, split: SplitBatch | None
+    ) -> list[PutResult]:
+        """:meth:`put_batches` of one batch (not atomic: one batch is undone as a whole anyway)."""
+        if not isinstance(data, bytes):
+            data = bytes(data)
+        appender = self.appender
+        with self.lock:
+            if not self.running:
+                return rejected_results(count_records(data), PutStatus.SERVICE_NOT_AVAILABLE, "store is shutting down")
+            now = int(time.time() * 1000)
+            store_ts = now if now > self.last_store_ts else self.last_store_ts
+            try:
+                results = appender.put(topic, queue_id, data, store_ts, split)
+            except StoreError as exc:
+                failed, reason = self._append_failed(exc)
+                results = rejected_results(count_records(data), failed, reason)
+                stored = 0
+            else:
+                stored = appender.stored
+                if stored:
+                    stored_bytes = appender.stored_bytes
+                    self.put_count += stored
+                    self.put_bytes += stored_bytes
+                    self._unchecked_bytes += stored_bytes
+            self.last_store_ts = store_ts
+            mfq = self.commitlog.mfq
+            if (
+                self._unchecked_bytes >= DISK_CHECK_BYTES
+                or len(mfq.files) != self._checked_files
+                or mfq.next_file is not self._checked_next
+            ):
+                self._check_disk()
+        if stored and self._arrival_listeners:
+            self._notify_arrivals({(topic, queue_id)})
+        return results
 
     def _check_disk(self) -> None:
         """Refuse writes as soon as the disk is above ``disk_full_ratio`` (under the store lock).
@@ -418,12 +459,15 @@ class MessageStore:
         return end
 
     def _notify_arrivals(self, arrived: set[tuple[str, int]]) -> None:
-        if arrived and self._arrival_listeners:
+        listeners = self._arrival_listeners
+        if arrived and listeners:
+            queues = self.queues
             for key in arrived:
-                cq = self.queues.get(key)
-                if cq is not None and cq.max_offset:
-                    for listener in self._arrival_listeners:
-                        listener(key[0], key[1], cq.max_offset)
+                cq = queues.get(key)
+                end = cq.max_offset if cq is not None else 0
+                if end:
+                    for listener in listeners:
+                        listener(key[0], key[1], end)
 
     def _refusal(self) -> str | None:
         """Why writes are refused right now, or None."""
