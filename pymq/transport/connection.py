@@ -72,6 +72,10 @@ class Connection(asyncio.Protocol):
         #: handlers of this connection's requests that have not answered yet (set by the dispatcher)
         self.inflight = 0
         self._close_callbacks: list[Callable[[Connection], None]] = []
+        #: signs each request this end sends (client credentials); None: unsigned
+        self.signer: Callable[[Command], None] | None = None
+        #: whether the peer ever sent a byte (a silent close hints at a TLS/plaintext mismatch)
+        self._got_data = False
         self._loop = asyncio.get_running_loop()
 
     # --- asyncio.Protocol ------------------------------------------------------------------------
@@ -91,6 +95,7 @@ class Connection(asyncio.Protocol):
         self.flow = FlowControl(transport, pause_reading_when_blocked=self.server_side)  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
+        self._got_data = True
         try:
             commands = self.decoder.feed(data)
         except ProtocolError as exc:
@@ -170,9 +175,13 @@ class Connection(asyncio.Protocol):
         self.release_partial()
         self._backlog.clear()
         pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(ConnectionClosedError(f"connection to {self.remote_addr} closed"))
+        if pending:
+            why = f"connection to {self.remote_addr} closed"
+            if not self._got_data and not self.server_side:
+                why += " before any answer (a TLS port reached without TLS, or refused credentials or certificate?)"
+            for fut in pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionClosedError(why))
         if self.flow is not None:
             self.flow.connection_lost()
         if not self.closed.done():
@@ -226,6 +235,8 @@ class Connection(asyncio.Protocol):
         cmd.opaque = opaque
         cmd.flags &= ~FLAG_ONEWAY
         fut: asyncio.Future[Command] = self._loop.create_future()
+        if self.signer is not None:
+            self.signer(cmd)  # once, over the final code, opaque, fields and body
         self._pending[opaque] = fut
         timer = self._loop.call_later(timeout, self._expire, opaque, timeout)
         try:
@@ -244,6 +255,8 @@ class Connection(asyncio.Protocol):
         await self._writable()
         cmd.opaque = next(_opaques)
         cmd.flags |= FLAG_ONEWAY
+        if self.signer is not None:
+            self.signer(cmd)
         self.write_command(cmd)
 
     def push_oneway(self, cmd: Command) -> None:
