@@ -176,9 +176,7 @@ class Connection(asyncio.Protocol):
         self._backlog.clear()
         pending, self._pending = self._pending, {}
         if pending:
-            why = f"connection to {self.remote_addr} closed"
-            if not self._got_data and not self.server_side:
-                why += " before any answer (a TLS port reached without TLS, or refused credentials or certificate?)"
+            why = f"connection to {self.remote_addr} closed" + self._silent_close_hint()
             for fut in pending.values():
                 if not fut.done():
                     fut.set_exception(ConnectionClosedError(why))
@@ -191,6 +189,12 @@ class Connection(asyncio.Protocol):
                 cb(self)
             except Exception:
                 log.exception("close_callback_failed", peer=self.remote_addr)
+
+    def _silent_close_hint(self) -> str:
+        """Why a client's connection may have closed before the peer said a word."""
+        if self._got_data or self.server_side:
+            return ""
+        return " before any answer (a TLS port reached without TLS, or refused credentials or certificate?)"
 
     def pause_writing(self) -> None:
         if self.flow is not None:
@@ -226,7 +230,7 @@ class Connection(asyncio.Protocol):
             await flow.drain()
             if self.is_open:
                 return
-        raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
+        raise ConnectionClosedError(f"connection to {self.remote_addr} is closed{self._silent_close_hint()}")
 
     async def request(self, cmd: Command, timeout: float) -> Command:
         """Send a request and wait for its response."""
