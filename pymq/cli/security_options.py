@@ -76,3 +76,28 @@ def security_options(store: dict[str, Any] | None = None) -> Callable[[Callable[
 def security_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     """Pop the security options out of a command's keyword arguments (None values left out)."""
     return {k: v for k in SECURITY_PARAMS if (v := options.pop(k, None)) is not None}
+
+
+def daemon_security_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--acl-file (turns ACL on) and --tls-cert-file/--tls-key-file (turn TLS on) for the daemons;
+    everything else is in the [acl] and [tls] tables of the config file (or PYMQ_ACL__*/PYMQ_TLS__*)."""
+    f = click.option("--tls-key-file", default=None, help="Key of --tls-cert-file.")(f)
+    f = click.option(
+        "--tls-cert-file", default=None, help="Serve TLS with this certificate ([tls] in the config file for the rest)."
+    )(f)
+    f = click.option("--acl-file", default=None, help="Enforce this ACL file (TOML; re-read when it changes).")(f)
+    return f
+
+
+def daemon_security_overrides(flags: dict[str, Any]) -> dict[str, Any]:
+    """Pop the daemon security flags out of ``flags`` as config overrides ({"acl": ..., "tls": ...})."""
+    out: dict[str, Any] = {}
+    acl_file = flags.pop("acl_file", None)
+    cert, key = flags.pop("tls_cert_file", None), flags.pop("tls_key_file", None)
+    if acl_file:
+        out["acl"] = {"enable": True, "file": acl_file}
+    if cert:
+        out["tls"] = {"enable": True, "cert_file": cert, **({"key_file": key} if key else {})}
+    elif key:
+        raise click.BadParameter("--tls-key-file needs --tls-cert-file", param_hint="--tls-key-file")
+    return out

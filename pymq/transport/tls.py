@@ -31,7 +31,8 @@ def _load_chain(ctx: ssl.SSLContext, cert_file: str | Path, key_file: str | Path
     try:
         ctx.load_cert_chain(str(cert_file), str(key_file) if key_file else None)
     except FileNotFoundError as exc:
-        raise ConfigError(f"{what} certificate or key file not found: {exc.filename}") from exc
+        files = f"{cert_file}" + (f" / {key_file}" if key_file else "")
+        raise ConfigError(f"{what} certificate or key file not found: {files}") from exc
     except (ssl.SSLError, OSError) as exc:
         raise ConfigError(f"cannot use {what} certificate {cert_file}: {exc}") from exc
 
