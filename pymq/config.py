@@ -112,6 +112,8 @@ class TlsSettings(_Model):
     client_key_file: Path | None = None
     #: check that the peer's certificate names the host or IP connected to
     check_hostname: bool = True
+    #: the metrics endpoint serves HTTPS with the listener's certificate (and client-certificate rule)
+    metrics: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> TlsSettings:
@@ -119,6 +121,8 @@ class TlsSettings(_Model):
             raise ValueError("tls.enable needs tls.cert_file (and tls.key_file unless the cert file holds the key)")
         if self.verify_client and self.ca_file is None:
             raise ValueError("tls.verify_client needs tls.ca_file")
+        if self.metrics and not self.enable:
+            raise ValueError("tls.metrics needs tls.enable (the metrics endpoint uses the listener's certificate)")
         return self
 
 

@@ -3,6 +3,7 @@ clean failures: plaintext to a TLS port, an untrusted CA, no client certificate,
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -181,3 +182,24 @@ async def test_in_process_tls_listener_and_tls_scheme_addresses(tmp_path: Path, 
         async with RpcClient() as rpc:  # the same broker refuses plaintext
             with pytest.raises(ConnectionClosedError):
                 await rpc.invoke(c.brokers[0].address, Command.request(RequestCode.PING), timeout=10)
+
+
+async def test_metrics_endpoint_over_https(tmp_path: Path, certs: Certs) -> None:
+    """[tls] metrics: the metrics endpoint serves HTTPS with the listener's certificate."""
+    import ssl
+    import urllib.request
+
+    from pymq.config import NamesrvConfig
+    from pymq.nameserver.app import NamesrvApp
+
+    tls = {"enable": True, "metrics": True, "cert_file": certs.server_cert, "key_file": certs.server_key}
+    async with NamesrvApp(NamesrvConfig(host="127.0.0.1", port=0, metrics_port=0, tls=tls)) as ns:
+        url = ns.metrics.url
+        assert url.startswith("https://")
+        ctx = ssl.create_default_context(cafile=str(certs.ca))
+
+        def get() -> bytes:
+            with urllib.request.urlopen(url, context=ctx, timeout=10) as r:
+                return bytes(r.read())
+
+        assert b"pymq_" in await asyncio.to_thread(get)
