@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from pymq.errors import ConfigError
@@ -64,6 +64,68 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, use_enum_values=False)
 
 
+# --- security (issue 20): ACL and TLS settings shared by both daemons ------------------------------
+
+
+class AclSettings(_Model):
+    """``[acl]``: RocketMQ-style access control (see docs/security.md)."""
+
+    #: check every request's signature and permissions (off: no cost at all)
+    enable: bool = False
+    #: the ACL file (TOML: accounts, permissions, white addresses); re-read when it changes
+    file: Path | None = None
+    #: a request's timestamp may differ from this daemon's clock by at most this much
+    replay_window_seconds: float = Field(60.0, gt=0)
+    #: signatures remembered to refuse replays (bounds memory; see security.signing.ReplayGuard)
+    replay_cache_entries: int = Field(1_000_000, ge=2)
+    #: how often the file's modification time is checked
+    reload_interval_seconds: float = Field(5.0, gt=0)
+    #: credentials this daemon signs its own requests with (broker -> nameserver registration,
+    #: slave -> master replication)
+    access_key: str | None = None
+    secret_key: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> AclSettings:
+        if self.enable and self.file is None:
+            raise ValueError("acl.enable needs acl.file (the ACL file)")
+        if (self.access_key is None) != (self.secret_key is None):
+            raise ValueError("acl.access_key and acl.secret_key go together")
+        return self
+
+
+class TlsSettings(_Model):
+    """``[tls]``: TLS on this daemon's listener, and for its own outgoing connections."""
+
+    #: serve TLS only on the listening port (plaintext clients are refused)
+    enable: bool = False
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    #: CA that signs client certificates (listener) and that verifies peers this daemon calls
+    ca_file: Path | None = None
+    #: require a client certificate signed by ca_file
+    verify_client: bool = False
+    #: connect to nameservers / the master over TLS (also implied by tls:// addresses)
+    client: bool = False
+    #: a certificate this daemon presents when it connects out (mutual TLS)
+    client_cert_file: Path | None = None
+    client_key_file: Path | None = None
+    #: check that the peer's certificate names the host or IP connected to
+    check_hostname: bool = True
+    #: the metrics endpoint serves HTTPS with the listener's certificate (and client-certificate rule)
+    metrics: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> TlsSettings:
+        if self.enable and self.cert_file is None:
+            raise ValueError("tls.enable needs tls.cert_file (and tls.key_file unless the cert file holds the key)")
+        if self.verify_client and self.ca_file is None:
+            raise ValueError("tls.verify_client needs tls.ca_file")
+        if self.metrics and not self.enable:
+            raise ValueError("tls.metrics needs tls.enable (the metrics endpoint uses the listener's certificate)")
+        return self
+
+
 class NamesrvConfig(_Model):
     """``pymq-namesrv`` settings."""
 
@@ -80,6 +142,9 @@ class NamesrvConfig(_Model):
     frame_read_timeout_seconds: float = Field(60.0, ge=0)
     #: bytes all connections may hold in unfinished frames; past it, large new frames are refused (0: no cap)
     max_partial_frame_bytes: int = Field(128 * 1024 * 1024, ge=0)
+    #: access control and TLS (issue 20; see docs/security.md)
+    acl: AclSettings = Field(default_factory=AclSettings)
+    tls: TlsSettings = Field(default_factory=TlsSettings)
 
 
 class StoreConfig(_Model):
@@ -177,6 +242,9 @@ class BrokerConfig(_Model):
     frame_read_timeout_seconds: float = Field(60.0, ge=0)
     #: bytes all connections may hold in unfinished frames; past it, large new frames are refused (0: no cap)
     max_partial_frame_bytes: int = Field(128 * 1024 * 1024, ge=0)
+    #: access control and TLS (issue 20; see docs/security.md)
+    acl: AclSettings = Field(default_factory=AclSettings)
+    tls: TlsSettings = Field(default_factory=TlsSettings)
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")

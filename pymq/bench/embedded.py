@@ -14,10 +14,22 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+#: the account an ``--acl`` embedded cluster has (admin, every topic and group)
+BENCH_ACCESS_KEY = "pymq-bench"
+BENCH_SECRET_KEY = "pymq-bench-secret"
+_BENCH_ACL = f"""
+[[accounts]]
+access_key = "{BENCH_ACCESS_KEY}"
+secret_key = "{BENCH_SECRET_KEY}"
+admin = true
+default_topic_perm = "PUB|SUB"
+default_group_perm = "PUB|SUB"
+"""
 
-def _serve(conn: Connection, store_dir: str, flush: str) -> None:
+
+def _serve(conn: Connection, store_dir: str, flush: str, acl_file: str | None = None) -> None:
     from pymq.broker.app import BrokerApp
-    from pymq.config import SMALL_STORE_SIZES, BrokerConfig, NamesrvConfig, StoreConfig
+    from pymq.config import SMALL_STORE_SIZES, AclSettings, BrokerConfig, NamesrvConfig, StoreConfig
     from pymq.logs import configure_logging
     from pymq.nameserver.app import NamesrvApp
     from pymq.transport.loop import run
@@ -25,15 +37,25 @@ def _serve(conn: Connection, store_dir: str, flush: str) -> None:
     configure_logging("warning")
 
     async def main() -> None:
-        ns = NamesrvApp(NamesrvConfig(host="127.0.0.1", port=0))
+        acl = AclSettings(enable=acl_file is not None, file=acl_file)
+        ns = NamesrvApp(NamesrvConfig(host="127.0.0.1", port=0, acl=acl))
         await ns.start()
+        creds = {"access_key": BENCH_ACCESS_KEY, "secret_key": BENCH_SECRET_KEY} if acl_file else {}
+        broker_acl = AclSettings(enable=acl_file is not None, file=acl_file, **creds)
         store = StoreConfig(
             store_dir=store_dir,
             flush_disk_type=flush,
             **{**SMALL_STORE_SIZES, "commitlog_file_size": 256 << 20},
         )
         broker = BrokerApp(
-            BrokerConfig(host="127.0.0.1", port=0, namesrv_addrs=[ns.address], auto_create_topic=True, store=store)
+            BrokerConfig(
+                host="127.0.0.1",
+                port=0,
+                namesrv_addrs=[ns.address],
+                auto_create_topic=True,
+                store=store,
+                acl=broker_acl,
+            )
         )
         await broker.start()
         stop = asyncio.Event()
@@ -47,8 +69,15 @@ def _serve(conn: Connection, store_dir: str, flush: str) -> None:
 
 
 class EmbeddedCluster:
-    def __init__(self, flush: str = "ASYNC_FLUSH") -> None:
+    """``acl``: nameserver and broker enforce ACL; clients sign with :attr:`client_options`."""
+
+    def __init__(self, flush: str = "ASYNC_FLUSH", *, acl: bool = False) -> None:
         self.flush = flush
+        self.acl = acl
+        #: what clients of this cluster need (credentials when ``acl``)
+        self.client_options: dict[str, Any] = (
+            {"access_key": BENCH_ACCESS_KEY, "secret_key": BENCH_SECRET_KEY} if acl else {}
+        )
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._proc: Any = None
         self.namesrv = ""
@@ -57,8 +86,12 @@ class EmbeddedCluster:
         self._tmp = tempfile.TemporaryDirectory(prefix="pymq-bench-")
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
+        acl_file = None
+        if self.acl:
+            acl_file = str(Path(self._tmp.name) / "acl.toml")
+            Path(acl_file).write_text(_BENCH_ACL)
         self._proc = ctx.Process(
-            target=_serve, args=(child, str(Path(self._tmp.name) / "store"), self.flush), daemon=True
+            target=_serve, args=(child, str(Path(self._tmp.name) / "store"), self.flush, acl_file), daemon=True
         )
         self._proc.start()
         if not parent.poll(60):

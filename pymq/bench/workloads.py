@@ -13,6 +13,7 @@ from pymq.client import ConsumeFromWhere, ConsumeResult, Message, Producer, Push
 from pymq.client.admin import AdminClient
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import read_queues
+from pymq.client.security import Security
 from pymq.errors import PymqError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
@@ -21,6 +22,14 @@ from pymq.transport.client import RpcClient
 
 #: property carrying the send time in ns, for end-to-end latency
 SENT_NS = "bench_sent_ns"
+
+#: credentials and TLS options every client of this run takes (access_key, secret_key, tls ...;
+#: see pymq.client.security); pymq-bench fills it from its options
+CLIENT_OPTIONS: dict[str, Any] = {}
+
+
+def _rpc(namesrv: str) -> RpcClient:
+    return RpcClient(**Security.from_options(CLIENT_OPTIONS).rpc_options(parse_addrs(namesrv)))
 
 
 @dataclass
@@ -40,7 +49,7 @@ class ProducerSpec:
 
 async def topic_max_offsets(namesrv: str, topic: str) -> int:
     """Sum of the max offsets of every queue of a topic (messages ever stored in it)."""
-    async with RpcClient() as rpc:
+    async with _rpc(namesrv) as rpc:
         route = await NamesrvClient(rpc, parse_addrs(namesrv)).route(topic)
         total = 0
         for mq in read_queues(topic, route):
@@ -59,7 +68,7 @@ async def group_backlog(namesrv: str, group: str, topic: str) -> tuple[int, int]
 
     A queue the group never committed counts from the queue's min offset (FIRST_OFFSET).
     """
-    async with AdminClient(namesrv) as admin:
+    async with AdminClient(namesrv, **CLIENT_OPTIONS) as admin:
         rows = (await admin.consumer_progress(group, topic))["queues"]
         backlog = committed = 0
         for row in rows:
@@ -71,7 +80,7 @@ async def group_backlog(namesrv: str, group: str, topic: str) -> tuple[int, int]
 
 async def ensure_topic(namesrv: str, topic: str, queues: int = 8) -> None:
     """Create the topic on every master that lacks it (benchmarks need no manual setup)."""
-    async with RpcClient() as rpc:
+    async with _rpc(namesrv) as rpc:
         ns = NamesrvClient(rpc, parse_addrs(namesrv))
         if await ns.route_or_none(topic) is not None:
             return
@@ -122,7 +131,7 @@ async def run_producers(spec: ProducerSpec, recorders: list[Recorder]) -> None:
 
     async def worker(i: int, rec: Recorder) -> None:
         name = f"bench-{os.getpid()}-{i}"
-        async with Producer(spec.namesrv, f"bench-producer-{i}", instance_name=name) as producer:
+        async with Producer(spec.namesrv, f"bench-producer-{i}", instance_name=name, **CLIENT_OPTIONS) as producer:
             in_flight = asyncio.Semaphore(spec.max_in_flight)
             pending: set[asyncio.Task[Any]] = set()
             while n := take(spec.batch_size):
@@ -191,6 +200,7 @@ async def run_consumer(
         consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
         consume_batch_max_size=batch_size,
         pull_batch_size=min(MAX_PULL_MSG_NUMS, max(32, batch_size)),
+        **CLIENT_OPTIONS,
     )
     consumer.subscribe(topic)
     last = [time.perf_counter()]

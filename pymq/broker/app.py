@@ -51,6 +51,7 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.requests import ConsumerGroupRequest
+from pymq.security.daemon import acl_interceptor, daemon_signer, listener_tls, outgoing_tls
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.limits import limits_from_settings
@@ -97,6 +98,8 @@ class BrokerApp:
             config.idle_timeout_seconds, config.frame_read_timeout_seconds, config.max_partial_frame_bytes
         )
         self.server = RpcServer(self.dispatcher, config.host, config.port, name="broker", limits=limits)
+        #: ACL and TLS are set up in start() (their files must load: a ConfigError there is exit 2)
+        self.acl: Any = None
         self.namesrv_client = RpcClient()
         self.registrar = NamesrvRegistrar(config, self.topics, self.namesrv_client, lambda: self.address)
         self.topics.on_change = self.registrar.trigger
@@ -204,6 +207,7 @@ class BrokerApp:
         port = sock.getsockname()[1]
         self.address = f"{self._advertised_host()}:{port}"
         try:
+            self._setup_security()
             check_store_dir(cfg.store.store_dir)
             self.store = MessageStore(cfg.store, store_host=self.address)
             self.put_path = PutPath(self.store, default_put_hooks(cfg.store.delay_levels_ms))
@@ -235,6 +239,21 @@ class BrokerApp:
             flush=cfg.store.flush_disk_type.value,
             pid=os.getpid(),
         )
+
+    def _setup_security(self) -> None:
+        """ACL interceptor (first in the chain: nothing is answered to an unsigned peer), TLS on
+        the listener, credentials and TLS for the calls to nameservers (issue 20)."""
+        cfg = self.config
+        self.acl = acl_interceptor(cfg.acl, "broker")
+        if self.acl is not None:
+            self.dispatcher.add_interceptor(self.acl)
+            self.dispatcher.move_first(self.acl)
+            self.serving_services.insert(
+                0, PeriodicService("acl-reload", cfg.acl.reload_interval_seconds, self.acl.reload_if_changed)
+            )
+        self.server.ssl = listener_tls(cfg.tls)
+        self.namesrv_client.ssl = outgoing_tls(cfg.tls, cfg.namesrv_addrs)
+        self.namesrv_client.signer = daemon_signer(cfg.acl)
 
     def _close_metrics(self) -> None:
         if self.metrics is not None:

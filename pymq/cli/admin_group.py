@@ -9,12 +9,13 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
 
 from pymq.cli.common import version_option
+from pymq.cli.security_options import security_kwargs, security_options
 from pymq.client.admin import AdminClient
 from pymq.errors import PymqError
 from pymq.logs import configure_logging
@@ -26,6 +27,8 @@ class AdminContext:
     namesrv: str
     as_json: bool
     timeout: float
+    #: access_key, secret_key, tls ... for AdminClient (see cli.security_options)
+    security: dict[str, Any] = field(default_factory=dict)
 
 
 def admin_command(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
@@ -33,7 +36,7 @@ def admin_command(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
 
     def wrapper(ctx: AdminContext, /, **kwargs: Any) -> None:
         async def go() -> None:
-            async with AdminClient(ctx.namesrv, timeout=ctx.timeout) as admin:
+            async with AdminClient(ctx.namesrv, timeout=ctx.timeout, **ctx.security) as admin:
                 await fn(admin, ctx, **kwargs)
 
         try:
@@ -57,8 +60,9 @@ def admin_command(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--timeout", default=5.0, show_default=True, help="Seconds per request.")
+@security_options()
 @click.pass_context
-def main(ctx: click.Context, namesrv: str, as_json: bool, timeout: float) -> None:
+def main(ctx: click.Context, /, namesrv: str, as_json: bool, timeout: float, **security: Any) -> None:
     """Administer a pymq cluster.
 
     \b
@@ -67,4 +71,4 @@ def main(ctx: click.Context, namesrv: str, as_json: bool, timeout: float) -> Non
       pymq-admin --json topic-route --topic orders
     """
     configure_logging("error")
-    ctx.obj = AdminContext(namesrv, as_json, timeout)
+    ctx.obj = AdminContext(namesrv, as_json, timeout, security_kwargs(security))

@@ -377,7 +377,7 @@ async def send(
     """
     from pymq.client import Message, Producer
 
-    async with Producer(admin.ns.addrs, "PYMQ_ADMIN_PRODUCER", instance_name="pymq-admin") as producer:
+    async with Producer(admin.ns.addrs, "PYMQ_ADMIN_PRODUCER", instance_name="pymq-admin", **ctx.security) as producer:
         r = await producer.send(Message(topic, body.encode(), tags=tags, keys=keys, delay_level=delay_level))
     data = {
         "status": r.status.value,
@@ -431,6 +431,7 @@ async def consume(
         instance_name="pymq-admin",
         poll_batch_size=min(count, 32),
         auto_commit=False,
+        **ctx.security,
     )
     consumer.subscribe(topic, tags)
     got: list[MessageExt] = []

@@ -20,6 +20,7 @@ from pymq.bench.embedded import EmbeddedCluster
 from pymq.bench.progress import live
 from pymq.bench.stats import Recorder
 from pymq.bench.workloads import (
+    CLIENT_OPTIONS,
     ProducerSpec,
     ensure_topic,
     group_backlog,
@@ -28,6 +29,7 @@ from pymq.bench.workloads import (
     topic_max_offsets,
 )
 from pymq.cli.common import fail, version_option
+from pymq.cli.security_options import security_options
 from pymq.errors import PymqError
 from pymq.logs import configure_logging
 from pymq.transport.loop import run
@@ -45,12 +47,19 @@ COLUMNS = [
 ]
 
 
+#: --acl given (read by cluster_addr; click stores it here, as the security options go to CLIENT_OPTIONS)
+_ACL: dict[str, bool] = {}
+
+
 @contextlib.contextmanager
 def cluster_addr(namesrv: str | None, embedded: bool, flush: str = "ASYNC_FLUSH") -> Iterator[str]:
     if embedded:
-        with EmbeddedCluster(flush) as cluster:
+        with EmbeddedCluster(flush, acl=_ACL.get("acl", False)) as cluster:
+            CLIENT_OPTIONS.update(cluster.client_options)
             yield cluster.namesrv
     else:
+        if _ACL.get("acl") and not (CLIENT_OPTIONS.get("access_key") or os.environ.get("PYMQ_ACCESS_KEY")):
+            raise PymqError("--acl against a running cluster needs --access-key/--secret-key (or PYMQ_ACCESS_KEY)")
         yield namesrv or os.environ.get("PYMQ_NAMESRV", "127.0.0.1:9876")
 
 
@@ -82,6 +91,14 @@ def common(f: Any) -> Any:
     f = click.option("--body-size", default=1024, show_default=True, help="Bytes per message.")(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")(f)
     f = click.option("--quiet", is_flag=True, help="No live progress.")(f)
+    f = click.option(
+        "--acl",
+        is_flag=True,
+        expose_value=False,
+        callback=lambda _c, _p, v: _ACL.__setitem__("acl", v),
+        help="Signed requests: with --embedded the throwaway cluster enforces ACL (measures its cost).",
+    )(f)
+    f = security_options(CLIENT_OPTIONS)(f)
     return f
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from pymq.cli.common import log_options, serve, version_option
+from pymq.cli.security_options import daemon_security_options, daemon_security_overrides
 from pymq.config import SMALL_STORE_SIZES, BrokerConfig
 
 
@@ -44,6 +45,7 @@ from pymq.config import SMALL_STORE_SIZES, BrokerConfig
     default=None,
     help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; needs pymq-rocket[metrics]).",
 )
+@daemon_security_options
 @click.option("--port-file", type=click.Path(dir_okay=False), help="Write host:port here once serving.")
 @log_options
 def main(
@@ -64,7 +66,8 @@ def main(
       pymq-broker --namesrv 127.0.0.1:9876 --store-dir ./store
       pymq-broker --config deploy/config/broker-a.toml --store-dir ./store-a --flush SYNC_FLUSH
     """
-    overrides: dict[str, Any] = {**flags, "log_level": log_level}
+    security = daemon_security_overrides(flags)
+    overrides: dict[str, Any] = {**flags, **security, "log_level": log_level}
     if namesrv:
         overrides["namesrv_addrs"] = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
     store: dict[str, Any] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from pymq.cli.common import log_options, serve, version_option
+from pymq.cli.security_options import daemon_security_options, daemon_security_overrides
 from pymq.config import NamesrvConfig
 from pymq.nameserver.app import NamesrvApp
 
@@ -34,6 +35,7 @@ from pymq.nameserver.app import NamesrvApp
     default=None,
     help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; needs pymq-rocket[metrics]).",
 )
+@daemon_security_options
 @click.option("--port-file", type=click.Path(dir_okay=False), help="Write host:port here once serving.")
 @log_options
 def main(
@@ -46,7 +48,9 @@ def main(
       pymq-namesrv --port 9876
       PYMQ_PORT=9878 pymq-namesrv --config deploy/config/namesrv-1.toml --metrics-port 0
     """
-    serve(NamesrvConfig, config_path, {**flags, "log_level": log_level}, log_format, port_file, NamesrvApp)
+    security = daemon_security_overrides(flags)  # popped from flags first
+    overrides = {**flags, **security, "log_level": log_level}
+    serve(NamesrvConfig, config_path, overrides, log_format, port_file, NamesrvApp)
 
 
 if __name__ == "__main__":

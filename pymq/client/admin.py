@@ -16,6 +16,7 @@ from typing import Any, cast
 from pymq.client import broker_api
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import read_queues
+from pymq.client.security import Security
 from pymq.errors import ClientError, NoRouteError, PymqError, QueryNotFoundError, TopicNotExistError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
@@ -30,9 +31,11 @@ ADMIN_GROUP = "PYMQ_ADMIN"
 
 
 class AdminClient:
-    def __init__(self, namesrv: str | list[str], *, timeout: float = 5.0) -> None:
-        self.rpc = RpcClient(connect_timeout=timeout)
-        self.ns = NamesrvClient(self.rpc, parse_addrs(namesrv), timeout)
+    def __init__(self, namesrv: str | list[str], *, timeout: float = 5.0, **security: Any) -> None:
+        """``security``: access_key, secret_key, tls, tls_ca_file ... (see pymq.client.security)."""
+        addrs = parse_addrs(namesrv)
+        self.rpc = RpcClient(connect_timeout=timeout, **Security.from_options(security).rpc_options(addrs))
+        self.ns = NamesrvClient(self.rpc, addrs, timeout)
         self.timeout = timeout
 
     async def close(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from pymq.client.security import Security
 from pymq.errors import ConfigError
 
 
@@ -22,6 +23,15 @@ class ClientConfig:
     persist_offset_interval_seconds: float = 5.0
     rebalance_interval_seconds: float = 20.0
     rpc_timeout_seconds: float = 3.0
+    #: credentials that sign every request (ACL); default: PYMQ_ACCESS_KEY / PYMQ_SECRET_KEY
+    access_key: str | None = None
+    secret_key: str | None = None
+    #: TLS to nameservers and brokers (implied by a tls:// nameserver address)
+    tls: bool = False
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_check_hostname: bool = True
 
     def __post_init__(self) -> None:
         if not self.namesrv_addrs:
@@ -32,6 +42,18 @@ class ClientConfig:
                 isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
             ):
                 raise ConfigError(f"client option {f.name} must be a number greater than 0, got {value!r}")
+
+    def security(self) -> Security:
+        """Credentials and TLS options (see :mod:`pymq.client.security`)."""
+        return Security(
+            self.access_key,
+            self.secret_key,
+            self.tls,
+            self.tls_ca_file,
+            self.tls_cert_file,
+            self.tls_key_file,
+            self.tls_check_hostname,
+        )
 
     @classmethod
     def from_options(cls, namesrv_addrs: list[str], options: dict[str, Any]) -> ClientConfig:

@@ -76,7 +76,7 @@ class ClientInstance:
             },
             name="client",
         )
-        self.rpc = RpcClient(self.dispatcher)
+        self.rpc = RpcClient(self.dispatcher, **config.security().rpc_options(config.namesrv_addrs))
         self.namesrv = NamesrvClient(self.rpc, config.namesrv_addrs, config.rpc_timeout_seconds)
         #: the one route cache of this client id: producers and consumers ask it for queues
         self.routes = RouteCache(self.namesrv.route_or_none)

@@ -16,6 +16,7 @@ from typing import Any
 from pymq.client import broker_api
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import read_queues
+from pymq.client.security import Security
 from pymq.errors import (
     ClientError,
     PymqError,
@@ -50,11 +51,14 @@ class OffsetsLostError(PymqError):
 
 
 class QueueReader:
-    def __init__(self, namesrv: str | list[str], *, timeout: float = 10.0) -> None:
+    def __init__(self, namesrv: str | list[str], *, timeout: float = 10.0, **security: Any) -> None:
+        """``security``: access_key, secret_key, tls, tls_ca_file ... (see pymq.client.security)."""
+        addrs = parse_addrs(namesrv)
+        options = Security.from_options(security).rpc_options(addrs)
         self._loop = new_event_loop()
         self.timeout = timeout
-        self._rpc = RpcClient(connect_timeout=timeout)
-        self._ns = NamesrvClient(self._rpc, parse_addrs(namesrv), timeout)
+        self._rpc = RpcClient(connect_timeout=timeout, **options)
+        self._ns = NamesrvClient(self._rpc, addrs, timeout)
         self._routes: dict[str, TopicRouteData] = {}
 
     def _run(self, coro: Any) -> Any:

@@ -46,7 +46,13 @@ def _serve(app: Any, registry: Any, collector: Any, port: int, name: str) -> Met
 
     registry.register(collector)
     requests = RequestMetrics(registry)
-    server = MetricsServer(registry, app.config.host, port, name=name)
+    tls = getattr(app.config, "tls", None)
+    ctx = None
+    if tls is not None and tls.enable and tls.metrics:
+        from pymq.security.daemon import listener_tls
+
+        ctx = listener_tls(tls)
+    server = MetricsServer(registry, app.config.host, port, name=name, ssl=ctx)
     server.attach_interceptor(app.dispatcher, requests)
     return server
 

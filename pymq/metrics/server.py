@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gzip
 import socket
+import ssl as ssl_module
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,12 +44,16 @@ def _listen(host: str, port: int) -> socket.socket:
 class MetricsServer:
     """The handle the daemons keep: ``.port`` is the bound port, ``.close()`` stops serving."""
 
-    def __init__(self, registry: Any, host: str, port: int, *, name: str = "metrics") -> None:
+    def __init__(
+        self, registry: Any, host: str, port: int, *, name: str = "metrics", ssl: ssl_module.SSLContext | None = None
+    ) -> None:
         from prometheus_client.exposition import choose_encoder
 
         self.registry = registry
         self.host = host
         self.name = name
+        #: HTTPS when set (``[tls] metrics``)
+        self.ssl = ssl
         self._choose_encoder = choose_encoder
         self._sock = _listen(host, port)
         self.port: int = self._sock.getsockname()[1]
@@ -62,7 +67,8 @@ class MetricsServer:
     @property
     def url(self) -> str:
         host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/metrics"
+        scheme = "https" if self.ssl is not None else "http"
+        return f"{scheme}://{f'[{host}]' if ':' in host else host}:{self.port}/metrics"
 
     def attach_interceptor(self, dispatcher: Any, interceptor: Any) -> None:
         """Add ``interceptor`` (request metrics) to the dispatcher until :meth:`close`."""
@@ -70,7 +76,7 @@ class MetricsServer:
         self._dispatcher, self._interceptor = dispatcher, interceptor
 
     async def _start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, sock=self._sock)
+        self._server = await asyncio.start_server(self._handle, sock=self._sock, ssl=self.ssl)
 
     def close(self) -> None:
         """Stop listening and drop open scrape connections (synchronous; safe to call twice)."""

@@ -11,8 +11,10 @@ from pymq.errors import ConfigError
 from pymq.logs import get_logger
 from pymq.nameserver.handlers import NamesrvHandlers
 from pymq.nameserver.registry import RouteRegistry
+from pymq.security.daemon import acl_interceptor, listener_tls
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.limits import limits_from_settings
+from pymq.transport.periodic import every
 from pymq.transport.server import RpcServer
 
 log = get_logger("namesrv")
@@ -31,6 +33,9 @@ class NamesrvApp:
         )
         self.server = RpcServer(self.dispatcher, config.host, config.port, name="namesrv", limits=limits)
         self._scan_task: asyncio.Task[None] | None = None
+        #: ACL interceptor and its reload task (set up in start(); issue 20)
+        self.acl: Any = None
+        self._acl_reload: asyncio.Task[None] | None = None
         self.metrics: Any = None
 
     @property
@@ -44,6 +49,10 @@ class NamesrvApp:
 
             self.metrics = start_namesrv_metrics(self, self.config.metrics_port)
         try:
+            self.acl = acl_interceptor(self.config.acl, "namesrv")
+            if self.acl is not None:
+                self.dispatcher.add_interceptor(self.acl)
+            self.server.ssl = listener_tls(self.config.tls)
             await self.server.start()
         except BaseException as exc:
             if self.metrics is not None:
@@ -54,6 +63,11 @@ class NamesrvApp:
                 raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
             raise
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-expiry-scan")
+        if self.acl is not None:
+            self._acl_reload = asyncio.create_task(
+                every(self.config.acl.reload_interval_seconds, self.acl.reload_if_changed, name="acl-reload"),
+                name="namesrv-acl-reload",
+            )
         log.info("namesrv_started", address=self.address)
 
     async def _scan_loop(self) -> None:
@@ -63,10 +77,11 @@ class NamesrvApp:
                 log.warning("broker_expired", addr=addr, expiry_seconds=self.config.broker_expiry_seconds)
 
     async def close(self) -> None:
-        if self._scan_task is not None:
-            self._scan_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scan_task
+        for task in (self._scan_task, self._acl_reload):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.server.close()
         if self.metrics is not None:
             self.metrics.close()

@@ -101,6 +101,38 @@ def _queue_json(raw: str, name: str) -> dict[str, Any]:
     return checked
 
 
+#: credentials and TLS (issue 20): Spark option (lower-cased) -> client keyword (pymq.client.security)
+SECURITY_OPTIONS = {
+    "accesskey": "access_key",
+    "secretkey": "secret_key",
+    "tls": "tls",
+    "tlscafile": "tls_ca_file",
+    "tlscertfile": "tls_cert_file",
+    "tlskeyfile": "tls_key_file",
+    "tlscheckhostname": "tls_check_hostname",
+}
+_SECURITY_NAMES = "accessKey, secretKey, tls, tlsCaFile, tlsCertFile, tlsKeyFile, tlsCheckHostname"
+#: client keyword options, as a hashable tuple of pairs (partitions carry it to the executors)
+ClientSecurity = tuple[tuple[str, Any], ...]
+
+
+def parse_security(options: Mapping[str, str]) -> ClientSecurity:
+    """The client keyword options for credentials and TLS (absent: the PYMQ_ACCESS_KEY/PYMQ_SECRET_KEY
+    environment of each executor applies)."""
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        name = SECURITY_OPTIONS.get(key.lower())
+        if name is None:
+            continue
+        if name in ("tls", "tls_check_hostname"):
+            out[name] = _bool(options, key, name == "tls_check_hostname")
+        else:
+            out[name] = str(value)
+    if ("access_key" in out) != ("secret_key" in out):
+        raise OptionError("give both accessKey and secretKey")
+    return tuple(sorted(out.items()))
+
+
 #: every option the source understands (lower-cased: Spark hands option names over lower-cased)
 SOURCE_OPTIONS = {
     "namesrv", "topic", "subscribe", "subscribepattern",
@@ -108,12 +140,13 @@ SOURCE_OPTIONS = {
     "endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp",
     "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
     "failondataloss", "consumergroup", "groupidprefix", "tags", "polltimeoutms", "maxrecordsperpartition",
+    *SECURITY_OPTIONS,
 }  # fmt: skip
 _SOURCE_NAMES = (
     "namesrv, topic (or subscribe), subscribePattern, startingOffsets, startingTimestamp, "
     "startingOffsetsByTimestamp, endingOffsets, endingTimestamp, endingOffsetsByTimestamp, maxOffsetsPerTrigger, "
     "minOffsetsPerTrigger, maxTriggerDelay, failOnDataLoss, consumerGroup, groupIdPrefix, tags, pollTimeoutMs, "
-    "maxRecordsPerPartition"
+    "maxRecordsPerPartition, " + _SECURITY_NAMES
 )
 #: options with a pymq-specific reason to refuse them
 _REFUSED = {
@@ -160,6 +193,7 @@ class SourceOptions:
     ending_timestamp: int | None = None
     ending_by_timestamp: dict[str, Any] | None = None
     group_id_prefix: str | None = None
+    security: ClientSecurity = ()
 
 
 def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -223,6 +257,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         ending_timestamp=_int(options, "endingTimestamp", 0),
         ending_by_timestamp=_queue_json(end_by_ts, "endingOffsetsByTimestamp") if end_by_ts else None,
         group_id_prefix=prefix,
+        security=parse_security(options),
     )
 
 
@@ -232,11 +267,12 @@ class SinkOptions:
     topic: str | None
     batch_size: int
     producer_group: str
+    security: ClientSecurity = ()
 
 
 #: sink options; checkpointLocation (and path) are Spark's own and reach the sink too
-SINK_OPTIONS = {"namesrv", "topic", "batchsize", "producergroup", "checkpointlocation"}
-_SINK_NAMES = "namesrv, topic, batchSize, producerGroup"
+SINK_OPTIONS = {"namesrv", "topic", "batchsize", "producergroup", "checkpointlocation", *SECURITY_OPTIONS}
+_SINK_NAMES = "namesrv, topic, batchSize, producerGroup, " + _SECURITY_NAMES
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -249,4 +285,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         topic=_get(options, "topic"),
         batch_size=_int(options, "batchSize") or 64,
         producer_group=_get(options, "producerGroup") or "PYMQ_SPARK_SINK",
+        security=parse_security(options),
     )

@@ -84,7 +84,7 @@ async def _write_rows(opts: SinkOptions, names: set[str], rows: Iterator[Any]) -
     selector = SelectByHash()
     sent = 0
     name = f"spark-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    async with Producer(opts.namesrv, opts.producer_group, instance_name=name) as producer:
+    async with Producer(opts.namesrv, opts.producer_group, instance_name=name, **dict(opts.security)) as producer:
         while True:
             chunk = [r for _, r in zip(range(CHUNK_ROWS), rows, strict=False)]
             if not chunk:

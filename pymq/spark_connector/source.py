@@ -57,12 +57,14 @@ class QueueRange(InputPartition):
     tags: str
     fail_on_data_loss: bool
     timeout: float
+    #: credentials and TLS for the executor's reader
+    security: tuple[tuple[str, Any], ...] = ()
 
 
 def read_partition(part: QueueRange) -> Iterator[Any]:
     """Executor side: pull the range and yield RecordBatches (filtered by tag)."""
     wanted = parse_tags(part.tags)
-    with QueueReader(part.namesrv, timeout=part.timeout) as reader:
+    with QueueReader(part.namesrv, timeout=part.timeout, **dict(part.security)) as reader:
         pending: list[bytes] = []
         chunks = reader.read_range(
             (part.topic, part.broker, part.queue_id), part.start, part.end, tags=part.tags,
@@ -87,7 +89,16 @@ def split_ranges(opts: SourceOptions, start: Table, end: Table) -> list[QueueRan
             topic, broker, qid = key
             parts.append(
                 QueueRange(
-                    opts.namesrv, topic, broker, qid, lo, nxt, opts.tags, opts.fail_on_data_loss, opts.poll_timeout
+                    opts.namesrv,
+                    topic,
+                    broker,
+                    qid,
+                    lo,
+                    nxt,
+                    opts.tags,
+                    opts.fail_on_data_loss,
+                    opts.poll_timeout,
+                    opts.security,
                 )
             )
             lo = nxt
@@ -126,7 +137,7 @@ class _Planner:
     @property
     def reader(self) -> QueueReader:
         if self._reader is None:
-            self._reader = QueueReader(self.opts.namesrv, timeout=self.opts.poll_timeout)
+            self._reader = QueueReader(self.opts.namesrv, timeout=self.opts.poll_timeout, **dict(self.opts.security))
         return self._reader
 
     def close(self) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import ssl as _ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pymq.errors import ClosedError, ConnectError, ConnectionClosedError, error_for_response
@@ -14,12 +16,13 @@ from pymq.protocol.command import Command
 from pymq.transport.codec import DEFAULT_MAX_FRAME_SIZE, Codec, default_codec
 from pymq.transport.connection import Connection
 from pymq.transport.dispatch import Dispatcher
+from pymq.transport.tls import client_context, split_scheme
 
 log = get_logger("transport.client")
 
 
 def split_addr(addr: str) -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
+    host, sep, port = split_scheme(addr)[0].rpartition(":")
     if not sep or not port.isdigit():
         raise ConnectError(f"bad address {addr!r}, expected host:port")
     return host or "127.0.0.1", int(port)
@@ -49,7 +52,10 @@ class Backoff:
 class RpcClient:
     """Sends requests to many peers. Callers share one connection per address.
 
-    ``dispatcher`` handles requests the server pushes over those connections.
+    ``dispatcher`` handles requests the server pushes over those connections. ``ssl``: TLS
+    for every connection; an address written ``tls://host:port`` uses TLS in any case (``ssl``,
+    or a context verifying against the system CAs). ``signer`` signs every request sent
+    (:func:`pymq.security.signing.signer`).
     """
 
     def __init__(
@@ -60,8 +66,12 @@ class RpcClient:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         backoff_max: float = 5.0,
         codec: Codec | None = None,
+        ssl: _ssl.SSLContext | None = None,
+        signer: Callable[[Command], None] | None = None,
     ) -> None:
         self.dispatcher = dispatcher
+        self.ssl = ssl
+        self.signer = signer
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self.codec = codec if codec is not None else default_codec(max_frame_size)
@@ -102,6 +112,7 @@ class RpcClient:
         if wait > 0:
             raise ConnectError(f"cannot connect to {addr}: backing off for {wait:.2f}s after a failure")
         host, port = split_addr(addr)
+        ctx = self._tls_for(addr)
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(
@@ -110,12 +121,18 @@ class RpcClient:
                     host,
                     port,
                     family=socket.AF_INET,
+                    ssl=ctx,
                 ),
                 timeout=self.connect_timeout,
             )
+        except _ssl.SSLError as exc:
+            backoff.failed(time.monotonic())
+            raise ConnectError(f"TLS handshake with {addr} failed: {exc.reason or exc}") from exc
         except (OSError, TimeoutError) as exc:
             backoff.failed(time.monotonic())
-            raise ConnectError(f"cannot connect to {addr}: {exc or type(exc).__name__}") from exc
+            hint = " (is it a plaintext port?)" if ctx is not None and isinstance(exc, ConnectionError) else ""
+            raise ConnectError(f"cannot connect to {addr}: {exc or type(exc).__name__}{hint}") from exc
+        conn.signer = self.signer
         backoff.succeeded()
         self._conns[addr] = conn
         conn.attrs["addr"] = addr
@@ -124,6 +141,14 @@ class RpcClient:
             conn.close()
             raise ClosedError("rpc client is closed")
         return conn
+
+    def _tls_for(self, addr: str) -> _ssl.SSLContext | None:
+        if self.ssl is not None:
+            return self.ssl
+        if split_scheme(addr)[1]:
+            self.ssl = client_context()  # tls:// with no context given: the system CAs
+            return self.ssl
+        return None
 
     def _forget(self, conn: Connection) -> None:
         addr = conn.attrs.get("addr")

@@ -72,6 +72,10 @@ class Connection(asyncio.Protocol):
         #: handlers of this connection's requests that have not answered yet (set by the dispatcher)
         self.inflight = 0
         self._close_callbacks: list[Callable[[Connection], None]] = []
+        #: signs each request this end sends (client credentials); None: unsigned
+        self.signer: Callable[[Command], None] | None = None
+        #: whether the peer ever sent a byte (a silent close hints at a TLS/plaintext mismatch)
+        self._got_data = False
         self._loop = asyncio.get_running_loop()
 
     # --- asyncio.Protocol ------------------------------------------------------------------------
@@ -91,6 +95,7 @@ class Connection(asyncio.Protocol):
         self.flow = FlowControl(transport, pause_reading_when_blocked=self.server_side)  # type: ignore[arg-type]
 
     def data_received(self, data: bytes) -> None:
+        self._got_data = True
         try:
             commands = self.decoder.feed(data)
         except ProtocolError as exc:
@@ -170,9 +175,11 @@ class Connection(asyncio.Protocol):
         self.release_partial()
         self._backlog.clear()
         pending, self._pending = self._pending, {}
-        for fut in pending.values():
-            if not fut.done():
-                fut.set_exception(ConnectionClosedError(f"connection to {self.remote_addr} closed"))
+        if pending:
+            why = f"connection to {self.remote_addr} closed" + self._silent_close_hint()
+            for fut in pending.values():
+                if not fut.done():
+                    fut.set_exception(ConnectionClosedError(why))
         if self.flow is not None:
             self.flow.connection_lost()
         if not self.closed.done():
@@ -182,6 +189,12 @@ class Connection(asyncio.Protocol):
                 cb(self)
             except Exception:
                 log.exception("close_callback_failed", peer=self.remote_addr)
+
+    def _silent_close_hint(self) -> str:
+        """Why a client's connection may have closed before the peer said a word."""
+        if self._got_data or self.server_side:
+            return ""
+        return " before any answer (a TLS port reached without TLS, or refused credentials or certificate?)"
 
     def pause_writing(self) -> None:
         if self.flow is not None:
@@ -217,7 +230,7 @@ class Connection(asyncio.Protocol):
             await flow.drain()
             if self.is_open:
                 return
-        raise ConnectionClosedError(f"connection to {self.remote_addr} is closed")
+        raise ConnectionClosedError(f"connection to {self.remote_addr} is closed{self._silent_close_hint()}")
 
     async def request(self, cmd: Command, timeout: float) -> Command:
         """Send a request and wait for its response."""
@@ -226,6 +239,8 @@ class Connection(asyncio.Protocol):
         cmd.opaque = opaque
         cmd.flags &= ~FLAG_ONEWAY
         fut: asyncio.Future[Command] = self._loop.create_future()
+        if self.signer is not None:
+            self.signer(cmd)  # once, over the final code, opaque, fields and body
         self._pending[opaque] = fut
         timer = self._loop.call_later(timeout, self._expire, opaque, timeout)
         try:
@@ -244,6 +259,8 @@ class Connection(asyncio.Protocol):
         await self._writable()
         cmd.opaque = next(_opaques)
         cmd.flags |= FLAG_ONEWAY
+        if self.signer is not None:
+            self.signer(cmd)
         self.write_command(cmd)
 
     def push_oneway(self, cmd: Command) -> None:

@@ -67,6 +67,13 @@ class Dispatcher:
         self._interceptors.append(interceptor)
         self._rebuild()
 
+    def move_first(self, interceptor: Interceptor) -> None:
+        """Run ``interceptor`` before the others (an access check before a role gate)."""
+        if interceptor in self._interceptors:
+            self._interceptors.remove(interceptor)
+            self._interceptors.insert(0, interceptor)
+            self._rebuild()
+
     def remove_interceptor(self, interceptor: Interceptor) -> None:
         if interceptor in self._interceptors:
             self._interceptors.remove(interceptor)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl as _ssl
 
 from pymq.logs import get_logger
 from pymq.transport.codec import DEFAULT_MAX_FRAME_SIZE, Codec, default_codec
@@ -28,6 +29,7 @@ class RpcServer:
         codec: Codec | None = None,
         name: str = "rpc",
         limits: ConnectionLimits | None = None,
+        ssl: _ssl.SSLContext | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.host = host
@@ -38,6 +40,8 @@ class RpcServer:
         self.name = name
         #: idle and frame timeouts, partial-frame budget (None: none; see transport.limits)
         self.limits = limits
+        #: TLS for every connection (see transport.tls.server_context); None: plaintext
+        self.ssl = ssl
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -52,7 +56,7 @@ class RpcServer:
         """Start serving; ``sock`` is an already bound socket to serve on (see :func:`bind_socket`)."""
         loop = asyncio.get_running_loop()
         if sock is not None:
-            self._server = await loop.create_server(self._make_connection, sock=sock, backlog=1024)
+            self._server = await loop.create_server(self._make_connection, sock=sock, backlog=1024, ssl=self.ssl)
         else:
             self._server = await loop.create_server(
                 self._make_connection,
@@ -61,13 +65,14 @@ class RpcServer:
                 reuse_address=True,
                 family=socket.AF_INET,
                 backlog=1024,
+                ssl=self.ssl,
             )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         interval = self.limits.sweep_interval if self.limits is not None else None
         if interval is not None:
             self._sweeper = asyncio.create_task(self._sweep(interval), name=f"{self.name}-connection-sweep")
-        log.info("listening", server=self.name, host=self.host, port=self.port)
+        log.info("listening", server=self.name, host=self.host, port=self.port, tls=self.ssl is not None)
 
     async def _sweep(self, interval: float) -> None:
         """Close connections past their idle or frame read timeout (one task, not a timer per connection)."""

@@ -255,3 +255,16 @@ def test_offsets_behind_latest_from_progress() -> None:
         "minOffsetsBehindLatest": 0.0, "maxOffsetsBehindLatest": 20.0, "avgOffsetsBehindLatest": 26 / 3,
     }  # fmt: skip
     assert offsets_behind_latest({"endOffset": None, "latestOffset": None}) == {}
+
+
+def test_security_options_reach_the_clients() -> None:
+    """accessKey/secretKey and the tls options become client keyword options (source and sink)."""
+    src = parse_source_options(
+        {"namesrv": "h:1", "topic": "t", "accesskey": "app", "secretkey": "s3cret", "tls": "true", "tlscafile": "/ca"},
+        streaming=True,
+    )
+    assert dict(src.security) == {"access_key": "app", "secret_key": "s3cret", "tls": True, "tls_ca_file": "/ca"}
+    sink = parse_sink_options({"namesrv": "h:1", "accessKey": "app", "secretKey": "s3cret"})
+    assert dict(sink.security) == {"access_key": "app", "secret_key": "s3cret"}
+    with pytest.raises(OptionError, match="both accessKey and secretKey"):
+        parse_sink_options({"namesrv": "h:1", "accesskey": "app"})

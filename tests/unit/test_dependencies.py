@@ -227,3 +227,28 @@ def test_client_builds_broker_requests_only_in_broker_api() -> None:
         if p.name != "broker_api.py" and "Command.request(" in p.read_text()
     )
     assert users == []
+
+
+def test_signing_and_acl_rules_are_pure() -> None:
+    """Signing, the ACL model and the permission table open no sockets and know no event loop
+    or transport (only the interceptor and the daemon wiring do)."""
+    mods = modules("security")
+    pure = {k: v for k, v in mods.items() if k.rsplit(".", 1)[-1] in {"signing", "acl", "permissions"}}
+    assert len(pure) == 3
+    bad = offenders(
+        pure,
+        lambda i: (
+            i.split(".")[0] in {"asyncio", "uvloop", "socket", "ssl", "selectors"}
+            or i.startswith(("pymq.transport", "pymq.config", "pymq.broker", "pymq.nameserver"))
+        ),
+    )
+    assert bad == []
+
+
+def test_client_security_needs_no_daemon_parts() -> None:
+    """The SDK's credentials/TLS options use signing and transport.tls, never the daemons' config."""
+    bad = offenders(
+        {k: v for k, v in modules("client").items()},
+        lambda i: i.startswith(("pymq.security.daemon", "pymq.security.interceptor", "pymq.config")),
+    )
+    assert bad == []

@@ -204,3 +204,24 @@ def test_only_overridden_hooks_join_the_chains(override: str) -> None:
     d.add_interceptor(Gate() if override == "before" else Log())
     _handler, befores, afters = d._routes[A]
     assert (len(befores), len(afters)) == ((1, 0) if override == "before" else (0, 1))
+
+
+def test_move_first_runs_an_interceptor_before_earlier_ones() -> None:
+    """An access check added after a role gate can be put in front of it."""
+    order: list[str] = []
+
+    class Mark(Interceptor):
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def before(self, request: Command, channel: Channel) -> Command | None:
+            order.append(self.name)
+            return None
+
+    d = Dispatcher({A: ok})
+    role, acl = Mark("role"), Mark("acl")
+    d.add_interceptor(role)
+    d.add_interceptor(acl)
+    d.move_first(acl)
+    d.dispatch(FakeChannel(), request(A))
+    assert order == ["acl", "role"] and d.interceptors == (acl, role)

@@ -1,0 +1,195 @@
+"""What each request code needs: admin, or a permission on the topics and groups it names.
+
+One table, built from the typed headers' wire names (``protocol/requests.py``), so the
+field the ACL reads is the field the handler reads. A code missing from the table needs
+admin (new codes are closed until someone decides otherwise). Retry and dead-letter
+topics (``%RETRY%g``, ``%DLQ%g``) are checked as their group with SUB, as RocketMQ does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pymq.protocol.codes import RequestCode as C
+from pymq.protocol.command import Command
+from pymq.protocol.headers import decode_body
+from pymq.protocol.requests import (
+    DLQ_PREFIX,
+    RETRY_PREFIX,
+    ConsumerGroupRequest,
+    ConsumerSendMsgBackRequest,
+    ConsumeStatsRequest,
+    PullMessageRequest,
+    QueryConsumerOffsetRequest,
+    QueryMessageRequest,
+    QueueOffsetRequest,
+    ResetOffsetRequest,
+    SearchOffsetRequest,
+    SendMessageRequest,
+    TopicRequest,
+    UnregisterClientRequest,
+    UpdateConsumerOffsetRequest,
+)
+from pymq.security.acl import ANY, PUB, SUB
+
+TOPIC = 0
+GROUP = 1
+#: (TOPIC or GROUP, resource name, needed permission)
+Need = tuple[int, str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """What one request code needs: admin, and/or permissions on named header fields or its body."""
+
+    admin: bool = False
+    #: (TOPIC or GROUP, wire field name, needed permission)
+    fields: tuple[tuple[int, str, int], ...] = ()
+    #: resources named in the body (heartbeats, lock requests)
+    body: Callable[[Command], list[Need]] | None = None
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value if isinstance(value, str) else str(value)
+
+
+def resource(kind: int, name: str, perm: int) -> Need:
+    """A topic need, with retry/DLQ topics turned into their group's SUB."""
+    if kind == TOPIC:
+        if name.startswith(RETRY_PREFIX):
+            return (GROUP, name[len(RETRY_PREFIX) :], SUB)
+        if name.startswith(DLQ_PREFIX):
+            return (GROUP, name[len(DLQ_PREFIX) :], SUB)
+    return (kind, name, perm)
+
+
+def _heartbeat_needs(cmd: Command) -> list[Need]:
+    """Each consumer group SUB, each subscribed topic SUB (producer groups are not checked)."""
+    try:
+        body = decode_body(cmd.body, "heartbeat")
+    except Exception:
+        return []  # the handler answers the bad body
+    needs: list[Need] = []
+    if isinstance(body, dict):
+        for c in body.get("consumerDataSet") or []:
+            if isinstance(c, dict) and "groupName" in c:
+                needs.append((GROUP, str(c["groupName"]), SUB))
+                for s in c.get("subscriptionDataSet") or []:
+                    if isinstance(s, dict) and "topic" in s:
+                        needs.append(resource(TOPIC, str(s["topic"]), SUB))
+    return needs
+
+
+def _lock_needs(cmd: Command) -> list[Need]:
+    try:
+        body = decode_body(cmd.body, "lock body")
+    except Exception:
+        return []
+    if isinstance(body, dict) and "consumerGroup" in body:
+        return [(GROUP, str(body["consumerGroup"]), SUB)]
+    return []
+
+
+def _w(header: Any, attr: str) -> str:
+    wire: dict[str, str] = header.WIRE
+    return wire[attr]
+
+
+ADMIN = Requirement(admin=True)
+#: signed by a known account, nothing more (cluster-wide reads, liveness)
+AUTHENTICATED = Requirement()
+
+REQUIREMENTS: dict[int, Requirement] = {
+    # produce
+    C.SEND_MESSAGE: Requirement(fields=((TOPIC, _w(SendMessageRequest, "topic"), PUB),)),
+    C.SEND_BATCH_MESSAGE: Requirement(fields=((TOPIC, _w(SendMessageRequest, "topic"), PUB),)),
+    C.CONSUMER_SEND_MSG_BACK: Requirement(fields=((GROUP, _w(ConsumerSendMsgBackRequest, "group"), SUB),)),
+    # consume
+    C.PULL_MESSAGE: Requirement(
+        fields=(
+            (TOPIC, _w(PullMessageRequest, "topic"), SUB),
+            (GROUP, _w(PullMessageRequest, "consumer_group"), SUB),
+        )
+    ),
+    C.QUERY_CONSUMER_OFFSET: Requirement(
+        fields=(
+            (TOPIC, _w(QueryConsumerOffsetRequest, "topic"), SUB),
+            (GROUP, _w(QueryConsumerOffsetRequest, "consumer_group"), SUB),
+        )
+    ),
+    C.UPDATE_CONSUMER_OFFSET: Requirement(
+        fields=(
+            (TOPIC, _w(UpdateConsumerOffsetRequest, "topic"), SUB),
+            (GROUP, _w(UpdateConsumerOffsetRequest, "consumer_group"), SUB),
+        )
+    ),
+    C.GET_MAX_OFFSET: Requirement(fields=((TOPIC, _w(QueueOffsetRequest, "topic"), ANY),)),
+    C.GET_MIN_OFFSET: Requirement(fields=((TOPIC, _w(QueueOffsetRequest, "topic"), ANY),)),
+    C.GET_EARLIEST_MSG_STORETIME: Requirement(fields=((TOPIC, _w(QueueOffsetRequest, "topic"), ANY),)),
+    C.SEARCH_OFFSET_BY_TIMESTAMP: Requirement(fields=((TOPIC, _w(SearchOffsetRequest, "topic"), ANY),)),
+    C.QUERY_MESSAGE: Requirement(fields=((TOPIC, _w(QueryMessageRequest, "topic"), SUB),)),
+    C.HEART_BEAT: Requirement(body=_heartbeat_needs),
+    C.UNREGISTER_CLIENT: Requirement(fields=((GROUP, _w(UnregisterClientRequest, "consumer_group"), SUB),)),
+    C.GET_CONSUMER_LIST_BY_GROUP: Requirement(fields=((GROUP, _w(ConsumerGroupRequest, "consumer_group"), SUB),)),
+    C.LOCK_BATCH_MQ: Requirement(body=_lock_needs),
+    C.UNLOCK_BATCH_MQ: Requirement(body=_lock_needs),
+    C.GET_CONSUME_STATS: Requirement(
+        fields=(
+            (GROUP, _w(ConsumeStatsRequest, "consumer_group"), SUB),
+            (TOPIC, _w(ConsumeStatsRequest, "topic"), ANY),
+        )
+    ),
+    C.GET_CONSUMER_CONNECTION_LIST: Requirement(fields=((GROUP, _w(ConsumerGroupRequest, "consumer_group"), SUB),)),
+    C.GET_TOPIC_STATS_INFO: Requirement(fields=((TOPIC, _w(TopicRequest, "topic"), ANY),)),
+    C.RESET_CONSUMER_OFFSET: Requirement(
+        admin=True,
+        fields=((GROUP, _w(ResetOffsetRequest, "group"), SUB), (TOPIC, _w(ResetOffsetRequest, "topic"), ANY)),
+    ),
+    # cluster-wide reads any account may make
+    C.GET_ALL_TOPIC_CONFIG: AUTHENTICATED,
+    C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: AUTHENTICATED,
+    C.GET_ALL_CONSUMER_OFFSET: AUTHENTICATED,
+    C.GET_ALL_DELAY_OFFSET: AUTHENTICATED,
+    C.GET_BROKER_RUNTIME_INFO: AUTHENTICATED,
+    C.GET_BROKER_CLUSTER_INFO: AUTHENTICATED,
+    C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: AUTHENTICATED,
+    C.PING: AUTHENTICATED,
+    # nameserver: reading a topic's route needs some permission on it
+    C.GET_ROUTEINFO_BY_TOPIC: Requirement(fields=((TOPIC, _w(TopicRequest, "topic"), ANY),)),
+    # admin (RocketMQ's admin codes, plus registration, config reads, message reads by offset, HA)
+    C.UPDATE_AND_CREATE_TOPIC: ADMIN,
+    C.DELETE_TOPIC_IN_BROKER: ADMIN,
+    C.DELETE_TOPIC_IN_NAMESRV: ADMIN,
+    C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: ADMIN,
+    C.DELETE_SUBSCRIPTIONGROUP: ADMIN,
+    C.UPDATE_BROKER_CONFIG: ADMIN,
+    C.GET_BROKER_CONFIG: ADMIN,
+    C.VIEW_MESSAGE_BY_ID: ADMIN,
+    C.REGISTER_BROKER: ADMIN,
+    C.UNREGISTER_BROKER: ADMIN,
+    C.HA_PULL_COMMITLOG: ADMIN,
+}
+
+
+def requirement(code: int) -> Requirement:
+    """The table's entry; admin for codes it does not list."""
+    return REQUIREMENTS.get(code, ADMIN)
+
+
+def needs(req: Requirement, cmd: Command) -> list[Need]:
+    """The topic and group permissions ``cmd`` needs (fields it lacks are the handler's to refuse)."""
+    out: list[Need] = []
+    ext = cmd.ext
+    for kind, name, perm in req.fields:
+        value = _text(ext.get(name))
+        if value:
+            out.append(resource(kind, value, perm))
+    if req.body is not None:
+        out += req.body(cmd)
+    return out

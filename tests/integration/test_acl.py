@@ -1,0 +1,204 @@
+"""ACL on a running in-process cluster: signed clients of every kind succeed; unsigned, wrongly
+signed, replayed, expired and under-privileged requests are refused by broker and nameserver."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer, PushConsumer
+from pymq.client.admin import AdminClient
+from pymq.errors import NoPermissionError
+from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.command import Command
+from pymq.protocol.frame import FrameDecoder, encode_bytes
+from pymq.protocol.record import encode_record
+from pymq.protocol.requests import SendMessageRequest, TopicRequest
+from pymq.security.signing import Credentials, sign, signer
+from pymq.testing import LocalCluster, capture_logs
+from pymq.transport.client import RpcClient
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.integration
+
+ACL = """
+[[accounts]]
+access_key = "broker"
+secret_key = "broker-secret"
+admin = true
+default_topic_perm = "PUB|SUB"
+default_group_perm = "PUB|SUB"
+
+[[accounts]]
+access_key = "ops"
+secret_key = "ops-secret"
+admin = true
+default_topic_perm = "PUB|SUB"
+default_group_perm = "PUB|SUB"
+
+[[accounts]]
+access_key = "app"
+secret_key = "app-secret"
+topic_perms = { orders = "PUB|SUB" }
+default_group_perm = "SUB"
+
+[[accounts]]
+access_key = "reader"
+secret_key = "reader-secret"
+topic_perms = { orders = "SUB" }
+default_group_perm = "SUB"
+"""
+APP = {"access_key": "app", "secret_key": "app-secret"}
+OPS = {"access_key": "ops", "secret_key": "ops-secret"}
+FAST = {"rebalance_interval_seconds": 0.5, "heartbeat_interval_seconds": 0.5, "persist_offset_interval_seconds": 0.5}
+
+
+def acl_settings(path: Path, **extra: object) -> dict[str, object]:
+    return {"enable": True, "file": path, "reload_interval_seconds": 0.2, **extra}
+
+
+@pytest.fixture
+async def secured(tmp_path: Path):
+    acl_file = tmp_path / "acl.toml"
+    acl_file.write_text(ACL)
+    broker_acl = acl_settings(acl_file, access_key="broker", secret_key="broker-secret")
+    async with LocalCluster(
+        tmp_path / "c", brokers=1, namesrv={"acl": acl_settings(acl_file)}, broker={"acl": broker_acl}
+    ) as c:
+        async with AdminClient(c.namesrv_addr, **OPS) as admin:
+            await wait_until(lambda: bool(c.namesrvs[0].registry.live), what="broker registered")
+            await admin.create_topic("orders", queues=2)
+        await c.wait_for_route("orders", 1)
+        yield c, acl_file
+
+
+async def test_signed_producer_push_pull_orderly_consumers_and_admin_succeed(secured) -> None:
+    cluster, _ = secured
+    ns = cluster.namesrv_addr
+    async with Producer(ns, **APP) as producer:
+        for i in range(6):
+            await producer.send(Message("orders", f"m{i}".encode()))
+    got: dict[str, set[bytes]] = {"push": set(), "orderly": set(), "pull": set()}
+
+    push = PushConsumer(ns, "g-push", consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **APP, **FAST)
+    push.subscribe("orders", "*")
+    push.register_listener(lambda msgs: got["push"].update(m.body for m in msgs))
+    orderly = PushConsumer(ns, "g-orderly", consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **APP, **FAST)
+    orderly.subscribe("orders", "*")
+    orderly.register_orderly_listener(lambda msgs: got["orderly"].update(m.body for m in msgs))
+    pull = PullConsumer(ns, "g-pull", consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **APP, **FAST)
+    pull.subscribe("orders", "*")
+    async with push, orderly, pull:
+        deadline = time.monotonic() + 20
+        while len(got["pull"]) < 6 and time.monotonic() < deadline:
+            got["pull"].update(m.body for m in await pull.poll(timeout=0.5))
+        await wait_until(lambda: all(len(v) == 6 for v in got.values()), timeout=20, what=f"all consumed: {got}")
+    async with AdminClient(ns, **OPS) as admin:
+        assert (await admin.topic_route("orders")).queueDatas
+        assert sum(q["maxOffset"] for q in await admin.topic_status("orders")) == 6
+        assert "g-push" in str(await admin.consumer_progress("g-push"))
+
+
+async def raw_request(addr: str, frame: bytes) -> Command:
+    """Write one encoded frame on a fresh plain socket and read one answer (what an attacker replays)."""
+    host, port = addr.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(frame)
+        await writer.drain()
+        decoder = FrameDecoder()
+        while True:
+            data = await asyncio.wait_for(reader.read(65536), 10)
+            assert data, "connection closed without an answer"
+            cmds = decoder.feed(data)
+            if cmds:
+                return cmds[0]
+    finally:
+        writer.close()
+
+
+def send_request(topic: str = "orders") -> Command:
+    record = encode_record(topic.encode(), b"captured", b"", born_timestamp=int(time.time() * 1000))
+    cmd = Command.request(RequestCode.SEND_MESSAGE, SendMessageRequest(topic=topic, queue_id=0).to_ext(), record)
+    cmd.opaque = 4242
+    return cmd
+
+
+async def test_unsigned_wrong_replayed_expired_and_underprivileged_requests_are_refused(secured) -> None:
+    cluster, _ = secured
+    broker = cluster.brokers[0].address
+    ns = cluster.namesrv_addr
+
+    # unsigned, on broker and nameserver
+    answer = await raw_request(broker, encode_bytes(send_request()))
+    assert (answer.code, answer.remark) == (ResponseCode.NO_PERMISSION, "request not signed")
+    route = Command.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, TopicRequest(topic="orders").to_ext())
+    answer = await raw_request(ns, encode_bytes(route))
+    assert (answer.code, answer.remark) == (ResponseCode.NO_PERMISSION, "request not signed")
+
+    # wrong secret: the same answer as an unknown key (nothing tells them apart)
+    wrong = send_request()
+    sign(wrong, Credentials("app", "not-the-secret"), time.time_ns() // 1_000_000)
+    assert (await raw_request(broker, encode_bytes(wrong))).remark == "bad credentials"
+    stranger = send_request()
+    sign(stranger, Credentials("nobody", "whatever"), time.time_ns() // 1_000_000)
+    assert (await raw_request(broker, encode_bytes(stranger))).remark == "bad credentials"
+
+    # a captured, correctly signed request: served once, refused when replayed
+    good = send_request()
+    sign(good, Credentials(**APP), time.time_ns() // 1_000_000)
+    frame = encode_bytes(good)
+    assert (await raw_request(broker, frame)).code == ResponseCode.SUCCESS
+    replay = await raw_request(broker, frame)
+    assert (replay.code, replay.remark) == (ResponseCode.NO_PERMISSION, "replayed request")
+
+    # expired: signed ten minutes ago
+    old = send_request()
+    sign(old, Credentials(**APP), time.time_ns() // 1_000_000 - 600_000)
+    assert (await raw_request(broker, encode_bytes(old))).remark == "request timestamp outside the allowed window"
+
+    # under-privileged, through the SDK: typed errors
+    async with Producer(ns, access_key="reader", secret_key="reader-secret", retry_times=0) as p:
+        with pytest.raises(NoPermissionError, match="no PUB permission on topic orders"):
+            await p.send(Message("orders", b"x"))
+    async with AdminClient(ns, **APP) as admin:
+        with pytest.raises(NoPermissionError, match="admin permission required"):
+            await admin.create_topic("other", queues=1)
+    async with RpcClient(signer=signer(Credentials(**APP))) as rpc:
+        resp = await rpc.invoke(ns, Command.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "secret"}))
+        assert (resp.code, resp.remark) == (ResponseCode.NO_PERMISSION, "no PUB or SUB permission on topic secret")
+        # the nameserver's admin requests need admin
+        resp = await rpc.invoke(ns, Command.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "orders"}))
+        assert (resp.code, resp.remark) == (ResponseCode.NO_PERMISSION, "admin permission required")
+    assert cluster.brokers[0].acl.refused >= 7
+
+
+async def test_acl_file_is_hot_reloaded_and_a_bad_one_keeps_the_rules(secured) -> None:
+    cluster, acl_file = secured
+    ns = cluster.namesrv_addr
+    reader = {"access_key": "reader", "secret_key": "reader-secret", "retry_times": 0}
+    with capture_logs() as logs:
+        acl_file.write_text("accounts = [")  # broken: the old rules stay
+        os.utime(acl_file, ns=(1, time.time_ns() + 1_000_000_000))
+        failed = "acl_reload_failed_keeping_previous_rules"
+        await wait_until(lambda: sum(r.get("event") == failed for r in logs) == 2, what="both daemons saw the bad file")
+    async with Producer(ns, **reader) as p:
+        with pytest.raises(NoPermissionError):
+            await p.send(Message("orders", b"still refused"))
+    acl_file.write_text(ACL.replace('orders = "SUB"', 'orders = "PUB|SUB"'))
+    os.utime(acl_file, ns=(1, time.time_ns() + 2_000_000_000))
+    await wait_until(lambda: cluster.brokers[0].acl.acl.accounts["reader"].topic_perm("orders") == 12, what="reload")
+    async with Producer(ns, **reader) as p:
+        await p.send(Message("orders", b"now allowed"))
+
+
+async def test_broker_without_credentials_cannot_register(tmp_path: Path, secured) -> None:
+    cluster, _ = secured
+    await cluster.add_broker(1, acl={"enable": False})
+    # registration is attempted at start: the nameserver refuses it
+    await wait_until(lambda: cluster.namesrvs[0].acl.refused >= 1, what="registration refused")
+    assert [info.broker_name for info in cluster.namesrvs[0].registry.live.values()] == ["broker-a"]

@@ -1,0 +1,235 @@
+"""The ACL model (permissions, white addresses, file parsing) and its interceptor, without sockets."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.command import Command
+from pymq.protocol.headers import encode_body
+from pymq.security.acl import ANY, DENY, PUB, SUB, AclFileError, address_matcher, allows, load_acl, parse_acl
+from pymq.security.interceptor import AclInterceptor
+from pymq.security.permissions import REQUIREMENTS, requirement
+from pymq.security.signing import Credentials, sign
+from pymq.testing import capture_logs
+
+ACL_TOML = """
+global_white_remote_addresses = ["10.9.*"]
+
+[[accounts]]
+access_key = "app"
+secret_key = "app-secret"
+default_topic_perm = "DENY"
+default_group_perm = "SUB"
+topic_perms = { orders = "PUB|SUB", audit = "SUB", blocked = "DENY" }
+group_perms = ["billing=SUB", "nosy=DENY"]
+
+[[accounts]]
+access_key = "ops"
+secret_key = "ops-secret"
+admin = true
+default_topic_perm = "PUB|SUB"
+default_group_perm = "PUB|SUB"
+
+[[accounts]]
+access_key = "lan"
+secret_key = "lan-secret"
+white_remote_address = "192.168.1.{5,6}"
+"""
+NOW = 1_700_000_000_000
+
+
+class FakeChannel:
+    def __init__(self, addr: str = "127.0.0.1:5555") -> None:
+        self.remote_addr = addr
+        self.attrs: dict[str, Any] = {}
+
+
+@pytest.fixture
+def acl_file(tmp_path: Path) -> Path:
+    p = tmp_path / "acl.toml"
+    p.write_text(ACL_TOML)
+    return p
+
+
+@pytest.fixture
+def interceptor(acl_file: Path) -> AclInterceptor:
+    clock = {"ms": NOW, "mono": 0.0}
+    return AclInterceptor(acl_file, replay_window_seconds=60, now_ms=lambda: clock["ms"], monotonic=lambda: 0.0)
+
+
+def request(
+    code: int, ext: dict[str, Any], body: bytes = b"", *, creds: Credentials | None, opaque: int = 1
+) -> Command:
+    cmd = Command(int(code), opaque, 0, None, dict(ext), body)
+    if creds is not None:
+        sign(cmd, creds, NOW)
+    return cmd
+
+
+APP = Credentials("app", "app-secret")
+OPS = Credentials("ops", "ops-secret")
+STRANGER = Credentials("who", "whatever")
+GUESSER = Credentials("app", "guessed")
+
+
+def answer(icp: AclInterceptor, cmd: Command, addr: str = "127.0.0.1:5555") -> tuple[int, str | None] | None:
+    resp = icp.before(cmd, FakeChannel(addr))  # type: ignore[arg-type]
+    return None if resp is None else (resp.code, resp.remark)
+
+
+def test_permission_rules_follow_rocketmq() -> None:
+    assert allows(PUB, PUB | SUB) and allows(SUB, SUB) and not allows(PUB, SUB)
+    assert allows(ANY, SUB) and allows(ANY, PUB) and not allows(ANY, DENY)
+    assert not allows(SUB, DENY | SUB)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "yes", "no"),
+    [
+        ("*", ["1.2.3.4"], []),
+        ("192.168.0.*", ["192.168.0.9"], ["192.168.1.9"]),
+        ("192.168.*", ["192.168.7.9"], ["192.169.0.1"]),
+        ("10.0.0.1-5", ["10.0.0.1", "10.0.0.5"], ["10.0.0.6"]),
+        ("10.0.0.{1,3}", ["10.0.0.3"], ["10.0.0.2"]),
+        ("10.0.0.0/8", ["10.200.1.1"], ["11.0.0.1", "not-an-ip"]),
+        ("127.0.0.1", ["127.0.0.1"], ["127.0.0.2"]),
+    ],
+)
+def test_address_patterns(pattern: str, yes: list[str], no: list[str]) -> None:
+    match = address_matcher(pattern, "t")
+    assert all(match(ip) for ip in yes)
+    assert not any(match(ip) for ip in no)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"accounts": [{"access_key": "a"}]}, "access_key and secret_key"),
+        ({"accounts": [{"access_key": "a", "secret_key": "123"}]}, "at least 6"),
+        ({"accounts": [{"access_key": "a", "secret_key": "123456", "topic_perms": {"t": "READ"}}]}, "topic_perms.t"),
+        ({"accounts": [{"access_key": "a", "secret_key": "123456", "admn": True}]}, "unknown key"),
+        ({"global_white_remote_addresses": ["300.x"]}, "bad address"),
+        ({"acounts": []}, "unknown key"),
+    ],
+)
+def test_bad_acl_data_names_the_entry(data: dict[str, Any], message: str) -> None:
+    with pytest.raises(AclFileError, match=message):
+        parse_acl(data)
+
+
+def test_load_acl_file(acl_file: Path, tmp_path: Path) -> None:
+    acl = load_acl(acl_file)
+    assert set(acl.accounts) == {"app", "ops", "lan"}
+    assert acl.accounts["app"].group_perm("nosy") == DENY and acl.accounts["app"].group_perm("x") == SUB
+    assert "app-secret" not in repr(acl.accounts["app"])
+    with pytest.raises(AclFileError, match="not valid TOML"):
+        bad = tmp_path / "bad.toml"
+        bad.write_text("accounts = [")
+        load_acl(bad)
+    with pytest.raises(AclFileError, match="not found"):
+        load_acl(tmp_path / "missing.toml")
+
+
+def test_every_request_code_has_a_requirement() -> None:
+    """A new request code must be placed in the table deliberately (unlisted codes need admin)."""
+    missing = [c.name for c in RequestCode if c not in REQUIREMENTS and c not in _PUSHED_TO_CLIENTS]
+    assert missing == []
+    assert requirement(123456).admin
+
+
+_PUSHED_TO_CLIENTS = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.RESET_CONSUMER_CLIENT_OFFSET}
+
+
+def test_signed_permitted_requests_pass(interceptor: AclInterceptor) -> None:
+    send = request(RequestCode.SEND_MESSAGE, {"topic": "orders", "queueId": 0}, b"x", creds=APP)
+    assert answer(interceptor, send) is None
+    pull = request(
+        RequestCode.PULL_MESSAGE, {"topic": "audit", "consumerGroup": "billing", "queueId": 0}, creds=APP, opaque=2
+    )
+    assert answer(interceptor, pull) is None
+    retry = request(RequestCode.SEND_MESSAGE, {"topic": "%RETRY%billing"}, b"x", creds=APP, opaque=3)
+    assert answer(interceptor, retry) is None  # retry topics are their group's SUB
+    create = request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "new"}, creds=OPS)
+    assert answer(interceptor, create) is None
+
+
+@pytest.mark.parametrize(
+    ("cmd", "remark"),
+    [
+        (request(RequestCode.SEND_MESSAGE, {"topic": "orders"}, creds=None), "request not signed"),
+        (request(RequestCode.SEND_MESSAGE, {"topic": "orders"}, creds=STRANGER), "bad credentials"),
+        (request(RequestCode.SEND_MESSAGE, {"topic": "orders"}, creds=GUESSER), "bad credentials"),
+        (request(RequestCode.SEND_MESSAGE, {"topic": "audit"}, creds=APP), "no PUB permission on topic audit"),
+        (request(RequestCode.SEND_MESSAGE, {"topic": "other"}, creds=APP), "no PUB permission on topic other"),
+        (request(RequestCode.PULL_MESSAGE, {"topic": "orders", "consumerGroup": "nosy"}, creds=APP), "on group nosy"),
+        (request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "blocked"}, creds=APP), "topic blocked"),
+        (request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "orders"}, creds=APP), "admin permission required"),
+        (request(RequestCode.REGISTER_BROKER, {"brokerAddr": "x"}, creds=APP), "admin permission required"),
+        (request(9999, {}, creds=APP), "admin permission required"),
+    ],
+)
+def test_refusals_answer_no_permission_with_a_short_reason(
+    interceptor: AclInterceptor, cmd: Command, remark: str
+) -> None:
+    with capture_logs() as logs:
+        result = answer(interceptor, cmd)
+    assert result is not None
+    code, text = result
+    assert code == ResponseCode.NO_PERMISSION and text is not None and remark in text
+    assert "secret" not in text and "ops" not in text  # nothing about other accounts or secrets
+    assert len([r for r in logs if r.get("event", "").startswith("acl_refused")]) == 1
+
+
+def test_heartbeat_checks_consumer_groups_and_topics(interceptor: AclInterceptor) -> None:
+    def hb(group: str, topic: str, opaque: int) -> Command:
+        body = encode_body(
+            {"clientID": "c", "consumerDataSet": [{"groupName": group, "subscriptionDataSet": [{"topic": topic}]}]}
+        )
+        return request(RequestCode.HEART_BEAT, {}, body, creds=APP, opaque=opaque)
+
+    assert answer(interceptor, hb("billing", "orders", 1)) is None
+    refused = answer(interceptor, hb("billing", "other", 2))
+    assert refused is not None and "topic other" in (refused[1] or "")
+    refused = answer(interceptor, hb("nosy", "orders", 3))
+    assert refused is not None and "group nosy" in (refused[1] or "")
+
+
+def test_replayed_and_expired_requests_are_refused(acl_file: Path) -> None:
+    clock = {"ms": NOW}
+    icp = AclInterceptor(acl_file, replay_window_seconds=30, now_ms=lambda: clock["ms"], monotonic=lambda: 0.0)
+    cmd = request(RequestCode.SEND_MESSAGE, {"topic": "orders"}, b"x", creds=APP)
+    assert answer(icp, cmd) is None
+    assert answer(icp, cmd) == (ResponseCode.NO_PERMISSION, "replayed request")
+    clock["ms"] = NOW + 31_000
+    late = request(RequestCode.SEND_MESSAGE, {"topic": "orders"}, b"x", creds=APP, opaque=9)
+    assert answer(icp, late) == (ResponseCode.NO_PERMISSION, "request timestamp outside the allowed window")
+
+
+def test_white_addresses_skip_signatures(interceptor: AclInterceptor) -> None:
+    unsigned = request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "x"}, creds=None)
+    assert answer(interceptor, unsigned, "10.9.1.1:4000") is None  # global white list
+    lan = request(RequestCode.SEND_MESSAGE, {"topic": "x", "AccessKey": "lan"}, creds=None)
+    assert answer(interceptor, lan, "192.168.1.5:4000") is None  # the account's white address
+    refused = answer(interceptor, lan, "192.168.1.7:4000")
+    assert refused is not None and refused[0] == ResponseCode.NO_PERMISSION
+
+
+def test_hot_reload_swaps_rules_and_keeps_them_on_a_bad_file(acl_file: Path, interceptor: AclInterceptor) -> None:
+    assert not interceptor.reload_now()  # unchanged
+    acl_file.write_text(ACL_TOML.replace('audit = "SUB"', 'audit = "PUB"'))
+    os.utime(acl_file, ns=(1, 2_000_000_000_000_000_000))
+    assert interceptor.reload_now()
+    send = request(RequestCode.SEND_MESSAGE, {"topic": "audit"}, b"x", creds=APP, opaque=50)
+    assert answer(interceptor, send) is None
+    acl_file.write_text("accounts = [")
+    os.utime(acl_file, ns=(1, 3_000_000_000_000_000_000))
+    with capture_logs() as logs:
+        assert not interceptor.reload_now()
+    assert any(r.get("event") == "acl_reload_failed_keeping_previous_rules" for r in logs)
+    send = request(RequestCode.SEND_MESSAGE, {"topic": "audit"}, b"x", creds=APP, opaque=51)
+    assert answer(interceptor, send) is None  # old rules still in force
