@@ -24,6 +24,7 @@ from typing import Any
 from pymq import __version__
 from pymq.broker.consumers import ClientChannel, ConsumerManager
 from pymq.broker.delay_hook import default_put_hooks
+from pymq.broker.ha.replication import Replication
 from pymq.broker.handlers.admin import AdminHandlers
 from pymq.broker.handlers.clients import ClientHandlers
 from pymq.broker.handlers.locks import LockHandlers
@@ -98,7 +99,11 @@ class BrokerApp:
         )
         self.server = RpcServer(self.dispatcher, config.host, config.port, name="broker", limits=limits)
         self.namesrv_client = RpcClient()
-        self.registrar = NamesrvRegistrar(config, self.topics, self.namesrv_client, lambda: self.address)
+        #: master/slave replication (the HA service and the epoch file), wired once the store is up
+        self.replication: Replication | None = None
+        self.registrar = NamesrvRegistrar(
+            config, self.topics, self.namesrv_client, lambda: self.address, ha_address=self._ha_address
+        )
         self.topics.on_change = self.registrar.trigger
         self.started_at = 0.0
         self.metrics: Any = None
@@ -126,6 +131,7 @@ class BrokerApp:
                 stats=self.stats,
                 config=cfg,
                 address=address,
+                wait_replicated=self._wait_replicated,
             ),
             SendBackHandlers(
                 store=store,
@@ -218,6 +224,15 @@ class BrokerApp:
         self.topics.persist()
         self.offsets.load()
         self.subscription_groups.load()
+        self.replication = Replication(
+            cfg,
+            self.store,
+            rpc=self.namesrv_client,
+            address=lambda: self.address,
+            discovered_master=lambda: self.registrar.master_addr,
+            advertised_host=self._advertised_host(),
+        )
+        self.services.append(self.replication)
         self._register_handlers(self.store)
         for svc in self.services:
             await svc.start()
@@ -300,7 +315,16 @@ class BrokerApp:
             "connections": len(self.server.connections),
             "consumerGroups": len(self.consumers.groups),
             "heldPulls": self.pull_hold.held_count,
+            **(self.replication.info() if self.replication is not None else {}),
         }
+
+    # --- replication ------------------------------------------------------------------------------------------
+
+    def _ha_address(self) -> str:
+        return self.replication.ha_address() if self.replication is not None else ""
+
+    def _wait_replicated(self, end: int) -> asyncio.Future[int] | None:
+        return self.replication.wait_replicated(end) if self.replication is not None else None
 
     def update_runtime_config(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Apply runtime-changeable settings (what UPDATE_BROKER_CONFIG does)."""

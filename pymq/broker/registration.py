@@ -33,8 +33,11 @@ class NamesrvRegistrar:
         topics: TopicConfigManager,
         client: RpcClient,
         address: Callable[[], str],
+        ha_address: Callable[[], str] | None = None,
     ) -> None:
         self.config = config
+        #: a master's HA listener address (announced as haServerAddr), if it has one
+        self.ha_address = ha_address
         self.topics = topics
         self.client = client
         #: the broker's advertised address (known once it has bound its port)
@@ -51,7 +54,7 @@ class NamesrvRegistrar:
             broker_name=cfg.broker_name,
             cluster_name=cfg.cluster_name,
             broker_id=cfg.broker_id,
-            ha_server_addr=addr,
+            ha_server_addr=(self.ha_address() if self.ha_address is not None else "") or addr,
         )
 
     async def register_all(self) -> int:

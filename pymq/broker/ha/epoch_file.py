@@ -10,7 +10,11 @@ agreeing).
 Format (text, so an operator can read it)::
 
     pymq-epochs 1
-    <epoch> <start offset>      one line per term, epochs and offsets ascending
+    <epoch> <start offset> <term id>    one line per term, epochs and offsets ascending
+
+The term id (16 hex digits, random when the term begins) tells apart terms that got the
+same epoch number in different places (two masters started on their own both begin with
+epoch 1): only the same (epoch, start, term id) is the same term.
 
 Writes are atomic: a temporary file is written and synced, renamed over the old one, and
 the directory synced, so a crash leaves the old list or the new one, never a mix.
@@ -35,6 +39,12 @@ class EpochEntry:
 
     epoch: int
     start_offset: int
+    #: random id of the term (see the module docstring)
+    term_id: int = 0
+
+
+def new_term_id() -> int:
+    return int.from_bytes(os.urandom(8), "big")
 
 
 def parse(text: str) -> list[EpochEntry]:
@@ -45,16 +55,20 @@ def parse(text: str) -> list[EpochEntry]:
     entries: list[EpochEntry] = []
     for ln in lines[1:]:
         parts = ln.split()
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
-            raise StoreError(f"bad epoch file line {ln!r}: expected '<epoch> <start offset>'")
-        entries.append(EpochEntry(int(parts[0]), int(parts[1])))
+        if len(parts) != 3 or not all(p.isdigit() for p in parts[:2]) or not _is_hex(parts[2]):
+            raise StoreError(f"bad epoch file line {ln!r}: expected '<epoch> <start offset> <term id>'")
+        entries.append(EpochEntry(int(parts[0]), int(parts[1]), int(parts[2], 16)))
     check(entries)
     return entries
 
 
 def render(entries: list[EpochEntry]) -> str:
     check(entries)
-    return "\n".join([HEADER, *(f"{e.epoch} {e.start_offset}" for e in entries)]) + "\n"
+    return "\n".join([HEADER, *(f"{e.epoch} {e.start_offset} {e.term_id:016x}" for e in entries)]) + "\n"
+
+
+def _is_hex(s: str) -> bool:
+    return 0 < len(s) <= 16 and all(c in "0123456789abcdefABCDEF" for c in s)
 
 
 def check(entries: list[EpochEntry]) -> None:
@@ -101,7 +115,7 @@ class EpochFile:
         kept = [e for e in self.entries if e.start_offset <= start_offset]
         if kept and epoch <= max(e.epoch for e in self.entries):
             raise StoreError(f"epoch {epoch} is not above the known epochs (newest {self.epoch})")
-        entry = EpochEntry(epoch, start_offset)
+        entry = EpochEntry(epoch, start_offset, new_term_id())
         self.replace([*kept, entry])
         return entry
 

@@ -247,6 +247,22 @@ class MessageStore:
         """``listener(topic, queue_id, max_offset)`` after messages land in a queue (writer's thread)."""
         self._arrival_listeners.append(listener)
 
+    def remove_arrival_listener(self, listener: ArrivalListener) -> None:
+        if listener in self._arrival_listeners:
+            self._arrival_listeners.remove(listener)
+
+    def start_at(self, offset: int) -> None:
+        """Make an empty commitlog begin at file boundary ``offset`` (a new slave of a master whose
+        oldest data starts there); the next :meth:`append_raw` must come at ``offset``."""
+        with self.lock, self.file_lock, self.logics_lock:
+            cl = self.commitlog
+            if cl.max_offset != 0 or any(cq.max_offset for cq in self.queues.values()):
+                raise StoreError("only an empty store can be moved to another start offset")
+            if offset % cl.file_size:
+                raise StoreError(f"a commitlog starts at a file boundary, not at {offset}")
+            if offset:
+                cl.mfq.truncate(-1)  # drops the empty first file; append_raw creates the one at offset
+
     def put_messages(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> list[PutResult]:
         """Append the encoded records in ``data`` to queue ``(topic, queue_id)``; one result per record.
 
