@@ -24,6 +24,7 @@ from typing import Any
 from pymq import __version__
 from pymq.broker.consumers import ClientChannel, ConsumerManager
 from pymq.broker.delay_hook import default_put_hooks
+from pymq.broker.ha.meta_sync import SlaveMetaSync
 from pymq.broker.ha.replication import Replication
 from pymq.broker.handlers.admin import AdminHandlers
 from pymq.broker.handlers.clients import ClientHandlers
@@ -31,6 +32,7 @@ from pymq.broker.handlers.locks import LockHandlers
 from pymq.broker.handlers.offsets import OffsetHandlers
 from pymq.broker.handlers.pull import PullHandlers
 from pymq.broker.handlers.query import QueryHandlers
+from pymq.broker.handlers.replication import ReplicationHandlers
 from pymq.broker.handlers.send import SendHandlers
 from pymq.broker.handlers.sendback import SendBackHandlers
 from pymq.broker.locks import QueueLockManager
@@ -178,6 +180,7 @@ class BrokerApp:
                 runtime_info=self.runtime_info,
                 address=address,
             ),
+            ReplicationHandlers(delay_offsets=lambda: self.schedule.offsets),
         )
         table: dict[int, Any] = {}
         for family in families:
@@ -231,6 +234,15 @@ class BrokerApp:
             address=lambda: self.address,
             discovered_master=lambda: self.registrar.master_addr,
             advertised_host=self._advertised_host(),
+            meta_sync=SlaveMetaSync(
+                rpc=self.namesrv_client,
+                master_addr=self._master_main_addr,
+                topics=self.topics,
+                offsets=self.offsets,
+                subscription_groups=self.subscription_groups,
+                delay_offsets_path=self.schedule.path,
+                interval=lambda: cfg.slave_sync_interval_seconds,
+            ),
         )
         self.services.append(self.replication)
         self._register_handlers(self.store)
@@ -319,6 +331,10 @@ class BrokerApp:
         }
 
     # --- replication ------------------------------------------------------------------------------------------
+
+    def _master_main_addr(self) -> str | None:
+        """A slave's master (its normal port): configured, else what the nameserver answered."""
+        return self.config.master_addr or self.registrar.master_addr
 
     def _ha_address(self) -> str:
         return self.replication.ha_address() if self.replication is not None else ""

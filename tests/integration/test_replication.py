@@ -13,6 +13,8 @@ import pytest
 from pymq.broker.app import BrokerApp
 from pymq.broker.ha import codec as ha_codec
 from pymq.broker.store import MessageStore
+from pymq.broker.store.config_files import read_json
+from pymq.broker.subscription_groups import SubscriptionGroupConfig
 from pymq.client import Message, Producer
 from pymq.client.producer import SendStatus
 from pymq.testing import LocalCluster
@@ -159,3 +161,27 @@ async def test_a_slave_ahead_of_its_master_in_the_same_term_truncates_to_it(tmp_
         assert commitlog(slave) == commitlog(master)
         assert slave.store is not None and master.store is not None
         assert [slave.store.max_offset("t", q) for q in (0, 1)] == [master.store.max_offset("t", q) for q in (0, 1)]
+
+
+async def test_slave_copies_topics_offsets_delay_offsets_and_groups(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "c") as cluster:
+        master = cluster.brokers[0]
+        await cluster.create_topic("t", 3)
+        master.offsets.commit("g", "t", 1, 42)
+        master.subscription_groups.upsert(SubscriptionGroupConfig("g", retryMaxTimes=5))
+        master.schedule.offsets[3] = 7
+        slave = await add_slave(cluster, master, tmp_path, slave_sync_interval_seconds=0.2)
+        assert not slave.schedule._started  # a slave runs no schedule service
+
+        def copied() -> bool:
+            tc = slave.topics.get("t")
+            return tc is not None and tc.readQueueNums == 3 and slave.offsets.query("g", "t", 1) == 42
+
+        await wait_until(copied, 10)
+        g = slave.subscription_groups.groups.get("g")
+        assert g is not None and g.retryMaxTimes == 5
+        await wait_until(lambda: (read_json(slave.schedule.path) or {}).get("offsetTable") == {"3": 7}, 10)
+        # Changes on the master follow within an interval.
+        master.offsets.commit("g", "t", 1, 50)
+        master.topics.delete("t")
+        await wait_until(lambda: slave.offsets.query("g", "t", 1) == 50 and slave.topics.get("t") is None, 10)

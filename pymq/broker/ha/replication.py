@@ -20,6 +20,7 @@ from pymq.config import BrokerRole
 if TYPE_CHECKING:
     import asyncio
 
+    from pymq.broker.service import Service
     from pymq.broker.store import MessageStore
     from pymq.config import BrokerConfig
     from pymq.transport.client import RpcClient
@@ -42,6 +43,7 @@ class Replication:
         address: Callable[[], str],
         discovered_master: Callable[[], str | None],
         advertised_host: str,
+        meta_sync: Service | None = None,
         ssl: ssl_module.SSLContext | None = None,
     ) -> None:
         self.config = config
@@ -51,6 +53,9 @@ class Replication:
         self.discovered_master = discovered_master
         self.advertised_host = advertised_host
         self.ssl = ssl
+        #: a slave's periodic copy of its master's metadata (topics, offsets ...)
+        self.meta_sync = meta_sync
+        self._meta_sync_running = False
         self.epochs = EpochFile(store.root)
         self.master: HAMaster | None = None
         self.slave: HASlave | None = None
@@ -92,6 +97,9 @@ class Replication:
             ssl=self.ssl,
         )
         await self.slave.start()
+        if self.meta_sync is not None:
+            await self.meta_sync.start()
+            self._meta_sync_running = True
 
     async def stop(self) -> None:
         master, self.master = self.master, None
@@ -100,6 +108,9 @@ class Replication:
             await master.stop()
         if slave is not None:
             await slave.stop()
+        if self._meta_sync_running and self.meta_sync is not None:
+            self._meta_sync_running = False
+            await self.meta_sync.stop()
 
     def wait_replicated(self, end: int) -> asyncio.Future[int] | None:
         master = self.master
