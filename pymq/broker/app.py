@@ -26,6 +26,7 @@ from pymq.broker.consumers import ClientChannel, ConsumerManager
 from pymq.broker.delay_hook import default_put_hooks
 from pymq.broker.ha.meta_sync import SlaveMetaSync
 from pymq.broker.ha.replication import Replication
+from pymq.broker.ha.role_change import RoleChanger, newer_master
 from pymq.broker.handlers.admin import AdminHandlers
 from pymq.broker.handlers.clients import ClientHandlers
 from pymq.broker.handlers.locks import LockHandlers
@@ -93,9 +94,11 @@ class BrokerApp:
         #: every put goes through it: put hooks (delays ...), then the store
         self.put_path: PutPath = None  # type: ignore[assignment]
         self.dispatcher = Dispatcher(name="broker")
+        #: the slave's write gate; role changes add and remove it (see broker.ha.role_change)
+        self.read_only = ReadOnlyRole()
         if self.is_slave:
             # Writes belong to the master: one interceptor answers them (see broker.roles).
-            self.dispatcher.add_interceptor(ReadOnlyRole())
+            self.dispatcher.add_interceptor(self.read_only)
         limits = limits_from_settings(
             config.idle_timeout_seconds, config.frame_read_timeout_seconds, config.max_partial_frame_bytes
         )
@@ -107,6 +110,7 @@ class BrokerApp:
             config, self.topics, self.namesrv_client, lambda: self.address, ha_address=self._ha_address
         )
         self.topics.on_change = self.registrar.trigger
+        self.role_changer = RoleChanger(self)
         self.started_at = 0.0
         self.metrics: Any = None
         self.schedule = ScheduleService(self)
@@ -118,6 +122,7 @@ class BrokerApp:
             PeriodicService("client-scan", config.client_scan_interval_seconds, self.consumers.scan_expired),
             PeriodicService("offset-persist", config.offset_flush_interval_seconds, self.offsets.persist_if_dirty),
             PeriodicService("stats-sample", 1.0, self.stats.sample),
+            PeriodicService("fence-check", config.register_interval_seconds, self._fence_check),
             self.registrar,
         ]
 
@@ -180,7 +185,7 @@ class BrokerApp:
                 runtime_info=self.runtime_info,
                 address=address,
             ),
-            ReplicationHandlers(delay_offsets=lambda: self.schedule.offsets),
+            ReplicationHandlers(delay_offsets=lambda: self.schedule.offsets, role_change=self.role_changer.change),
         )
         table: dict[int, Any] = {}
         for family in families:
@@ -245,6 +250,8 @@ class BrokerApp:
             ),
         )
         self.services.append(self.replication)
+        if not self.is_slave:
+            await self._fence_at_startup(self.replication)
         self._register_handlers(self.store)
         for svc in self.services:
             await svc.start()
@@ -331,6 +338,44 @@ class BrokerApp:
         }
 
     # --- replication ------------------------------------------------------------------------------------------
+
+    def register_role_handlers(self) -> None:
+        """Register the handler families again for the current role (after a role change)."""
+        assert self.store is not None
+        self._register_handlers(self.store)
+
+    async def _fence_at_startup(self, replication: Replication) -> None:
+        """A master whose group has a master of a newer term starts as that master's slave."""
+        cfg = self.config
+        replication.epochs.load()
+        newer = await newer_master(self.namesrv_client, cfg, self.address, replication.epochs.epoch)
+        if newer is None:
+            return
+        master, epoch, broker_id = newer
+        log.warning(
+            "fenced_by_newer_master",
+            master=master,
+            master_epoch=epoch,
+            own_epoch=replication.epochs.epoch,
+            broker_id=broker_id,
+        )
+        cfg.role = BrokerRole.SLAVE
+        cfg.broker_id = broker_id
+        cfg.master_addr = master
+        self.dispatcher.add_interceptor(self.read_only)
+        if self.schedule in self.services:
+            self.services.remove(self.schedule)
+
+    async def _fence_check(self) -> None:
+        """Each registration interval: a running master steps down for a master of a newer term."""
+        rep = self.replication
+        if rep is None or rep.is_slave or self.role_changer.fenced:
+            return
+        newer = await newer_master(self.namesrv_client, self.config, self.address, rep.epochs.epoch)
+        if newer is not None:
+            master, epoch, broker_id = newer
+            log.warning("fenced_by_newer_master", master=master, master_epoch=epoch, own_epoch=rep.epochs.epoch)
+            await self.role_changer.demote(master, broker_id)
 
     def _master_main_addr(self) -> str | None:
         """A slave's master (its normal port): configured, else what the nameserver answered."""

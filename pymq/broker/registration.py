@@ -118,6 +118,21 @@ class NamesrvRegistrar:
             self._wakeup.clear()
             await self.register_all()
 
+    async def pause(self) -> None:
+        """Stop registering without unregistering (a fenced master: its successor takes its place)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def resume(self) -> None:
+        """Register at once and keep doing so (after a role change: with the new broker id)."""
+        await self.pause()
+        self._registered = True
+        await self.register_all()
+        self._task = asyncio.create_task(self._loop(), name="broker-register")
+
     async def stop(self) -> None:
         """Stop registering and unregister from every nameserver (up to 3 s)."""
         if self._task is not None:

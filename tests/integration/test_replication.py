@@ -16,6 +16,8 @@ from pymq.broker.store import MessageStore
 from pymq.broker.store.config_files import read_json
 from pymq.broker.subscription_groups import SubscriptionGroupConfig
 from pymq.client import Message, Producer
+from pymq.client.admin import AdminClient
+from pymq.client.admin_replication import group_members, promote_slave
 from pymq.client.producer import SendStatus
 from pymq.testing import LocalCluster
 from pymq.testing.logs import capture_logs
@@ -185,3 +187,34 @@ async def test_slave_copies_topics_offsets_delay_offsets_and_groups(tmp_path: Pa
         master.offsets.commit("g", "t", 1, 50)
         master.topics.delete("t")
         await wait_until(lambda: slave.offsets.query("g", "t", 1) == 50 and slave.topics.get("t") is None, 10)
+
+
+async def test_switchover_promotes_the_slave_and_the_old_master_follows_it(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "c") as cluster:
+        master = cluster.brokers[0]
+        await cluster.create_topic("t", 2)
+        slave = await add_slave(cluster, master, tmp_path, slave_sync_interval_seconds=0.2)
+        async with Producer(cluster.namesrv_addr) as p:
+            for i in range(30):
+                await p.send(Message("t", f"before-{i}".encode()))
+            await wait_until(lambda: caught_up(master, slave) and slave.topics.get("t") is not None, 10)
+            async with AdminClient(cluster.namesrv_addr) as admin:
+                result = await promote_slave(admin, master.config.broker_name, slave.address)
+                assert result["epoch"] == 2 and result["oldMasterNewId"] == 1 and result["behindBytes"] == 0
+                members = await group_members(admin, master.config.broker_name)
+            assert members == {0: slave.address, 1: master.address}
+            assert (slave.config.broker_id, slave.config.role.value) == (0, "ASYNC_MASTER")
+            assert (master.config.broker_id, master.config.role.value) == (1, "SLAVE")
+            assert slave.replication is not None and master.replication is not None
+            switched_at = slave.store.commitlog.max_offset if slave.store else 0
+            assert [(e.epoch, e.start_offset) for e in slave.replication.epochs.entries] == [(1, 0), (2, switched_at)]
+        # Writes go to the new master (a new producer: route changes are the client's business);
+        # the old one refuses them and follows.
+        async with Producer(cluster.namesrv_addr) as p:
+            for i in range(30):
+                r = await p.send(Message("t", f"after-{i}".encode()))
+                assert r.store_addr == slave.address
+        await wait_until(lambda: caught_up(slave, master) and master.runtime_info()["masterConnected"], 10)
+        assert commitlog(master) == commitlog(slave)
+        assert master.runtime_info()["epochs"] == slave.runtime_info()["epochs"]
+        assert [s["address"] for s in slave.runtime_info()["slaves"]] == [master.address]

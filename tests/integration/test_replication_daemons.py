@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -44,10 +46,24 @@ def start_pair(
 
 
 def start_slave(tmp_path: Path, ns: DaemonProcess, master: DaemonProcess) -> DaemonProcess:
+    env = {
+        "PYMQ_MASTER_ADDR": master.address,
+        "PYMQ_SLAVE_READ_ENABLE": "true",
+        "PYMQ_SLAVE_SYNC_INTERVAL_SECONDS": "0.3",
+    }
     return broker_process(
-        tmp_path / "s", ns.address, "broker-a", "--broker-id", "1", "--role", "SLAVE",
-        env={"PYMQ_MASTER_ADDR": master.address, "PYMQ_SLAVE_READ_ENABLE": "true"},
-    ).start()  # fmt: skip
+        tmp_path / "s", ns.address, "broker-a", "--broker-id", "1", "--role", "SLAVE", env=env
+    ).start()
+
+
+async def wait_topic_copied(rpc: RpcClient, slave: DaemonProcess, topic: str) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        resp = await rpc.invoke_ok(slave.address, Command.request(RequestCode.GET_ALL_TOPIC_CONFIG))
+        if topic in decode_body(resp.body)["topicConfigTable"]:
+            return
+        assert time.monotonic() < deadline, f"{topic} not copied to the slave"
+        await asyncio.sleep(0.05)
 
 
 def open_store(root: Path) -> MessageStore:
@@ -225,3 +241,115 @@ def test_async_master_keeps_slave_lag_bounded_under_load(tmp_path: Path, process
     print(f"\nASYNC_MASTER lag under load: max {max(lags)} bytes, samples {len(lags)}, data {top} bytes")
     assert top > 1_000_000
     assert max(lags) < 16 * 1024 * 1024
+
+
+def events(proc: DaemonProcess) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in proc.output().splitlines() if ln.startswith("{")]
+
+
+def test_promote_slave_then_restarted_old_master_rejoins_and_truncates_its_tail(
+    tmp_path: Path, processes: list[DaemonProcess]
+) -> None:
+    """SYNC_MASTER: the slave dies, the master stores a tail no slave acknowledged, then dies too;
+    the slave comes back and is promoted (pymq-admin broker-role: refused without --force, as
+    nothing proves it holds everything), the old master restarts: it finds a newer term, joins
+    as a slave, drops the tail; every acknowledged message survives."""
+    ns = namesrv_process(tmp_path).start()
+    processes.append(ns)
+    env = {"PYMQ_SLAVE_ACK_TIMEOUT_MS": "500"}
+    master_args = ("--role", "SYNC_MASTER")
+    master = broker_process(tmp_path / "m", ns.address, "broker-a", *master_args, env=env).start()
+    processes.append(master)
+    slave = start_slave(tmp_path, ns, master)
+    processes.append(slave)
+    asyncio.run(create_topic([master], "t", 2))
+    asyncio.run(wait_for_route(ns.address, "t", 1))
+    acked: dict[int, bytes] = {}
+
+    async def produce() -> int:
+        async with RpcClient() as rpc, Producer(ns.address, retry_times=0) as p:
+            await wait_in_sync(rpc, master)
+            await wait_topic_copied(rpc, slave, "t")
+            for i in range(40):
+                body = f"acked-{i}".encode() * 10
+                r = await p.send(Message("t", body))
+                assert r.status == SendStatus.SEND_OK
+                acked[r.commit_log_offsets[0]] = body
+            slave.kill()  # the slave dies: what follows stays on the master alone
+            for i in range(3):
+                r = await p.send(Message("t", f"tail-{i}".encode()))
+                assert r.status in (SendStatus.SLAVE_NOT_AVAILABLE, SendStatus.FLUSH_SLAVE_TIMEOUT)
+            end = int((await runtime_info(rpc, master.address))["commitLogMaxOffset"])
+            master.kill()
+            return end
+
+    old_end = asyncio.run(produce())
+    slave = start_slave(tmp_path, ns, master)  # back, with what it had; its master is gone
+    processes.append(slave)
+    refused = run_admin_fails(ns, "broker-role", "--broker-name", "broker-a", "--promote", slave.address)
+    assert "--force" in refused
+    promoted = run_admin(ns, "broker-role", "--broker-name", "broker-a", "--promote", slave.address, "--force")
+    assert promoted["newMaster"] == slave.address and promoted["epoch"] == 2, promoted
+
+    # The old master restarts with its old configuration (master, id 0).
+    again = broker_process(tmp_path / "m", ns.address, "broker-a", *master_args, env=env).start()
+    processes.append(again)
+
+    async def check() -> int:
+        async with RpcClient() as rpc:
+            deadline = time.monotonic() + 30
+            while True:
+                info = await runtime_info(rpc, again.address)
+                if info.get("masterConnected"):
+                    break
+                assert time.monotonic() < deadline, info
+                await asyncio.sleep(0.05)
+            assert info["role"] == "SLAVE" and info["brokerId"] == 1
+            async with Producer(ns.address, retry_times=0) as p:
+                for i in range(10):
+                    r = await p.send(Message("t", f"after-{i}".encode()))
+                    assert r.store_addr == slave.address
+            return await wait_caught_up(rpc, slave, again)
+
+    end = asyncio.run(check())
+    evs = events(again)
+    assert any(e["event"] == "fenced_by_newer_master" for e in evs)
+    cut = [e for e in evs if e["event"] == "slave_truncated_to_master"]
+    assert cut and cut[0]["dropped_bytes"] > 0 and cut[0]["offset"] < old_end, cut
+    assert again.stop() == 0 and slave.stop() == 0
+    new_master = open_store(tmp_path / "s" / "broker-a")
+    old_master = open_store(tmp_path / "m" / "broker-a")
+    try:
+        assert new_master.commitlog.max_offset == old_master.commitlog.max_offset == end
+        assert b"".join(bytes(v) for v in old_master.read_commitlog(0, end)) == b"".join(
+            bytes(v) for v in new_master.read_commitlog(0, end)
+        )
+        for phys, body in acked.items():
+            rec = new_master.read_record(phys)
+            assert rec is not None and parse_record(rec).body == body
+    finally:
+        new_master.shutdown()
+        old_master.shutdown()
+
+
+def run_admin(ns: DaemonProcess, *args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "pymq.cli.admin", "--namesrv", ns.address, "--json", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def run_admin_fails(ns: DaemonProcess, *args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "pymq.cli.admin", "--namesrv", ns.address, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0, out.stdout
+    return out.stderr

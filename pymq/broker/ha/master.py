@@ -259,8 +259,10 @@ class HAMaster:
                 data = self._data = asyncio.Event()
             waiter: asyncio.Future[Any] = asyncio.ensure_future(data.wait())
             either: set[asyncio.Future[Any]] = {waiter, acks}
-            done, _ = await asyncio.wait(either, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
+            try:
+                done, _ = await asyncio.wait(either, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
             if not done:
                 writer.write(codec.data_header(pos, store.commitlog.max_offset, 0))
                 await writer.drain()

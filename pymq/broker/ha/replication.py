@@ -20,7 +20,7 @@ from pymq.config import BrokerRole
 if TYPE_CHECKING:
     import asyncio
 
-    from pymq.broker.service import Service
+    from pymq.broker.ha.meta_sync import SlaveMetaSync
     from pymq.broker.store import MessageStore
     from pymq.config import BrokerConfig
     from pymq.transport.client import RpcClient
@@ -43,7 +43,7 @@ class Replication:
         address: Callable[[], str],
         discovered_master: Callable[[], str | None],
         advertised_host: str,
-        meta_sync: Service | None = None,
+        meta_sync: SlaveMetaSync | None = None,
         ssl: ssl_module.SSLContext | None = None,
     ) -> None:
         self.config = config
@@ -111,6 +111,19 @@ class Replication:
         if self._meta_sync_running and self.meta_sync is not None:
             self._meta_sync_running = False
             await self.meta_sync.stop()
+
+    async def become_master(self, epoch: int = 0) -> int:
+        """Stop following and start a new term at the commitlog end (epoch above every known one)."""
+        await self.stop()
+        new = max(epoch, self.epochs.epoch + 1)
+        self.epochs.begin_term(new, self.store.commitlog.max_offset)
+        await self._start_master()
+        return new
+
+    async def become_slave(self) -> None:
+        """Stop serving slaves (waiting SYNC sends answer FLUSH_SLAVE_TIMEOUT) and follow the configured master."""
+        await self.stop()
+        await self._start_slave()
 
     def wait_replicated(self, end: int) -> asyncio.Future[int] | None:
         master = self.master
