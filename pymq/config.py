@@ -245,6 +245,23 @@ class BrokerConfig(_Model):
     #: access control and TLS (issue 20; see docs/security.md)
     acl: AclSettings = Field(default_factory=AclSettings)
     tls: TlsSettings = Field(default_factory=TlsSettings)
+    # --- replication (master/slave, see docs/ARCHITECTURE.md "Replication") ---
+    #: a master's HA listener port (None: the main port + 1, or any free port when the main port is 0)
+    ha_port: int | None = Field(None, ge=0, le=65535)
+    #: a slave's master HA address (host:port); None: asked from the master's main port (``haAddress``)
+    ha_master_addr: str | None = None
+    #: SYNC_MASTER: slaves that must hold a message before its send answers
+    in_sync_replicas: int = Field(1, ge=1)
+    #: SYNC_MASTER: how long a send waits for its slaves before FLUSH_SLAVE_TIMEOUT
+    slave_ack_timeout_ms: int = Field(3000, ge=1)
+    #: a slave further behind its master than this is not in sync (SYNC_MASTER does not count it)
+    ha_max_lag_bytes: int = Field(256 * 1024 * 1024, ge=0)
+    #: commitlog bytes per HA data frame at most
+    ha_batch_bytes: int = Field(256 * 1024, ge=4096)
+    #: a master sends a heartbeat after this long without data; a slave drops a link silent for 3x it
+    ha_heartbeat_seconds: float = Field(1.0, gt=0)
+    #: how often a slave copies topics, consumer offsets, delay offsets and subscription groups
+    slave_sync_interval_seconds: float = Field(10.0, gt=0)
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")

@@ -24,12 +24,16 @@ from typing import Any
 from pymq import __version__
 from pymq.broker.consumers import ClientChannel, ConsumerManager
 from pymq.broker.delay_hook import default_put_hooks
+from pymq.broker.ha.meta_sync import SlaveMetaSync
+from pymq.broker.ha.replication import Replication
+from pymq.broker.ha.role_change import RoleChanger, newer_master
 from pymq.broker.handlers.admin import AdminHandlers
 from pymq.broker.handlers.clients import ClientHandlers
 from pymq.broker.handlers.locks import LockHandlers
 from pymq.broker.handlers.offsets import OffsetHandlers
 from pymq.broker.handlers.pull import PullHandlers
 from pymq.broker.handlers.query import QueryHandlers
+from pymq.broker.handlers.replication import ReplicationHandlers
 from pymq.broker.handlers.send import SendHandlers
 from pymq.broker.handlers.sendback import SendBackHandlers
 from pymq.broker.locks import QueueLockManager
@@ -91,9 +95,11 @@ class BrokerApp:
         #: every put goes through it: put hooks (delays ...), then the store
         self.put_path: PutPath = None  # type: ignore[assignment]
         self.dispatcher = Dispatcher(name="broker")
+        #: the slave's write gate; role changes add and remove it (see broker.ha.role_change)
+        self.read_only = ReadOnlyRole()
         if self.is_slave:
             # Writes belong to the master: one interceptor answers them (see broker.roles).
-            self.dispatcher.add_interceptor(ReadOnlyRole())
+            self.dispatcher.add_interceptor(self.read_only)
         limits = limits_from_settings(
             config.idle_timeout_seconds, config.frame_read_timeout_seconds, config.max_partial_frame_bytes
         )
@@ -101,8 +107,13 @@ class BrokerApp:
         #: ACL and TLS are set up in start() (their files must load: a ConfigError there is exit 2)
         self.acl: Any = None
         self.namesrv_client = RpcClient()
-        self.registrar = NamesrvRegistrar(config, self.topics, self.namesrv_client, lambda: self.address)
+        #: master/slave replication (the HA service and the epoch file), wired once the store is up
+        self.replication: Replication | None = None
+        self.registrar = NamesrvRegistrar(
+            config, self.topics, self.namesrv_client, lambda: self.address, ha_address=self._ha_address
+        )
         self.topics.on_change = self.registrar.trigger
+        self.role_changer = RoleChanger(self)
         self.started_at = 0.0
         self.metrics: Any = None
         self.schedule = ScheduleService(self)
@@ -114,6 +125,7 @@ class BrokerApp:
             PeriodicService("client-scan", config.client_scan_interval_seconds, self.consumers.scan_expired),
             PeriodicService("offset-persist", config.offset_flush_interval_seconds, self.offsets.persist_if_dirty),
             PeriodicService("stats-sample", 1.0, self.stats.sample),
+            PeriodicService("fence-check", config.register_interval_seconds, self._fence_check),
             self.registrar,
         ]
 
@@ -129,6 +141,7 @@ class BrokerApp:
                 stats=self.stats,
                 config=cfg,
                 address=address,
+                wait_replicated=self._wait_replicated,
             ),
             SendBackHandlers(
                 store=store,
@@ -175,6 +188,7 @@ class BrokerApp:
                 runtime_info=self.runtime_info,
                 address=address,
             ),
+            ReplicationHandlers(delay_offsets=lambda: self.schedule.offsets, role_change=self.role_changer.change),
         )
         table: dict[int, Any] = {}
         for family in families:
@@ -222,6 +236,26 @@ class BrokerApp:
         self.topics.persist()
         self.offsets.load()
         self.subscription_groups.load()
+        self.replication = Replication(
+            cfg,
+            self.store,
+            rpc=self.namesrv_client,
+            address=lambda: self.address,
+            discovered_master=lambda: self.registrar.master_addr,
+            advertised_host=self._advertised_host(),
+            meta_sync=SlaveMetaSync(
+                rpc=self.namesrv_client,
+                master_addr=self._master_main_addr,
+                topics=self.topics,
+                offsets=self.offsets,
+                subscription_groups=self.subscription_groups,
+                delay_offsets_path=self.schedule.path,
+                interval=lambda: cfg.slave_sync_interval_seconds,
+            ),
+        )
+        self.services.append(self.replication)
+        if not self.is_slave:
+            await self._fence_at_startup(self.replication)
         self._register_handlers(self.store)
         for svc in self.services:
             await svc.start()
@@ -319,7 +353,58 @@ class BrokerApp:
             "connections": len(self.server.connections),
             "consumerGroups": len(self.consumers.groups),
             "heldPulls": self.pull_hold.held_count,
+            **(self.replication.info() if self.replication is not None else {}),
         }
+
+    # --- replication ------------------------------------------------------------------------------------------
+
+    def register_role_handlers(self) -> None:
+        """Register the handler families again for the current role (after a role change)."""
+        assert self.store is not None
+        self._register_handlers(self.store)
+
+    async def _fence_at_startup(self, replication: Replication) -> None:
+        """A master whose group has a master of a newer term starts as that master's slave."""
+        cfg = self.config
+        replication.epochs.load()
+        newer = await newer_master(self.namesrv_client, cfg, self.address, replication.epochs.epoch)
+        if newer is None:
+            return
+        master, epoch, broker_id = newer
+        log.warning(
+            "fenced_by_newer_master",
+            master=master,
+            master_epoch=epoch,
+            own_epoch=replication.epochs.epoch,
+            broker_id=broker_id,
+        )
+        cfg.role = BrokerRole.SLAVE
+        cfg.broker_id = broker_id
+        cfg.master_addr = master
+        self.dispatcher.add_interceptor(self.read_only)
+        if self.schedule in self.services:
+            self.services.remove(self.schedule)
+
+    async def _fence_check(self) -> None:
+        """Each registration interval: a running master steps down for a master of a newer term."""
+        rep = self.replication
+        if rep is None or rep.is_slave or self.role_changer.fenced:
+            return
+        newer = await newer_master(self.namesrv_client, self.config, self.address, rep.epochs.epoch)
+        if newer is not None:
+            master, epoch, broker_id = newer
+            log.warning("fenced_by_newer_master", master=master, master_epoch=epoch, own_epoch=rep.epochs.epoch)
+            await self.role_changer.demote(master, broker_id)
+
+    def _master_main_addr(self) -> str | None:
+        """A slave's master (its normal port): configured, else what the nameserver answered."""
+        return self.config.master_addr or self.registrar.master_addr
+
+    def _ha_address(self) -> str:
+        return self.replication.ha_address() if self.replication is not None else ""
+
+    def _wait_replicated(self, end: int) -> asyncio.Future[int] | None:
+        return self.replication.wait_replicated(end) if self.replication is not None else None
 
     def update_runtime_config(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Apply runtime-changeable settings (what UPDATE_BROKER_CONFIG does)."""

@@ -33,8 +33,11 @@ class NamesrvRegistrar:
         topics: TopicConfigManager,
         client: RpcClient,
         address: Callable[[], str],
+        ha_address: Callable[[], str] | None = None,
     ) -> None:
         self.config = config
+        #: a master's HA listener address (announced as haServerAddr), if it has one
+        self.ha_address = ha_address
         self.topics = topics
         self.client = client
         #: the broker's advertised address (known once it has bound its port)
@@ -51,7 +54,7 @@ class NamesrvRegistrar:
             broker_name=cfg.broker_name,
             cluster_name=cfg.cluster_name,
             broker_id=cfg.broker_id,
-            ha_server_addr=addr,
+            ha_server_addr=(self.ha_address() if self.ha_address is not None else "") or addr,
         )
 
     async def register_all(self) -> int:
@@ -114,6 +117,21 @@ class NamesrvRegistrar:
                 await asyncio.wait_for(self._wakeup.wait(), timeout=interval)
             self._wakeup.clear()
             await self.register_all()
+
+    async def pause(self) -> None:
+        """Stop registering without unregistering (a fenced master: its successor takes its place)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def resume(self) -> None:
+        """Register at once and keep doing so (after a role change: with the new broker id)."""
+        await self.pause()
+        self._registered = True
+        await self.register_all()
+        self._task = asyncio.create_task(self._loop(), name="broker-register")
 
     async def stop(self) -> None:
         """Stop registering and unregister from every nameserver (up to 3 s)."""

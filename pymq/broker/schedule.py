@@ -92,7 +92,12 @@ class ScheduleService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        store = self.app.store
+        if store is not None:
+            # A broker that stops being master stops the service; a later start adds it back.
+            store.remove_arrival_listener(self._on_arrival)
         if self._started:
+            self._started = False
             self.persist()
 
     def persist(self) -> None:

@@ -88,6 +88,13 @@ class SubscriptionGroupManager:
         self.groups[cfg.groupName] = cfg
         self.persist()
 
+    def replace_all(self, table: dict[str, Any]) -> None:
+        """Take a master's whole table (a slave's copy)."""
+        groups = {n: SubscriptionGroupConfig.from_dict(d) for n, d in table.items()}
+        if groups != self.groups:
+            self.groups = groups
+            self.persist()
+
     def delete(self, group: str) -> bool:
         if self.groups.pop(group, None) is None:
             return False

@@ -143,5 +143,21 @@ class TopicConfigManager:
             tc = self.upsert(TopicConfig(topic, queue_nums, queue_nums, perm))
         return tc
 
+    def replace_all(self, table: dict[str, Any], data_version: Any = None) -> None:
+        """Take a master's whole table (a slave's copy); the system topics stay."""
+        topics = {n: TopicConfig.from_dict(d) for n, d in table.items()}
+        topics.setdefault(SCHEDULE_TOPIC, self.topics.get(SCHEDULE_TOPIC) or TopicConfig(SCHEDULE_TOPIC, 1, 1))
+        if topics == self.topics:
+            return
+        self.topics = topics
+        if isinstance(data_version, dict):
+            self.data_version = {
+                "timestamp": int(data_version.get("timestamp", 0)),
+                "counter": int(data_version.get("counter", 0)),
+            }
+        self.persist()
+        if self.on_change is not None:
+            self.on_change()
+
     def table(self) -> dict[str, Any]:
         return {n: tc.to_dict() for n, tc in self.topics.items()}

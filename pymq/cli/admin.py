@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from pymq.cli import admin_ops
+from pymq.cli import admin_ops, admin_replication
 from pymq.cli.admin_group import AdminContext, admin_command, main
 from pymq.cli.output import emit, fmt_ms, table
 from pymq.client.admin import AdminClient
@@ -17,6 +17,7 @@ from pymq.protocol.route import perm_to_string
 
 __all__ = ["main"]
 assert admin_ops  # registers the group, message and broker commands on ``main``
+assert admin_replication  # registers broker-role
 
 
 # --- cluster and topics ------------------------------------------------------------------------------
@@ -46,6 +47,7 @@ async def cluster_list(admin: AdminClient, ctx: AdminContext) -> None:
                         "role": "master" if int(bid) == 0 else "slave",
                     }
                 )
+    await admin_replication.replication_columns(admin, rows)
     emit(
         info if ctx.as_json else rows,
         ctx.as_json,
@@ -57,6 +59,8 @@ async def cluster_list(admin: AdminClient, ctx: AdminContext) -> None:
                 ("brokerId", "ID"),
                 ("role", "ROLE"),
                 ("addr", "ADDRESS"),
+                ("epoch", "EPOCH"),
+                ("lagBytes", "LAG_BYTES"),
             ],
         ),
     )

@@ -245,3 +245,14 @@ def query_message(topic: str, key: str, max_num: int, begin_timestamp: int, end_
 
 def view_message(offset: int) -> Command:
     return Command.request(RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequest(offset=offset).to_ext())
+
+
+# --- replication (issue 16) ------------------------------------------------------------------------------------
+
+
+def role_change(role: str, *, master_addr: str = "", epoch: int = 0, broker_id: int = -1) -> Command:
+    """NOTIFY_BROKER_ROLE_CHANGED: ASYNC_MASTER/SYNC_MASTER (promote), SLAVE (follow), FENCED."""
+    from pymq.protocol.requests import BrokerRoleChangeRequest
+
+    header = BrokerRoleChangeRequest(role=role, master_addr=master_addr, epoch=epoch, broker_id=broker_id)
+    return Command.request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, header.to_ext())

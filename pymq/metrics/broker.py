@@ -12,6 +12,7 @@ from pymq import __version__
 
 if TYPE_CHECKING:
     from pymq.broker.consumers import ConsumerManager
+    from pymq.broker.ha.replication import Replication
     from pymq.broker.long_polling import PullHoldService
     from pymq.broker.offsets import ConsumerOffsetManager
     from pymq.broker.stats import BrokerStats
@@ -47,6 +48,8 @@ class BrokerView(Protocol):
     def server(self) -> RpcServer: ...
     @property
     def dispatcher(self) -> Dispatcher: ...
+    @property
+    def replication(self) -> Replication | None: ...
 
 
 def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -93,6 +96,7 @@ class BrokerCollector:
         yield from self._store()
         yield from self._clients()
         yield self._lag()
+        yield from self._replication()
 
     def _uptime(self) -> float:
         started = self.app.started_at
@@ -162,3 +166,26 @@ class BrokerCollector:
                     lag = max(0, store.max_offset(topic, queue_id) - committed)
                     fam.add_metric([group, topic, str(queue_id)], lag)
         return fam
+
+    def _replication(self) -> Iterator[Any]:
+        rep = self.app.replication
+        store = self.app.store
+        if rep is None or store is None or not store.running:
+            return
+        yield gauge("pymq_replication_epoch", "Epoch of the newest master term this broker knows.", rep.epochs.epoch)
+        lag = GaugeMetricFamily(
+            "pymq_replication_lag_bytes",
+            "Commitlog bytes a slave is behind its master: on a master one series per connected slave, "
+            "on a slave one for its master.",
+            labels=["peer"],
+        )
+        if rep.master is not None:
+            top = store.commitlog.max_offset
+            slaves = list(rep.master.acks.slaves.values())
+            for s in slaves:
+                lag.add_metric([s.address], max(0, top - s.acked))
+            in_sync = len(rep.master.acks.in_sync(top))
+            yield gauge("pymq_replication_in_sync_slaves", "Connected slaves within ha_max_lag_bytes.", in_sync)
+        if rep.slave is not None:
+            lag.add_metric([rep.slave.master_ha_addr or ""], rep.slave.lag_bytes)
+        yield lag

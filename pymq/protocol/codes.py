@@ -52,6 +52,8 @@ class RequestCode(IntEnum):
     DELETE_TOPIC_IN_NAMESRV = 216
     # replication (master/slave metadata sync and commitlog streaming)
     HA_PULL_COMMITLOG = 900
+    # role change (admin -> broker): RocketMQ 5's controller notifies brokers with this code
+    NOTIFY_BROKER_ROLE_CHANGED = 1008
     # liveness check, used by benchmarks and health probes
     PING = 999
 

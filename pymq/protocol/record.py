@@ -455,6 +455,11 @@ def is_record_at(buf: Buffer, pos: int) -> bool:
     return len(buf) - pos >= BLANK_SIZE and HEAD.unpack_from(buf, pos)[1] == MAGIC
 
 
+def is_blank_marker(buf: Buffer, pos: int = 0) -> bool:
+    """Whether a blank marker (the filler at a commitlog file's end) starts at ``pos``."""
+    return len(buf) - pos >= BLANK_SIZE and BLANK_MARKER.unpack_from(buf, pos)[1] == BLANK_MAGIC
+
+
 def topic_field(topic: bytes) -> bytes:
     """The topic as it is stored in a record: u16 length + the name."""
     return U16.pack(len(topic)) + topic

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from itertools import repeat
 from typing import NamedTuple
 
+from pymq.errors import ProtocolError
 from pymq.protocol.record import (
     BLANK_MAGIC,
     BLANK_MARKER,
@@ -258,3 +259,32 @@ def count_records(data: bytes | bytearray | memoryview) -> int:
             break
         pos += size
     return max(count, 1)
+
+
+def whole_records_prefix(buf: Buffer, phys: int, file_size: int) -> int:
+    """How many leading bytes of ``buf`` (commitlog bytes from offset ``phys``) are whole pieces.
+
+    A piece is a record (by its size field) or a blank marker together with the rest of its
+    file (``file_size`` bytes per commitlog file). A replicating slave appends that prefix and
+    keeps the rest until more bytes arrive. Raises :class:`~pymq.errors.ProtocolError` when
+    the bytes at a piece's start are neither (the full check is the append's own).
+    """
+    n = len(buf)
+    pos = 0
+    unpack = HEAD.unpack_from
+    while n - pos >= BLANK_SIZE:
+        size, magic = unpack(buf, pos)
+        if magic == MAGIC:
+            if size < MIN_RECORD_SIZE:
+                raise ProtocolError(f"replicated record at {phys + pos} has size {size}")
+            if pos + size > n:
+                break
+            pos += size
+        elif magic == BLANK_MAGIC:
+            left = file_size - (phys + pos) % file_size
+            if pos + left > n:
+                break
+            pos += left
+        else:
+            raise ProtocolError(f"replicated bytes at {phys + pos} are neither a record nor a blank marker")
+    return pos

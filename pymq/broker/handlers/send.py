@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pymq.broker.group_commit import GroupCommit
 from pymq.broker.store.results import PutResult, PutStatus
 from pymq.broker.topics import validate_topic_name
-from pymq.config import FlushDiskType
+from pymq.config import BrokerRole, FlushDiskType
 from pymq.errors import MessageDecodeError
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Buffer, Command
@@ -27,6 +27,8 @@ from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler, HandlerResult
 
 if TYPE_CHECKING:
+    import asyncio
+
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
     from pymq.broker.subscription_groups import SubscriptionGroupManager
@@ -51,6 +53,10 @@ EMPTY_BODY_REMARK = "empty message body: a send must carry at least one encoded 
 
 #: the broker's put path: (topic, queue id, records) -> one result per record
 PutMessages = Callable[[str, int, Buffer], list[PutResult]]
+#: SYNC_MASTER: a future for "enough slaves hold everything below this offset" (resolved with
+#: pymq.broker.ha.acks.REPLICATED or TIMED_OUT), or None when no slave is in sync
+WaitReplicated = Callable[[int], "asyncio.Future[int] | None"]
+_SYNC_MASTER = BrokerRole.SYNC_MASTER
 
 
 class SendHandlers:
@@ -64,8 +70,11 @@ class SendHandlers:
         stats: BrokerStats,
         config: BrokerConfig,
         address: str,
+        wait_replicated: WaitReplicated | None = None,
     ) -> None:
         self.store = store
+        #: SYNC_MASTER's seam (the HA master service); the role is read per send (it can change)
+        self.wait_replicated = wait_replicated
         #: every store write goes through here (the broker's put path, not the store directly)
         self.put_messages = put_messages
         self.topics = topics
@@ -124,9 +133,12 @@ class SendHandlers:
         results = self.put_messages(topic, queue_id, body)
         resp = self.build_response(cmd, queue_id, results)
         self.stats.record_put(topic, results)
-        if self.group_commit is not None and resp.code == ResponseCode.SUCCESS and results:
+        if (self.sync_flush or self.config.role is _SYNC_MASTER) and resp.code == ResponseCode.SUCCESS and results:
             end = max(r.physical_offset + r.size for r in results)
-            return self.group_commit.wait(resp, end)
+            if self.config.role is _SYNC_MASTER and self.wait_replicated is not None:
+                return self._await_replicas(resp, end)
+            if self.group_commit is not None:
+                return self.group_commit.wait(resp, end)
         return resp
 
     def dead_letter_if_exhausted(self, topic: str, queue_id: int, body: Buffer) -> tuple[str, int, Buffer]:
@@ -180,3 +192,26 @@ class SendHandlers:
         stored = sum(1 for r in results if r.status == ok)
         remark = f"{stored}/{len(results)} stored; {first_fail.status.name}: {first_fail.reason}"
         return cmd.response(PUT_STATUS_TO_CODE.get(first_fail.status, ResponseCode.SYSTEM_ERROR), remark, ext)
+
+    async def _await_replicas(self, resp: Command, end: int) -> Command:
+        """SYNC_MASTER: answer once enough slaves hold the records (after the disk flush under SYNC_FLUSH).
+
+        The message is stored whatever happens: a slow slave answers FLUSH_SLAVE_TIMEOUT,
+        no slave in sync SLAVE_NOT_AVAILABLE (as RocketMQ does).
+        """
+        if self.group_commit is not None:
+            resp = await self.group_commit.wait(resp, end)
+            if resp.code != ResponseCode.SUCCESS:
+                return resp
+        assert self.wait_replicated is not None
+        fut = self.wait_replicated(end)
+        if fut is None:
+            resp.code = ResponseCode.SLAVE_NOT_AVAILABLE
+            resp.remark = "stored on the master, but no slave is in sync"
+        elif await fut != 0:  # acks.TIMED_OUT
+            resp.code = ResponseCode.FLUSH_SLAVE_TIMEOUT
+            resp.remark = (
+                f"stored on the master, but no slave acknowledged it within {self.config.slave_ack_timeout_ms} ms"
+            )
+        return resp
+

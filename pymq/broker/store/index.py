@@ -195,6 +195,34 @@ class IndexFile:
                 break
             cur = prev
 
+    def truncate_from(self, phys: int) -> int:
+        """Undo the newest entries pointing at ``phys`` or later (a store truncated there); returns how many.
+
+        Entries are written in commitlog order, so they are the file's last ones: each is
+        undone newest first like an uncounted one (its slot gets back the value it replaced).
+        """
+        mm = self.mm
+        base = self.entries_base
+        sv = self.slot_view
+        n = self.count - 1
+        while n > 0:
+            h, at, _, prev = ENTRY.unpack_from(mm, base + n * ENTRY_SIZE)
+            if at < phys:
+                break
+            slot = h % self.slots
+            if sv[slot] == n:
+                sv[slot] = prev if 0 < prev < n else 0
+            mm[base + n * ENTRY_SIZE : base + (n + 1) * ENTRY_SIZE] = _ZERO_ENTRY
+            n -= 1
+        dropped = self.count - 1 - n
+        if dropped:
+            self.count = n + 1
+            self.end_phys = ENTRY.unpack_from(mm, base + n * ENTRY_SIZE)[1] if n > 0 else 0
+            self.write_header()
+            self.mf.wrote_pos = base + self.count * ENTRY_SIZE
+            self.mf.flushed_pos = min(self.mf.flushed_pos, self.mf.wrote_pos)
+        return dropped
+
     def tail_hashes(self) -> tuple[int, set[int]]:
         """The newest entry's commitlog offset and the hashes indexed for it ((-1, set()) if empty)."""
         if self.count <= 1:
@@ -310,6 +338,19 @@ class IndexService:
                 continue
             f.lookup(h, begin_ts, end_ts, limit, out)
         return out
+
+    def truncate_from(self, phys: int) -> int:
+        """Drop the entries pointing at commitlog offset ``phys`` or later (newest files first)."""
+        dropped = 0
+        while self.files:
+            f = self.files[-1]
+            dropped += f.truncate_from(phys)
+            if f.count > 1 or len(self.files) == 1:
+                break
+            self.files.pop().destroy()  # emptied: a later put starts a new file
+        if self.files:
+            self.header_ts = min(self.header_ts, self.files[-1].end_ts)
+        return dropped
 
     def delete_below(self, min_phys: int) -> int:
         """Delete files whose every entry points below ``min_phys`` (the newest file stays)."""

@@ -40,7 +40,7 @@ from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutStatus
 from pymq.config import FlushDiskType, StoreConfig
 from pymq.errors import DiskFullError, StoreError, StoreLockedError
 from pymq.logs import RateLimitedLog, get_logger
-from pymq.protocol.record import pack_host, record_store_timestamp
+from pymq.protocol.record import BLANK_SIZE, is_blank_marker, pack_host, record_store_timestamp
 from pymq.protocol.record_batch import SplitBatch, count_records
 
 log = get_logger("broker.store")
@@ -277,6 +277,22 @@ class MessageStore:
         """``listener(topic, queue_id, max_offset)`` after messages land in a queue (writer's thread)."""
         self._arrival_listeners.append(listener)
 
+    def remove_arrival_listener(self, listener: ArrivalListener) -> None:
+        if listener in self._arrival_listeners:
+            self._arrival_listeners.remove(listener)
+
+    def start_at(self, offset: int) -> None:
+        """Make an empty commitlog begin at file boundary ``offset`` (a new slave of a master whose
+        oldest data starts there); the next :meth:`append_raw` must come at ``offset``."""
+        with self.lock, self.file_lock, self.logics_lock:
+            cl = self.commitlog
+            if cl.max_offset != 0 or any(cq.max_offset for cq in self.queues.values()):
+                raise StoreError("only an empty store can be moved to another start offset")
+            if offset % cl.file_size:
+                raise StoreError(f"a commitlog starts at a file boundary, not at {offset}")
+            if offset:
+                cl.mfq.truncate(-1)  # drops the empty first file; append_raw creates the one at offset
+
     def put_messages(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> list[PutResult]:
         """Append the encoded records in ``data`` to queue ``(topic, queue_id)``; one result per record.
 
@@ -457,6 +473,45 @@ class MessageStore:
             end = self.commitlog.max_offset
         self._notify_arrivals(arrived)
         return end
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop every record from commitlog offset ``offset`` on (a slave's tail its master lacks).
+
+        The commitlog ends at ``offset`` (later files deleted, the rest of the file zeroed),
+        consume-queue entries of the dropped records and index entries pointing at them are
+        removed, and the next :meth:`append_raw` continues at ``offset``. ``offset`` must be
+        a record boundary inside the data (a record, a blank marker or a file starts there, or
+        the end); otherwise :class:`StoreError` and nothing changes. Returns the bytes dropped.
+        Replication decides when (see :mod:`pymq.broker.ha.epochs`); the store only does it.
+        """
+        with self.lock, self.file_lock, self.logics_lock:
+            cl = self.commitlog
+            end = cl.max_offset
+            if offset == end:
+                return 0
+            if offset > end or offset < cl.min_offset:
+                raise StoreError(f"cannot truncate the commitlog to {offset}: its data is [{cl.min_offset}, {end})")
+            if not self._is_boundary(offset):
+                raise StoreError(f"cannot truncate the commitlog to {offset}: no record starts there")
+            cl.mfq.truncate(offset)
+            dropped_cq = sum(cq.truncate_beyond(offset) for cq in self.queues.values())
+            dropped_index = self.index.truncate_from(offset)
+            self.checkpoint.flushed_phys = min(self.checkpoint.flushed_phys, offset)
+            self._checked_files = -1  # re-measure the disk at the next write
+        log.warning(
+            "store_truncated",
+            offset=offset,
+            dropped_bytes=end - offset,
+            dropped_cq_entries=dropped_cq,
+            dropped_index_entries=dropped_index,
+        )
+        return end - offset
+
+    def _is_boundary(self, offset: int) -> bool:
+        if offset % self.commitlog.file_size == 0 or self.commitlog.read_record(offset) is not None:
+            return True
+        view = self.commitlog.view(offset, BLANK_SIZE)
+        return view is not None and is_blank_marker(view)
 
     def _notify_arrivals(self, arrived: set[tuple[str, int]]) -> None:
         listeners = self._arrival_listeners

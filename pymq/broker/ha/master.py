@@ -1,0 +1,270 @@
+"""The master's side of the HA link: a listener of its own, one stream per slave.
+
+A slave connects and says where it stands (HELLO: its commitlog end and epoch list); the
+master runs the epoch check (:func:`pymq.broker.ha.epochs.decide_join`), answers JOIN
+(stream, truncate first, or refuse: logged as ``slave_refused`` with the reason) and then
+streams its commitlog from the agreed offset: slices of the mapped files
+(:meth:`MessageStore.read_commitlog`) written behind a 20-byte header, batch after batch,
+with a heartbeat when there is nothing new. Nothing is parsed per message on this side.
+The slave's ACKs move its acked offset, which resolves SYNC_MASTER sends
+(:mod:`pymq.broker.ha.acks`).
+
+The listener takes an optional ``ssl.SSLContext`` (TLS on the HA link).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl as ssl_module
+import time
+from typing import TYPE_CHECKING, Any
+
+from pymq.broker.ha import codec
+from pymq.broker.ha.acks import REPLICATED, AckWaiters, SlaveState
+from pymq.broker.ha.epochs import crc_of, decide_join
+from pymq.errors import ProtocolError
+from pymq.logs import get_logger
+
+if TYPE_CHECKING:
+    from pymq.broker.ha.epoch_file import EpochFile
+    from pymq.broker.store import MessageStore
+    from pymq.config import BrokerConfig
+
+log = get_logger("broker.ha.master")
+
+#: how long a new connection may take to send its HELLO
+HELLO_TIMEOUT = 10.0
+#: the transport buffers this much before a stream waits for the socket to drain
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+
+
+class HAMaster:
+    """Serves slaves their master's commitlog; ``wait_replicated`` is the SYNC_MASTER seam."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        epochs: EpochFile,
+        config: BrokerConfig,
+        *,
+        host: str,
+        port: int,
+        advertised_host: str,
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.config = config
+        self.host = host
+        self.port = port
+        self.advertised_host = advertised_host
+        self.ssl = ssl
+        self.acks = AckWaiters(config.in_sync_replicas, config.ha_max_lag_bytes)
+        self.address = ""
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._next_id = 0
+        #: set when the commitlog grows; replaced by a fresh one once a stream has seen it
+        self._data = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._listening = False
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, ssl=self.ssl, limit=codec.MAX_FRAME
+        )
+        port = self._server.sockets[0].getsockname()[1]
+        self.address = f"{self.advertised_host}:{port}"
+        self._listening = True
+        self.store.add_arrival_listener(self.on_arrival)
+        log.info("ha_listening", address=self.address, epoch=self.epochs.epoch)
+
+    async def stop(self) -> None:
+        self._listening = False
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        self.acks.slaves.clear()
+        self.acks.fail_all()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.store.remove_arrival_listener(self.on_arrival)
+
+    # --- the store's side -----------------------------------------------------------------------------------
+
+    def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """Store arrival hook: wake the streams (one flag test when no slave is connected)."""
+        if self.acks.slaves and not self._data.is_set():
+            self._data.set()
+
+    def wait_replicated(self, end: int) -> asyncio.Future[int] | None:
+        """A future resolved with REPLICATED or TIMED_OUT for a send ending at ``end``; None: no slave in sync."""
+        acks = self.acks
+        master_max = self.store.commitlog.max_offset
+        if not acks.can_wait(master_max):
+            return None
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        if acks.replicated_offset(master_max) >= end:
+            fut.set_result(REPLICATED)
+            return fut
+        deadline = time.monotonic() + self.config.slave_ack_timeout_ms / 1000
+        acks.add(end, deadline, fut)
+        if self._timer is None:
+            self._arm(deadline)
+        return fut
+
+    def _arm(self, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_at(loop.time() + max(0.0, deadline - time.monotonic()), self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        nxt = self.acks.expire(time.monotonic())
+        if nxt is not None:
+            self._arm(nxt)
+
+    # --- info -----------------------------------------------------------------------------------------------
+
+    def slave_info(self) -> list[dict[str, object]]:
+        master_max = self.store.commitlog.max_offset
+        return [
+            {
+                "address": s.address,
+                "brokerId": s.broker_id,
+                "ackOffset": s.acked,
+                "lagBytes": max(0, master_max - s.acked),
+                "inSync": master_max - s.acked <= self.acks.max_lag_bytes,
+            }
+            for s in self.acks.slaves.values()
+        ]
+
+    # --- one slave ------------------------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        peer = writer.get_extra_info("peername")
+        link_id = self._next_id
+        self._next_id += 1
+        try:
+            await self._run_link(link_id, reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
+            log.info("slave_link_closed", peer=str(peer), reason=str(exc) or type(exc).__name__)
+        except ProtocolError as exc:
+            log.warning("slave_link_broken", peer=str(peer), reason=str(exc))
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self.acks.slaves.pop(link_id, None)
+            self._tasks.discard(task)
+            writer.close()
+
+    async def _run_link(self, link_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = codec.FrameDecoder()
+        hello = None
+        while hello is None:
+            chunk = await asyncio.wait_for(reader.read(65536), HELLO_TIMEOUT)
+            if not chunk:
+                return
+            for kind, body in decoder.feed(chunk):
+                if kind != codec.HELLO:
+                    raise ProtocolError(f"HA link must open with HELLO, got frame kind {kind}")
+                hello = codec.decode_hello(body)
+        store = self.store
+        cl = store.commitlog
+        tail_crcs = None
+        tail_start = hello.max_offset - hello.tail_size
+        if hello.tail_size and cl.min_offset <= tail_start and hello.max_offset <= cl.max_offset:
+            tail_crcs = (hello.tail_crc, crc_of(store.read_commitlog(tail_start, hello.tail_size)))
+        decision = decide_join(
+            self.epochs.entries, cl.min_offset, cl.max_offset, hello.epochs, hello.max_offset, tail_crcs
+        )
+        join = codec.Join(decision.action, decision.offset, cl.file_size, list(self.epochs.entries), decision.reason)
+        writer.write(codec.encode_join(join))
+        await writer.drain()
+        if decision.action == "refuse":
+            log.error(
+                "slave_refused",
+                slave=hello.address,
+                slave_max_offset=hello.max_offset,
+                slave_epochs=[e.epoch for e in hello.epochs],
+                reason=decision.reason,
+            )
+            return
+        log.info(
+            "slave_joined",
+            slave=hello.address,
+            broker_id=hello.broker_id,
+            action=decision.action,
+            offset=decision.offset,
+            reason=decision.reason,
+        )
+        now = time.monotonic()
+        state = SlaveState(hello.address, hello.broker_id, decision.offset, now, now)
+        self.acks.slaves[link_id] = state
+        writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        acks = asyncio.ensure_future(self._read_acks(reader, decoder, state))
+        try:
+            await self._stream(writer, decision.offset, acks)
+        finally:
+            acks.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await acks
+
+    async def _read_acks(self, reader: asyncio.StreamReader, decoder: codec.FrameDecoder, state: SlaveState) -> None:
+        while True:
+            chunk = await reader.read(65536)
+            if not chunk:
+                return
+            for kind, body in decoder.feed(chunk):
+                if kind != codec.ACK:
+                    raise ProtocolError(f"a slave sends only ACKs after HELLO, got frame kind {kind}")
+                offset = codec.decode_ack(body)
+                state.last_ack_at = time.monotonic()
+                if offset > state.acked:
+                    state.acked = offset
+                    if self.acks.waiting:
+                        self.acks.advance(self.store.commitlog.max_offset)
+
+    async def _stream(self, writer: asyncio.StreamWriter, pos: int, acks: asyncio.Future[None]) -> None:
+        store = self.store
+        batch = self.config.ha_batch_bytes
+        heartbeat = self.config.ha_heartbeat_seconds
+        while not acks.done():
+            end = store.commitlog.max_offset
+            if pos < end:
+                views = store.read_commitlog(pos, batch)
+                if not views:
+                    raise ProtocolError(f"the commitlog at {pos} is gone (cleanup): the slave must start over")
+                for view in views:
+                    writer.write(codec.data_header(pos, end, len(view)))
+                    writer.write(view)
+                    pos += len(view)
+                del views, view
+                await writer.drain()
+                continue
+            data = self._data
+            if data.is_set():
+                data = self._data = asyncio.Event()
+            waiter: asyncio.Future[Any] = asyncio.ensure_future(data.wait())
+            either: set[asyncio.Future[Any]] = {waiter, acks}
+            try:
+                done, _ = await asyncio.wait(either, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiter.cancel()
+            if not done:
+                writer.write(codec.data_header(pos, store.commitlog.max_offset, 0))
+                await writer.drain()
+        if acks.exception() is not None:
+            raise acks.exception()  # type: ignore[misc]

@@ -1,0 +1,194 @@
+"""Changing a broker's role while it runs: promote a slave, fence or demote a master.
+
+The admin's switchover (``pymq-admin broker-role --promote``, :meth:`AdminClient.promote_slave`)
+drives three NOTIFY_BROKER_ROLE_CHANGED requests: FENCED to the old master (it refuses writes
+and stops registering, but keeps streaming), then — once the slave holds the master's whole
+commitlog (or with ``--force``) — a master role to the slave, then SLAVE to the old master.
+
+* **Promote** (slave -> master): the slave stops following, begins a term with an epoch
+  above every one it knows (written to its epoch file before anything else), takes brokerId
+  0, drops the read-only gate, re-registers its handlers for the master role, starts the
+  schedule service and the HA listener, and registers with the nameservers under id 0 (the
+  nameserver replaces the old master's entry; its own slave entry goes with the unregister).
+* **Demote** (master -> slave of ``master_addr``): the HA listener stops (waiting SYNC sends
+  answer FLUSH_SLAVE_TIMEOUT), the schedule service stops, the read-only gate goes up, the
+  broker takes the promoted slave's old id and follows the new master; the epoch check at
+  the join truncates whatever tail the new master lacks.
+* **Startup fencing**: a broker configured as master asks the nameservers, before it serves,
+  who is its group's master; if another broker holds id 0 with a higher epoch, it starts as
+  that broker's slave instead (see :func:`newer_master`). A master that keeps running through
+  a partition is fenced by the same check each registration interval.
+
+The host is the broker app seen through :class:`RoleHost`; nothing here imports the app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, Protocol
+
+from pymq.config import BrokerRole
+from pymq.errors import InvalidRequestError, PymqError
+from pymq.logs import get_logger
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.command import Command
+from pymq.protocol.headers import decode_body
+
+if TYPE_CHECKING:
+    from pymq.broker.ha.replication import Replication
+    from pymq.broker.registration import NamesrvRegistrar
+    from pymq.broker.roles import ReadOnlyRole
+    from pymq.broker.service import Service
+    from pymq.config import BrokerConfig
+    from pymq.protocol.requests import BrokerRoleChangeRequest
+    from pymq.transport.client import RpcClient
+    from pymq.transport.dispatch import Dispatcher
+
+log = get_logger("broker.ha.role")
+
+FENCED = "FENCED"
+
+
+class RoleHost(Protocol):
+    config: BrokerConfig
+    address: str
+    dispatcher: Dispatcher
+    read_only: ReadOnlyRole
+    schedule: Service
+    services: list[Service]
+    registrar: NamesrvRegistrar
+    replication: Replication | None
+
+    def register_role_handlers(self) -> None: ...
+
+
+class RoleChanger:
+    def __init__(self, host: RoleHost) -> None:
+        self.host = host
+        self.fenced = False
+        self._lock = asyncio.Lock()
+
+    async def change(self, req: BrokerRoleChangeRequest) -> dict[str, Any]:
+        """Apply one NOTIFY_BROKER_ROLE_CHANGED request; returns the new replication state."""
+        role = req.role.upper()
+        async with self._lock:
+            if role in (BrokerRole.ASYNC_MASTER, BrokerRole.SYNC_MASTER):
+                await self.promote(BrokerRole(role), req.epoch)
+            elif role == BrokerRole.SLAVE:
+                if not req.master_addr:
+                    raise InvalidRequestError("a role change to SLAVE needs the master address (masterAddr)")
+                await self.demote(req.master_addr, req.broker_id)
+            elif role == FENCED:
+                await self.fence()
+            else:
+                raise InvalidRequestError(f"unknown role {req.role!r}: ASYNC_MASTER, SYNC_MASTER, SLAVE or FENCED")
+        return self.state()
+
+    def state(self) -> dict[str, Any]:
+        h = self.host
+        rep = h.replication
+        return {
+            "role": FENCED if self.fenced else h.config.role.value,
+            "brokerId": h.config.broker_id,
+            "address": h.address,
+            **(rep.info() if rep is not None else {}),
+        }
+
+    async def promote(self, role: BrokerRole, epoch: int = 0) -> None:
+        h = self.host
+        cfg = h.config
+        rep = h.replication
+        assert rep is not None
+        if not rep.is_slave and not self.fenced:
+            # Already master: only the flavour (ASYNC/SYNC) may change.
+            cfg.role = role
+            return
+        old_id = cfg.broker_id
+        if rep.is_slave and rep.meta_sync is not None:
+            # A last copy of the master's topics and offsets, if it still answers (a switchover).
+            try:
+                await asyncio.wait_for(rep.meta_sync.sync_once(), 5.0)
+            except (PymqError, TimeoutError) as exc:
+                log.info("final_meta_sync_skipped", reason=str(exc) or type(exc).__name__)
+        new_epoch = await rep.become_master(epoch)
+        await h.registrar.pause()
+        if old_id != 0:
+            await h.registrar.unregister_all()  # the slave entry (the new id replaces it anyway)
+        cfg.role = role
+        cfg.broker_id = 0
+        cfg.master_addr = None
+        h.registrar.master_addr = None
+        self.fenced = False
+        if h.read_only in h.dispatcher.interceptors:
+            h.dispatcher.remove_interceptor(h.read_only)
+        h.register_role_handlers()
+        if h.schedule not in h.services:
+            await h.schedule.start()
+            h.services.insert(0, h.schedule)
+        await h.registrar.resume()
+        log.warning("promoted_to_master", role=role.value, epoch=new_epoch, from_broker_id=old_id)
+
+    async def fence(self) -> None:
+        h = self.host
+        if h.replication is None or h.replication.is_slave:
+            raise InvalidRequestError("only a master can be fenced")
+        if h.read_only not in h.dispatcher.interceptors:
+            h.dispatcher.add_interceptor(h.read_only)
+        await h.registrar.pause()
+        self.fenced = True
+        log.warning("master_fenced", epoch=h.replication.epochs.epoch)
+
+    async def demote(self, master_addr: str, broker_id: int) -> None:
+        h = self.host
+        cfg = h.config
+        rep = h.replication
+        assert rep is not None
+        if master_addr == h.address:
+            raise InvalidRequestError("a broker cannot follow itself")
+        new_id = broker_id if broker_id > 0 else (cfg.broker_id or 1)
+        if h.read_only not in h.dispatcher.interceptors:
+            h.dispatcher.add_interceptor(h.read_only)
+        await h.registrar.pause()
+        if cfg.broker_id != new_id:
+            await h.registrar.unregister_all()  # removes nothing if the new master already holds the id
+        if h.schedule in h.services:
+            h.services.remove(h.schedule)
+            await h.schedule.stop()
+        cfg.role = BrokerRole.SLAVE
+        cfg.broker_id = new_id
+        cfg.master_addr = master_addr
+        cfg.ha_master_addr = None
+        self.fenced = False
+        h.register_role_handlers()
+        await rep.become_slave()
+        await h.registrar.resume()
+        log.warning("demoted_to_slave", master=master_addr, broker_id=new_id)
+
+
+async def newer_master(
+    rpc: RpcClient, config: BrokerConfig, own_address: str, own_epoch: int
+) -> tuple[str, int, int] | None:
+    """Another broker of this group registered as master with a higher epoch: (address, its epoch,
+    the id this broker should take), else None. Unreachable nameservers or masters count as none."""
+    for ns in config.namesrv_addrs:
+        try:
+            resp = await rpc.invoke_ok(ns, Command.request(RequestCode.GET_BROKER_CLUSTER_INFO), timeout=3.0)
+        except PymqError:
+            continue
+        info: Any = decode_body(resp.body, "cluster info")
+        group = (info.get("brokerAddrTable") or {}).get(config.broker_name) if isinstance(info, dict) else None
+        addrs = {int(k): v for k, v in ((group or {}).get("brokerAddrs") or {}).items()}
+        master = addrs.get(0)
+        if not master or master == own_address:
+            continue
+        try:
+            r = await rpc.invoke_ok(master, Command.request(RequestCode.GET_BROKER_RUNTIME_INFO), timeout=3.0)
+        except PymqError:
+            continue
+        other: Any = decode_body(r.body, "runtime info")
+        epoch = int(other.get("epoch", 0)) if isinstance(other, dict) else 0
+        if epoch > own_epoch:
+            taken = set(addrs)
+            free = next(i for i in range(1, len(taken) + 2) if i not in taken)
+            return master, epoch, free
+    return None

@@ -1,0 +1,218 @@
+"""The slave's side of the HA link: follow the master's commitlog into this store.
+
+The slave finds its master's HA address (``ha_master_addr``, else the ``haAddress`` the
+master's runtime info announces, asked at ``master_addr`` or the master address the
+nameserver gave at registration), sends HELLO (its commitlog end and epoch list), and does
+what JOIN says: refuse (logged as ``replication_refused`` with the master's reason; it
+tries again later, never mixes stores), truncate its tail to the last common point, or
+just continue. It then takes the master's epoch list as its own and appends what DATA
+frames bring with :meth:`MessageStore.append_raw` (whole records only: a record cut by a
+frame waits for its rest), which builds consume queues and the index with the master's
+dispatcher rules. After each read it ACKs the offset it holds.
+
+The connector takes an optional ``ssl.SSLContext`` (TLS on the HA link).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl as ssl_module
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pymq.broker.ha import codec
+from pymq.broker.ha.epochs import crc_of, tail_range
+from pymq.errors import ProtocolError, PymqError, StoreError
+from pymq.logs import get_logger
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.command import Command
+from pymq.protocol.headers import decode_body
+from pymq.protocol.record_batch import whole_records_prefix
+
+if TYPE_CHECKING:
+    from pymq.broker.ha.epoch_file import EpochFile
+    from pymq.broker.store import MessageStore
+    from pymq.config import BrokerConfig
+    from pymq.transport.client import RpcClient
+
+log = get_logger("broker.ha.slave")
+
+#: wait this long before reconnecting after a failure (and 10x after a refusal)
+RETRY_SECONDS = 1.0
+READ_SIZE = 1024 * 1024
+
+
+class HASlave:
+    """Replicates the master's commitlog; its fields are what runtime info and metrics report."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        epochs: EpochFile,
+        config: BrokerConfig,
+        *,
+        rpc: RpcClient,
+        address: Callable[[], str],
+        discovered_master: Callable[[], str | None],
+        ssl: ssl_module.SSLContext | None = None,
+    ) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.config = config
+        self.rpc = rpc
+        self.address = address
+        self.discovered_master = discovered_master
+        self.ssl = ssl
+        #: the master's main and HA addresses once known
+        self.master_addr: str | None = None
+        self.master_ha_addr: str | None = None
+        #: the master's commitlog end as of its last frame (lag = master_max - max offset here)
+        self.master_max = 0
+        self.connected = False
+        self.last_frame_at = 0.0
+        #: why the master refused this slave last (None: not refused)
+        self.refused: str | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def offset(self) -> int:
+        return self.store.commitlog.max_offset
+
+    @property
+    def lag_bytes(self) -> int:
+        return max(0, self.master_max - self.offset)
+
+    async def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+        self._task.set_name("broker-ha-slave")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.connected = False
+
+    async def _run(self) -> None:
+        while True:
+            pause = RETRY_SECONDS
+            try:
+                pause = await self._session()
+            except (OSError, ConnectionError, asyncio.IncompleteReadError, TimeoutError) as exc:
+                if self.connected:
+                    log.warning("master_link_lost", master=self.master_ha_addr, reason=str(exc) or type(exc).__name__)
+            except (ProtocolError, StoreError) as exc:
+                log.error("replication_failed", master=self.master_ha_addr, reason=str(exc))
+                pause = RETRY_SECONDS * 5
+            except PymqError as exc:
+                log.info("master_not_reachable", master=self.master_addr, reason=str(exc))
+            finally:
+                self.connected = False
+            await asyncio.sleep(pause)
+
+    async def resolve(self) -> str | None:
+        """The master's HA address, or None if no master is known yet."""
+        cfg = self.config
+        if cfg.ha_master_addr:
+            self.master_ha_addr = cfg.ha_master_addr
+            return cfg.ha_master_addr
+        main = cfg.master_addr or self.discovered_master()
+        if not main:
+            return None
+        self.master_addr = main
+        resp = await self.rpc.invoke_ok(main, Command.request(RequestCode.GET_BROKER_RUNTIME_INFO), timeout=3.0)
+        info: Any = decode_body(resp.body, "runtime info")
+        ha = info.get("haAddress") if isinstance(info, dict) else None
+        if not ha:
+            raise PymqError(f"{main} announces no HA address (is it a master?)")
+        self.master_ha_addr = str(ha)
+        return self.master_ha_addr
+
+    async def _session(self) -> float:
+        """One connection to the master; returns how long to wait before the next."""
+        ha = await self.resolve()
+        if ha is None:
+            return RETRY_SECONDS
+        host, _, port = ha.rpartition(":")
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, int(port), ssl=self.ssl, limit=codec.MAX_FRAME), 5.0
+        )
+        try:
+            return await self._follow(reader, writer, ha)
+        finally:
+            writer.close()
+
+    async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ha: str) -> float:
+        store, cfg = self.store, self.config
+        top = store.commitlog.max_offset
+        tail_start, tail_size = tail_range(top, store.commitlog.min_offset)
+        tail_crc = crc_of(store.read_commitlog(tail_start, tail_size))
+        hello = codec.Hello(top, cfg.broker_id, list(self.epochs.entries), self.address(), tail_size, tail_crc)
+        writer.write(codec.encode_hello(hello))
+        silent = self.config.ha_heartbeat_seconds * 3 + 5.0
+        decoder = codec.FrameDecoder()
+        join = None
+        frames: list[tuple[int, memoryview]] = []
+        while join is None:
+            chunk = await asyncio.wait_for(reader.read(READ_SIZE), silent)
+            if not chunk:
+                raise ConnectionError("master closed the HA link before answering")
+            frames = decoder.feed(chunk)
+            if frames:
+                kind, body = frames.pop(0)
+                if kind != codec.JOIN:
+                    raise ProtocolError(f"master must answer HELLO with JOIN, got frame kind {kind}")
+                join = codec.decode_join(body)
+        file_size = store.commitlog.file_size
+        if join.action == "refuse" or join.file_size != file_size:
+            reason = (
+                join.reason
+                if join.action == "refuse"
+                else (f"commitlog file size differs (master {join.file_size}, slave {file_size})")
+            )
+            if reason != self.refused:
+                log.error("replication_refused", master=ha, offset=store.commitlog.max_offset, reason=reason)
+            self.refused = reason
+            return RETRY_SECONDS * 10
+        self.refused = None
+        if join.action == "truncate":
+            dropped = store.truncate_to(join.offset)
+            log.warning(
+                "slave_truncated_to_master", master=ha, offset=join.offset, dropped_bytes=dropped, reason=join.reason
+            )
+        if store.commitlog.max_offset == 0 and join.offset:
+            store.start_at(join.offset)
+        self.epochs.replace(join.epochs)
+        expected = store.commitlog.max_offset
+        if expected != join.offset:
+            raise ProtocolError(f"slave is at {expected} but the master streams from {join.offset}")
+        self.connected = True
+        self.last_frame_at = time.monotonic()
+        log.info("replicating", master=ha, offset=expected, action=join.action, epoch=self.epochs.epoch)
+        writer.write(codec.encode_ack(expected))
+        pending = bytearray()
+        while True:
+            for kind, body in frames:
+                if kind != codec.DATA:
+                    raise ProtocolError(f"master sends only DATA after JOIN, got frame kind {kind}")
+                offset, master_max, data = codec.decode_data(body)
+                if offset != expected + len(pending):
+                    raise ProtocolError(f"master sent data at {offset}, the slave expects {expected + len(pending)}")
+                self.master_max = master_max
+                if data:
+                    pending += data
+            if pending:
+                n = whole_records_prefix(pending, expected, file_size)
+                if n:
+                    with memoryview(pending) as view, view[:n] as piece:
+                        expected = store.append_raw(expected, piece)
+                    del pending[:n]
+            writer.write(codec.encode_ack(expected))
+            chunk = await asyncio.wait_for(reader.read(READ_SIZE), silent)
+            if not chunk:
+                raise ConnectionError("master closed the HA link")
+            self.last_frame_at = time.monotonic()
+            frames = decoder.feed(chunk)

@@ -1,0 +1,131 @@
+"""The HA link's frames, the slave's whole-record cut, and the SYNC_MASTER ack waiters (no sockets)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from pymq.broker.ha import codec
+from pymq.broker.ha.acks import REPLICATED, TIMED_OUT, AckWaiters, SlaveState
+from pymq.broker.ha.epoch_file import EpochEntry as E
+from pymq.errors import ProtocolError
+from pymq.protocol.record import blank_marker
+from pymq.protocol.record_batch import whole_records_prefix
+from tests.store.storeutil import keyed, open_store
+
+
+def test_frames_round_trip_through_a_byte_at_a_time_decoder() -> None:
+    hello = codec.Hello(12345, 2, [E(1, 0), E(3, 999)], "127.0.0.1:10911")
+    join = codec.Join("truncate", 777, 1 << 30, [E(1, 0), E(4, 500)], "slave holds a tail")
+    payload = b"x" * 1000
+    stream = (
+        codec.encode_hello(hello)
+        + codec.encode_join(join)
+        + codec.data_header(4096, 9999, len(payload))
+        + payload
+        + codec.data_header(5096, 9999, 0)
+        + codec.encode_ack(5096)
+    )
+    dec = codec.FrameDecoder()
+    frames = []
+    for i in range(len(stream)):
+        frames += dec.feed(stream[i : i + 1])
+    assert dec.buffered == 0
+    assert [k for k, _ in frames] == [codec.HELLO, codec.JOIN, codec.DATA, codec.DATA, codec.ACK]
+    assert codec.decode_hello(frames[0][1]) == hello
+    assert codec.decode_join(frames[1][1]) == join
+    off, top, data = codec.decode_data(frames[2][1])
+    assert (off, top, bytes(data)) == (4096, 9999, payload)
+    assert codec.decode_data(frames[3][1])[2].nbytes == 0
+    assert codec.decode_ack(frames[4][1]) == 5096
+    # Several frames in one feed come out together.
+    assert len(codec.FrameDecoder().feed(stream)) == 5
+
+
+def test_decoder_refuses_bad_frames() -> None:
+    with pytest.raises(ProtocolError):
+        codec.FrameDecoder().feed(b"\x00\x00\x00\x00\x01")  # zero length
+    with pytest.raises(ProtocolError):
+        codec.FrameDecoder(max_frame=100).feed(b"\x00\x00\x10\x00\x03")
+    with pytest.raises(ProtocolError):
+        codec.decode_ack(memoryview(b"\x00" * 4))
+    with pytest.raises(ProtocolError):
+        codec.decode_hello(memoryview(codec.encode_hello(codec.Hello(1, 1, [E(1, 0)], "a"))[5:-3]))
+    with pytest.raises(ProtocolError):
+        codec.decode_join(memoryview(bytes([9]) + bytes(24)))
+
+
+def test_whole_records_prefix_cuts_at_records_and_file_ends(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    store = open_store(tmp_path / "s")
+    try:
+        phys = [store.put_messages("T", 0, keyed(i, size=500))[0].physical_offset for i in range(60)]
+        file_size = store.commitlog.file_size
+        data = b"".join(bytes(v) for v in store.read_commitlog(0, store.commitlog.max_offset))
+    finally:
+        store.halt()
+    assert len(data) > file_size  # the first file ends with a blank filler
+    assert whole_records_prefix(data, 0, file_size) == len(data)
+    assert whole_records_prefix(data[: phys[3] + 10], 0, file_size) == phys[3]
+    # The filler counts only with the rest of its file.
+    assert file_size in phys  # a record starts the second file: the first ends with a filler
+    last_in_first = max(p for p in phys if p < file_size)
+    end_of_records = last_in_first + int.from_bytes(data[last_in_first : last_in_first + 4], "big")
+    assert end_of_records < file_size
+    assert whole_records_prefix(data[: file_size - 1], 0, file_size) == end_of_records  # filler incomplete
+    assert whole_records_prefix(data[: file_size + 5], 0, file_size) == file_size
+    assert whole_records_prefix(blank_marker(16) + bytes(8), file_size - 16, file_size) == 16
+    with pytest.raises(ProtocolError):
+        whole_records_prefix(b"\x00" * 64, 0, file_size)
+
+
+class Fut:
+    def __init__(self) -> None:
+        self.result: int | None = None
+
+    def done(self) -> bool:
+        return self.result is not None
+
+    def set_result(self, r: int) -> None:
+        self.result = r
+
+
+def test_ack_waiters_resolve_in_order_and_expire_from_the_head() -> None:
+    w = AckWaiters(in_sync_replicas=1, max_lag_bytes=1000)
+    assert not w.can_wait(0)
+    w.slaves[1] = SlaveState("s1", 1, acked=100)
+    assert w.can_wait(500) and not w.can_wait(1200)  # 1100 behind: not in sync
+    futs = [Fut() for _ in range(4)]
+    for i, f in enumerate(futs):
+        w.add(200 * (i + 1), 10.0 + i, f)  # ends 200, 400, 600, 800
+    w.slaves[1].acked = 450
+    assert w.advance(800) == 2
+    assert [f.result for f in futs] == [REPLICATED, REPLICATED, None, None]
+    assert w.expire(10.5) == 12.0  # nothing due; next deadline is the head's
+    assert w.expire(12.0) == 13.0
+    assert futs[2].result == TIMED_OUT and futs[3].result is None
+    w.fail_all()
+    assert futs[3].result == TIMED_OUT and not w.waiting
+
+
+def test_ack_waiters_need_enough_in_sync_slaves() -> None:
+    w = AckWaiters(in_sync_replicas=2, max_lag_bytes=1000)
+    w.slaves[1] = SlaveState("s1", 1, acked=900)
+    assert not w.can_wait(900)
+    w.slaves[2] = SlaveState("s2", 2, acked=300)
+    assert w.can_wait(900) and w.replicated_offset(900) == 300  # the second-highest ack
+    f = Fut()
+    w.add(500, 99.0, f)
+    assert w.advance(900) == 0
+    w.slaves[2].acked = 600
+    assert w.advance(900) == 1 and f.result == REPLICATED
+
+
+async def test_ack_waiters_with_asyncio_futures() -> None:
+    w = AckWaiters()
+    w.slaves[1] = SlaveState("s", 1)
+    fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    w.add(10, 1.0, fut)
+    w.slaves[1].acked = 10
+    w.advance(10)
+    assert await fut == REPLICATED
