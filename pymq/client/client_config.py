@@ -22,6 +22,9 @@ class ClientConfig:
     persist_offset_interval_seconds: float = 5.0
     rebalance_interval_seconds: float = 20.0
     rpc_timeout_seconds: float = 3.0
+    #: consumers pull from the slave a broker suggests (``suggestWhichBrokerId``) when they are far
+    #: behind, and back from the master when it suggests so, as RocketMQ's always do
+    follow_pull_suggestion: bool = True
 
     def __post_init__(self) -> None:
         if not self.namesrv_addrs:

@@ -46,46 +46,77 @@ class OffsetStore(ABC):
 
 
 class RemoteOffsetStore(OffsetStore):
-    """Clustering: offsets committed to the queue's broker (UPDATE/QUERY_CONSUMER_OFFSET)."""
+    """Clustering: offsets committed to the queue's master (UPDATE/QUERY_CONSUMER_OFFSET).
+
+    Offsets are the master's: while a queue's master is gone from the route they stay here
+    (a slave is never written) and reach the master when it is back. A queue given up in
+    the meantime keeps its last offset in :attr:`pending` until the master takes it (or
+    this consumer takes the queue again). Reading an offset with no master asks a slave,
+    which holds a copy synchronised from its master (as RocketMQ's consumers do).
+    """
 
     def __init__(self, instance: ClientInstance, group: str) -> None:
         super().__init__()
         self.instance = instance
         self.group = group
+        #: the offset of each queue the master last acknowledged
+        self._acked: dict[MessageQueue, int] = {}
+        #: given-up queues whose last offset has not reached their master yet
+        self.pending: dict[MessageQueue, int] = {}
 
-    async def _addr(self, mq: MessageQueue) -> str | None:
+    async def _addr(self, mq: MessageQueue, refreshed: set[str] | None = None) -> str | None:
         addr = self.instance.broker_addr(mq.brokerName)
-        if addr is None:
+        if addr is None and (refreshed is None or mq.topic not in refreshed):
+            if refreshed is not None:
+                refreshed.add(mq.topic)
             await self.instance.update_route(mq.topic)
             addr = self.instance.broker_addr(mq.brokerName)
         return addr
 
     async def read(self, mq: MessageQueue) -> int:
-        addr = await self._addr(mq)
+        addr = await self._addr(mq) or self.instance.broker_addr(mq.brokerName, master_only=False)
         if addr is None:
-            raise PymqError(f"no master for broker {mq.brokerName}")
+            raise PymqError(f"no address for broker {mq.brokerName}")
         cmd = broker_api.query_consumer_offset(self.group, mq.topic, mq.queueId)
         try:
             resp = await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
         except QueryNotFoundError:
-            return -1
-        offset = int(resp.ext.get("offset", -1))
+            offset = -1
+        else:
+            offset = int(resp.ext.get("offset", -1))
+        kept = self.pending.pop(mq, None)
+        if kept is not None and kept > offset:
+            offset = kept  # our own progress the master has not seen yet
         self.table[mq] = offset
         return offset
 
     async def persist(self, mqs: list[MessageQueue]) -> None:
-        for mq in mqs:
-            offset = self.table.get(mq)
+        refreshed: set[str] = set()
+        for mq in [*mqs, *(p for p in self.pending if p not in self.table)]:
+            offset = self.table.get(mq, self.pending.get(mq))
             if offset is None or offset < 0:
                 continue
-            addr = await self._addr(mq)
+            addr = await self._addr(mq, refreshed)
             if addr is None:
-                continue
+                continue  # no master now: kept until it is back
             cmd = broker_api.update_consumer_offset(self.group, mq.topic, mq.queueId, offset)
             try:
                 await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
             except PymqError as exc:
                 log.warning("offset_commit_failed", group=self.group, queue=str(mq), reason=str(exc))
+                continue
+            if mq in self.table:
+                self._acked[mq] = offset
+            elif self.pending.get(mq) == offset:
+                del self.pending[mq]
+                log.info("pending_offset_committed", group=self.group, queue=str(mq), offset=offset)
+
+    def remove(self, mq: MessageQueue) -> None:
+        offset = self.table.pop(mq, None)
+        acked = self._acked.pop(mq, None)
+        if offset is not None and offset >= 0 and offset != acked:
+            self.pending[mq] = offset
+            log.info("offset_kept_for_master", group=self.group, queue=str(mq), offset=offset)
 
 
 def default_offset_dir() -> Path:
