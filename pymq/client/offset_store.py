@@ -86,8 +86,10 @@ class RemoteOffsetStore(OffsetStore):
             offset = int(resp.ext.get("offset", -1))
         kept = self.pending.pop(mq, None)
         if kept is not None and kept > offset:
-            offset = kept  # our own progress the master has not seen yet
-        self.table[mq] = offset
+            # Our own progress the master has not seen yet: it is still to be committed.
+            offset = self.table[mq] = kept
+        # Otherwise the in-memory offset is left alone: it may be ahead of what the broker (or a
+        # slave's copy) has, and committing a read-back value would move the group backwards.
         return offset
 
     async def persist(self, mqs: list[MessageQueue]) -> None:
