@@ -77,7 +77,10 @@ async def wait_for_group(cluster: LocalCluster, broker_name: str, addrs: dict[in
 
 
 def master_and_slave_daemons(
-    master: DaemonProcess, *slave_args: str, processes: list[DaemonProcess]
+    master: DaemonProcess,
+    *slave_args: str,
+    processes: list[DaemonProcess],
+    slave_env: dict[str, str] | None = None,
 ) -> tuple[DaemonProcess, DaemonProcess]:
     """The same for real processes: ``master`` (started with ``broker_process``) gets a slave.
 
@@ -93,7 +96,7 @@ def master_and_slave_daemons(
     args = list(master.args)
     args[args.index("--store-dir") + 1] = str(copy)
     args += ["--role", "SLAVE", "--broker-id", str(SLAVE_ID), *slave_args]
-    slave = DaemonProcess("broker", args, master.workdir, env=master.env)
+    slave = DaemonProcess("broker", args, master.workdir, env={**master.env, **(slave_env or {})})
     processes.append(slave.start())
     restarted = DaemonProcess("broker", list(master.args), master.workdir, env=master.env)
     processes.append(restarted.start())
