@@ -43,7 +43,8 @@ class PullNodes:
         self.table: dict[MessageQueue, int] = {}
 
     def broker_id(self, mq: MessageQueue) -> int:
-        return self.table.get(mq, MASTER_ID)
+        table = self.table
+        return table.get(mq, MASTER_ID) if table else MASTER_ID  # most consumers: never hashes mq
 
     def suggested(self, mq: MessageQueue, broker_id: int) -> None:
         if broker_id == MASTER_ID or not self.follow:

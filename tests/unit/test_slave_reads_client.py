@@ -6,10 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 from pymq.client.offset_store import RemoteOffsetStore
-from pymq.client.pull_api import PullNodes
+from pymq.client.pull_api import PullNodes, pull
 from pymq.client.routes import RouteCache
 from pymq.errors import TransportError
+from pymq.protocol.codes import ResponseCode
+from pymq.protocol.filter import Subscription
 from pymq.protocol.frame import Command
+from pymq.protocol.requests import FLAG_COMMIT_OFFSET
 from pymq.protocol.route import BrokerData, MessageQueue, QueueData, TopicRouteData
 
 MASTER, SLAVE1, SLAVE2 = "10.0.0.1:1", "10.0.0.2:1", "10.0.0.3:1"
@@ -120,3 +123,23 @@ async def test_a_queue_taken_back_resumes_from_its_pending_offset() -> None:
     store.remove(Q0)
     assert await store.read(Q0) == 7  # ahead of the slave's copy (none)
     assert store.read_memory(Q0) == 7 and store.pending == {}  # and still to be committed
+
+
+async def test_a_pull_to_a_slave_never_carries_the_commit_flag() -> None:
+    """The offset stays in the client's store: the flag goes to masters only."""
+    sent: list[tuple[str, Command]] = []
+
+    class Rpc:
+        async def invoke(self, addr: str, cmd: Command, timeout: float) -> Command:
+            sent.append((addr, cmd))
+            return cmd.response(ResponseCode.PULL_NOT_FOUND, None, {"nextBeginOffset": 3, "suggestWhichBrokerId": 1})
+
+    inst: Any = FakeInstance({0: MASTER, 1: SLAVE1})
+    inst.rpc = Rpc()
+    nodes = PullNodes()
+    sub = Subscription.parse("t", "*")
+    await pull(inst, Q0, "g", 3, sub, commit_offset=2, nodes=nodes)  # to the master, which suggests 1
+    result = await pull(inst, Q0, "g", 3, sub, commit_offset=2, nodes=nodes)  # to the slave
+    assert [a for a, _ in sent] == [MASTER, SLAVE1] and result.from_slave
+    assert sent[0][1].ext["sysFlag"] & FLAG_COMMIT_OFFSET and sent[0][1].ext["commitOffset"] == 2
+    assert not sent[1][1].ext["sysFlag"] & FLAG_COMMIT_OFFSET and sent[1][1].ext["commitOffset"] == -1
