@@ -77,13 +77,7 @@ class RemoteOffsetStore(OffsetStore):
         addr = await self._addr(mq) or self.instance.broker_addr(mq.brokerName, master_only=False)
         if addr is None:
             raise PymqError(f"no address for broker {mq.brokerName}")
-        cmd = broker_api.query_consumer_offset(self.group, mq.topic, mq.queueId)
-        try:
-            resp = await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
-        except QueryNotFoundError:
-            offset = -1
-        else:
-            offset = int(resp.ext.get("offset", -1))
+        offset = await self._query(addr, mq)
         kept = self.pending.pop(mq, None)
         if kept is not None and kept > offset:
             # Our own progress the master has not seen yet: it is still to be committed.
@@ -94,24 +88,49 @@ class RemoteOffsetStore(OffsetStore):
 
     async def persist(self, mqs: list[MessageQueue]) -> None:
         refreshed: set[str] = set()
-        for mq in [*mqs, *(p for p in self.pending if p not in self.table)]:
-            offset = self.table.get(mq, self.pending.get(mq))
+        for mq in mqs:
+            offset = self.table.get(mq)
             if offset is None or offset < 0:
                 continue
             addr = await self._addr(mq, refreshed)
             if addr is None:
                 continue  # no master now: kept until it is back
-            cmd = broker_api.update_consumer_offset(self.group, mq.topic, mq.queueId, offset)
-            try:
-                await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
-            except PymqError as exc:
-                log.warning("offset_commit_failed", group=self.group, queue=str(mq), reason=str(exc))
-                continue
-            if mq in self.table:
+            if await self._commit(addr, mq, offset):
                 self._acked[mq] = offset
-            elif self.pending.get(mq) == offset:
-                del self.pending[mq]
-                log.info("pending_offset_committed", group=self.group, queue=str(mq), offset=offset)
+        for mq, offset in list(self.pending.items()):
+            if mq in self.table:
+                continue  # taken again: committed from the table
+            addr = await self._addr(mq, refreshed)
+            if addr is None:
+                continue
+            # The queue may have a new owner by now, which may have committed further: never
+            # move the group's offset back (one query more, for given-up queues only).
+            try:
+                current = await self._query(addr, mq)
+            except PymqError as exc:
+                log.warning("offset_query_failed", group=self.group, queue=str(mq), reason=str(exc))
+                continue
+            if current >= offset or await self._commit(addr, mq, offset):
+                if self.pending.get(mq) == offset:
+                    del self.pending[mq]
+                log.info("pending_offset_settled", group=self.group, queue=str(mq), offset=max(current, offset))
+
+    async def _query(self, addr: str, mq: MessageQueue) -> int:
+        cmd = broker_api.query_consumer_offset(self.group, mq.topic, mq.queueId)
+        try:
+            resp = await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
+        except QueryNotFoundError:
+            return -1
+        return int(resp.ext.get("offset", -1))
+
+    async def _commit(self, addr: str, mq: MessageQueue, offset: int) -> bool:
+        cmd = broker_api.update_consumer_offset(self.group, mq.topic, mq.queueId, offset)
+        try:
+            await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
+        except PymqError as exc:
+            log.warning("offset_commit_failed", group=self.group, queue=str(mq), reason=str(exc))
+            return False
+        return True
 
     def remove(self, mq: MessageQueue) -> None:
         offset = self.table.pop(mq, None)

@@ -115,6 +115,24 @@ async def test_offsets_wait_in_the_client_while_the_master_is_away() -> None:
     assert store.pending == {}
 
 
+async def test_a_pending_offset_never_moves_the_group_back() -> None:
+    """A given-up queue's new owner may have committed further by the time the master is back."""
+    inst = FakeInstance({1: SLAVE1})
+    inst.rpc.up = {SLAVE1}
+    store = RemoteOffsetStore(inst, "g")  # type: ignore[arg-type]
+    store.update(Q0, 9)
+    store.update(Q1, 9)
+    store.remove(Q0)
+    store.remove(Q1)
+    inst.routes = cache({0: MASTER, 1: SLAVE1})
+    inst.rpc.up = {MASTER, SLAVE1}
+    inst.rpc.offsets[(MASTER, 0)] = 12  # the new owner's
+    inst.rpc.offsets[(MASTER, 1)] = 3
+    await store.persist([])
+    assert inst.rpc.sent == [(MASTER, 1, 9)] and store.pending == {}
+    assert inst.rpc.offsets[(MASTER, 0)] == 12
+
+
 async def test_a_queue_taken_back_resumes_from_its_pending_offset() -> None:
     inst = FakeInstance({1: SLAVE1})
     inst.rpc.up = {SLAVE1}
