@@ -172,6 +172,15 @@ class ConsumerBase:
         for pq in self.process_queues.values():
             pq.dropped = True
         await self.persist_offsets()
+        if isinstance(self.offset_store, RemoteOffsetStore):
+            lost = self.offset_store.unacknowledged()
+            if lost:
+                # Their masters are away: the group will consume these queues again from older offsets.
+                log.warning(
+                    "offsets_not_committed",
+                    group=self.group,
+                    offsets={str(mq): off for mq, off in sorted(lost.items())},
+                )
         inst.consumers.pop(self.group, None)
         await inst.unregister(consumer_group=self.group)
         await inst.release()

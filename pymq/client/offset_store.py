@@ -132,6 +132,12 @@ class RemoteOffsetStore(OffsetStore):
             return False
         return True
 
+    def unacknowledged(self) -> dict[MessageQueue, int]:
+        """Offsets no master has taken yet (owned queues and given-up ones)."""
+        out = {mq: off for mq, off in self.table.items() if off >= 0 and self._acked.get(mq) != off}
+        out.update((mq, off) for mq, off in self.pending.items() if mq not in self.table)
+        return out
+
     def remove(self, mq: MessageQueue) -> None:
         offset = self.table.pop(mq, None)
         acked = self._acked.pop(mq, None)

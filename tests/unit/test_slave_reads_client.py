@@ -104,13 +104,14 @@ async def test_offsets_wait_in_the_client_while_the_master_is_away() -> None:
     assert inst.rpc.sent == [] and inst.route_updates == 1  # never the slave; one route look-up per round
     store.remove(Q1)  # given up meanwhile: its offset waits for the master
     assert store.pending == {Q1: 4}
+    assert store.unacknowledged() == {Q0: 9, Q1: 4}
     assert await store.read(Q0) == 5 and store.read_memory(Q0) == 9  # a read-back leaves progress alone
 
     inst.routes = cache({0: MASTER, 1: SLAVE1})  # the master is back
     inst.rpc.up = {MASTER, SLAVE1}
     await store.persist([Q0])
     assert sorted(inst.rpc.sent) == [(MASTER, 0, 9), (MASTER, 1, 4)]
-    assert store.pending == {}
+    assert store.pending == {} and store.unacknowledged() == {}
     store.remove(Q0)  # committed already: nothing pending
     assert store.pending == {}
 
