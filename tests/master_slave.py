@@ -17,9 +17,11 @@ import time
 from pathlib import Path
 
 from pymq.broker.app import BrokerApp
-from pymq.client.queue_reader import QueueReader
+from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.config import BrokerRole
+from pymq.errors import PymqError
 from pymq.testing import DaemonProcess, LocalCluster
+from pymq.transport.client import RpcClient
 
 SLAVE_ID = 1
 
@@ -103,12 +105,12 @@ def master_and_slave_daemons(
     return restarted, slave
 
 
-def group_addrs(namesrv: str, topic: str, broker_name: str) -> dict[int, str]:
+async def group_addrs(namesrv: str, topic: str, broker_name: str) -> dict[int, str]:
     """``broker_name``'s addresses in ``topic``'s route (empty if not routed)."""
-    with QueueReader(namesrv, timeout=5) as reader:
+    async with RpcClient() as rpc:
         try:
-            route = reader._run(reader._route(topic, True))
-        except Exception:
+            route = await NamesrvClient(rpc, parse_addrs(namesrv)).route_or_none(topic)
+        except PymqError:
             return {}
-    bd = route.broker(broker_name)
+    bd = route.broker(broker_name) if route is not None else None
     return dict(bd.brokerAddrs) if bd else {}
