@@ -234,6 +234,12 @@ class BrokerConfig(_Model):
     #: master address a slave replicates from (brokerId > 0)
     master_addr: str | None = None
     slave_read_enable: bool = False
+    # --- slave reads (issue 16, client side) ---
+    #: a pull whose unread commitlog bytes exceed this percentage of physical memory is told to
+    #: read from a slave (``whichBrokerWhenConsumeSlowly``), with ``slave_read_enable`` only (RocketMQ: 40)
+    access_message_in_memory_max_ratio: int = Field(40, ge=0, le=100)
+    #: that lag in bytes, set explicitly instead of the memory ratio (None: use the ratio)
+    slave_read_lag_bytes: int | None = Field(None, ge=0)
     metrics_port: int | None = Field(None, ge=0, le=65535)
     log_level: str = "info"
     #: close a connection that sent nothing for this long and has no request in flight (0: never)

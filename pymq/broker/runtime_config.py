@@ -26,6 +26,8 @@ RUNTIME_SETTINGS = {
     "client_channel_expiry_seconds",
     "queue_lock_expiry_seconds",
     "slave_read_enable",
+    "access_message_in_memory_max_ratio",
+    "slave_read_lag_bytes",
     "store.disk_max_used_ratio",
     "store.disk_clean_forcibly_ratio",
     "store.clean_file_forcibly_enable",

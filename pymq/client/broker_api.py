@@ -136,6 +136,15 @@ def read_pull_offsets(resp: Command, offset: int) -> tuple[int, int, int]:
     return int(ext.get(_NEXT_BEGIN, offset)), int(ext.get(_MIN_OFFSET, 0)), int(ext.get(_MAX_OFFSET, 0))
 
 
+# --- slave reads (issue 16) ---
+_SUGGEST = PullMessageResponse.WIRE["suggest_which_broker_id"]
+
+
+def read_pull_suggestion(resp: Command) -> int:
+    """The broker id a pull answer suggests pulling from next (0: the master)."""
+    return int(resp.ext.get(_SUGGEST, 0))
+
+
 def send_msg_back(
     group: str, commitlog_offset: int, msg_id: str, origin_topic: str, *, delay_level: int, max_reconsume_times: int
 ) -> Command:

@@ -32,6 +32,9 @@ class ClientConfig:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_check_hostname: bool = True
+    #: consumers pull from the slave a broker suggests (``suggestWhichBrokerId``) when they are far
+    #: behind, and back from the master when it suggests so, as RocketMQ's always do
+    follow_pull_suggestion: bool = True
 
     def __post_init__(self) -> None:
         if not self.namesrv_addrs:

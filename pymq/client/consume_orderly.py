@@ -29,7 +29,7 @@ from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body
 from pymq.protocol.message import MessageExt
 from pymq.protocol.requests import LOCK_OK_MQ_SET
-from pymq.protocol.route import MessageQueue
+from pymq.protocol.route import MASTER_ID, MessageQueue
 
 log = get_logger("client.orderly")
 
@@ -50,6 +50,10 @@ class QueueLocks(Protocol):
         ...
 
     async def unlock(self, mqs: list[MessageQueue]) -> None: ...
+
+    def holder_present(self, mq: MessageQueue) -> bool:
+        """Is the broker that holds ``mq``'s lock (its master) in the route?"""
+        ...
 
 
 class BrokerQueueLocks:
@@ -86,6 +90,11 @@ class BrokerQueueLocks:
     async def unlock(self, mqs: list[MessageQueue]) -> None:
         if mqs:
             await self._per_master(mqs, unlock=True)
+
+    def holder_present(self, mq: MessageQueue) -> bool:
+        # A broker name the client has no addresses for is not "away": it is gone for good.
+        addrs = self.instance.routes.broker_addrs.get(mq.brokerName)
+        return not addrs or MASTER_ID in addrs
 
 
 class OrderlyConsumeService:
@@ -145,6 +154,11 @@ class OrderlyConsumeService:
 
     async def after_queue_released(self, mq: MessageQueue) -> None:
         await self.unlock([mq])
+
+    def can_release(self, mq: MessageQueue) -> bool:
+        """Not while the master is away: the lock and the offset commit need it, and a new owner
+        could not lock the queue anyway. The queue stays, paused (its lock lapses), until then."""
+        return not self.clustering or self.locks.holder_present(mq)
 
     async def _renew_loop(self) -> None:
         while True:

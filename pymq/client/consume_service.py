@@ -91,6 +91,10 @@ class ConsumeService(Protocol):
         """Rebalance took ``mq``; pulling starts next."""
         ...
 
+    def can_release(self, mq: MessageQueue) -> bool:
+        """Rebalance may give ``mq`` up now (orderly: not while its master is away)."""
+        ...
+
     async def queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
         """Pulling ``mq`` stopped, before its offset is committed (orderly: let the batch finish)."""
         ...

@@ -21,7 +21,7 @@ from pymq.client.consumer_types import ConsumeFromWhere, MessageModel, PullStatu
 from pymq.client.instance import ClientInstance
 from pymq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
 from pymq.client.process_queue import ProcessQueue
-from pymq.client.pull_api import PullResult, pull
+from pymq.client.pull_api import PullNodes, PullResult, pull
 from pymq.client.rebalance import QueueOwnership, assign
 from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.errors import ClientError, ClosedError, PymqError
@@ -88,6 +88,8 @@ class ConsumerBase:
         self.subscriptions: dict[str, Subscription] = {}
         self.instance: ClientInstance | None = None
         self.offset_store: OffsetStore | None = None
+        #: which broker of each queue's group to pull from (the master, or a slave it suggests)
+        self.pull_nodes = PullNodes()
         #: the owned queues: a process queue and a pull task each (see pymq.client.rebalance)
         self.ownership = QueueOwnership(
             group, clock, start_offset=self._start_offset, commit=self._commit_released, pull=self._pull_loop
@@ -125,6 +127,7 @@ class ConsumerBase:
             await inst.release()
             raise ClientError(f"consumer group {self.group} is already started in client {inst.client_id}")
         self.instance = inst
+        self.pull_nodes.follow = inst.config.follow_pull_suggestion
         if self.message_model is MessageModel.CLUSTERING:
             if self.uses_retry_topic:
                 # Failed messages come back through the group's retry topic: subscribe to it too.
@@ -169,6 +172,15 @@ class ConsumerBase:
         for pq in self.process_queues.values():
             pq.dropped = True
         await self.persist_offsets()
+        if isinstance(self.offset_store, RemoteOffsetStore):
+            lost = self.offset_store.unacknowledged()
+            if lost:
+                # Their masters are away: the group will consume these queues again from older offsets.
+                log.warning(
+                    "offsets_not_committed",
+                    group=self.group,
+                    offsets={str(mq): off for mq, off in sorted(lost.items())},
+                )
         inst.consumers.pop(self.group, None)
         await inst.unregister(consumer_group=self.group)
         await inst.release()
@@ -284,6 +296,7 @@ class ConsumerBase:
                     commit_offset=commit,
                     suspend_ms=BROKER_SUSPEND_MS,
                     timeout=PULL_TIMEOUT,
+                    nodes=self.pull_nodes,
                 )
             except asyncio.CancelledError:
                 raise

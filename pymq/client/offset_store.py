@@ -46,46 +46,104 @@ class OffsetStore(ABC):
 
 
 class RemoteOffsetStore(OffsetStore):
-    """Clustering: offsets committed to the queue's broker (UPDATE/QUERY_CONSUMER_OFFSET)."""
+    """Clustering: offsets committed to the queue's master (UPDATE/QUERY_CONSUMER_OFFSET).
+
+    Offsets are the master's: while a queue's master is gone from the route they stay here
+    (a slave is never written) and reach the master when it is back. A queue given up in
+    the meantime keeps its last offset in :attr:`pending` until the master takes it (or
+    this consumer takes the queue again). Reading an offset with no master asks a slave,
+    which holds a copy synchronised from its master (as RocketMQ's consumers do).
+    """
 
     def __init__(self, instance: ClientInstance, group: str) -> None:
         super().__init__()
         self.instance = instance
         self.group = group
+        #: the offset of each queue the master last acknowledged
+        self._acked: dict[MessageQueue, int] = {}
+        #: given-up queues whose last offset has not reached their master yet
+        self.pending: dict[MessageQueue, int] = {}
 
-    async def _addr(self, mq: MessageQueue) -> str | None:
+    async def _addr(self, mq: MessageQueue, refreshed: set[str] | None = None) -> str | None:
         addr = self.instance.broker_addr(mq.brokerName)
-        if addr is None:
+        if addr is None and (refreshed is None or mq.topic not in refreshed):
+            if refreshed is not None:
+                refreshed.add(mq.topic)
             await self.instance.update_route(mq.topic)
             addr = self.instance.broker_addr(mq.brokerName)
         return addr
 
     async def read(self, mq: MessageQueue) -> int:
-        addr = await self._addr(mq)
+        addr = await self._addr(mq) or self.instance.broker_addr(mq.brokerName, master_only=False)
         if addr is None:
-            raise PymqError(f"no master for broker {mq.brokerName}")
+            raise PymqError(f"no address for broker {mq.brokerName}")
+        offset = await self._query(addr, mq)
+        kept = self.pending.pop(mq, None)
+        if kept is not None and kept > offset:
+            # Our own progress the master has not seen yet: it is still to be committed.
+            offset = self.table[mq] = kept
+        # Otherwise the in-memory offset is left alone: it may be ahead of what the broker (or a
+        # slave's copy) has, and committing a read-back value would move the group backwards.
+        return offset
+
+    async def persist(self, mqs: list[MessageQueue]) -> None:
+        refreshed: set[str] = set()
+        for mq in mqs:
+            offset = self.table.get(mq)
+            if offset is None or offset < 0:
+                continue
+            addr = await self._addr(mq, refreshed)
+            if addr is None:
+                continue  # no master now: kept until it is back
+            if await self._commit(addr, mq, offset):
+                self._acked[mq] = offset
+        for mq, offset in list(self.pending.items()):
+            if mq in self.table:
+                continue  # taken again: committed from the table
+            addr = await self._addr(mq, refreshed)
+            if addr is None:
+                continue
+            # The queue may have a new owner by now, which may have committed further: never
+            # move the group's offset back (one query more, for given-up queues only).
+            try:
+                current = await self._query(addr, mq)
+            except PymqError as exc:
+                log.warning("offset_query_failed", group=self.group, queue=str(mq), reason=str(exc))
+                continue
+            if current >= offset or await self._commit(addr, mq, offset):
+                if self.pending.get(mq) == offset:
+                    del self.pending[mq]
+                log.info("pending_offset_settled", group=self.group, queue=str(mq), offset=max(current, offset))
+
+    async def _query(self, addr: str, mq: MessageQueue) -> int:
         cmd = broker_api.query_consumer_offset(self.group, mq.topic, mq.queueId)
         try:
             resp = await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
         except QueryNotFoundError:
             return -1
-        offset = int(resp.ext.get("offset", -1))
-        self.table[mq] = offset
-        return offset
+        return int(resp.ext.get("offset", -1))
 
-    async def persist(self, mqs: list[MessageQueue]) -> None:
-        for mq in mqs:
-            offset = self.table.get(mq)
-            if offset is None or offset < 0:
-                continue
-            addr = await self._addr(mq)
-            if addr is None:
-                continue
-            cmd = broker_api.update_consumer_offset(self.group, mq.topic, mq.queueId, offset)
-            try:
-                await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
-            except PymqError as exc:
-                log.warning("offset_commit_failed", group=self.group, queue=str(mq), reason=str(exc))
+    async def _commit(self, addr: str, mq: MessageQueue, offset: int) -> bool:
+        cmd = broker_api.update_consumer_offset(self.group, mq.topic, mq.queueId, offset)
+        try:
+            await self.instance.rpc.invoke_ok(addr, cmd, self.instance.config.rpc_timeout_seconds)
+        except PymqError as exc:
+            log.warning("offset_commit_failed", group=self.group, queue=str(mq), reason=str(exc))
+            return False
+        return True
+
+    def unacknowledged(self) -> dict[MessageQueue, int]:
+        """Offsets no master has taken yet (owned queues and given-up ones)."""
+        out = {mq: off for mq, off in self.table.items() if off >= 0 and self._acked.get(mq) != off}
+        out.update((mq, off) for mq, off in self.pending.items() if mq not in self.table)
+        return out
+
+    def remove(self, mq: MessageQueue) -> None:
+        offset = self.table.pop(mq, None)
+        acked = self._acked.pop(mq, None)
+        if offset is not None and offset >= 0 and offset != acked:
+            self.pending[mq] = offset
+            log.info("offset_kept_for_master", group=self.group, queue=str(mq), offset=offset)
 
 
 def default_offset_dir() -> Path:

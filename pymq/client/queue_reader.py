@@ -19,6 +19,7 @@ from pymq.client.routes import read_queues
 from pymq.client.security import Security
 from pymq.errors import (
     ClientError,
+    NoRouteError,
     PymqError,
     QueryNotFoundError,
     ServiceNotAvailableError,
@@ -242,13 +243,18 @@ class QueueReader:
     # --- group offsets --------------------------------------------------------------------------------------
 
     def commit(self, group: str, offsets: dict[QueueKey, int]) -> None:
-        """Store ``offsets`` (next offset to read) as the group's committed offsets on the masters."""
+        """Store ``offsets`` (next offset to read) as the group's committed offsets on the masters.
+
+        Offsets are the masters': a queue whose master is gone from the route (only a slave
+        left) is not committed and raises :class:`NoRouteError` (after the others are
+        tried), so the caller keeps the offset and commits it again later.
+        """
 
         async def one(key: QueueKey, off: int) -> None:
             topic, broker, qid = key
             addr = await self._addr(topic, broker, master=True)
             if addr is None:
-                return
+                raise NoRouteError(f"no master for broker {broker} of topic {topic}: offset {off} not committed")
             await self._rpc.invoke_ok(addr, broker_api.update_consumer_offset(group, topic, qid, off), self.timeout)
 
         async def all_() -> None:
@@ -262,13 +268,12 @@ class QueueReader:
         self._run(all_())
 
     def committed(self, group: str, key: QueueKey) -> int:
-        """The group's committed offset for a queue, -1 if none."""
+        """The group's committed offset for a queue, -1 if none (from a slave's copy while the master is away)."""
         topic, broker, qid = key
 
         async def query() -> int:
-            addr = await self._addr(topic, broker, master=True)
-            if addr is None:
-                return -1
+            addr = await self._addr(topic, broker)
+            assert addr is not None  # _addr raises when there is none
             try:
                 resp = await self._rpc.invoke_ok(
                     addr, broker_api.query_consumer_offset(group, topic, qid), self.timeout

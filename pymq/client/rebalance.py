@@ -57,6 +57,11 @@ class QueueHooks(Protocol):
 
     def queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None: ...
 
+    def can_release(self, mq: MessageQueue) -> bool:
+        """May the queue be given up now (orderly: not while its master, holder of the lock
+        and of the offsets, is gone: the queue is kept, paused, until it is back)?"""
+        ...
+
     async def queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
         """Pulling stopped, before the offset is committed (orderly: let the batch finish)."""
         ...
@@ -74,6 +79,9 @@ class NoQueueHooks:
 
     def queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         return None
+
+    def can_release(self, mq: MessageQueue) -> bool:
+        return True
 
     async def queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
         return None
@@ -120,6 +128,9 @@ class QueueOwnership:
         """Own exactly ``mine`` among ``topic``'s queues."""
         current = {mq for mq in self.process_queues if mq.topic == topic}
         for mq in sorted(current - mine):
+            if not self.hooks.can_release(mq):
+                log.info("queue_release_deferred", group=self.group, queue=str(mq), reason="master away")
+                continue
             await self.release(mq)
         for mq in sorted(mine - current):
             if self.closing:

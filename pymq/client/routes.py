@@ -146,5 +146,26 @@ class RouteCache:
             return None
         return addrs[min(addrs)]
 
+    def pull_addr(self, broker_name: str, broker_id: int = MASTER_ID) -> tuple[str, bool] | None:
+        """Where to pull ``broker_name``'s queues from: ``(address, is_slave)``, None without any address.
+
+        RocketMQ's ``findBrokerAddressInSubscribe(name, id, onlyThisBroker=false)``: the
+        suggested broker id, else (a slave id) the next one, else the master, else the
+        lowest-id slave — so reads go on from a slave while the master is gone from the route.
+        """
+        addrs = self.broker_addrs.get(broker_name)
+        if not addrs:
+            return None
+        addr = addrs.get(broker_id)
+        if addr is not None:
+            return addr, broker_id != MASTER_ID
+        if broker_id != MASTER_ID:
+            addr = addrs.get(broker_id + 1)
+            if addr is not None:
+                return addr, True
+        if MASTER_ID in addrs:
+            return addrs[MASTER_ID], False
+        return addrs[min(addrs)], True
+
     def all_broker_addrs(self) -> list[str]:
         return sorted({a for addrs in self.broker_addrs.values() for a in addrs.values()})

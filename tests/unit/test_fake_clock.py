@@ -117,6 +117,9 @@ class Locks:
     async def unlock(self, mqs: list[MessageQueue]) -> None:
         return None
 
+    def holder_present(self, mq: MessageQueue) -> bool:
+        return True
+
 
 def orderly_service(clock: FakeClock, pqs: dict[MessageQueue, ProcessQueue], locks: Locks) -> OrderlyConsumeService:
     settings = ConsumeSettings(

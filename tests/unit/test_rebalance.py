@@ -30,9 +30,11 @@ def test_assign_without_members_keeps_the_current_queues() -> None:
 class Hooks:
     """Records the order of hook calls; refuses the queues in ``refuse`` (like a failed orderly lock)."""
 
-    def __init__(self, log: list[str], refuse: set[MessageQueue]) -> None:
+    def __init__(self, log: list[str], refuse: set[MessageQueue], keep: frozenset[MessageQueue] = frozenset()) -> None:
         self.log = log
         self.refuse = refuse
+        #: queues that may not be given up (an orderly queue whose master is away)
+        self.keep = keep
 
     async def can_take(self, mq: MessageQueue) -> bool:
         self.log.append(f"can_take {mq.queueId}")
@@ -40,6 +42,9 @@ class Hooks:
 
     def queue_taken(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         self.log.append(f"taken {mq.queueId}")
+
+    def can_release(self, mq: MessageQueue) -> bool:
+        return mq not in self.keep
 
     async def queue_released(self, mq: MessageQueue, pq: ProcessQueue | None) -> None:
         self.log.append(f"released {mq.queueId}")
@@ -83,3 +88,31 @@ async def test_ownership_takes_allowed_queues_and_releases_in_order() -> None:
     assert sorted(own.process_queues) == [QUEUES[2], QUEUES[3]]
     await own.stop_all()
     assert own.pull_tasks == {}
+
+
+async def test_a_queue_that_may_not_be_released_is_kept_until_it_may() -> None:
+    """An orderly queue whose master is away is neither released nor committed until the master is back."""
+    log: list[str] = []
+
+    async def start_offset(mq: MessageQueue) -> int:
+        return 0
+
+    async def commit(mq: MessageQueue) -> None:
+        log.append(f"commit {mq.queueId}")
+
+    async def pull(mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        await asyncio.Event().wait()
+
+    own = QueueOwnership("g", FakeClock(), start_offset=start_offset, commit=commit, pull=pull)
+    hooks = Hooks(log, refuse=set(), keep=frozenset({QUEUES[0]}))
+    own.hooks = hooks
+    await own.update("orders", {QUEUES[0], QUEUES[1]})
+    log.clear()
+    await own.update("orders", set())
+    assert sorted(own.process_queues) == [QUEUES[0]]  # kept, still owned
+    assert log == ["released 1", "commit 1", "after_released 1"]
+    log.clear()
+    hooks.keep = frozenset()  # the master is back
+    await own.update("orders", set())
+    assert own.process_queues == {} and log == ["released 0", "commit 0", "after_released 0"]
+    await own.stop_all()

@@ -226,3 +226,49 @@ def test_reregistration_after_expiry_restores_route(reg: RouteRegistry, clock: F
     assert reg.route("T1") is None
     reg.register_broker("C1", A_MASTER, "broker-a", 0, topic_configs=topics("T1"), data_version=1)
     assert reg.route("T1") is not None
+
+
+def test_master_away_and_back_keeps_the_broker_name_routable(reg: RouteRegistry, clock: FakeClock) -> None:
+    """Master expires (slave keeps the name readable, not writable), then returns at a new address."""
+    reg.register_broker("C1", A_MASTER, "broker-a", 0, topic_configs=topics("T1"), data_version=1)
+    reg.register_broker("C1", A_SLAVE, "broker-a", 1, topic_configs=topics("T1"), data_version=1)
+    clock.now += 100
+    reg.register_broker("C1", A_SLAVE, "broker-a", 1, topic_configs=topics("T1"), data_version=1)
+    clock.now += 21
+    assert reg.scan_expired() == [A_MASTER]
+    route = reg.route("T1")
+    assert route is not None and route.queueDatas == [QueueData("broker-a", 4, 4, 6, 0)]
+    assert route.brokerDatas[0].brokerAddrs == {1: A_SLAVE}
+    assert reg.cluster_info()["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {1: A_SLAVE}
+    # The slave's heartbeats (with its own topics) never rewrite the queue data.
+    reg.register_broker("C1", A_SLAVE, "broker-a", 1, topic_configs=topics("T1", "T9", queues=8), data_version=2)
+    assert reg.topics() == ["T1"] and reg.topic_queues["T1"]["broker-a"].readQueueNums == 4
+    # The master restarts elsewhere (same data version): its configs apply again, the slave stays.
+    restarted = "10.0.0.9:10911"
+    res = reg.register_broker("C1", restarted, "broker-a", 0, topic_configs=topics("T1", "T2"), data_version=1)
+    assert res.master_addr is None
+    assert reg.route("T1").brokerDatas[0].brokerAddrs == {0: restarted, 1: A_SLAVE}
+    assert reg.topics() == ["T1", "T2"]
+    assert reg.register_broker("C1", A_SLAVE, "broker-a", 1).master_addr == restarted
+
+
+def test_master_unregistering_cleanly_leaves_the_slave_routed(reg: RouteRegistry) -> None:
+    """A master that stops (UNREGISTER_BROKER) or whose channel closes leaves queue data and the slave."""
+    reg.register_broker("C1", A_MASTER, "broker-a", 0, topic_configs=topics("T1"), data_version=1)
+    reg.register_broker("C1", A_SLAVE, "broker-a", 1)
+    reg.register_broker("C1", B_MASTER, "broker-b", 0, topic_configs=topics("T1"), data_version=1)
+    reg.unregister_broker("C1", A_MASTER, "broker-a", 0)
+    route = reg.route("T1")
+    assert [q.brokerName for q in route.queueDatas] == ["broker-a", "broker-b"]
+    assert route.broker("broker-a").brokerAddrs == {1: A_SLAVE}
+    reg.register_broker("C1", A_MASTER, "broker-a", 0, topic_configs=topics("T1"), data_version=1)
+    assert reg.remove_addr(A_MASTER) is True  # closed channel
+    assert reg.route("T1").broker("broker-a").brokerAddrs == {1: A_SLAVE}
+
+
+def test_a_slave_alone_does_not_create_routes(reg: RouteRegistry) -> None:
+    """As RocketMQ (without acting-master mode): queue data comes from a master only, so a slave
+    registering on a fresh nameserver while its master is down makes no route yet."""
+    reg.register_broker("C1", A_SLAVE, "broker-a", 1, topic_configs=topics("T1"), data_version=1)
+    assert reg.route("T1") is None
+    assert reg.cluster_info()["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {1: A_SLAVE}

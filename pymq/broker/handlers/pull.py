@@ -4,10 +4,21 @@ The response body is the stored records as they are on disk (a list of buffer sl
 written with ``writelines``); ext carries ``nextBeginOffset``, ``minOffset``, ``maxOffset``
 and ``suggestWhichBrokerId``. A pull that finds nothing and carries the suspend flag is
 held until a message lands in its queue or its suspend time runs out.
+
+Slaves serve pulls like masters (RocketMQ 4.x in effect: its slave sets PULL_RETRY_IMMEDIATELY
+without ``slaveReadEnable`` and then overwrites it with the read's own code), so consumers keep
+reading while the master is away, but a slave never commits an offset carried by a pull.
+``suggestWhichBrokerId`` is RocketMQ's: without ``slave_read_enable`` always the master (0);
+with it, the group's ``whichBrokerWhenConsumeSlowly`` (1) when the consumer is far behind (the
+unread commitlog bytes past what it just read exceed ``slave_read_lag_bytes``, by default
+``access_message_in_memory_max_ratio`` percent of physical memory: the data is probably no
+longer in the page cache), else the group's ``brokerId`` (0) — which is how a slave sends a
+consumer that caught up back to the master.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, NamedTuple
 
 from pymq.broker.store.results import GetResult, GetStatus
@@ -15,7 +26,7 @@ from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.filter import Subscription
 from pymq.protocol.requests import FLAG_COMMIT_OFFSET, FLAG_SUSPEND, PullMessageRequest, PullMessageResponse
-from pymq.protocol.route import perm_readable
+from pymq.protocol.route import MASTER_ID, perm_readable
 from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler, HandlerResult
 
@@ -25,7 +36,7 @@ if TYPE_CHECKING:
     from pymq.broker.offsets import ConsumerOffsetManager
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
-    from pymq.broker.subscription_groups import SubscriptionGroupManager
+    from pymq.broker.subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
     from pymq.broker.topics import TopicConfigManager
     from pymq.config import BrokerConfig
 
@@ -50,6 +61,18 @@ class _Read(NamedTuple):
     max_nums: int
     max_bytes: int
     codes: frozenset[int] | None
+    group_config: SubscriptionGroupConfig
+
+
+def physical_memory_bytes() -> int:
+    """This machine's RAM (0 if unknown): the base of ``access_message_in_memory_max_ratio``."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+_PHYSICAL_MEMORY = physical_memory_bytes()
 
 
 def pull_code(result: GetResult, offset: int) -> int:
@@ -84,7 +107,7 @@ class PullHandlers:
         #: the live config (slave_read_enable and long_polling_max_seconds change at runtime)
         self.config = config
         self.address = address
-        #: a slave serves reads only if configured to, and never commits offsets
+        #: a slave serves reads but never commits offsets (they are the master's)
         self.slave = slave
         self._subs: dict[tuple[str, str], Subscription] = {}
 
@@ -125,12 +148,6 @@ class PullHandlers:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group} does not exist")
         if not sg.consumeEnable:
             return cmd.response(ResponseCode.NO_PERMISSION, f"consumer group {group} is not allowed to consume")
-        if self.slave and not self.config.slave_read_enable:
-            return cmd.response(
-                ResponseCode.PULL_RETRY_IMMEDIATELY,
-                "slave does not serve reads",
-                PullMessageResponse(next_begin_offset=offset).to_ext(),
-            )
         client_id = channel.attrs.get("client_id")
         if client_id is not None:
             # Who pulls a queue is who owns it: consumer-progress shows it per queue.
@@ -138,7 +155,7 @@ class PullHandlers:
         codes = self._tag_codes(topic, h.subscription)
         if sys_flag & FLAG_COMMIT_OFFSET and not self.slave and h.commit_offset >= 0:
             self.offsets.commit(group, topic, queue_id, h.commit_offset)
-        read = _Read(group, topic, queue_id, offset, max_nums, h.max_bytes, codes)
+        read = _Read(group, topic, queue_id, offset, max_nums, h.max_bytes, codes, sg)
         resp = self._read(cmd, read)
         if resp.code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND and suspend_ms > 0:
             timeout = min(suspend_ms / 1000, self.config.long_polling_max_seconds)
@@ -147,14 +164,33 @@ class PullHandlers:
 
     def _read(self, cmd: Command, r: _Read) -> Command:
         result = self.store.get_messages(r.group, r.topic, r.queue_id, r.offset, r.max_nums, r.max_bytes, r.codes)
+        suggest = self._suggest(result, r.group_config) if self.config.slave_read_enable else MASTER_ID
         ext = PullMessageResponse.build_ext(
-            next_begin_offset=result.next_begin_offset, min_offset=result.min_offset, max_offset=result.max_offset
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
+            suggest_which_broker_id=suggest,
         )
         code = pull_code(result, r.offset)
         if code == ResponseCode.SUCCESS:
             self.stats.record_get(r.topic, result.message_count, result.total_size)
             return cmd.response(code, None, ext, result.buffers)
         return cmd.response(code, result.status.name, ext)
+
+    def _suggest(self, result: GetResult, group_config: SubscriptionGroupConfig) -> int:
+        """Which broker of the group the consumer should pull from next (``slave_read_enable`` on)."""
+        if result.message_count:
+            lag = self.store.commitlog.max_offset - result.max_physical_offset_read
+            if lag > self.slave_read_lag_bytes():
+                return group_config.whichBrokerWhenConsumeSlowly
+        return group_config.brokerId
+
+    def slave_read_lag_bytes(self) -> int:
+        """Unread commitlog bytes past which a consumer counts as far behind."""
+        cfg = self.config
+        if cfg.slave_read_lag_bytes is not None:
+            return cfg.slave_read_lag_bytes
+        return _PHYSICAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
 
     async def _hold(self, cmd: Command, r: _Read, timeout: float) -> Command:
         await self.pull_hold.hold(r.topic, r.queue_id, r.offset, timeout)

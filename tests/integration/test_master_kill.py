@@ -1,0 +1,137 @@
+"""kill -9 a master on real daemons: consumers go on from its slave, producers fail over to the
+other broker group; the restarted master serves the consumers again and gets the offsets they
+committed while it was down."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pymq.client import ConsumeFromWhere, Message, Producer, PushConsumer, consumer_base
+from pymq.client.pull_api import PullResult
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.frame import Command
+from pymq.protocol.message import MessageExt
+from pymq.protocol.requests import QueryConsumerOffsetRequest
+from pymq.protocol.route import MessageQueue
+from pymq.testing import DaemonProcess, broker_process, namesrv_process
+from pymq.transport.client import RpcClient
+from tests.helpers import wait_until
+from tests.master_slave import group_addrs, master_and_slave_daemons
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "killed"
+FAST: dict[str, Any] = {
+    "rebalance_interval_seconds": 1.0,
+    "heartbeat_interval_seconds": 1.0,
+    "persist_offset_interval_seconds": 0.3,
+    "poll_namesrv_interval_seconds": 0.5,
+}
+
+
+async def create_topic(addrs: list[str], queues: int = 2) -> None:
+    async with RpcClient() as rpc:
+        for addr in addrs:
+            ext = {"topic": TOPIC, "readQueueNums": queues, "writeQueueNums": queues}
+            await rpc.invoke_ok(addr, Command.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+
+
+async def committed_on(addr: str, group: str, queues: int = 2) -> list[int]:
+    out = []
+    async with RpcClient() as rpc:
+        for q in range(queues):
+            ext = QueryConsumerOffsetRequest(consumer_group=group, topic=TOPIC, queue_id=q).to_ext()
+            resp = await rpc.invoke(addr, Command.request(RequestCode.QUERY_CONSUMER_OFFSET, ext), 5.0)
+            out.append(int(resp.ext.get("offset", -1)) if resp.code == 0 else -1)
+    return out
+
+
+async def routed(ns: str, broker: str, ids: set[int]) -> bool:
+    return set(await group_addrs(ns, TOPIC, broker)) == ids
+
+
+async def test_kill_master_consumers_use_the_slave_producers_fail_over_offsets_reach_the_restarted_master(
+    tmp_path: Path, processes: list[DaemonProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ns = namesrv_process(tmp_path).start()
+    processes.append(ns)
+    a = broker_process(tmp_path, ns.address, "broker-a").start()
+    processes.append(a)
+    b = broker_process(tmp_path, ns.address, "broker-b").start()
+    processes.append(b)
+    await create_topic([a.address, b.address])
+    async with Producer(ns.address, "kp", **FAST) as producer:
+        for i in range(60):
+            await producer.send(Message(TOPIC, f"old-{i}".encode()), queue=MessageQueue(TOPIC, "broker-a", i % 2))
+    # A held pull on the slave is answered within 1 s once the master is back (not 15).
+    a, slave = master_and_slave_daemons(a, processes=processes, slave_env={"PYMQ_LONG_POLLING_MAX_SECONDS": "1"})
+    for _ in range(200):
+        if await routed(ns.address, "broker-a", {0, 1}):
+            break
+        await asyncio.sleep(0.05)
+    assert await routed(ns.address, "broker-a", {0, 1})
+
+    pulled_from: list[str] = []
+    real_pull = consumer_base.pull
+
+    async def recording(*args: Any, **kwargs: Any) -> PullResult:
+        result = await real_pull(*args, **kwargs)
+        pulled_from.append(result.addr)
+        return result
+
+    monkeypatch.setattr(consumer_base, "pull", recording)
+    seen: list[bytes] = []
+    c = PushConsumer(
+        ns.address,
+        "kg",
+        instance_name="kc",
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        pull_batch_size=2,
+        pull_threshold_for_queue=1,
+        **FAST,
+    )
+    c.subscribe(TOPIC)
+
+    @c.listener
+    async def on(msgs: list[MessageExt]) -> None:
+        seen.extend(m.body for m in msgs)
+        await asyncio.sleep(0.05)
+
+    async with c, Producer(ns.address, "kp2", **FAST) as producer:
+        await wait_until(lambda: len(seen) >= 8, timeout=20, what="consuming from the master")
+        a.kill()  # SIGKILL: no unregistration; the nameserver sees the connection drop
+        killed_at = len(pulled_from)
+
+        # Producers: every send succeeds, on broker-b (broker-a has no master).
+        sent = [await producer.send(Message(TOPIC, f"new-{i}".encode())) for i in range(20)]
+        assert {r.message_queue.brokerName for r in sent} == {"broker-b"}
+
+        # Consumers: the old messages left on broker-a are read from its slave.
+        await wait_until(lambda: len(set(seen)) == 80, timeout=30, what="old messages from the slave, new from b")
+        assert slave.address in pulled_from[killed_at:]
+        await wait_until(
+            lambda: [c.offset_store.table.get(MessageQueue(TOPIC, "broker-a", q)) for q in range(2)] == [30, 30],
+            what="broker-a offsets held by the client",
+        )
+        assert await committed_on(slave.address, "kg") != [30, 30]  # the slave is no source of truth
+
+        # The master comes back (same store, a new port): offsets committed meanwhile reach it,
+        # and new messages on it are consumed from it.
+        restarted = DaemonProcess("broker", list(a.args), a.workdir, env=a.env).start()
+        processes.append(restarted)
+        for _ in range(300):
+            if await committed_on(restarted.address, "kg") == [30, 30]:
+                break
+            await asyncio.sleep(0.1)
+        assert await committed_on(restarted.address, "kg") == [30, 30]
+        back_at = len(pulled_from)
+        for i in range(10):
+            await producer.send(Message(TOPIC, f"back-{i}".encode()), queue=MessageQueue(TOPIC, "broker-a", i % 2))
+        await wait_until(lambda: len(set(seen)) == 90, timeout=30, what="messages on the restarted master")
+        assert restarted.address in pulled_from[back_at:]
+    assert not [m for m, n in Counter(seen).items() if n > 1]

@@ -1,0 +1,116 @@
+"""Test helpers: a broker group of a master and a slave holding the same data.
+
+Until live replication (issue 16, broker side) is merged, the slave gets its data the honest
+offline way: the master is stopped cleanly, its store directory (commitlog, consume queues,
+index, config files with topics and consumer offsets) is copied, a SLAVE (broker id 1, same
+broker name and cluster) starts from the copy, and the master restarts on its own store (on
+its old port in process). Messages sent after that are on the master only. When replication
+lands, these helpers become "start a slave of the master and wait until it has caught up",
+and the tests built on them keep their meaning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from pathlib import Path
+
+from pymq.broker.app import BrokerApp
+from pymq.client.namesrv import NamesrvClient, parse_addrs
+from pymq.config import BrokerRole
+from pymq.errors import PymqError
+from pymq.testing import DaemonProcess, LocalCluster
+from pymq.transport.client import RpcClient
+
+SLAVE_ID = 1
+
+
+async def master_and_slave(
+    cluster: LocalCluster, master: BrokerApp, *, slave_read_enable: bool = False, **slave_overrides: object
+) -> tuple[BrokerApp, BrokerApp]:
+    """Give ``master``'s group a slave holding its data; returns the (restarted) master and the slave.
+
+    Both are in ``cluster.brokers`` afterwards; the nameservers route both before this returns.
+    """
+    cfg = master.config.model_copy(deep=True)
+    port = master.address.rpartition(":")[2]
+    store = Path(cfg.store.store_dir)
+    await cluster.stop_broker(master)
+    copy = store.with_name(store.name + "-slave")
+    shutil.copytree(store, copy)
+    (copy / "lock").unlink(missing_ok=True)
+    slave = await cluster.add_broker(
+        broker_name=cfg.broker_name,
+        broker_id=SLAVE_ID,
+        role=BrokerRole.SLAVE.value,
+        slave_read_enable=slave_read_enable,
+        store={"store_dir": str(copy)},
+        **slave_overrides,
+    )
+    cfg.port = int(port)
+    restarted = await start_broker(cluster, cfg)
+    await wait_for_group(cluster, cfg.broker_name, {0: restarted.address, SLAVE_ID: slave.address})
+    return restarted, slave
+
+
+async def start_broker(cluster: LocalCluster, config: object) -> BrokerApp:
+    """Start a broker from a full config (a restarted master) and add it to ``cluster``."""
+    app = BrokerApp(config)  # type: ignore[arg-type]
+    try:
+        await app.start()
+    except BaseException:
+        await app.close()
+        raise
+    cluster.brokers.append(app)
+    return app
+
+
+async def wait_for_group(cluster: LocalCluster, broker_name: str, addrs: dict[int, str], timeout: float = 10) -> None:
+    """Wait until every nameserver lists exactly ``addrs`` (broker id -> address) for ``broker_name``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        tables = [ns.registry.brokers.get(broker_name) for ns in cluster.namesrvs]
+        if all(bd is not None and bd.brokerAddrs == addrs for bd in tables):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{broker_name} not routed as {addrs} within {timeout}s: {tables}")
+        await asyncio.sleep(0.02)
+
+
+def master_and_slave_daemons(
+    master: DaemonProcess,
+    *slave_args: str,
+    processes: list[DaemonProcess],
+    slave_env: dict[str, str] | None = None,
+) -> tuple[DaemonProcess, DaemonProcess]:
+    """The same for real processes: ``master`` (started with ``broker_process``) gets a slave.
+
+    The master is stopped with SIGTERM, its ``--store-dir`` copied, a ``--role SLAVE
+    --broker-id 1`` daemon started on the copy (``slave_args`` added), and the master started
+    again with its own arguments (a new port). Both go into ``processes``.
+    """
+    store = Path(master.args[master.args.index("--store-dir") + 1])
+    assert master.stop() == 0, master.output()
+    copy = store.with_name(store.name + "-slave")
+    shutil.copytree(store, copy)
+    (copy / "lock").unlink(missing_ok=True)
+    args = list(master.args)
+    args[args.index("--store-dir") + 1] = str(copy)
+    args += ["--role", "SLAVE", "--broker-id", str(SLAVE_ID), *slave_args]
+    slave = DaemonProcess("broker", args, master.workdir, env={**master.env, **(slave_env or {})})
+    processes.append(slave.start())
+    restarted = DaemonProcess("broker", list(master.args), master.workdir, env=master.env)
+    processes.append(restarted.start())
+    return restarted, slave
+
+
+async def group_addrs(namesrv: str, topic: str, broker_name: str) -> dict[int, str]:
+    """``broker_name``'s addresses in ``topic``'s route (empty if not routed)."""
+    async with RpcClient() as rpc:
+        try:
+            route = await NamesrvClient(rpc, parse_addrs(namesrv)).route_or_none(topic)
+        except PymqError:
+            return {}
+    bd = route.broker(broker_name) if route is not None else None
+    return dict(bd.brokerAddrs) if bd else {}
