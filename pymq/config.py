@@ -173,6 +173,13 @@ class BrokerConfig(_Model):
     frame_read_timeout_seconds: float = Field(60.0, ge=0)
     #: bytes all connections may hold in unfinished frames; past it, large new frames are refused (0: no cap)
     max_partial_frame_bytes: int = Field(128 * 1024 * 1024, ge=0)
+    # --- transactional messages (RocketMQ's transactionTimeOut, transactionCheckMax) ---
+    #: a half message with no outcome after this long is checked back with a producer of its group
+    transaction_timeout_seconds: float = Field(6.0, gt=0)
+    #: check-backs of one half message before it goes to TRANS_CHECK_MAX_TIME_TOPIC
+    transaction_check_max: int = Field(15, ge=1)
+    #: how often the half queue is scanned for messages due for a check-back
+    transaction_check_interval_seconds: float = Field(5.0, gt=0)
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")

@@ -32,6 +32,7 @@ from pymq.broker.handlers.pull import PullHandlers
 from pymq.broker.handlers.query import QueryHandlers
 from pymq.broker.handlers.send import SendHandlers
 from pymq.broker.handlers.sendback import SendBackHandlers
+from pymq.broker.handlers.transactions import TransactionHandlers
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
 from pymq.broker.offsets import ConsumerOffsetManager
@@ -45,6 +46,9 @@ from pymq.broker.stats import BrokerStats
 from pymq.broker.store import MessageStore
 from pymq.broker.subscription_groups import SubscriptionGroupManager
 from pymq.broker.topics import TopicConfigManager
+from pymq.broker.transaction_check import TransactionCheckService
+from pymq.broker.transaction_hook import TransactionHook
+from pymq.broker.transactions import TransactionalMessageService
 from pymq.config import BrokerConfig, BrokerRole
 from pymq.errors import ConfigError
 from pymq.logs import get_logger
@@ -106,6 +110,10 @@ class BrokerApp:
         #: started after the store, before serving, and stopped after serving (later HA ...);
         #: only masters deliver scheduled messages
         self.services: list[Service] = [] if self.is_slave else [self.schedule]
+        # transactional messages: the half-message put hook, commit/rollback, check-back (masters only)
+        self.transaction_hook = TransactionHook()
+        self.transactions: TransactionalMessageService = None  # type: ignore[assignment]
+        self.transaction_check: TransactionCheckService | None = None
         #: started once serving, stopped first (the registrar last in, first out)
         self.serving_services: list[Service] = [
             PeriodicService("client-scan", config.client_scan_interval_seconds, self.consumers.scan_expired),
@@ -162,6 +170,7 @@ class BrokerApp:
             ),
             QueryHandlers(store=store),
             LockHandlers(locks=self.locks),
+            TransactionHandlers(transactions=self.transactions),
             AdminHandlers(
                 store=store,
                 topics=self.topics,
@@ -206,7 +215,8 @@ class BrokerApp:
         try:
             check_store_dir(cfg.store.store_dir)
             self.store = MessageStore(cfg.store, store_host=self.address)
-            self.put_path = PutPath(self.store, default_put_hooks(cfg.store.delay_levels_ms))
+            # The transaction hook first: a half message is never delayed (it drops DELAY).
+            self.put_path = PutPath(self.store, [self.transaction_hook, *default_put_hooks(cfg.store.delay_levels_ms)])
             # Recovery can take seconds: keep the loop free to handle signals meanwhile.
             await asyncio.to_thread(self.store.start)
         except BaseException:
@@ -218,6 +228,7 @@ class BrokerApp:
         self.topics.persist()
         self.offsets.load()
         self.subscription_groups.load()
+        self._start_transactions(self.store)
         self._register_handlers(self.store)
         for svc in self.services:
             await svc.start()
@@ -235,6 +246,18 @@ class BrokerApp:
             flush=cfg.store.flush_disk_type.value,
             pid=os.getpid(),
         )
+
+    def _start_transactions(self, store: MessageStore) -> None:
+        self.transactions = TransactionalMessageService(
+            store, self.topics, self.stats, Path(self.config.store.store_dir) / "config"
+        )
+        if self.is_slave:
+            return
+        self.transactions.load()
+        self.transaction_check = TransactionCheckService(
+            self.transactions, self.config, self.consumers.producer_channels, lambda: self.address
+        )
+        self.services.append(self.transaction_check)
 
     def _close_metrics(self) -> None:
         if self.metrics is not None:

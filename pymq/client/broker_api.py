@@ -28,7 +28,9 @@ from pymq.protocol.requests import (
     ConsumerSendMsgBackRequest,
     ConsumeStatsRequest,
     CreateTopicRequest,
+    EndTransactionRequest,
     LockBatchBody,
+    PendingHalfMessagesRequest,
     PullMessageRequest,
     PullMessageResponse,
     QueryConsumerOffsetRequest,
@@ -245,3 +247,34 @@ def query_message(topic: str, key: str, max_num: int, begin_timestamp: int, end_
 
 def view_message(offset: int) -> Command:
     return Command.request(RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequest(offset=offset).to_ext())
+
+
+# --- transactional messages ------------------------------------------------------------------------
+
+
+def end_transaction(
+    group: str,
+    half_offset: int,
+    commit_log_offset: int,
+    tx_type: int,
+    *,
+    msg_id: str,
+    from_check: bool = False,
+) -> Command:
+    """END_TRANSACTION (sent oneway): commit or roll back the half message at ``commit_log_offset``."""
+    header = EndTransactionRequest(
+        producer_group=group,
+        tran_state_table_offset=half_offset,
+        commit_log_offset=commit_log_offset,
+        commit_or_rollback=tx_type,
+        from_transaction_check=from_check,
+        msg_id=msg_id,
+        transaction_id=msg_id,
+    )
+    return Command.request(RequestCode.END_TRANSACTION, header.to_ext())
+
+
+def pending_half_messages(group: str | None = None, max_num: int = 1000) -> Command:
+    """GET_PENDING_HALF_MESSAGES: a broker's half messages still waiting for an outcome."""
+    header = PendingHalfMessagesRequest(producer_group=group, max_num=max_num)
+    return Command.request(RequestCode.GET_PENDING_HALF_MESSAGES, header.to_ext())

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
     from pymq.broker.topics import TopicConfigManager
+    from pymq.broker.transaction_hook import TransactionHook
+    from pymq.broker.transactions import TransactionalMessageService
     from pymq.config import BrokerConfig
     from pymq.transport.dispatch import Dispatcher
     from pymq.transport.server import RpcServer
@@ -47,6 +49,10 @@ class BrokerView(Protocol):
     def server(self) -> RpcServer: ...
     @property
     def dispatcher(self) -> Dispatcher: ...
+    @property
+    def transaction_hook(self) -> TransactionHook: ...
+    @property
+    def transactions(self) -> TransactionalMessageService | None: ...
 
 
 def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -93,6 +99,7 @@ class BrokerCollector:
         yield from self._store()
         yield from self._clients()
         yield self._lag()
+        yield from self._transactions()
 
     def _uptime(self) -> float:
         started = self.app.started_at
@@ -145,6 +152,26 @@ class BrokerCollector:
         )
         yield clients_per_group("pymq_producer_clients", "Producer clients connected, by group.", consumers.producers)
         yield gauge("pymq_held_pulls", "Pull requests held by long polling.", app.pull_hold.held_count)
+
+    def _transactions(self) -> Iterator[Any]:
+        tx = self.app.transactions
+        yield CounterMetricFamily(
+            "pymq_transaction_half_messages",
+            "Transactional (half) messages received.",
+            value=self.app.transaction_hook.halves,
+        )
+        if tx is None:
+            return
+        yield CounterMetricFamily("pymq_transaction_commits", "Half messages committed.", value=tx.commits)
+        yield CounterMetricFamily("pymq_transaction_rollbacks", "Half messages rolled back.", value=tx.rollbacks)
+        yield CounterMetricFamily(
+            "pymq_transaction_checks", "Check-backs of half messages (put back and asked).", value=tx.checks
+        )
+        yield CounterMetricFamily(
+            "pymq_transaction_discarded",
+            "Half messages moved to TRANS_CHECK_MAX_TIME_TOPIC after their last check-back.",
+            value=tx.discarded,
+        )
 
     def _lag(self) -> GaugeMetricFamily:
         fam = GaugeMetricFamily(
