@@ -18,6 +18,11 @@ from pymq.protocol.route import perm_to_string
 __all__ = ["main"]
 assert admin_ops  # registers the group, message and broker commands on ``main``
 
+# transactional messages: tx-pending
+from pymq.cli import admin_tx  # noqa: E402
+
+assert admin_tx
+
 
 # --- cluster and topics ------------------------------------------------------------------------------
 

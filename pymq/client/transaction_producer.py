@@ -136,15 +136,15 @@ class TransactionProducer(Producer):
         half = await self.send_half(msg, transaction_timeout=transaction_timeout)
         if half.status != SendStatus.SEND_OK:
             await self.end_transaction(half, TransactionState.ROLLBACK)
-            return _result(half, TransactionState.ROLLBACK)
+            return transaction_result(half, TransactionState.ROLLBACK)
         try:
             out = local_tx(msg, arg)
             state = await out if inspect.isawaitable(out) else out
         except Exception as exc:
             raise LocalTransactionError(f"local transaction failed: {exc!r}", half) from exc
-        state = _state(state, "local transaction")
+        state = as_state(state, "local transaction")
         await self.end_transaction(half, state)
-        return _result(half, state)
+        return transaction_result(half, state)
 
     async def send_half(self, msg: Message, *, transaction_timeout: float | None = None) -> SendResult:
         """Phase one: store ``msg`` as a half message (invisible to consumers until committed)."""
@@ -199,7 +199,7 @@ class TransactionProducer(Producer):
             msg.queue_id = int(real_qid)
         try:
             out = self.checker(msg)
-            state = _state(await out if inspect.isawaitable(out) else out, "checker")
+            state = as_state(await out if inspect.isawaitable(out) else out, "checker")
         except Exception:
             log.exception("transaction_checker_failed", group=self.group, msg_id=header.msg_id)
             return
@@ -220,7 +220,8 @@ class TransactionProducer(Producer):
             log.warning("end_transaction_failed", broker=broker_addr, msg_id=header.msg_id, reason=str(exc))
 
 
-def _state(value: object, what: str) -> TransactionState:
+def as_state(value: object, what: str) -> TransactionState:
+    """A local transaction's or checker's answer as a state (anything unrecognised is UNKNOWN, logged)."""
     if isinstance(value, TransactionState):
         return value
     if isinstance(value, str) and value in TransactionState._value2member_map_:
@@ -229,6 +230,7 @@ def _state(value: object, what: str) -> TransactionState:
     return TransactionState.UNKNOWN
 
 
-def _result(half: SendResult, state: TransactionState) -> TransactionSendResult:
+def transaction_result(half: SendResult, state: TransactionState) -> TransactionSendResult:
+    """The half message's send result with the local transaction's decision."""
     fields = {f.name: getattr(half, f.name) for f in dataclasses.fields(SendResult)}
     return TransactionSendResult(**fields, local_state=state)

@@ -6,6 +6,7 @@ The broker checks back after 1 s here (``PYMQ_TRANSACTION_TIMEOUT_SECONDS``), sc
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import subprocess
 import sys
@@ -86,6 +87,16 @@ async def wait_no_pending(namesrv: str, timeout: float = 30) -> None:
         await asyncio.sleep(0.2)
 
 
+async def admin_cli(namesrv: str, *args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pymq.cli.admin", "--namesrv", namesrv, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
 async def test_commit_lands_then_delivers_and_rollback_never_does(daemons: Daemons) -> None:
     received = Received(daemons.ns.address)
     decide = asyncio.Event()
@@ -96,20 +107,25 @@ async def test_commit_lands_then_delivers_and_rollback_never_does(daemons: Daemo
 
     async with received.consumer, TransactionProducer(daemons.ns.address, "tx-p", lambda m: UNKNOWN) as producer:
         sends = [
-            asyncio.ensure_future(producer.send_in_transaction(Message("orders", b"commit-me"), local_tx, COMMIT)),
-            asyncio.ensure_future(producer.send_in_transaction(Message("orders", b"roll-me"), local_tx, ROLLBACK)),
+            asyncio.ensure_future(
+                producer.send_in_transaction(Message("orders", body), local_tx, outcome, transaction_timeout=60)
+            )
+            for body, outcome in ((b"commit-me", COMMIT), (b"roll-me", ROLLBACK))
         ]
         deadline = time.monotonic() + 15
         while len(await pending(daemons.ns.address)) < 2:
             assert time.monotonic() < deadline, "half messages not stored"
             await asyncio.sleep(0.05)
+        rows = json.loads(await admin_cli(daemons.ns.address, "--json", "tx-pending", "--group", "tx-p"))
+        assert sorted((r["topic"], r["producerGroup"], r["checkTimes"]) for r in rows) == [("orders", "tx-p", 0)] * 2
+        assert "roll-me" not in await admin_cli(daemons.ns.address, "tx-pending", "--group", "nobody")
         await asyncio.sleep(0.5)  # the consumer is running: nothing may arrive before the commit
         assert received.bodies == []
         decide.set()
         await asyncio.gather(*sends)
         await wait_until(lambda: received.bodies == ["commit-me"], timeout=20, what="the committed message")
         await wait_no_pending(daemons.ns.address)
-        await asyncio.sleep(1.5)  # past the check timeout: the rollback stays rolled back
+        await asyncio.sleep(1.0)  # resolved (no pending left): the rolled-back one never shows up
     assert received.bodies == ["commit-me"]
 
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sys
 from pathlib import Path
 
 import pytest
 
 from pymq.broker.transaction_hook import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
-from pymq.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, Producer, PushConsumer
+from pymq.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, Producer, PushConsumer, sync
 from pymq.client.admin import AdminClient
 from pymq.client.transaction_producer import TransactionProducer, TransactionState
 from pymq.errors import LocalTransactionError, TransactionError
@@ -21,7 +22,7 @@ from pymq.protocol.record import iter_spans
 from pymq.protocol.requests import EndTransactionRequest
 from pymq.protocol.transaction import TRANSACTION_COMMIT_TYPE
 from pymq.testing import LocalCluster
-from tests.helpers import wait_until
+from tests.helpers import wait_until, wait_until_sync
 
 pytestmark = pytest.mark.integration
 
@@ -277,3 +278,51 @@ async def test_a_thousand_concurrent_transactions_deliver_exactly_the_committed_
         expected = sorted(k for k, v in truth.items() if v is COMMIT)
         assert sorted(m.body.decode() for m in stored(cluster, "orders")) == expected
         assert tx.pending() == []
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "transactions_sqlite.py"
+
+
+async def test_the_sqlite_example_delivers_exactly_the_orders_in_its_table(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """examples/transactions_sqlite.py (the sync facade): commit, duplicate -> rollback, crash -> check-back."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLE), "--namesrv", cluster.namesrv_addr, "--db", str(tmp_path / "shop.db"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 90)
+    assert proc.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert [line.rsplit(": ", 1)[1] for line in lines[:4]] == ["COMMIT", "UNKNOWN", "ROLLBACK", "COMMIT"]
+    assert lines[4] == "in the table: 3 orders; delivered: 3; same: True"
+    assert cluster.brokers[0].transactions.checks >= 1
+
+
+async def test_sync_facade_runs_local_tx_on_the_caller_and_raises_typed_errors(cluster: LocalCluster) -> None:
+    import threading
+
+    def blocking_client() -> list[str]:
+        seen = []
+
+        def local_tx(msg: Message, arg: str) -> TransactionState:
+            seen.append(threading.current_thread().name)
+            if arg == "fail":
+                raise ValueError("constraint")
+            return COMMIT
+
+        with sync.TransactionProducer(cluster.namesrv_addr, "tx-sync", lambda m: ROLLBACK) as producer:
+            result = producer.send_in_transaction(Message("orders", b"sync"), local_tx, "ok")
+            assert isinstance(result, sync.TransactionSendResult) and result.local_state is COMMIT
+            with pytest.raises(LocalTransactionError) as info:
+                producer.send_in_transaction(Message("orders", b"sync-fail"), local_tx, "fail")
+            assert info.value.result.msg_id  # the half message that the check-back will resolve
+            # the checker (run on a worker thread) rolls the failed one back while the producer is up
+            wait_until_sync(lambda: tx.rollbacks == 1, timeout=15, what="the checked-back rollback")
+        return seen
+
+    tx = cluster.brokers[0].transactions
+    caller = await asyncio.to_thread(lambda: (threading.current_thread().name, blocking_client()))
+    assert caller[1] == [caller[0], caller[0]]
+    assert tx.commits == 1
+    assert [m.body for m in stored(cluster, "orders")] == [b"sync"]
