@@ -43,3 +43,10 @@ def test_bench_e2e_reports_latency() -> None:
     assert produced["messages"] > 0 and consumed["messages"] == produced["messages"]
     assert produced["broker_stored"] == produced["messages"] and produced["counts_match"] and consumed["counts_match"]
     assert consumed["latency_ms_p99"] is not None and consumed["latency_ms_p99"] < 1000
+
+
+def test_bench_transactional_producer_counts_the_committed_messages() -> None:
+    """--mode transaction: every send is a half message plus a commit; the topic gets exactly that many."""
+    r = bench("producer", "--count", "300", "--mode", "transaction", "--concurrency", "2")
+    assert r["workload"] == "produce-transaction" and r["messages"] == 300 and r["errors"] == 0
+    assert r["broker_stored"] == 300 and r["counts_match"] is True
