@@ -199,3 +199,23 @@ async def test_broker_killed_between_half_and_commit(daemons: Daemons) -> None:
     assert "checked-rollback" not in received.bodies
     assert set(received.bodies) == {"committed-before", "late-commit", "checked-commit"}
     assert "checked-rollback" in asked and "committed-before" not in asked and "late-commit" not in asked
+
+
+async def test_broker_killed_after_check_backs_commits_the_message_once(daemons: Daemons) -> None:
+    """Checked (put back) several times, then kill -9: after the restart the original and its copies
+    are one message, committed once when the checker finally knows."""
+    answer = [UNKNOWN]
+    async with TransactionProducer(daemons.ns.address, "tx-p", lambda m: answer[0], **FAST_CLIENT) as producer:
+        await producer.send_in_transaction(Message("orders", b"slow-decision"), lambda m, a: UNKNOWN)
+        deadline = time.monotonic() + 30
+        while not any(r["checkTimes"] >= 2 for r in await pending(daemons.ns.address)):
+            assert time.monotonic() < deadline, "no check-backs"
+            await asyncio.sleep(0.1)
+        daemons.broker.kill()
+        await asyncio.to_thread(daemons.start_broker)
+        answer[0] = COMMIT
+        await wait_no_pending(daemons.ns.address, timeout=40)
+        await asyncio.sleep(1.0)  # any further check or copy would commit again now
+        async with AdminClient(daemons.ns.address) as admin:
+            stored = sum(row["maxOffset"] - row["minOffset"] for row in await admin.topic_status("orders"))
+    assert stored == 1
