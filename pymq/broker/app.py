@@ -111,7 +111,7 @@ class BrokerApp:
         #: only masters deliver scheduled messages
         self.services: list[Service] = [] if self.is_slave else [self.schedule]
         # transactional messages: the half-message put hook, commit/rollback, check-back (masters only)
-        self.transaction_hook = TransactionHook()
+        self.transaction_hook: TransactionHook | None = None  # one of the put path's hooks
         self.transactions: TransactionalMessageService = None  # type: ignore[assignment]
         self.transaction_check: TransactionCheckService | None = None
         #: started once serving, stopped first (the registrar last in, first out)
@@ -215,8 +215,7 @@ class BrokerApp:
         try:
             check_store_dir(cfg.store.store_dir)
             self.store = MessageStore(cfg.store, store_host=self.address)
-            # The transaction hook first: a half message is never delayed (it drops DELAY).
-            self.put_path = PutPath(self.store, [self.transaction_hook, *default_put_hooks(cfg.store.delay_levels_ms)])
+            self.put_path = PutPath(self.store, default_put_hooks(cfg.store.delay_levels_ms))
             # Recovery can take seconds: keep the loop free to handle signals meanwhile.
             await asyncio.to_thread(self.store.start)
         except BaseException:
@@ -248,12 +247,13 @@ class BrokerApp:
         )
 
     def _start_transactions(self, store: MessageStore) -> None:
+        self.transaction_hook = next((h for h in self.put_path.hooks if isinstance(h, TransactionHook)), None)
         self.transactions = TransactionalMessageService(
             store, self.topics, self.stats, Path(self.config.store.store_dir) / "config"
         )
-        if self.is_slave:
-            return
         self.transactions.load()
+        if self.is_slave:
+            return  # a slave lists pending half messages (from what it replicated) but never checks back
         self.transaction_check = TransactionCheckService(
             self.transactions, self.config, self.consumers.producer_channels, lambda: self.address
         )

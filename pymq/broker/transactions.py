@@ -145,6 +145,8 @@ class TransactionalMessageService:
         self._ops: deque[tuple[int, int]] = deque()
         #: origins below it are resolved (set by each scan)
         self.horizon = 0
+        #: the op queue offset after the last op record known here
+        self._op_next = 0
         self._saved: tuple[int, int] = (-1, -1)
         # counters (metrics)
         self.commits = 0
@@ -160,15 +162,19 @@ class TransactionalMessageService:
         self.half_offset = int(data.get("halfOffset", 0))
         self.op_offset = int(data.get("opOffset", 0))
         self._saved = (self.half_offset, self.op_offset)
-        offset = self.op_offset
-        for pos_offset, body, _props in self._read(OP_TOPIC, offset):
+        self._op_next = self.op_offset
+        self.horizon = min((e.origin for e in self.scan().live), default=self.half_offset)
+
+    def _catch_up_ops(self) -> None:
+        """Read op records stored since the last one known (at start; on a slave, what replication brought)."""
+        for r in self._records(OP_TOPIC, self._op_next):
+            self._op_next = r.queue_offset + 1
             try:
-                origin = int(bytes(body))
+                origin = int(bytes(r.body))
             except ValueError:
                 continue
             self.resolved.add(origin)
-            self._ops.append((pos_offset, origin))
-        self.horizon = min((e.origin for e in self.scan().live), default=self.half_offset)
+            self._ops.append((r.queue_offset, origin))
 
     def state(self) -> dict[str, int]:
         return {"halfOffset": self.half_offset, "opOffset": self.op_offset}
@@ -183,10 +189,6 @@ class TransactionalMessageService:
         return origin < self.horizon or origin in self.resolved
 
     # --- reading the half and op queues ---------------------------------------------------------------
-
-    def _read(self, topic: str, offset: int) -> list[tuple[int, memoryview, bytes]]:
-        """``(queue offset, body, properties)`` of every record of ``topic`` queue 0 from ``offset`` on."""
-        return [(r.queue_offset, r.body, r.properties) for r in self._records(topic, offset)]
 
     def _records(self, topic: str, offset: int) -> list[RecordFields]:
         store = self.store
@@ -210,6 +212,7 @@ class TransactionalMessageService:
 
     def scan(self) -> Scan:
         """The unresolved half messages from the scan position on (the latest copy of each)."""
+        self._catch_up_ops()  # on a master: one read that finds nothing new
         latest: dict[int, HalfEntry] = {}
         end = self.half_offset
         for r in self._records(HALF_TOPIC, self.half_offset):
@@ -352,6 +355,7 @@ class TransactionalMessageService:
     def _op_stored(self, res: PutResult, origin: int) -> None:
         self.resolved.add(origin)
         self._ops.append((res.queue_offset, origin))
+        self._op_next = res.queue_offset + 1
 
     # --- check-back support -----------------------------------------------------------------------------
 

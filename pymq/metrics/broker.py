@@ -50,7 +50,7 @@ class BrokerView(Protocol):
     @property
     def dispatcher(self) -> Dispatcher: ...
     @property
-    def transaction_hook(self) -> TransactionHook: ...
+    def transaction_hook(self) -> TransactionHook | None: ...
     @property
     def transactions(self) -> TransactionalMessageService | None: ...
 
@@ -154,14 +154,12 @@ class BrokerCollector:
         yield gauge("pymq_held_pulls", "Pull requests held by long polling.", app.pull_hold.held_count)
 
     def _transactions(self) -> Iterator[Any]:
-        tx = self.app.transactions
-        yield CounterMetricFamily(
-            "pymq_transaction_half_messages",
-            "Transactional (half) messages received.",
-            value=self.app.transaction_hook.halves,
-        )
-        if tx is None:
+        tx, hook = self.app.transactions, self.app.transaction_hook
+        if tx is None or hook is None:
             return
+        yield CounterMetricFamily(
+            "pymq_transaction_half_messages", "Transactional (half) messages received.", value=hook.halves
+        )
         yield CounterMetricFamily("pymq_transaction_commits", "Half messages committed.", value=tx.commits)
         yield CounterMetricFamily("pymq_transaction_rollbacks", "Half messages rolled back.", value=tx.rollbacks)
         yield CounterMetricFamily(
