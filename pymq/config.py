@@ -268,6 +268,13 @@ class BrokerConfig(_Model):
     ha_heartbeat_seconds: float = Field(1.0, gt=0)
     #: how often a slave copies topics, consumer offsets, delay offsets and subscription groups
     slave_sync_interval_seconds: float = Field(10.0, gt=0)
+    # --- transactional messages (RocketMQ's transactionTimeOut, transactionCheckMax) ---
+    #: a half message with no outcome after this long is checked back with a producer of its group
+    transaction_timeout_seconds: float = Field(6.0, gt=0)
+    #: check-backs of one half message before it goes to TRANS_CHECK_MAX_TIME_TOPIC
+    transaction_check_max: int = Field(15, ge=1)
+    #: how often the half queue is scanned for messages due for a check-back
+    transaction_check_interval_seconds: float = Field(5.0, gt=0)
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")

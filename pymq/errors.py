@@ -176,6 +176,24 @@ class MessageTooLargeError(ClientError):
     """The message exceeds the producer's maximum size."""
 
 
+# transactional messages (pymq.client.transaction_producer)
+
+
+class TransactionError(ClientError):
+    """A transactional send cannot be made as asked (e.g. a delayed message, a bad local-transaction result)."""
+
+
+class LocalTransactionError(TransactionError):
+    """The local transaction raised: the half message stays unresolved until the broker checks back.
+
+    ``result`` is the half message's send result; the original exception is ``__cause__``.
+    """
+
+    def __init__(self, message: str, result: object) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 # --- store ---------------------------------------------------------------------------------------------
 
 

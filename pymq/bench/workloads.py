@@ -14,6 +14,7 @@ from pymq.client.admin import AdminClient
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import read_queues
 from pymq.client.security import Security
+from pymq.client.transaction_producer import TransactionProducer, TransactionState
 from pymq.errors import PymqError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
@@ -41,7 +42,7 @@ class ProducerSpec:
     concurrency: int = 1
     count: int | None = None
     duration: float | None = None
-    mode: str = "sync"  # sync | async | oneway
+    mode: str = "sync"  # sync | async | oneway | transaction
     #: messages per second across all workers; 0 = as fast as possible
     rate: float = 0.0
     max_in_flight: int = 8
@@ -131,6 +132,9 @@ async def run_producers(spec: ProducerSpec, recorders: list[Recorder]) -> None:
 
     async def worker(i: int, rec: Recorder) -> None:
         name = f"bench-{os.getpid()}-{i}"
+        if spec.mode == "transaction":
+            await _transaction_worker(spec, f"bench-tx-producer-{i}", name, body, take, pacer, rec)
+            return
         async with Producer(spec.namesrv, f"bench-producer-{i}", instance_name=name, **CLIENT_OPTIONS) as producer:
             in_flight = asyncio.Semaphore(spec.max_in_flight)
             pending: set[asyncio.Task[Any]] = set()
@@ -158,6 +162,41 @@ async def run_producers(spec: ProducerSpec, recorders: list[Recorder]) -> None:
         rec.stop()
 
     await asyncio.gather(*(worker(i, r) for i, r in enumerate(recorders)))
+
+
+def _commit(msg: Message, arg: object) -> TransactionState:
+    return TransactionState.COMMIT
+
+
+async def _transaction_worker(
+    spec: ProducerSpec, group: str, name: str, body: bytes, take: Any, pacer: _Pacer, rec: Recorder
+) -> None:
+    """Transactional sends, one at a time: half send, an empty local transaction, oneway commit."""
+    async with TransactionProducer(
+        spec.namesrv, group, lambda m: TransactionState.COMMIT, instance_name=name, **CLIENT_OPTIONS
+    ) as p:
+        while take(1):
+            await pacer.wait(1)
+            props = {SENT_NS: str(time.time_ns())} if spec.rate else {}
+            t0 = time.perf_counter()
+            try:
+                await p.send_in_transaction(Message(spec.topic, body, properties=props), _commit)
+            except PymqError:
+                rec.fail(1)
+                continue
+            rec.ok(1, time.perf_counter() - t0)
+    rec.stop()
+
+
+async def wait_stored(namesrv: str, topic: str, before: int, expect: int, timeout: float = 10.0) -> int:
+    """Messages stored on ``topic`` since ``before``, once ``expect`` have landed (or ``timeout`` passed).
+
+    Transactional commits are oneway: the last of them land just after the last send returned.
+    """
+    deadline = time.monotonic() + timeout
+    while (stored := await topic_max_offsets(namesrv, topic) - before) < expect and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return stored
 
 
 async def _timed_send(producer: Producer, msgs: list[Message], rec: Recorder) -> None:

@@ -36,6 +36,7 @@ from pymq.broker.handlers.query import QueryHandlers
 from pymq.broker.handlers.replication import ReplicationHandlers
 from pymq.broker.handlers.send import SendHandlers
 from pymq.broker.handlers.sendback import SendBackHandlers
+from pymq.broker.handlers.transactions import TransactionHandlers
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
 from pymq.broker.offsets import ConsumerOffsetManager
@@ -49,6 +50,9 @@ from pymq.broker.stats import BrokerStats
 from pymq.broker.store import MessageStore
 from pymq.broker.subscription_groups import SubscriptionGroupManager
 from pymq.broker.topics import TopicConfigManager
+from pymq.broker.transaction_check import TransactionCheckService
+from pymq.broker.transaction_hook import TransactionHook
+from pymq.broker.transactions import TransactionalMessageService
 from pymq.config import BrokerConfig, BrokerRole
 from pymq.errors import ConfigError
 from pymq.logs import get_logger
@@ -120,6 +124,10 @@ class BrokerApp:
         #: started after the store, before serving, and stopped after serving (later HA ...);
         #: only masters deliver scheduled messages
         self.services: list[Service] = [] if self.is_slave else [self.schedule]
+        # transactional messages: the half-message put hook, commit/rollback, check-back (masters only)
+        self.transaction_hook: TransactionHook | None = None  # one of the put path's hooks
+        self.transactions: TransactionalMessageService = None  # type: ignore[assignment]
+        self.transaction_check: TransactionCheckService | None = None
         #: started once serving, stopped first (the registrar last in, first out)
         self.serving_services: list[Service] = [
             PeriodicService("client-scan", config.client_scan_interval_seconds, self.consumers.scan_expired),
@@ -178,6 +186,7 @@ class BrokerApp:
             ),
             QueryHandlers(store=store),
             LockHandlers(locks=self.locks),
+            TransactionHandlers(transactions=self.transactions),
             AdminHandlers(
                 store=store,
                 topics=self.topics,
@@ -256,6 +265,7 @@ class BrokerApp:
         self.services.append(self.replication)
         if not self.is_slave:
             await self._fence_at_startup(self.replication)
+        self._start_transactions(self.store)
         self._register_handlers(self.store)
         for svc in self.services:
             await svc.start()
@@ -288,6 +298,19 @@ class BrokerApp:
         self.server.ssl = listener_tls(cfg.tls)
         self.namesrv_client.ssl = outgoing_tls(cfg.tls, cfg.namesrv_addrs)
         self.namesrv_client.signer = daemon_signer(cfg.acl)
+
+    def _start_transactions(self, store: MessageStore) -> None:
+        self.transaction_hook = next((h for h in self.put_path.hooks if isinstance(h, TransactionHook)), None)
+        self.transactions = TransactionalMessageService(
+            store, self.topics, self.stats, Path(self.config.store.store_dir) / "config"
+        )
+        self.transactions.load()
+        if self.is_slave:
+            return  # a slave lists pending half messages (from what it replicated) but never checks back
+        self.transaction_check = TransactionCheckService(
+            self.transactions, self.config, self.consumers.producer_channels, lambda: self.address
+        )
+        self.services.append(self.transaction_check)
 
     def _close_metrics(self) -> None:
         if self.metrics is not None:

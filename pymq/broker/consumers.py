@@ -118,6 +118,11 @@ class ConsumerManager:
         else:
             ch.last_update = self.clock()
 
+    def producer_channels(self, group: str) -> list[ClientChannel]:
+        """The live producers of ``group`` (transaction check-backs pick one)."""
+        chans = self.producers.get(group)
+        return list(chans.values()) if chans else []
+
     def unregister(self, group: str, client_id: str) -> bool:
         info = self.groups.get(group)
         if info is None or client_id not in info.channels:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pymq.broker.put_hooks import Segment
+from pymq.broker.put_hooks import PutHook, Segment
+from pymq.broker.transaction_hook import TransactionHook
 from pymq.errors import MessageDecodeError
 from pymq.protocol.message import Prop
 from pymq.protocol.record import (
@@ -118,9 +119,9 @@ class DelayHook:
         return SCHEDULE_TOPIC, level - 1, rec
 
 
-def default_put_hooks(delay_levels_ms: list[int]) -> list[DelayHook]:
-    """The broker's put hooks, in order."""
-    return [DelayHook(delay_levels_ms)]
+def default_put_hooks(delay_levels_ms: list[int]) -> list[PutHook]:
+    """The broker's put hooks, in order: transactions' half messages first (they are never delayed)."""
+    return [TransactionHook(), DelayHook(delay_levels_ms)]
 
 
 __all__ = ["SCHEDULE_TOPIC", "DelayHook", "default_put_hooks", "delivery_time"]

@@ -23,6 +23,7 @@ SLAVE_REFUSALS: dict[int, tuple[int, str | None]] = {
     RequestCode.CONSUMER_SEND_MSG_BACK: (ResponseCode.SERVICE_NOT_AVAILABLE, "send back goes to the master"),
     RequestCode.LOCK_BATCH_MQ: (ResponseCode.SERVICE_NOT_AVAILABLE, "queue locks live on the master"),
     RequestCode.UPDATE_CONSUMER_OFFSET: (ResponseCode.SUCCESS, None),
+    RequestCode.END_TRANSACTION: (ResponseCode.SERVICE_NOT_AVAILABLE, "transactions end on the master"),
 }
 
 

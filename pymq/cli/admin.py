@@ -19,6 +19,11 @@ __all__ = ["main"]
 assert admin_ops  # registers the group, message and broker commands on ``main``
 assert admin_replication  # registers broker-role
 
+# transactional messages: tx-pending
+from pymq.cli import admin_tx  # noqa: E402
+
+assert admin_tx
+
 
 # --- cluster and topics ------------------------------------------------------------------------------
 

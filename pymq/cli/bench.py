@@ -27,6 +27,7 @@ from pymq.bench.workloads import (
     run_consumer,
     run_producers,
     topic_max_offsets,
+    wait_stored,
 )
 from pymq.cli.common import fail, version_option
 from pymq.cli.security_options import security_options
@@ -132,7 +133,10 @@ async def _produce(spec: ProducerSpec, quiet: bool) -> dict[str, Any]:
     total.latencies = [x for r in recs for x in r.latencies]
     total.started = min(r.started for r in recs)
     total.finished = max(r.finished for r in recs)
-    stored = await topic_max_offsets(spec.namesrv, spec.topic) - before
+    if spec.mode == "transaction":  # the commits are oneway: count once they have landed
+        stored = await wait_stored(spec.namesrv, spec.topic, before, total.messages)
+    else:
+        stored = await topic_max_offsets(spec.namesrv, spec.topic) - before
     exact = stored == total.messages if spec.mode != "oneway" else None
     return total.summary(
         f"produce-{spec.mode}",
@@ -149,7 +153,13 @@ async def _produce(spec: ProducerSpec, quiet: bool) -> dict[str, Any]:
 @click.option("--concurrency", default=1, show_default=True, help="Concurrent producers, each with its own connection.")
 @click.option("--count", type=int, default=None, help="Messages to send (default 100000 unless --duration).")
 @click.option("--duration", type=float, default=None, help="Seconds to send for.")
-@click.option("--mode", type=click.Choice(["sync", "async", "oneway"]), default="sync", show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["sync", "async", "oneway", "transaction"]),
+    default="sync",
+    show_default=True,
+    help="transaction: send_in_transaction with an empty local transaction (half send + oneway commit).",
+)
 @click.option(
     "--flush",
     type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]),
@@ -162,7 +172,10 @@ def producer(namesrv: str | None, embedded: bool, quiet: bool, as_json: bool, fl
     \b
     Example:
       pymq-bench producer --embedded --count 200000 --batch-size 64
+      pymq-bench producer --embedded --count 20000 --mode transaction
     """
+    if kw["mode"] == "transaction" and kw["batch_size"] != 1:
+        raise click.UsageError("--mode transaction sends one message per transaction: use --batch-size 1")
     try:
         with cluster_addr(namesrv, embedded, flush) as addr:
             print_summary([run(_produce(_producer_spec(addr, **kw), quiet))], as_json)

@@ -30,6 +30,7 @@ from pymq.client.selectors import (
     SelectByModulo,
     SelectByRandom,
 )
+from pymq.client.transaction_producer import TransactionProducer, TransactionSendResult, TransactionState
 from pymq.protocol.message import Message, MessageExt
 from pymq.protocol.route import MessageQueue
 
@@ -62,4 +63,7 @@ __all__ = [
     "SendHook",
     "SendResult",
     "SendStatus",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "TransactionState",
 ]

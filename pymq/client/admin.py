@@ -337,6 +337,28 @@ class AdminClient:
                 resent.append(m.msg_id)
         return resent
 
+    # --- transactional messages ------------------------------------------------------------------------------
+
+    async def pending_half_messages(
+        self,
+        group: str | None = None,
+        *,
+        broker_addr: str | None = None,
+        cluster: str | None = None,
+        max_num: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """Half messages still waiting for a commit or rollback (of one producer group, or all), per master.
+
+        Each row: producerGroup, topic, queueId, msgId, keys, tags, halfOffset, originOffset,
+        commitLogOffset, checkTimes, storeTimestamp and the brokerAddr that holds it.
+        """
+        rows: list[dict[str, Any]] = []
+        for addr in await self._targets(broker_addr, cluster):
+            resp = await self.broker_call(addr, broker_api.pending_half_messages(group, max_num))
+            for row in decode_body(resp.body).get("pending", []):
+                rows.append({**row, "brokerAddr": addr})
+        return rows
+
 
 def _buffer(resp: Command) -> bytes | memoryview:
     """A received body is one buffer (bytes or a view of the read buffer), never a list of them."""

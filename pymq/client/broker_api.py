@@ -28,7 +28,9 @@ from pymq.protocol.requests import (
     ConsumerSendMsgBackRequest,
     ConsumeStatsRequest,
     CreateTopicRequest,
+    EndTransactionRequest,
     LockBatchBody,
+    PendingHalfMessagesRequest,
     PullMessageRequest,
     PullMessageResponse,
     QueryConsumerOffsetRequest,
@@ -265,3 +267,34 @@ def role_change(role: str, *, master_addr: str = "", epoch: int = 0, broker_id: 
 
     header = BrokerRoleChangeRequest(role=role, master_addr=master_addr, epoch=epoch, broker_id=broker_id)
     return Command.request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, header.to_ext())
+
+
+# --- transactional messages ------------------------------------------------------------------------
+
+
+def end_transaction(
+    group: str,
+    half_offset: int,
+    commit_log_offset: int,
+    tx_type: int,
+    *,
+    msg_id: str,
+    from_check: bool = False,
+) -> Command:
+    """END_TRANSACTION (sent oneway): commit or roll back the half message at ``commit_log_offset``."""
+    header = EndTransactionRequest(
+        producer_group=group,
+        tran_state_table_offset=half_offset,
+        commit_log_offset=commit_log_offset,
+        commit_or_rollback=tx_type,
+        from_transaction_check=from_check,
+        msg_id=msg_id,
+        transaction_id=msg_id,
+    )
+    return Command.request(RequestCode.END_TRANSACTION, header.to_ext())
+
+
+def pending_half_messages(group: str | None = None, max_num: int = 1000) -> Command:
+    """GET_PENDING_HALF_MESSAGES: a broker's half messages still waiting for an outcome."""
+    header = PendingHalfMessagesRequest(producer_group=group, max_num=max_num)
+    return Command.request(RequestCode.GET_PENDING_HALF_MESSAGES, header.to_ext())

@@ -25,8 +25,10 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body
-from pymq.protocol.requests import ConsumerGroupRequest, ResetOffsetRequest
+from pymq.protocol.message import decode_message
+from pymq.protocol.requests import CheckTransactionStateRequest, ConsumerGroupRequest, ResetOffsetRequest
 from pymq.protocol.route import MASTER_ID, MessageQueue, TopicRouteData
+from pymq.protocol.transaction import PGROUP
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.net import local_ip
@@ -73,6 +75,7 @@ class ClientInstance:
             {
                 RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
                 RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
+                RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction,
             },
             name="client",
         )
@@ -270,4 +273,20 @@ class ClientInstance:
         body = decode_body(cmd.body, "offset reset")
         table = {MessageQueue.from_dict(mq): int(off) for mq, off in body.get("offsetTable", [])}
         consumer.reset_offsets(table)
+        return None
+
+    def _on_check_transaction(self, cmd: Command, channel: Channel) -> None:
+        """A broker asks about a half message: hand it to the transaction producer of its group."""
+        try:
+            header = CheckTransactionStateRequest.from_ext(cmd.ext)
+            msg = decode_message(cmd.body_bytes())
+        except PymqError as exc:
+            log.warning("transaction_check_unreadable", broker=channel.remote_addr, reason=str(exc))
+            return None
+        group = msg.properties.get(PGROUP, "")
+        check = getattr(self.producers.get(group), "check_transaction_state", None)
+        if check is None:
+            log.warning("transaction_check_no_producer", group=group, broker=channel.remote_addr)
+            return None
+        check(channel.remote_addr, header, msg)
         return None

@@ -34,10 +34,12 @@ from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar
 from pymq.client import producer as _producer
 from pymq.client import pull_consumer as _pull
 from pymq.client import push_consumer as _push
+from pymq.client import transaction_producer as _tx
 from pymq.client.consumer_base import ConsumerBase
 from pymq.client.consumer_types import ConsumeFromWhere, ConsumeOrderlyResult, ConsumeResult, MessageModel
 from pymq.client.producer import SendResult, SendStatus
-from pymq.errors import ClosedError
+from pymq.client.transaction_producer import TransactionSendResult, TransactionState
+from pymq.errors import ClosedError, LocalTransactionError
 from pymq.protocol.message import Message, MessageExt
 from pymq.protocol.route import MessageQueue
 from pymq.transport.loop import new_event_loop
@@ -182,6 +184,51 @@ class Producer(_Blocking[_producer.Producer]):
         return self._runner.submit(go())
 
 
+class TransactionProducer(_Blocking[_tx.TransactionProducer]):
+    """Blocking :class:`pymq.client.TransactionProducer` (same options).
+
+    ``local_tx(message, arg)`` runs on the calling thread (so it can use the caller's database
+    connection); ``checker(message)`` runs on a worker thread when a broker checks back, so it
+    opens its own connection (sqlite3 connections belong to the thread that made them).
+    """
+
+    def __init__(
+        self,
+        namesrv: str | list[str],
+        group: str,
+        checker: Callable[[MessageExt], TransactionState],
+        **options: Any,
+    ) -> None:
+        async def check_on_a_thread(msg: MessageExt) -> TransactionState:
+            return await asyncio.to_thread(checker, msg)
+
+        super().__init__(_tx.TransactionProducer(namesrv, group, check_on_a_thread, **options))
+
+    send = _blocking(_producer.Producer.send)
+    send_half = _blocking(_tx.TransactionProducer.send_half)
+    end_transaction = _blocking(_tx.TransactionProducer.end_transaction)
+
+    def send_in_transaction(
+        self,
+        msg: Message,
+        local_tx: Callable[[Message, Any], TransactionState],
+        arg: Any = None,
+        *,
+        transaction_timeout: float | None = None,
+    ) -> TransactionSendResult:
+        """Half send, ``local_tx(msg, arg)`` on this thread, then commit or roll back (see the asyncio class)."""
+        half = self.send_half(msg, transaction_timeout=transaction_timeout)
+        if half.status != SendStatus.SEND_OK:
+            self.end_transaction(half, TransactionState.ROLLBACK)
+            return _tx.transaction_result(half, TransactionState.ROLLBACK)
+        try:
+            state = _tx.as_state(local_tx(msg, arg), "local transaction")
+        except Exception as exc:
+            raise LocalTransactionError(f"local transaction failed: {exc!r}", half) from exc
+        self.end_transaction(half, state)
+        return _tx.transaction_result(half, state)
+
+
 class _Consumer(_Blocking[A]):
     """What both blocking consumers wrap: subscriptions and the owned queues."""
 
@@ -265,4 +312,7 @@ __all__ = [
     "PushConsumer",
     "SendResult",
     "SendStatus",
+    "TransactionProducer",
+    "TransactionSendResult",
+    "TransactionState",
 ]

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
     from pymq.broker.topics import TopicConfigManager
+    from pymq.broker.transaction_hook import TransactionHook
+    from pymq.broker.transactions import TransactionalMessageService
     from pymq.config import BrokerConfig
     from pymq.transport.dispatch import Dispatcher
     from pymq.transport.server import RpcServer
@@ -50,6 +52,10 @@ class BrokerView(Protocol):
     def dispatcher(self) -> Dispatcher: ...
     @property
     def replication(self) -> Replication | None: ...
+    @property
+    def transaction_hook(self) -> TransactionHook | None: ...
+    @property
+    def transactions(self) -> TransactionalMessageService | None: ...
 
 
 def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -97,6 +103,7 @@ class BrokerCollector:
         yield from self._clients()
         yield self._lag()
         yield from self._replication()
+        yield from self._transactions()
 
     def _uptime(self) -> float:
         started = self.app.started_at
@@ -149,6 +156,24 @@ class BrokerCollector:
         )
         yield clients_per_group("pymq_producer_clients", "Producer clients connected, by group.", consumers.producers)
         yield gauge("pymq_held_pulls", "Pull requests held by long polling.", app.pull_hold.held_count)
+
+    def _transactions(self) -> Iterator[Any]:
+        tx, hook = self.app.transactions, self.app.transaction_hook
+        if tx is None or hook is None:
+            return
+        yield CounterMetricFamily(
+            "pymq_transaction_half_messages", "Transactional (half) messages received.", value=hook.halves
+        )
+        yield CounterMetricFamily("pymq_transaction_commits", "Half messages committed.", value=tx.commits)
+        yield CounterMetricFamily("pymq_transaction_rollbacks", "Half messages rolled back.", value=tx.rollbacks)
+        yield CounterMetricFamily(
+            "pymq_transaction_checks", "Check-backs of half messages (put back and asked).", value=tx.checks
+        )
+        yield CounterMetricFamily(
+            "pymq_transaction_discarded",
+            "Half messages moved to TRANS_CHECK_MAX_TIME_TOPIC after their last check-back.",
+            value=tx.discarded,
+        )
 
     def _lag(self) -> GaugeMetricFamily:
         fam = GaugeMetricFamily(

@@ -56,6 +56,12 @@ class RequestCode(IntEnum):
     NOTIFY_BROKER_ROLE_CHANGED = 1008
     # liveness check, used by benchmarks and health probes
     PING = 999
+    # transactional messages (RocketMQ's codes): END_TRANSACTION is oneway producer -> broker,
+    # CHECK_TRANSACTION_STATE oneway broker -> producer over the producer's own connection
+    END_TRANSACTION = 37
+    CHECK_TRANSACTION_STATE = 39
+    # pymq admin (RocketMQ has no such request): a broker's pending half messages
+    GET_PENDING_HALF_MESSAGES = 980
 
 
 class ResponseCode(IntEnum):

@@ -309,22 +309,31 @@ def parse_record(buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc
     return r
 
 
-def reencode(r: RecordFields, topic: bytes, properties: bytes, *, reconsume_times: int | None = None) -> bytes:
+def reencode(
+    r: RecordFields,
+    topic: bytes,
+    properties: bytes,
+    *,
+    reconsume_times: int | None = None,
+    sys_flag: int | None = None,
+    prepared_tx_offset: int | None = None,
+) -> bytes:
     """A new producer-side record for another topic and properties; body, flags and born time carry over.
 
     Used when the broker moves a message: to the schedule topic, from it to the real topic,
-    to a retry or dead-letter topic.
+    to a retry or dead-letter topic, to and from the transactions' half topic (which sets
+    the transaction bits of ``sys_flag`` and ``prepared_tx_offset``).
     """
     return encode_record(
         topic,
         bytes(r.body),
         properties,
         flag=r.flag,
-        sys_flag=r.sys_flag,
+        sys_flag=r.sys_flag if sys_flag is None else sys_flag,
         born_timestamp=r.born_timestamp,
         born_host=r.born_host,
         reconsume_times=r.reconsume_times if reconsume_times is None else reconsume_times,
-        prepared_tx_offset=r.prepared_tx_offset,
+        prepared_tx_offset=r.prepared_tx_offset if prepared_tx_offset is None else prepared_tx_offset,
     )
 
 

@@ -65,3 +65,10 @@ async def test_embedded_acl_cluster_refuses_unsigned_clients() -> None:
                 await unsigned.topic_list()
         async with AdminClient(cluster.namesrv, **cluster.client_options) as signed:
             assert isinstance(await signed.topic_list(), list)
+
+
+def test_bench_transactional_producer_counts_the_committed_messages() -> None:
+    """--mode transaction: every send is a half message plus a commit; the topic gets exactly that many."""
+    r = bench("producer", "--count", "300", "--mode", "transaction", "--concurrency", "2")
+    assert r["workload"] == "produce-transaction" and r["messages"] == 300 and r["errors"] == 0
+    assert r["broker_stored"] == 300 and r["counts_match"] is True

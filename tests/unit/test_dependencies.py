@@ -123,6 +123,29 @@ def test_store_knows_no_delays_or_schedule() -> None:
     assert bad == []
 
 
+def test_store_knows_no_transactions() -> None:
+    """No half/op topics, transaction properties or transaction types in pymq.broker.store (issue 18:
+    the half-message rewrite is a broker put hook, commit/rollback and check-back are broker services)."""
+    words = ("TRANS_HALF", "TRANS_OP", "TRANS_CHECK_MAX", "TRAN_MSG", "PGROUP", "SYSFLAG_TX", "transaction")
+    bad = [
+        f"{path.relative_to(PKG)}: {word}"
+        for path in (PKG / "broker" / "store").rglob("*.py")
+        for word in words
+        if word in path.read_text()
+    ]
+    assert bad == []
+
+
+def test_the_plain_client_knows_nothing_of_transactional_sends() -> None:
+    """Only the package front and the sync facade import transaction_producer (the plain producer never does)."""
+    fronts = {"pymq.client", "pymq.client.sync", "pymq.client.transaction_producer"}
+    bad = offenders(
+        {m: i for m, i in modules("client").items() if m not in fronts},
+        lambda i: i.startswith("pymq.client.transaction_producer"),
+    )
+    assert bad == []
+
+
 def test_store_services_do_not_import_the_store_facade() -> None:
     """flush, cleanup and recovery see the store through store_view's protocols: no circle with message_store."""
     mods = modules("broker/store")

@@ -138,6 +138,46 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
         rq.UnregisterBrokerRequest(broker_addr="h:1", broker_name="b", cluster_name="c", broker_id=1),
         {"brokerAddr": "h:1", "brokerName": "b", "clusterName": "c", "brokerId": 1},
     ),
+    # transactional messages: RocketMQ's EndTransactionRequestHeader / CheckTransactionStateRequestHeader names
+    (
+        rq.EndTransactionRequest(
+            producer_group="g",
+            tran_state_table_offset=3,
+            commit_log_offset=400,
+            commit_or_rollback=8,
+            from_transaction_check=True,
+            msg_id="m",
+            transaction_id="m",
+        ),
+        {
+            "producerGroup": "g",
+            "tranStateTableOffset": 3,
+            "commitLogOffset": 400,
+            "commitOrRollback": 8,
+            "fromTransactionCheck": True,
+            "msgId": "m",
+            "transactionId": "m",
+        },
+    ),
+    (
+        rq.CheckTransactionStateRequest(
+            topic="t",
+            tran_state_table_offset=3,
+            commit_log_offset=400,
+            msg_id="m",
+            transaction_id="m",
+            offset_msg_id="o",
+        ),
+        {
+            "topic": "t",
+            "tranStateTableOffset": 3,
+            "commitLogOffset": 400,
+            "msgId": "m",
+            "transactionId": "m",
+            "offsetMsgId": "o",
+        },
+    ),
+    (rq.PendingHalfMessagesRequest(producer_group="g", max_num=5), {"producerGroup": "g", "maxNum": 5}),
 ]
 
 IDS = [type(h).__name__ for h, _ in CASES]

@@ -214,4 +214,3 @@ class SendHandlers:
                 f"stored on the master, but no slave acknowledged it within {self.config.slave_ack_timeout_ms} ms"
             )
         return resp
-

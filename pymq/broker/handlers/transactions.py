@@ -1,0 +1,48 @@
+"""END_TRANSACTION (oneway, from producers) and GET_PENDING_HALF_MESSAGES (admin)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pymq.logs import get_logger
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.command import Command
+from pymq.protocol.headers import encode_body
+from pymq.protocol.requests import EndTransactionRequest, PendingHalfMessagesRequest
+from pymq.transport.channel import Channel
+from pymq.transport.dispatch import Handler
+
+if TYPE_CHECKING:
+    from pymq.broker.transactions import TransactionalMessageService
+
+log = get_logger("broker.transactions")
+
+
+class TransactionHandlers:
+    def __init__(self, *, transactions: TransactionalMessageService) -> None:
+        self.transactions = transactions
+
+    def table(self) -> dict[int, Handler]:
+        return {
+            RequestCode.END_TRANSACTION: self.end_transaction,
+            RequestCode.GET_PENDING_HALF_MESSAGES: self.pending,
+        }
+
+    def end_transaction(self, cmd: Command, channel: Channel) -> Command | None:
+        h = EndTransactionRequest.from_ext(cmd.ext)
+        outcome = self.transactions.end_transaction(h)
+        log.debug(
+            "end_transaction",
+            outcome=outcome,
+            group=h.producer_group,
+            msg_id=h.msg_id,
+            from_check=h.from_transaction_check,
+            peer=channel.remote_addr,
+        )
+        # Oneway, as in RocketMQ; a caller that asked for an answer gets one.
+        return None if cmd.is_oneway else cmd.response(remark=outcome)
+
+    def pending(self, cmd: Command, channel: Channel) -> Command:
+        h = PendingHalfMessagesRequest.from_ext(cmd.ext)
+        rows = self.transactions.pending(h.producer_group, h.max_num)
+        return cmd.response(body=encode_body({"pending": rows, **self.transactions.state()}))

@@ -1,0 +1,115 @@
+"""Half messages at put time: a record with ``TRAN_MSG=true`` is stored in the half topic instead.
+
+As RocketMQ's TransactionalMessageBridge does, the record is re-encoded for
+``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with its real topic and queue in the
+``REAL_TOPIC``/``REAL_QID`` properties and the "prepared" transaction type in its sys flag;
+no consumer subscribes to that topic, so the message stays invisible until
+:mod:`pymq.broker.transactions` commits it (re-stores it on its real topic) or rolls it
+back. Transactional messages are never delayed: a ``DELAY`` property is dropped here.
+
+The hook is the only cost plain sends pay for transactions: ``wants`` is one substring
+search of each record's properties for ``TRAN_MSG\\x01`` (the put path's pattern).
+Records the store would refuse are left alone for it to refuse; records already on the
+transactions' own topics are never moved.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pymq.broker.put_hooks import Segment
+from pymq.errors import MessageDecodeError
+from pymq.protocol.message import Prop
+from pymq.protocol.record import (
+    MAX_PROPERTIES_SIZE,
+    decode_properties,
+    encode_properties,
+    find_property,
+    iter_spans,
+    parse_record,
+    reencode,
+)
+from pymq.protocol.record_batch import SplitBatch, any_property_contains
+from pymq.protocol.transaction import TRANSACTION_PREPARED_TYPE, with_transaction_type
+
+if TYPE_CHECKING:
+    from pymq.broker.store import MessageStore
+
+#: where half messages wait for their outcome (one queue)
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+#: the op log: one record per resolved half message (body: its first half-queue offset, tags "d")
+OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+#: where half messages go when their check-backs are used up (one queue, readable)
+CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TRANSACTION_TOPICS = frozenset({HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC})
+
+_TRAN = b"TRAN_MSG\x01"
+
+
+class TransactionHook:
+    """The put hook that turns ``TRAN_MSG=true`` records into half messages."""
+
+    def __init__(self) -> None:
+        self.max_message_size = 0
+        #: half messages moved to the half topic (the store may still refuse one)
+        self.halves = 0
+
+    def install(self, store: MessageStore) -> None:
+        self.max_message_size = store.appender.max_message_size
+
+    def wants(self, data: bytes, split: SplitBatch) -> bool:
+        return any_property_contains(data, split, _TRAN)
+
+    def rewrite(self, topic: str, queue_id: int, data: bytes) -> list[Segment]:
+        if topic in TRANSACTION_TOPICS:
+            return [(topic, queue_id, data)]
+        out: list[Segment] = []
+        kept_from = 0
+        topic_b = topic.encode()
+        for pos, size in iter_spans(data):
+            moved = self._half(data, pos, size, topic, topic_b, queue_id)
+            if moved is None:
+                continue
+            if pos > kept_from:
+                out.append((topic, queue_id, data[kept_from:pos]))
+            out.append(moved)
+            kept_from = pos + size
+        if not out:
+            return [(topic, queue_id, data)]
+        if kept_from < len(data):
+            out.append((topic, queue_id, data[kept_from:]))
+        return out
+
+    def _half(self, data: bytes, pos: int, size: int, topic: str, topic_b: bytes, queue_id: int) -> Segment | None:
+        """The half-topic segment for the record at ``pos``, or None to leave it alone."""
+        if _TRAN not in data[pos : pos + size]:
+            return None
+        try:
+            r = parse_record(data, pos, check_crc=True)
+        except MessageDecodeError:
+            return None  # the store refuses it
+        if (
+            r.total_size != size
+            or r.topic != topic_b
+            or size > self.max_message_size
+            or len(r.properties) > MAX_PROPERTIES_SIZE
+            or find_property(r.properties, _TRAN) != b"true"
+        ):
+            return None
+        p = decode_properties(r.properties)
+        p[Prop.REAL_TOPIC] = topic
+        p[Prop.REAL_QID] = str(queue_id)
+        p.pop(Prop.DELAY, None)
+        rec = reencode(
+            r,
+            HALF_TOPIC.encode(),
+            encode_properties(p),
+            sys_flag=with_transaction_type(r.sys_flag, TRANSACTION_PREPARED_TYPE),
+        )
+        if len(rec) > self.max_message_size:
+            return None
+        self.halves += 1
+        return HALF_TOPIC, 0, rec
+
+
+__all__ = ["CHECK_MAX_TOPIC", "HALF_TOPIC", "OP_TOPIC", "TRANSACTION_TOPICS", "TransactionHook"]

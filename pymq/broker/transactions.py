@@ -1,0 +1,408 @@
+"""Transactional messages on the broker: commit, rollback, the op log and the pending half messages.
+
+RocketMQ's TransactionalMessageServiceImpl, in pymq's seams. Half messages are stored in
+``RMQ_SYS_TRANS_HALF_TOPIC`` by the put hook (:mod:`pymq.broker.transaction_hook`). An
+outcome is an *op* record in ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` whose body is the half
+message's *origin* (its first offset in the half queue):
+
+* **commit** (END_TRANSACTION, or a check-back answer): the half message is re-stored on
+  its real topic and queue with its own properties (keys, tags, user properties) minus
+  ``TRAN_MSG``/``REAL_TOPIC``/``REAL_QID``, the "commit" transaction type and the half's
+  commitlog offset as ``prepared_tx_offset``; the final message and its op record are
+  stored in one atomic store call, so a crash never leaves a delivered message without
+  its op (which would be committed again) nor an op without the message;
+* **rollback**: only the op record.
+
+A message whose outcome is still unknown is *checked back* by
+:class:`~pymq.broker.transaction_check.TransactionCheckService`: as RocketMQ does, the
+half message is first stored again at the end of the half queue (``put back``, with
+``TRANSACTION_CHECK_TIMES`` + 1 and pymq's ``TRAN_ORIGIN_OFFSET`` naming the origin), so
+the queue's scan position can move on, then a producer of its group is asked. Every copy
+of a message shares its origin, so an outcome for any copy resolves them all and a late
+duplicate END_TRANSACTION never commits twice.
+
+State: the scan position in the half queue (``halfOffset``) and the op-log position
+(``opOffset``) in ``config/transactionOffset.json``. At start the op log is replayed from
+``opOffset`` into the set of resolved origins. The op position only moves past op
+records whose origin is below every half message still waiting (the *horizon*): an
+origin below the horizon is resolved, whatever the op set still remembers.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pymq.broker.store.config_files import read_json, write_json_atomic
+from pymq.broker.store.results import GetStatus, PutResult, PutStatus
+from pymq.broker.transaction_hook import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from pymq.clock import SYSTEM_CLOCK, Clock
+from pymq.errors import MessageDecodeError
+from pymq.logs import get_logger
+from pymq.protocol.message import Prop
+from pymq.protocol.record import (
+    RecordFields,
+    decode_properties,
+    encode_properties,
+    encode_record,
+    iter_spans,
+    parse_record,
+    reencode,
+)
+from pymq.protocol.requests import EndTransactionRequest
+from pymq.protocol.transaction import (
+    CHECK_IMMUNITY_TIME_IN_SECONDS,
+    PGROUP,
+    TRAN_MSG,
+    TRANSACTION_CHECK_TIMES,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    with_transaction_type,
+)
+
+if TYPE_CHECKING:
+    from pymq.broker.stats import BrokerStats
+    from pymq.broker.store import MessageStore
+    from pymq.broker.topics import TopicConfigManager
+
+log = get_logger("broker.transactions")
+
+#: pymq's property on put-back copies: the half-queue offset of the message's first copy
+ORIGIN_OFFSET = "TRAN_ORIGIN_OFFSET"
+#: the internal reader's group name (RocketMQ's CID_SYS_RMQ_TRANS)
+SYSTEM_GROUP = "CID_SYS_RMQ_TRANS"
+#: the op records' tag (RocketMQ's REMOVETAG)
+OP_TAG = "d"
+_OP_PROPS = encode_properties({Prop.TAGS: OP_TAG})
+_READ_BATCH = 256
+
+
+@dataclass(slots=True)
+class HalfEntry:
+    """One stored copy of a half message, as the scan reads it."""
+
+    queue_offset: int
+    commitlog_offset: int
+    store_timestamp: int
+    origin: int
+    group: str
+    check_times: int
+    #: ms before the first check-back (CHECK_IMMUNITY_TIME_IN_SECONDS), 0: the broker's timeout
+    immunity_ms: int
+    props: dict[str, str]
+
+    def summary(self) -> dict[str, Any]:
+        p = self.props
+        return {
+            "producerGroup": self.group,
+            "topic": p.get(Prop.REAL_TOPIC, ""),
+            "queueId": int(p.get(Prop.REAL_QID, "0") or 0),
+            "msgId": p.get(Prop.UNIQ_KEY, ""),
+            "keys": p.get(Prop.KEYS, ""),
+            "tags": p.get(Prop.TAGS, ""),
+            "halfOffset": self.queue_offset,
+            "originOffset": self.origin,
+            "commitLogOffset": self.commitlog_offset,
+            "checkTimes": self.check_times,
+            "storeTimestamp": self.store_timestamp,
+        }
+
+
+@dataclass(slots=True)
+class Scan:
+    """The half queue from the scan position on: the latest copy of each unresolved message."""
+
+    live: list[HalfEntry]
+    #: the half queue's end when it was read
+    end: int
+
+
+class TransactionalMessageService:
+    """Commit, rollback, the op log and the pending half messages of one broker."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        topics: TopicConfigManager,
+        stats: BrokerStats,
+        config_dir: Path,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.store = store
+        self.topics = topics
+        self.stats = stats
+        self.clock = clock
+        self.path = config_dir / "transactionOffset.json"
+        self.half_offset = 0
+        self.op_offset = 0
+        #: origins with an op record (from ``op_offset`` on)
+        self.resolved: set[int] = set()
+        #: (op queue offset, origin) of the op records from ``op_offset`` on, in order
+        self._ops: deque[tuple[int, int]] = deque()
+        #: origins below it are resolved (set by each scan)
+        self.horizon = 0
+        #: the op queue offset after the last op record known here
+        self._op_next = 0
+        self._saved: tuple[int, int] = (-1, -1)
+        # counters (metrics)
+        self.commits = 0
+        self.rollbacks = 0
+        self.checks = 0
+        self.discarded = 0
+
+    # --- state ------------------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Read the positions, replay the op log and compute the horizon (before serving)."""
+        data = read_json(self.path) or {}
+        self.half_offset = int(data.get("halfOffset", 0))
+        self.op_offset = int(data.get("opOffset", 0))
+        self._saved = (self.half_offset, self.op_offset)
+        self._op_next = self.op_offset
+        self.horizon = min((e.origin for e in self.scan().live), default=self.half_offset)
+
+    def _catch_up_ops(self) -> None:
+        """Read op records stored since the last one known (at start; on a slave, what replication brought)."""
+        for r in self._records(OP_TOPIC, self._op_next):
+            self._op_next = r.queue_offset + 1
+            try:
+                origin = int(bytes(r.body))
+            except ValueError:
+                continue
+            self.resolved.add(origin)
+            self._ops.append((r.queue_offset, origin))
+
+    def state(self) -> dict[str, int]:
+        return {"halfOffset": self.half_offset, "opOffset": self.op_offset}
+
+    def persist_if_changed(self) -> None:
+        now = (self.half_offset, self.op_offset)
+        if now != self._saved:
+            write_json_atomic(self.path, self.state())
+            self._saved = now
+
+    def is_resolved(self, origin: int) -> bool:
+        return origin < self.horizon or origin in self.resolved
+
+    # --- reading the half and op queues ---------------------------------------------------------------
+
+    def _records(self, topic: str, offset: int) -> list[RecordFields]:
+        store = self.store
+        out: list[RecordFields] = []
+        while True:
+            res = store.get_messages(SYSTEM_GROUP, topic, 0, offset, _READ_BATCH)
+            if res.status == GetStatus.OFFSET_TOO_SMALL:
+                offset = res.next_begin_offset  # cleaned up: go on from the oldest kept
+                continue
+            if res.status != GetStatus.FOUND:
+                return out
+            for buf in res.buffers:
+                for pos, _size in iter_spans(buf):
+                    try:
+                        out.append(parse_record(buf, pos))
+                    except MessageDecodeError:
+                        log.warning("transaction_record_unreadable", topic=topic, offset=offset)
+            if res.next_begin_offset <= offset:
+                return out
+            offset = res.next_begin_offset
+
+    def scan(self) -> Scan:
+        """The unresolved half messages from the scan position on (the latest copy of each)."""
+        self._catch_up_ops()  # on a master: one read that finds nothing new
+        latest: dict[int, HalfEntry] = {}
+        end = self.half_offset
+        for r in self._records(HALF_TOPIC, self.half_offset):
+            end = r.queue_offset + 1
+            props = decode_properties(r.properties)
+            raw_origin = props.get(ORIGIN_OFFSET, "")
+            origin = int(raw_origin) if raw_origin.isdigit() else r.queue_offset
+            if self.is_resolved(origin):
+                latest.pop(origin, None)
+                continue
+            raw_times = props.get(TRANSACTION_CHECK_TIMES, "0")
+            raw_immunity = props.get(CHECK_IMMUNITY_TIME_IN_SECONDS, "")
+            latest.pop(origin, None)  # a later copy replaces an earlier one (and goes last)
+            latest[origin] = HalfEntry(
+                queue_offset=r.queue_offset,
+                commitlog_offset=r.physical_offset,
+                store_timestamp=r.store_timestamp,
+                origin=origin,
+                group=props.get(PGROUP, ""),
+                check_times=int(raw_times) if raw_times.isdigit() else 0,
+                immunity_ms=int(raw_immunity) * 1000 if raw_immunity.isdigit() else 0,
+                props=props,
+            )
+        return Scan(sorted(latest.values(), key=lambda e: e.queue_offset), max(end, self.half_offset))
+
+    def pending(self, group: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        """What admins see: the half messages still waiting for an outcome (oldest first)."""
+        live = self.scan().live
+        return [e.summary() for e in live if group is None or e.group == group][:limit]
+
+    def advance(self, live: list[HalfEntry], end: int) -> None:
+        """Move the scan and op positions after a check round (``live``: what still waits)."""
+        self.half_offset = min((e.queue_offset for e in live), default=end)
+        self.horizon = min((e.origin for e in live), default=self.half_offset)
+        ops = self._ops
+        horizon = self.horizon
+        while ops and ops[0][1] < horizon:
+            ops.popleft()
+        self.op_offset = ops[0][0] if ops else max(self.op_offset, self._op_end())
+        self.resolved = {o for o in self.resolved if o >= horizon}
+
+    def _op_end(self) -> int:
+        return self.store.max_offset(OP_TOPIC, 0)
+
+    # --- outcomes ----------------------------------------------------------------------------------------
+
+    def end_transaction(self, h: EndTransactionRequest) -> str:
+        """Apply a producer's END_TRANSACTION; returns what happened (for logs and tests)."""
+        if h.commit_or_rollback not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            if h.commit_or_rollback != TRANSACTION_NOT_TYPE:
+                log.warning("end_transaction_bad_type", type=h.commit_or_rollback, group=h.producer_group)
+            return "ignored"
+        view = self.store.read_record(h.commit_log_offset)
+        if view is None:
+            log.warning("end_transaction_half_not_found", offset=h.commit_log_offset, group=h.producer_group)
+            return "not-found"
+        try:
+            r = parse_record(view)
+        except MessageDecodeError:
+            log.warning("end_transaction_half_unreadable", offset=h.commit_log_offset)
+            return "not-found"
+        props = decode_properties(r.properties)
+        if (
+            r.topic != HALF_TOPIC.encode()
+            or r.queue_offset != h.tran_state_table_offset
+            or props.get(PGROUP) != h.producer_group
+        ):
+            # RocketMQ's checkPrepareMessage: the request must name this very half message.
+            log.warning(
+                "end_transaction_mismatch",
+                offset=h.commit_log_offset,
+                group=h.producer_group,
+                half_offset=h.tran_state_table_offset,
+            )
+            return "mismatch"
+        raw_origin = props.get(ORIGIN_OFFSET, "")
+        origin = int(raw_origin) if raw_origin.isdigit() else r.queue_offset
+        if self.is_resolved(origin):
+            log.info("end_transaction_already_resolved", origin=origin, msg_id=h.msg_id)
+            return "duplicate"
+        if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
+            return "commit" if self._commit(r, props, origin, h.commit_log_offset) else "failed"
+        if not self._put_op(origin):
+            return "failed"
+        self.rollbacks += 1
+        return "rollback"
+
+    def _commit(self, r: RecordFields, props: dict[str, str], origin: int, half_phys: int) -> bool:
+        topic = props.pop(Prop.REAL_TOPIC, "")
+        raw_qid = props.pop(Prop.REAL_QID, "0")
+        for name in (TRAN_MSG, ORIGIN_OFFSET, TRANSACTION_CHECK_TIMES):
+            props.pop(name, None)
+        tc = self.topics.get(topic) if topic else None
+        if tc is None:
+            log.warning("commit_topic_gone", topic=topic, origin=origin)
+            return self._put_op(origin)  # nowhere to deliver: resolved, not retried forever
+        qid = int(raw_qid) if raw_qid.isdigit() else 0
+        if qid >= tc.writeQueueNums:
+            qid %= tc.writeQueueNums
+        final = reencode(
+            r,
+            topic.encode(),
+            encode_properties(props),
+            sys_flag=with_transaction_type(r.sys_flag, TRANSACTION_COMMIT_TYPE),
+            prepared_tx_offset=half_phys,
+        )
+        op = self._op_record(origin)
+        # One atomic call: the message and its op record stand or fall together. (Not through the
+        # put path: the committed message carries no TRAN_MSG and transactional messages are never
+        # delayed, so no put hook applies to it.)
+        try:
+            answers = self.store.put_batches([(topic, qid, final), (OP_TOPIC, 0, op)], atomic=True)
+        except Exception:
+            log.exception("commit_failed", topic=topic, origin=origin)
+            return False
+        res, op_res = answers[0][0], answers[1][0]
+        if res.status != PutStatus.PUT_OK or op_res.status != PutStatus.PUT_OK:
+            log.warning("commit_failed", topic=topic, origin=origin, status=res.status.name, reason=res.reason)
+            return False
+        self.stats.record_put(topic, [res])
+        self._op_stored(op_res, origin)
+        self.commits += 1
+        return True
+
+    def _op_record(self, origin: int) -> bytes:
+        return encode_record(OP_TOPIC.encode(), str(origin).encode(), _OP_PROPS, born_timestamp=self.clock.time_ms())
+
+    def _put_op(self, origin: int) -> bool:
+        try:
+            res = self.store.put_batches([(OP_TOPIC, 0, self._op_record(origin))])[0][0]
+        except Exception:
+            log.exception("op_put_failed", origin=origin)
+            return False
+        if res.status != PutStatus.PUT_OK:
+            log.warning("op_put_failed", origin=origin, status=res.status.name, reason=res.reason)
+            return False
+        self._op_stored(res, origin)
+        return True
+
+    def _op_stored(self, res: PutResult, origin: int) -> None:
+        self.resolved.add(origin)
+        self._ops.append((res.queue_offset, origin))
+        self._op_next = res.queue_offset + 1
+
+    # --- check-back support -----------------------------------------------------------------------------
+
+    def put_back(self, e: HalfEntry) -> PutResult | None:
+        """Store ``e`` again at the half queue's end with one more check counted; None if that failed."""
+        view = self.store.read_record(e.commitlog_offset)
+        if view is None:
+            return None
+        r = parse_record(view)
+        props = dict(e.props)
+        props[TRANSACTION_CHECK_TIMES] = str(e.check_times + 1)
+        props[ORIGIN_OFFSET] = str(e.origin)
+        rec = reencode(r, HALF_TOPIC.encode(), encode_properties(props))
+        res = self.store.put_batches([(HALF_TOPIC, 0, rec)])[0][0]
+        if res.status != PutStatus.PUT_OK:
+            log.warning("half_put_back_failed", origin=e.origin, status=res.status.name, reason=res.reason)
+            return None
+        return res
+
+    def discard(self, e: HalfEntry) -> bool:
+        """Checks used up: store the half message in TRANS_CHECK_MAX_TIME_TOPIC and resolve it."""
+        view = self.store.read_record(e.commitlog_offset)
+        if view is None:
+            return self._put_op(e.origin)
+        self.topics.ensure_system_topic(CHECK_MAX_TOPIC, 1)
+        rec = reencode(parse_record(view), CHECK_MAX_TOPIC.encode(), encode_properties(e.props))
+        op = self._op_record(e.origin)
+        answers = self.store.put_batches([(CHECK_MAX_TOPIC, 0, rec), (OP_TOPIC, 0, op)], atomic=True)
+        if answers[0][0].status != PutStatus.PUT_OK or answers[1][0].status != PutStatus.PUT_OK:
+            return False
+        self._op_stored(answers[1][0], e.origin)
+        self.discarded += 1
+        log.warning(
+            "transaction_discarded",
+            group=e.group,
+            msg_id=e.props.get(Prop.UNIQ_KEY, ""),
+            topic=e.props.get(Prop.REAL_TOPIC, ""),
+            check_times=e.check_times,
+            to=CHECK_MAX_TOPIC,
+        )
+        return True
+
+    @staticmethod
+    def pick(channels: list[Any]) -> Any | None:
+        """One open producer channel of the group (RocketMQ: any live producer of the group)."""
+        open_ = [c for c in channels if c.channel.is_open]
+        return random.choice(open_) if open_ else None
+
+
+__all__ = ["ORIGIN_OFFSET", "SYSTEM_GROUP", "HalfEntry", "Scan", "TransactionalMessageService"]

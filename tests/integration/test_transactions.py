@@ -1,0 +1,328 @@
+"""Transactional messages in process: half messages, commit, rollback, check-back, discard, admin, metrics.
+
+The kill -9 scenarios run on real daemons in ``test_transaction_daemons.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from pymq.broker.transaction_hook import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from pymq.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, Producer, PushConsumer, sync
+from pymq.client.admin import AdminClient
+from pymq.client.transaction_producer import TransactionProducer, TransactionState
+from pymq.errors import LocalTransactionError, TransactionError
+from pymq.protocol.message import decode_message
+from pymq.protocol.record import iter_spans
+from pymq.protocol.requests import EndTransactionRequest
+from pymq.protocol.transaction import TRANSACTION_COMMIT_TYPE
+from pymq.testing import LocalCluster
+from tests.helpers import wait_until, wait_until_sync
+
+pytestmark = pytest.mark.integration
+
+COMMIT, ROLLBACK, UNKNOWN = TransactionState.COMMIT, TransactionState.ROLLBACK, TransactionState.UNKNOWN
+#: check-backs come quickly in these tests: 1 s timeout, a scan every 0.2 s
+FAST_CHECKS = {"transaction_timeout_seconds": 1.0, "transaction_check_interval_seconds": 0.2}
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path):
+    async with LocalCluster(tmp_path / "c", brokers=1, broker=FAST_CHECKS) as c:
+        await c.create_topic("orders", 4)
+        yield c
+
+
+def stored(cluster: LocalCluster, topic: str) -> list[MessageExt]:
+    """Every message stored on ``topic`` (all queues), read straight from the broker's store."""
+    store = cluster.brokers[0].store
+    assert store is not None
+    out = []
+    for qid in store.queue_ids(topic):
+        res = store.get_messages("test", topic, qid, 0, 1024)
+        for buf in res.buffers:
+            out += [decode_message(buf, pos) for pos, _ in iter_spans(buf)]
+    return out
+
+
+def never(msg: MessageExt) -> TransactionState:
+    raise AssertionError(f"no check-back expected, got one for {msg.msg_id}")
+
+
+async def test_commit_is_delivered_only_once_the_commit_lands_with_its_properties(cluster: LocalCluster) -> None:
+    received: list[MessageExt] = []
+    consumer = PushConsumer(cluster.namesrv_addr, "tx-c", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    consumer.subscribe("orders")
+
+    @consumer.listener
+    async def on(msgs: list[MessageExt]) -> ConsumeResult:
+        received.extend(msgs)
+        return ConsumeResult.SUCCESS
+
+    local_started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def local_tx(msg: Message, arg: object) -> TransactionState:
+        assert arg == "order-1"
+        local_started.set()
+        await release.wait()
+        return COMMIT
+
+    msg = Message("orders", b"paid", tags="paid", keys=["order-1"], properties={"region": "eu"})
+    async with consumer, TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
+        sending = asyncio.ensure_future(producer.send_in_transaction(msg, local_tx, "order-1"))
+        await asyncio.wait_for(local_started.wait(), 10)
+        # The half message is stored, but nowhere a consumer reads.
+        assert [m.properties["REAL_TOPIC"] for m in stored(cluster, HALF_TOPIC)] == ["orders"]
+        assert stored(cluster, "orders") == []
+        await asyncio.sleep(0.5)
+        assert received == []
+        release.set()
+        result = await sending
+        assert result.local_state is COMMIT
+        await wait_until(lambda: len(received) == 1, timeout=15, what="the committed message")
+    m = received[0]
+    assert (m.topic, m.body, m.tags, m.keys) == ("orders", b"paid", "paid", ["order-1"])
+    assert m.properties["region"] == "eu"
+    assert m.msg_id == result.msg_id
+    assert m.queue_id in range(4)
+    for internal in ("TRAN_MSG", "REAL_TOPIC", "REAL_QID"):
+        assert internal not in m.properties
+    assert m.properties["PGROUP"] == "tx-p"
+    assert len(stored(cluster, OP_TOPIC)) == 1
+    assert cluster.brokers[0].transactions.pending() == []
+
+
+async def test_rollback_is_never_delivered(cluster: LocalCluster) -> None:
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
+        result = await producer.send_in_transaction(Message("orders", b"cancelled"), lambda m, a: ROLLBACK)
+        assert result.local_state is ROLLBACK
+        tx = cluster.brokers[0].transactions
+        await wait_until(lambda: tx.rollbacks == 1, what="the rollback")
+        await asyncio.sleep(1.5)  # past the transaction timeout: no check-back either
+    assert stored(cluster, "orders") == []
+    assert tx.pending() == [] and tx.checks == 0
+
+
+async def test_unknown_is_resolved_by_check_back_commit_and_rollback(cluster: LocalCluster) -> None:
+    decisions = {"keep": COMMIT, "drop": ROLLBACK}
+    asked: list[str] = []
+
+    async def checker(msg: MessageExt) -> TransactionState:
+        asked.append(msg.body.decode())
+        assert msg.topic == "orders"  # the checker sees the real topic
+        return decisions[msg.body.decode()]
+
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", checker) as producer:
+        for body in ("keep", "drop"):
+            result = await producer.send_in_transaction(Message("orders", body.encode()), lambda m, a: UNKNOWN)
+            assert result.local_state is UNKNOWN
+        tx = cluster.brokers[0].transactions
+        await wait_until(lambda: tx.commits == 1 and tx.rollbacks == 1, timeout=15, what="check-back outcomes")
+    assert sorted(asked) == ["drop", "keep"]
+    assert [m.body for m in stored(cluster, "orders")] == [b"keep"]
+    assert tx.pending() == []
+
+
+async def test_local_transaction_exception_leaves_it_to_the_check_back(cluster: LocalCluster) -> None:
+    def boom(msg: Message, arg: object) -> TransactionState:
+        raise RuntimeError("db down")
+
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
+        with pytest.raises(LocalTransactionError) as info:
+            await producer.send_in_transaction(Message("orders", b"x"), boom)
+        assert isinstance(info.value.__cause__, RuntimeError)
+        with pytest.raises(TransactionError):
+            await producer.send_in_transaction(Message("orders", b"x", delay_level=2), lambda m, a: COMMIT)
+        await wait_until(lambda: len(stored(cluster, "orders")) == 1, timeout=15, what="checked-back commit")
+
+
+async def test_checks_used_up_go_to_the_check_max_topic(tmp_path: Path) -> None:
+    broker = {**FAST_CHECKS, "transaction_check_max": 2}
+    async with LocalCluster(tmp_path / "c", broker=broker) as cluster:
+        await cluster.create_topic("orders", 2)
+        asked = []
+        async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: asked.append(m) or UNKNOWN) as p:
+            await p.send_in_transaction(Message("orders", b"limbo", keys=["k1"]), lambda m, a: UNKNOWN)
+            tx = cluster.brokers[0].transactions
+            await wait_until(lambda: tx.discarded == 1, timeout=20, what="the discard")
+        assert len(asked) == 2 and tx.checks == 2
+        [gone] = stored(cluster, CHECK_MAX_TOPIC)
+        assert gone.body == b"limbo" and gone.keys == ["k1"] and gone.properties["REAL_TOPIC"] == "orders"
+        assert cluster.brokers[0].topics.get(CHECK_MAX_TOPIC) is not None  # readable with the usual tools
+        assert stored(cluster, "orders") == [] and tx.pending() == []
+
+
+async def test_per_message_timeout_defers_the_first_check(cluster: LocalCluster) -> None:
+    asked: list[bytes] = []
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: asked.append(m.body) or COMMIT) as p:
+        await p.send_in_transaction(Message("orders", b"late"), lambda m, a: UNKNOWN, transaction_timeout=60)
+        await p.send_in_transaction(Message("orders", b"soon"), lambda m, a: UNKNOWN)
+        await wait_until(lambda: asked == [b"soon"], timeout=15, what="the default-timeout check")
+        await asyncio.sleep(1.5)
+        assert asked == [b"soon"]
+        [pending] = cluster.brokers[0].transactions.pending("tx-p")
+        assert pending["checkTimes"] == 0 and pending["topic"] == "orders"
+
+
+async def test_check_back_goes_to_another_live_producer_of_the_group(cluster: LocalCluster) -> None:
+    """The first producer closes without an outcome; a second one of the group (another client) is asked."""
+    first = TransactionProducer(cluster.namesrv_addr, "tx-p", never, instance_name="first")
+    async with first:
+        await first.send_in_transaction(Message("orders", b"orphan"), lambda m, a: UNKNOWN, transaction_timeout=2)
+    second = TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT, topics=["orders"], instance_name="2nd")
+    async with second:
+        await wait_until(lambda: len(stored(cluster, "orders")) == 1, timeout=15, what="commit via the 2nd producer")
+
+
+async def test_end_transaction_must_name_the_half_message_and_commits_once(cluster: LocalCluster) -> None:
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
+        half = await producer.send_half(Message("orders", b"once"))
+        tx = cluster.brokers[0].transactions
+
+        def end(group: str = "tx-p", offset: int = half.queue_offset) -> str:
+            return tx.end_transaction(
+                EndTransactionRequest(
+                    producer_group=group,
+                    tran_state_table_offset=offset,
+                    commit_log_offset=half.commit_log_offsets[0],
+                    commit_or_rollback=TRANSACTION_COMMIT_TYPE,
+                )
+            )
+
+        assert end(group="other") == "mismatch"
+        assert end(offset=half.queue_offset + 1) == "mismatch"
+        assert end() == "commit"
+        assert end() == "duplicate"
+        await producer.end_transaction(half, COMMIT)  # late duplicate over the wire: ignored too
+        await asyncio.sleep(0.3)
+    assert len(stored(cluster, "orders")) == 1
+
+
+async def test_pending_listing_and_metrics(cluster: LocalCluster) -> None:
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: UNKNOWN) as producer:
+        await producer.send_in_transaction(
+            Message("orders", b"a", keys=["ka"]), lambda m, a: UNKNOWN, transaction_timeout=60
+        )
+        await producer.send_in_transaction(Message("orders", b"b"), lambda m, a: COMMIT)
+        await producer.send_in_transaction(Message("orders", b"c"), lambda m, a: ROLLBACK)
+        tx = cluster.brokers[0].transactions
+        await wait_until(lambda: tx.commits == 1 and tx.rollbacks == 1, what="outcomes")
+        async with AdminClient(cluster.namesrv_addr) as admin:
+            rows = await admin.pending_half_messages(group="tx-p")
+            assert [(r["keys"], r["topic"], r["checkTimes"]) for r in rows] == [("ka", "orders", 0)]
+            assert await admin.pending_half_messages(group="nobody") == []
+    from pymq.metrics.broker import BrokerCollector
+
+    series = {s.name: s.value for fam in BrokerCollector(cluster.brokers[0]).collect() for s in fam.samples}
+    assert series["pymq_transaction_half_messages_total"] == 3
+    assert series["pymq_transaction_commits_total"] == 1
+    assert series["pymq_transaction_rollbacks_total"] == 1
+    assert series["pymq_transaction_checks_total"] == 0
+
+
+async def test_pending_half_messages_survive_a_restart_and_commit_after_it(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "c", broker={"transaction_timeout_seconds": 60}) as cluster:
+        await cluster.create_topic("orders", 2)
+        async with TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
+            done = await producer.send_half(Message("orders", b"done"))
+            await producer.end_transaction(done, COMMIT)
+            half = await producer.send_half(Message("orders", b"later"))
+            await wait_until(lambda: cluster.brokers[0].transactions.commits == 1, what="first commit")
+            broker = cluster.brokers[0]
+            await cluster.stop_broker(broker)
+            restarted = await cluster.add_broker(0, port=int(broker.address.rpartition(":")[2]))
+            assert [p["msgId"] for p in restarted.transactions.pending()] == [half.msg_id]
+            assert restarted.transactions.is_resolved(done.queue_offset)
+            await producer.end_transaction(half, COMMIT)
+            await wait_until(lambda: restarted.transactions.commits == 1, timeout=10, what="commit after restart")
+        assert sorted(m.body for m in stored(cluster, "orders")) == [b"done", b"later"]
+        assert restarted.transactions.pending() == []
+
+
+async def test_plain_sends_are_not_touched(cluster: LocalCluster) -> None:
+    async with Producer(cluster.namesrv_addr) as p:
+        await p.send(Message("orders", b"plain", properties={"note": "TRAN_MSG is only a word here"}))
+        await p.send(Message("orders", b"not-true", properties={"TRAN_MSG": "false"}))
+    assert sorted(m.body for m in stored(cluster, "orders")) == [b"not-true", b"plain"]
+    assert stored(cluster, HALF_TOPIC) == []
+
+
+async def test_a_thousand_concurrent_transactions_deliver_exactly_the_committed_ones(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS) as cluster:
+        await cluster.create_topic("orders", 4)
+        rng = random.Random(18)
+        outcomes = {f"tx-{i}": rng.choice([COMMIT, ROLLBACK, UNKNOWN]) for i in range(1000)}
+        # UNKNOWN ones are resolved by the checker, half of them each way.
+        truth = {k: (v if v is not UNKNOWN else (COMMIT if int(k[3:]) % 2 else ROLLBACK)) for k, v in outcomes.items()}
+
+        async def local_tx(msg: Message, key: str) -> TransactionState:
+            await asyncio.sleep(rng.random() * 0.05)
+            return outcomes[key]
+
+        async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: truth[m.keys[0]]) as producer:
+            sem = asyncio.Semaphore(200)
+
+            async def one(key: str) -> None:
+                async with sem:
+                    await producer.send_in_transaction(Message("orders", key.encode(), keys=[key]), local_tx, key)
+
+            await asyncio.gather(*(one(k) for k in outcomes))
+            tx = cluster.brokers[0].transactions
+            await wait_until(lambda: tx.commits + tx.rollbacks == 1000, timeout=30, what="all 1000 outcomes")
+        expected = sorted(k for k, v in truth.items() if v is COMMIT)
+        assert sorted(m.body.decode() for m in stored(cluster, "orders")) == expected
+        assert tx.pending() == []
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "transactions_sqlite.py"
+
+
+async def test_the_sqlite_example_delivers_exactly_the_orders_in_its_table(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """examples/transactions_sqlite.py (the sync facade): commit, duplicate -> rollback, crash -> check-back."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(EXAMPLE), "--namesrv", cluster.namesrv_addr, "--db", str(tmp_path / "shop.db"),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 90)
+    assert proc.returncode == 0, err.decode()
+    lines = out.decode().splitlines()
+    assert [line.rsplit(": ", 1)[1] for line in lines[:4]] == ["COMMIT", "UNKNOWN", "ROLLBACK", "COMMIT"]
+    assert lines[4] == "in the table: 3 orders; delivered: 3; same: True"
+    assert cluster.brokers[0].transactions.checks >= 1
+
+
+async def test_sync_facade_runs_local_tx_on_the_caller_and_raises_typed_errors(cluster: LocalCluster) -> None:
+    import threading
+
+    def blocking_client() -> list[str]:
+        seen = []
+
+        def local_tx(msg: Message, arg: str) -> TransactionState:
+            seen.append(threading.current_thread().name)
+            if arg == "fail":
+                raise ValueError("constraint")
+            return COMMIT
+
+        with sync.TransactionProducer(cluster.namesrv_addr, "tx-sync", lambda m: ROLLBACK) as producer:
+            result = producer.send_in_transaction(Message("orders", b"sync"), local_tx, "ok")
+            assert isinstance(result, sync.TransactionSendResult) and result.local_state is COMMIT
+            with pytest.raises(LocalTransactionError) as info:
+                producer.send_in_transaction(Message("orders", b"sync-fail"), local_tx, "fail")
+            assert info.value.result.msg_id  # the half message that the check-back will resolve
+            # the checker (run on a worker thread) rolls the failed one back while the producer is up
+            wait_until_sync(lambda: tx.rollbacks == 1, timeout=15, what="the checked-back rollback")
+        return seen
+
+    tx = cluster.brokers[0].transactions
+    caller = await asyncio.to_thread(lambda: (threading.current_thread().name, blocking_client()))
+    assert caller[1] == [caller[0], caller[0]]
+    assert tx.commits == 1
+    assert [m.body for m in stored(cluster, "orders")] == [b"sync"]
