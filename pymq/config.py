@@ -173,6 +173,9 @@ class BrokerConfig(_Model):
     frame_read_timeout_seconds: float = Field(60.0, ge=0)
     #: bytes all connections may hold in unfinished frames; past it, large new frames are refused (0: no cap)
     max_partial_frame_bytes: int = Field(128 * 1024 * 1024, ge=0)
+    # pop consumption (SimpleConsumer): queues of the revive log and how often unacked messages are revived
+    pop_revive_queue_nums: int = Field(8, ge=1, le=64)
+    pop_revive_interval_seconds: float = Field(1.0, gt=0)
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")

@@ -30,6 +30,7 @@ from pymq.client.selectors import (
     SelectByModulo,
     SelectByRandom,
 )
+from pymq.client.simple_consumer import ReceivedMessage, SimpleConsumer
 from pymq.protocol.message import Message, MessageExt
 from pymq.protocol.route import MessageQueue
 
@@ -54,6 +55,7 @@ __all__ = [
     "Producer",
     "PullConsumer",
     "PushConsumer",
+    "ReceivedMessage",
     "RoundRobinSelector",
     "SelectByHash",
     "SelectByModulo",
@@ -62,4 +64,5 @@ __all__ = [
     "SendHook",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
 ]

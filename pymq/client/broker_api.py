@@ -24,11 +24,16 @@ from pymq.protocol.requests import (
     FLAG_COMMIT_OFFSET,
     FLAG_SUBSCRIPTION,
     FLAG_SUSPEND,
+    AckMessageRequest,
+    ChangeInvisibleTimeRequest,
+    ChangeInvisibleTimeResponse,
     ConsumerGroupRequest,
     ConsumerSendMsgBackRequest,
     ConsumeStatsRequest,
     CreateTopicRequest,
     LockBatchBody,
+    PopMessageRequest,
+    PopMessageResponse,
     PullMessageRequest,
     PullMessageResponse,
     QueryConsumerOffsetRequest,
@@ -245,3 +250,47 @@ def query_message(topic: str, key: str, max_num: int, begin_timestamp: int, end_
 
 def view_message(offset: int) -> Command:
     return Command.request(RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequest(offset=offset).to_ext())
+
+
+# --- pop consumption (SimpleConsumer) ----------------------------------------------------------------
+
+
+def pop_message(
+    group: str, topic: str, expression: str, *, max_nums: int, invisible_ms: int, poll_ms: int, born_time: int
+) -> Command:
+    """POP_MESSAGE from any queue of ``topic`` on one broker (the broker chooses)."""
+    header = PopMessageRequest(
+        consumer_group=group,
+        topic=topic,
+        max_msg_nums=max_nums,
+        invisible_time=invisible_ms,
+        poll_time=poll_ms,
+        born_time=born_time,
+        exp=expression,
+    )
+    return Command.request(RequestCode.POP_MESSAGE, header.to_ext())
+
+
+def read_pop_handles(resp: Command) -> list[str]:
+    """The receipt handles of a pop answer, one per record of its body, in order."""
+    raw = resp.ext.get(PopMessageResponse.WIRE["receipt_handles"]) or ""
+    return str(raw).split()
+
+
+def ack_message(group: str, topic: str, handle: str) -> Command:
+    """ACK_MESSAGE of one popped message by its receipt handle."""
+    return Command.request(
+        RequestCode.ACK_MESSAGE, AckMessageRequest(consumer_group=group, topic=topic, extra_info=handle).to_ext()
+    )
+
+
+def change_invisible_time(group: str, topic: str, handle: str, invisible_ms: int) -> Command:
+    """CHANGE_MESSAGE_INVISIBLETIME: invisible for ``invisible_ms`` from now (answers a new handle)."""
+    header = ChangeInvisibleTimeRequest(
+        consumer_group=group, topic=topic, extra_info=handle, invisible_time=invisible_ms
+    )
+    return Command.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header.to_ext())
+
+
+def read_new_handle(resp: Command) -> str:
+    return str(ChangeInvisibleTimeResponse.from_ext(resp.ext).extra_info)
