@@ -271,6 +271,7 @@ class BrokerApp:
             config_dir=Path(cfg.store.store_dir) / "config",
             cluster=cfg.cluster_name,
             revive_queues=cfg.pop_revive_queue_nums,
+            max_inflight=cfg.pop_max_inflight_checkpoints,
         )
         self.pop_state.start()
         self.services.append(PeriodicService("pop-revive", cfg.pop_revive_interval_seconds, self.pop_state.revive_due))

@@ -263,6 +263,43 @@ async def test_pop_request_bounds_answer_invalid_parameter(cluster: LocalCluster
         assert resp.code == ResponseCode.TOPIC_NOT_EXIST
 
 
+async def test_handles_and_inflight_survive_a_broker_restart(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "r", brokers=1, broker=FAST_REVIVE) as cluster:
+        await cluster.create_topic("jobs", 2)
+        await send(cluster, 6)
+        async with simple(cluster) as c:
+            got = await receive_all(c, 6, invisible=3.0)
+            await c.ack(got[0])
+            await cluster.stop_broker(cluster.brokers[0])
+            await cluster.add_broker(0)
+            await cluster.wait_for_route("jobs", 1)
+        async with simple(cluster) as c:
+            # the broker's secret is in its store: handles from before the restart still ack
+            await c.ack(got[1])
+            with pytest.raises(InvalidReceiptHandleError) as err:
+                await c.ack(got[0])
+            # "acked" while its batch is open (replayed with its ack), "stale" once the batch is done: never acked twice
+            assert err.value.reason in ("acked", "stale")
+            back = await receive_all(c, 4, invisible=30.0)
+            assert sorted(m.body for m in back) == sorted(m.body for m in got[2:])
+            assert all(m.reconsume_times == 1 for m in back)
+            assert await c.receive(32, 30.0, await_duration=0.5) == []
+
+
+async def test_inflight_limit_stops_pops_until_acks_make_room(tmp_path: Path) -> None:
+    broker = {**FAST_REVIVE, "pop_max_inflight_checkpoints": 2}
+    async with LocalCluster(tmp_path / "l", brokers=1, broker=broker) as cluster:
+        await cluster.create_topic("jobs", 1)
+        await send(cluster, 5)
+        async with simple(cluster) as c:
+            first = await c.receive(1, 30.0)
+            second = await c.receive(1, 30.0)
+            assert len(first) == len(second) == 1
+            assert await c.receive(1, 30.0) == []  # two batches in flight: the limit
+            await c.ack(first[0])
+            assert len(await c.receive(1, 30.0)) == 1
+
+
 async def test_receive_argument_checks(cluster: LocalCluster) -> None:
     async with simple(cluster) as c:
         with pytest.raises(ClientError):

@@ -24,6 +24,7 @@ from pymq.broker.pop.receipt import HandleError, HandleSigner, ReceiptHandle
 from pymq.broker.pop.records import CheckPoint
 from pymq.broker.pop.revive import PopError, PopState
 from pymq.broker.store.results import GetStatus
+from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.filter import Subscription
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
     from pymq.broker.subscription_groups import SubscriptionGroupManager
     from pymq.broker.topics import TopicConfigManager
     from pymq.config import BrokerConfig
+
+log = get_logger("broker.pop")
 
 _QUEUE_OFFSET = 9  # index of the queue offset in protocol.record.unpack_record's tuple
 
@@ -87,6 +90,7 @@ class PopHandlers:
         self.config = config
         self.address = address
         self._rr = 0
+        self._full_logged = False
         self._subs: dict[tuple[str, str], Subscription] = {}
 
     def table(self) -> dict[int, Handler]:
@@ -192,8 +196,14 @@ class PopHandlers:
         handles: list[str] = []
         waits: list[tuple[str, int, int]] = []
         now = self.state.clock.time_ms()
+        state = self.state
         for topic, qid in self._queues(h, queues):
             if want <= 0:
+                break
+            if state.full:
+                if not self._full_logged:
+                    self._full_logged = True
+                    log.warning("pop_inflight_limit_reached", checkpoints=len(state.open), limit=state.max_inflight)
                 break
             offset = self.offsets.query(group, topic, qid)
             if offset < 0:
@@ -217,7 +227,7 @@ class PopHandlers:
                 cast(int, unpack_record(buf, pos)[_QUEUE_OFFSET]) for buf in res.buffers for pos, _ in iter_spans(buf)
             ]
             ck = CheckPoint(group, topic, qid, queue_offsets, res.next_begin_offset, now, h.invisible_time)
-            if not self.state.add_checkpoint(ck):
+            if not state.add_checkpoint(ck):
                 break  # the revive log refused it: pop nothing more (nothing of this queue was taken)
             self.offsets.commit(group, topic, qid, res.next_begin_offset)
             sign = self.signer.encode
@@ -228,6 +238,8 @@ class PopHandlers:
             buffers.extend(res.buffers)
             self.stats.record_get(topic, res.message_count, res.total_size)
             want -= len(queue_offsets)
+        if buffers:
+            self._full_logged = False
         return _Popped(buffers, handles, waits)
 
     # --- ack and change of invisible time ---------------------------------------------------------------------

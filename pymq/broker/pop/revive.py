@@ -77,6 +77,7 @@ class PopState:
         config_dir: Path,
         cluster: str,
         revive_queues: int,
+        max_inflight: int = 100_000,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
@@ -87,6 +88,8 @@ class PopState:
         self.clock = clock
         self.revive_topic = revive_topic(cluster)
         self.revive_queues = revive_queues
+        #: open checkpoints at most before pops stop taking messages (bounds the index below)
+        self.max_inflight = max_inflight
         self.path = config_dir / "popReviveOffset.json"
         #: ck commitlog offset -> open checkpoint
         self.open: dict[int, CheckPoint] = {}
@@ -190,6 +193,11 @@ class PopState:
                 key = (ck.topic, ck.queue_id)
                 out[key] = out.get(key, 0) + len(ck.offsets) - ck.acked.bit_count()
         return out
+
+    @property
+    def full(self) -> bool:
+        """Too many batches in flight: pops take nothing until acks or revivals make room."""
+        return len(self.open) >= self.max_inflight
 
     # --- writes (each stored in the revive log first) ------------------------------------------------------
 
