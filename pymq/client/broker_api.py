@@ -24,6 +24,7 @@ from pymq.protocol.requests import (
     FLAG_COMMIT_OFFSET,
     FLAG_SUBSCRIPTION,
     FLAG_SUSPEND,
+    POP_INIT_MIN,
     AckMessageRequest,
     ChangeInvisibleTimeRequest,
     ChangeInvisibleTimeResponse,
@@ -256,7 +257,15 @@ def view_message(offset: int) -> Command:
 
 
 def pop_message(
-    group: str, topic: str, expression: str, *, max_nums: int, invisible_ms: int, poll_ms: int, born_time: int
+    group: str,
+    topic: str,
+    expression: str,
+    *,
+    max_nums: int,
+    invisible_ms: int,
+    poll_ms: int,
+    born_time: int,
+    init_mode: int = POP_INIT_MIN,
 ) -> Command:
     """POP_MESSAGE from any queue of ``topic`` on one broker (the broker chooses)."""
     header = PopMessageRequest(
@@ -266,6 +275,7 @@ def pop_message(
         invisible_time=invisible_ms,
         poll_time=poll_ms,
         born_time=born_time,
+        init_mode=init_mode,
         exp=expression,
     )
     return Command.request(RequestCode.POP_MESSAGE, header.to_ext())

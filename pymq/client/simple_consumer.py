@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from pymq.client import broker_api
+from pymq.client.consumer_types import ConsumeFromWhere
 from pymq.client.instance import ClientInstance
 from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.errors import ClientError, ClosedError, NoRouteError, PymqError, error_for_response
@@ -27,11 +28,19 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.filter import Subscription, parse_tags_strict
 from pymq.protocol.message import MessageExt, Prop, iter_messages
-from pymq.protocol.requests import MAX_INVISIBLE_MS, MAX_POP_MSG_NUMS, MIN_INVISIBLE_MS, RETRY_PREFIX
+from pymq.protocol.requests import (
+    MAX_INVISIBLE_MS,
+    MAX_POP_MSG_NUMS,
+    MIN_INVISIBLE_MS,
+    POP_INIT_MAX,
+    POP_INIT_MIN,
+    RETRY_PREFIX,
+)
 
 log = get_logger("client.simple")
 
 _EMPTY = (ResponseCode.NO_MESSAGE, ResponseCode.POLLING_TIMEOUT)
+_INIT_MODES = {ConsumeFromWhere.FIRST_OFFSET: POP_INIT_MIN, ConsumeFromWhere.LAST_OFFSET: POP_INIT_MAX}
 
 
 class ReceivedMessage(MessageExt):
@@ -67,11 +76,16 @@ class SimpleConsumer:
         group: str,
         *,
         await_duration: float = 10.0,
+        consume_from_where: ConsumeFromWhere = ConsumeFromWhere.FIRST_OFFSET,
         clock: Clock | None = None,
         **options: Any,
     ) -> None:
+        if consume_from_where not in _INIT_MODES:
+            raise ClientError(f"a SimpleConsumer starts at FIRST_OFFSET or LAST_OFFSET, not {consume_from_where.name}")
         self.namesrv = namesrv
         self.group = group
+        #: where a group without offsets starts (on each queue, at its first receive)
+        self.init_mode = _INIT_MODES[consume_from_where]
         #: how long receive() waits for messages when none are there (its default)
         self.await_duration = await_duration
         self.clock = clock or SYSTEM_CLOCK
@@ -187,6 +201,7 @@ class SimpleConsumer:
             invisible_ms=invisible_ms,
             poll_ms=poll_ms,
             born_time=self.clock.time_ms(),
+            init_mode=self.init_mode,
         )
         resp = await inst.rpc.invoke(addr, cmd, inst.config.rpc_timeout_seconds + poll_ms / 1000)
         if resp.code in _EMPTY:

@@ -300,6 +300,19 @@ async def test_inflight_limit_stops_pops_until_acks_make_room(tmp_path: Path) ->
             assert len(await c.receive(1, 30.0)) == 1
 
 
+async def test_group_starting_at_last_offset_skips_the_backlog_only(cluster: LocalCluster) -> None:
+    await send(cluster, 5, prefix="old")
+    c = SimpleConsumer(cluster.namesrv_addr, "late", await_duration=0, consume_from_where=ConsumeFromWhere.LAST_OFFSET)
+    c.subscribe("jobs")
+    async with c:
+        assert await c.receive(32, 5.0) == []  # starts at the end: the backlog is skipped
+        await send(cluster, 5, prefix="new")  # arrives between receives: not skipped
+        got = await receive_all(c, 5)
+        assert sorted(m.body for m in got) == [b"new0", b"new1", b"new2", b"new3", b"new4"]
+    with pytest.raises(ClientError):
+        SimpleConsumer(cluster.namesrv_addr, "g", consume_from_where=ConsumeFromWhere.TIMESTAMP)
+
+
 async def test_receive_argument_checks(cluster: LocalCluster) -> None:
     async with simple(cluster) as c:
         with pytest.raises(ClientError):

@@ -207,11 +207,11 @@ class PopHandlers:
                 break
             offset = self.offsets.query(group, topic, qid)
             if offset < 0:
-                offset = (
-                    self.store.max_offset(topic, qid)
-                    if h.init_mode == POP_INIT_MAX
-                    else self.store.min_offset(topic, qid)
-                )
+                # A group's first pop of a queue: where initMode says (retry queues always from their
+                # start), committed at once so that what arrives before the first message is not skipped.
+                from_max = h.init_mode == POP_INIT_MAX and topic == h.topic
+                offset = self.store.max_offset(topic, qid) if from_max else self.store.min_offset(topic, qid)
+                self.offsets.commit(group, topic, qid, offset)
             res = self.store.get_messages(group, topic, qid, offset, want, DEFAULT_PULL_MAX_BYTES, codes)
             if res.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
                 offset = res.next_begin_offset
