@@ -26,6 +26,7 @@ SLAVE_REFUSALS: dict[int, tuple[int, str | None]] = {
     # pop writes checkpoints and acks to the revive log: the master's
     RequestCode.POP_MESSAGE: (ResponseCode.SERVICE_NOT_AVAILABLE, "pop consumption is served by the master"),
     RequestCode.ACK_MESSAGE: (ResponseCode.SERVICE_NOT_AVAILABLE, "pop consumption is served by the master"),
+    RequestCode.BATCH_ACK_MESSAGE: (ResponseCode.SERVICE_NOT_AVAILABLE, "pop consumption is served by the master"),
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: (
         ResponseCode.SERVICE_NOT_AVAILABLE,
         "pop consumption is served by the master",

@@ -19,13 +19,14 @@ from typing import Any
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription
 from pymq.protocol.frame import Body, Command
-from pymq.protocol.headers import encode_body
+from pymq.protocol.headers import decode_body, encode_body
 from pymq.protocol.requests import (
     FLAG_COMMIT_OFFSET,
     FLAG_SUBSCRIPTION,
     FLAG_SUSPEND,
     POP_INIT_MIN,
     AckMessageRequest,
+    BatchAckRequest,
     ChangeInvisibleTimeRequest,
     ChangeInvisibleTimeResponse,
     ConsumerGroupRequest,
@@ -292,6 +293,20 @@ def ack_message(group: str, topic: str, handle: str) -> Command:
     return Command.request(
         RequestCode.ACK_MESSAGE, AckMessageRequest(consumer_group=group, topic=topic, extra_info=handle).to_ext()
     )
+
+
+def batch_ack(group: str, topic: str, handles: list[str]) -> Command:
+    """BATCH_ACK_MESSAGE of popped messages of one topic on one broker (at most MAX_BATCH_ACK)."""
+    body = encode_body({"receiptHandles": handles})
+    return Command.request(
+        RequestCode.BATCH_ACK_MESSAGE, BatchAckRequest(consumer_group=group, topic=topic).to_ext(), body
+    )
+
+
+def read_batch_ack(resp: Command) -> list[tuple[int, str]]:
+    """(code, remark) per handle of a batch ack answer, in order."""
+    body = decode_body(resp.body)
+    return list(zip(body["codes"], body["remarks"], strict=True))
 
 
 def change_invisible_time(group: str, topic: str, handle: str, invisible_ms: int) -> Command:

@@ -23,12 +23,20 @@ from pymq.client import broker_api
 from pymq.client.consumer_types import ConsumeFromWhere
 from pymq.client.instance import ClientInstance
 from pymq.clock import SYSTEM_CLOCK, Clock
-from pymq.errors import ClientError, ClosedError, NoRouteError, PymqError, error_for_response
+from pymq.errors import (
+    ClientError,
+    ClosedError,
+    InvalidReceiptHandleError,
+    NoRouteError,
+    PymqError,
+    error_for_response,
+)
 from pymq.logs import get_logger
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.filter import Subscription, parse_tags_strict
 from pymq.protocol.message import MessageExt, Prop, iter_messages
 from pymq.protocol.requests import (
+    MAX_BATCH_ACK,
     MAX_INVISIBLE_MS,
     MAX_POP_MSG_NUMS,
     MIN_INVISIBLE_MS,
@@ -247,6 +255,32 @@ class SimpleConsumer:
         resp = await inst.rpc.invoke(addr, cmd, inst.config.rpc_timeout_seconds)
         if resp.code != ResponseCode.SUCCESS:
             raise error_for_response(resp.code, resp.remark, addr)
+
+    async def ack_many(self, messages: list[ReceivedMessage]) -> list[InvalidReceiptHandleError | None]:
+        """Ack several messages with one request per broker and topic (BATCH_ACK_MESSAGE).
+
+        One answer per message, in order: None when acked, else the refusal (nothing raised for
+        refusals; transport and broker failures raise as :meth:`ack` does).
+        """
+        inst = self._instance()
+        out: list[InvalidReceiptHandleError | None] = [None] * len(messages)
+        groups: dict[tuple[str, str], list[int]] = {}
+        for i, m in enumerate(messages):
+            groups.setdefault((m.broker_name, m.topic), []).append(i)
+        for (_broker, topic), positions in groups.items():
+            addr = await self._addr(messages[positions[0]])
+            for start in range(0, len(positions), MAX_BATCH_ACK):
+                chunk = positions[start : start + MAX_BATCH_ACK]
+                cmd = broker_api.batch_ack(self.group, topic, [messages[i].receipt_handle for i in chunk])
+                resp = await inst.rpc.invoke(addr, cmd, inst.config.rpc_timeout_seconds)
+                if resp.code != ResponseCode.SUCCESS:
+                    raise error_for_response(resp.code, resp.remark, addr)
+                for i, (code, remark) in zip(chunk, broker_api.read_batch_ack(resp), strict=True):
+                    if code == ResponseCode.INVALID_RECEIPT_HANDLE:
+                        out[i] = InvalidReceiptHandleError(code, remark, addr)
+                    elif code != ResponseCode.SUCCESS:
+                        raise error_for_response(code, remark, addr)
+        return out
 
     async def change_invisible_duration(self, message: ReceivedMessage, duration: float) -> None:
         """Keep the message invisible for ``duration`` seconds from now; its receipt handle is replaced."""

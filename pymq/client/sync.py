@@ -249,6 +249,7 @@ class SimpleConsumer(_Blocking[_simple.SimpleConsumer]):
     subscribe = _on_loop(_simple.SimpleConsumer.subscribe)
     unsubscribe = _on_loop(_simple.SimpleConsumer.unsubscribe)
     ack = _blocking(_simple.SimpleConsumer.ack)
+    ack_many = _blocking(_simple.SimpleConsumer.ack_many)
     change_invisible_duration = _blocking(_simple.SimpleConsumer.change_invisible_duration)
 
     def receive(

@@ -595,3 +595,17 @@ class ChangeInvisibleTimeResponse(Header):
     pop_time: int
     invisible_time: int
     extra_info: str
+
+
+#: the most receipt handles one BATCH_ACK_MESSAGE may carry
+MAX_BATCH_ACK = 1024
+
+
+@wire_header
+@dataclass(slots=True, kw_only=True)
+class BatchAckRequest(Header):
+    """BATCH_ACK_MESSAGE: the body is ``{"receiptHandles": [...]}`` (msgpack); the answer's body is
+    ``{"codes": [...], "remarks": [...]}``, one per handle in order (SUCCESS or INVALID_RECEIPT_HANDLE)."""
+
+    consumer_group: str
+    topic: str

@@ -313,6 +313,26 @@ async def test_group_starting_at_last_offset_skips_the_backlog_only(cluster: Loc
         SimpleConsumer(cluster.namesrv_addr, "g", consume_from_where=ConsumeFromWhere.TIMESTAMP)
 
 
+async def test_batch_ack(cluster: LocalCluster) -> None:
+    await send(cluster, 40)
+    async with simple(cluster) as c:
+        got = await receive_all(c, 40, invisible=2.0)
+        forged = ReceivedMessage.__new__(ReceivedMessage)
+        for name in ("topic", "broker_name"):
+            setattr(forged, name, getattr(got[0], name))
+        forged.receipt_handle = "x.y"
+        await c.ack(got[0])
+        results = await c.ack_many([*got, forged, got[1]])
+        assert results[0] is not None and results[0].reason == "acked"
+        assert all(r is None for r in results[1:40])
+        assert results[40] is not None and results[40].reason == "forged"
+        assert results[41] is not None and results[41].reason == "acked"  # twice in one batch
+        state = cluster.brokers[0].pop_state
+        assert state is not None and state.inflight("workers") == {}
+        await asyncio.sleep(2.5)  # past the invisible time: all acked, nothing comes back
+        assert await c.receive(32, 5.0, await_duration=0.3) == []
+
+
 async def test_receive_argument_checks(cluster: LocalCluster) -> None:
     async with simple(cluster) as c:
         with pytest.raises(ClientError):

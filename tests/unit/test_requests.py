@@ -168,6 +168,7 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
         rq.ChangeInvisibleTimeResponse(pop_time=1, invisible_time=2, extra_info="h"),
         {"popTime": 1, "invisibleTime": 2, "extraInfo": "h"},
     ),
+    (rq.BatchAckRequest(consumer_group="g", topic="t"), {"consumerGroup": "g", "topic": "t"}),
 ]
 
 IDS = [type(h).__name__ for h, _ in CASES]

@@ -28,11 +28,14 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.filter import Subscription
+from pymq.protocol.headers import decode_body, encode_body
 from pymq.protocol.record import iter_spans, unpack_record
 from pymq.protocol.requests import (
     DEFAULT_PULL_MAX_BYTES,
+    MAX_BATCH_ACK,
     POP_INIT_MAX,
     AckMessageRequest,
+    BatchAckRequest,
     ChangeInvisibleTimeRequest,
     ChangeInvisibleTimeResponse,
     PopMessageRequest,
@@ -98,6 +101,7 @@ class PopHandlers:
             RequestCode.POP_MESSAGE: self.pop,
             RequestCode.ACK_MESSAGE: self.ack,
             RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.change_invisible_time,
+            RequestCode.BATCH_ACK_MESSAGE: self.batch_ack,
         }
 
     # --- pop ------------------------------------------------------------------------------------------------
@@ -267,6 +271,34 @@ class PopHandlers:
         except PopError as exc:
             return self._refusal(cmd, exc)
         return cmd.response()
+
+    def batch_ack(self, cmd: Command, channel: Channel) -> Command:
+        req = BatchAckRequest.from_ext(cmd.ext)
+        body = decode_body(cmd.body or b"\x80", "batch ack body")
+        texts = body.get("receiptHandles") if isinstance(body, dict) else None
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return cmd.response(
+                ResponseCode.INVALID_PARAMETER, "batch ack body needs receiptHandles: a list of strings"
+            )
+        if len(texts) > MAX_BATCH_ACK:
+            return cmd.response(
+                ResponseCode.INVALID_PARAMETER, f"at most {MAX_BATCH_ACK} receipt handles per batch ack"
+            )
+        handles: list[ReceiptHandle | PopError] = []
+        for text in texts:
+            try:
+                handles.append(self._handle(req.consumer_group, req.topic, text))
+            except PopError as exc:
+                handles.append(exc)
+        results = self.state.ack_many(handles)
+        codes = [
+            ResponseCode.SUCCESS
+            if r is None
+            else (ResponseCode.SYSTEM_ERROR if r.reason == "store" else ResponseCode.INVALID_RECEIPT_HANDLE)
+            for r in results
+        ]
+        remarks = ["" if r is None else str(r) for r in results]
+        return cmd.response(body=encode_body({"codes": [int(c) for c in codes], "remarks": remarks}))
 
     def change_invisible_time(self, cmd: Command, channel: Channel) -> Command:
         req = ChangeInvisibleTimeRequest.from_ext(cmd.ext)

@@ -243,6 +243,44 @@ class PopState:
             raise PopError("store", f"ack not stored: {res[0].reason or res[0].status.name}")
         self._set_acked(ck, [h.index])
 
+    def ack_many(self, handles: list[ReceiptHandle | PopError]) -> list[PopError | None]:
+        """Ack several messages (errors passed in stay errors): one ack record per checkpoint,
+        stored in one put per revive queue. One answer per handle, in order."""
+        now = self.clock.time_ms()
+        out: list[PopError | None] = []
+        by_ck: dict[int, list[int]] = {}
+        slots: dict[int, list[int]] = {}  # ck offset -> answer positions
+        for h in handles:
+            if isinstance(h, PopError):
+                out.append(h)
+                continue
+            try:
+                ck = self._checked(h, now)
+                if h.index in by_ck.get(ck.ck_offset, ()):
+                    raise PopError("acked", "message acked twice in one batch")
+            except PopError as exc:
+                out.append(exc)
+                continue
+            by_ck.setdefault(ck.ck_offset, []).append(h.index)
+            slots.setdefault(ck.ck_offset, []).append(len(out))
+            out.append(None)
+        per_queue: dict[int, list[int]] = {}
+        for ck_offset in by_ck:
+            per_queue.setdefault(self.open[ck_offset].revive_qid, []).append(ck_offset)
+        for qid, ck_offsets in per_queue.items():
+            data = b"".join(ack_record(self.revive_topic, c, by_ck[c], now) for c in ck_offsets)
+            results = self.put_path.put(self.revive_topic, qid, data)
+            for c, res in zip(ck_offsets, results, strict=True):
+                if res.status == PutStatus.PUT_OK:
+                    acked = self.open.get(c)
+                    if acked is not None:
+                        self._set_acked(acked, by_ck[c])
+                else:
+                    err = PopError("store", f"ack not stored: {res.reason or res.status.name}")
+                    for i in slots[c]:
+                        out[i] = err
+        return out
+
     def change_invisible(self, h: ReceiptHandle, invisible_ms: int) -> CheckPoint:
         """Make the message invisible for ``invisible_ms`` from now: a new one-message checkpoint
         plus an ack of the old index, stored as one batch. Returns the new checkpoint (index 0)."""
