@@ -29,12 +29,14 @@ def test_handle_round_trips_and_is_signed(tmp_path: Path) -> None:
     "mangle",
     [
         lambda t: "",
-        lambda t: "no-dot",
+        lambda t: "no-such-handle",
         lambda t: t + "x",
-        lambda t: t.replace(".", ".A", 1),
+        lambda t: t[:10] + ("A" if t[10] != "A" else "B") + t[11:],
+        lambda t: t[:30] + ("A" if t[30] != "A" else "B") + t[31:],
         lambda t: "A" + t,
-        lambda t: t.split(".")[0] + ".!!!",
-        lambda t: t.split(".")[1] + "." + t.split(".")[0],
+        lambda t: t[:-3],
+        lambda t: t + "!!!",
+        lambda t: t[22:] + t[:22],
     ],
 )
 def test_tampered_handles_refused(tmp_path: Path, mangle) -> None:
