@@ -206,6 +206,29 @@ async def test_long_polling_receive_wakes_on_arrival(cluster: LocalCluster) -> N
         assert [m.body for m in got] == [b"m0"] and time.monotonic() - t1 < 3.0
 
 
+async def test_long_polling_receive_wakes_on_a_redelivery(cluster: LocalCluster) -> None:
+    await send(cluster, 1)
+    async with simple(cluster) as c:
+        (m,) = await receive_all(c, 1, invisible=1.0)
+        t0 = time.monotonic()
+        # the group's retry topic does not exist yet: the wait still ends with the first revival
+        back = await c.receive(8, 5.0, await_duration=10.0)
+        assert [x.body for x in back] == [m.body] and time.monotonic() - t0 < 5.0
+        await c.ack(back[0])
+
+
+async def test_broker_close_answers_held_receives(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "h", brokers=1) as cluster:
+        await cluster.create_topic("jobs", 2)
+        async with simple(cluster) as c:
+            task = asyncio.ensure_future(c.receive(8, 5.0, await_duration=12.0))
+            await wait_until(lambda: cluster.brokers[0].pull_hold.held_count > 0, what="receive held")
+            t0 = time.monotonic()
+            await cluster.stop_broker(cluster.brokers[0])
+            assert time.monotonic() - t0 < 4.0  # the held receive was answered, not waited out
+            assert await asyncio.wait_for(task, 5) == []
+
+
 async def test_tag_filter(cluster: LocalCluster) -> None:
     await send(cluster, 3, tags="a", prefix="a")
     await send(cluster, 3, tags="b", prefix="b")

@@ -170,9 +170,9 @@ class PopHandlers:
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 return cmd.response(ResponseCode.POLLING_TIMEOUT, "no new message within the poll time")
-            await self.pull_hold.hold_many(waits, remaining)
-            if not self.store.running:
-                return cmd.response(ResponseCode.POLLING_TIMEOUT, "broker shutting down")
+            if not await self.pull_hold.hold_many(waits, remaining) or not self.store.running:
+                # timed out, or woken by shutdown (PullHoldService.wake_all answers False)
+                return cmd.response(ResponseCode.POLLING_TIMEOUT, "no new message within the poll time")
             tc = self.topics.get(h.topic)
             if tc is None:
                 return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] does not exist on {self.address}")
@@ -181,27 +181,30 @@ class PopHandlers:
                 return self._answer(cmd, h, popped)
             waits = popped.waits
 
-    def _queues(self, h: PopMessageRequest, queues: int) -> list[tuple[str, int]]:
+    def _queues(self, h: PopMessageRequest, queues: int) -> tuple[list[tuple[str, int]], list[tuple[str, int, int]]]:
+        """The queues to pop, in order, and queues only to wait on (a retry topic not created yet)."""
         if h.queue_id >= 0:
-            return [(h.topic, h.queue_id)]
+            return [(h.topic, h.queue_id)], []
         self._rr += 1
         start = self._rr
         main = [(h.topic, (start + i) % queues) for i in range(queues)]
         retry_name = pop_retry_topic(h.consumer_group, h.topic)
         rtc = self.topics.get(retry_name)
-        retry = [(retry_name, q) for q in range(rtc.readQueueNums)] if rtc is not None else []
+        if rtc is None:  # nothing revived so far: a long poll still wakes on the first revival
+            return main, [(retry_name, 0, 0)]
+        retry = [(retry_name, q) for q in range(rtc.readQueueNums)]
         # RocketMQ's mix: one pop in five looks at the retry queues first, the others after
-        return retry + main if start % 5 == 0 else main + retry
+        return (retry + main if start % 5 == 0 else main + retry), []
 
     def _pop(self, h: PopMessageRequest, queues: int, codes: frozenset[int] | None) -> _Popped:
         group = h.consumer_group
         want = h.max_msg_nums
         buffers: list[memoryview] = []
         handles: list[str] = []
-        waits: list[tuple[str, int, int]] = []
+        order, waits = self._queues(h, queues)
         now = self.state.clock.time_ms()
         state = self.state
-        for topic, qid in self._queues(h, queues):
+        for topic, qid in order:
             if want <= 0:
                 break
             if state.full:
