@@ -275,6 +275,12 @@ class BrokerConfig(_Model):
     transaction_check_max: int = Field(15, ge=1)
     #: how often the half queue is scanned for messages due for a check-back
     transaction_check_interval_seconds: float = Field(5.0, gt=0)
+    # pop consumption (SimpleConsumer): queues of the revive log and how often unacked messages are revived
+    pop_revive_queue_nums: int = Field(8, ge=1, le=64)
+    pop_revive_interval_seconds: float = Field(1.0, gt=0)
+    #: popped batches (checkpoints) in flight at most; past it pops find nothing until some are acked or revived
+    #: (RocketMQ's popInflightMessageThreshold: it bounds the broker's in-memory checkpoint index)
+    pop_max_inflight_checkpoints: int = Field(100_000, ge=1)
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")

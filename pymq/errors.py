@@ -158,6 +158,20 @@ class SlaveNotAvailableError(RemoteError):
     """Stored, but no slave was in sync (the message is on the master)."""
 
 
+class InvalidReceiptHandleError(RemoteError):
+    """A pop receipt handle the broker refuses (INVALID_RECEIPT_HANDLE): ``reason`` says why.
+
+    ``reason`` is one of ``forged`` (malformed or not signed by this broker), ``expired`` (its
+    invisible time is over), ``acked`` (the message was already acked or its handle replaced
+    by a change of invisible time), ``stale`` (the broker no longer holds it: revived or
+    unknown), ``mismatch`` (another group or topic than the handle's).
+    """
+
+    @property
+    def reason(self) -> str:
+        return self.remark.split(":", 1)[0]
+
+
 # --- client ------------------------------------------------------------------------------------------
 
 
@@ -232,6 +246,7 @@ def _code_map() -> dict[int, type[RemoteError]]:
             R.QUERY_NOT_FOUND: QueryNotFoundError,
             R.SUBSCRIPTION_GROUP_NOT_EXIST: SubscriptionGroupNotExistError,
             R.INVALID_PARAMETER: InvalidRequestError,
+            R.INVALID_RECEIPT_HANDLE: InvalidReceiptHandleError,
         }
     return _CODE_TO_ERROR
 

@@ -31,6 +31,7 @@ from pymq.broker.handlers.admin import AdminHandlers
 from pymq.broker.handlers.clients import ClientHandlers
 from pymq.broker.handlers.locks import LockHandlers
 from pymq.broker.handlers.offsets import OffsetHandlers
+from pymq.broker.handlers.pop import PopHandlers
 from pymq.broker.handlers.pull import PullHandlers
 from pymq.broker.handlers.query import QueryHandlers
 from pymq.broker.handlers.replication import ReplicationHandlers
@@ -40,6 +41,8 @@ from pymq.broker.handlers.transactions import TransactionHandlers
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
 from pymq.broker.offsets import ConsumerOffsetManager
+from pymq.broker.pop.receipt import HandleSigner
+from pymq.broker.pop.revive import PopState
 from pymq.broker.put_hooks import PutPath
 from pymq.broker.registration import NamesrvRegistrar
 from pymq.broker.roles import ReadOnlyRole
@@ -96,6 +99,8 @@ class BrokerApp:
         self.pull_hold = PullHoldService()
         self.stats = BrokerStats()
         self.store: MessageStore | None = None
+        #: pop consumption's checkpoints and acks (masters only; made once the store is started)
+        self.pop_state: PopState | None = None
         #: every put goes through it: put hooks (delays ...), then the store
         self.put_path: PutPath = None  # type: ignore[assignment]
         self.dispatcher = Dispatcher(name="broker")
@@ -140,7 +145,7 @@ class BrokerApp:
     def _register_handlers(self, store: MessageStore) -> None:
         """Give each handler family the collaborators it needs (the store exists from here on)."""
         cfg, address = self.config, self.address
-        families = (
+        families: tuple[Any, ...] = (
             SendHandlers(
                 store=store,
                 put_messages=self.put_path.put,
@@ -183,6 +188,7 @@ class BrokerApp:
                 consumers=self.consumers,
                 broker_name=cfg.broker_name,
                 address=address,
+                inflight=self.pop_state.inflight_by_queue if self.pop_state is not None else None,
             ),
             QueryHandlers(store=store),
             LockHandlers(locks=self.locks),
@@ -199,6 +205,21 @@ class BrokerApp:
             ),
             ReplicationHandlers(delay_offsets=lambda: self.schedule.offsets, role_change=self.role_changer.change),
         )
+        if self.pop_state is not None:
+            families += (
+                PopHandlers(
+                    store=store,
+                    state=self.pop_state,
+                    signer=HandleSigner.from_store(Path(cfg.store.store_dir) / "config"),
+                    topics=self.topics,
+                    subscription_groups=self.subscription_groups,
+                    offsets=self.offsets,
+                    pull_hold=self.pull_hold,
+                    stats=self.stats,
+                    config=cfg,
+                    address=address,
+                ),
+            )
         table: dict[int, Any] = {}
         for family in families:
             table.update(family.table())
@@ -266,6 +287,8 @@ class BrokerApp:
         if not self.is_slave:
             await self._fence_at_startup(self.replication)
         self._start_transactions(self.store)
+        if not self.is_slave:
+            self._start_pop(self.store)
         self._register_handlers(self.store)
         for svc in self.services:
             await svc.start()
@@ -312,6 +335,23 @@ class BrokerApp:
         )
         self.services.append(self.transaction_check)
 
+    def _start_pop(self, store: MessageStore) -> None:
+        """Replay the revive log into the pop state and run its revive service (masters)."""
+        cfg = self.config
+        self.pop_state = PopState(
+            store=store,
+            put_path=self.put_path,
+            topics=self.topics,
+            subscription_groups=self.subscription_groups,
+            offsets=self.offsets,
+            config_dir=Path(cfg.store.store_dir) / "config",
+            cluster=cfg.cluster_name,
+            revive_queues=cfg.pop_revive_queue_nums,
+            max_inflight=cfg.pop_max_inflight_checkpoints,
+        )
+        self.pop_state.start()
+        self.services.append(PeriodicService("pop-revive", cfg.pop_revive_interval_seconds, self.pop_state.revive_due))
+
     def _close_metrics(self) -> None:
         if self.metrics is not None:
             self.metrics.close()
@@ -337,6 +377,8 @@ class BrokerApp:
         self._close_metrics()
         if self.store is not None and self.store.running:
             self.offsets.persist()
+            if self.pop_state is not None:
+                self.pop_state.persist_offsets()
             await asyncio.to_thread(self.store.shutdown)
         log.info("broker_stopped", broker=self.config.broker_name, address=self.address)
 

@@ -37,6 +37,31 @@ class PullHoldService:
         fut.add_done_callback(lambda _f: handle.cancel())
         return fut
 
+    def hold_many(self, waits: list[tuple[str, int, int]], timeout: float) -> asyncio.Future[bool]:
+        """One future for several queues ``(topic, queueId, offset)``: True when any grows past its
+        offset, False on timeout (a pop that may take from any queue of a topic waits on all)."""
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        entries = []
+        for topic, queue_id, offset in waits:
+            key = (topic, queue_id)
+            entry = _Held(offset, fut)
+            self._held[key].append(entry)
+            entries.append((key, entry))
+
+        def expire() -> None:
+            if not fut.done():
+                fut.set_result(False)
+
+        handle = self.clock.call_later(timeout, expire)
+
+        def done(_f: asyncio.Future[bool]) -> None:
+            handle.cancel()
+            for key, entry in entries:
+                self._discard(key, entry)
+
+        fut.add_done_callback(done)
+        return fut
+
     def _expire(self, key: tuple[str, int], entry: _Held) -> None:
         if not entry.future.done():
             entry.future.set_result(False)

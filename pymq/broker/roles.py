@@ -24,6 +24,14 @@ SLAVE_REFUSALS: dict[int, tuple[int, str | None]] = {
     RequestCode.LOCK_BATCH_MQ: (ResponseCode.SERVICE_NOT_AVAILABLE, "queue locks live on the master"),
     RequestCode.UPDATE_CONSUMER_OFFSET: (ResponseCode.SUCCESS, None),
     RequestCode.END_TRANSACTION: (ResponseCode.SERVICE_NOT_AVAILABLE, "transactions end on the master"),
+    # pop writes checkpoints and acks to the revive log: the master's
+    RequestCode.POP_MESSAGE: (ResponseCode.SERVICE_NOT_AVAILABLE, "pop consumption is served by the master"),
+    RequestCode.ACK_MESSAGE: (ResponseCode.SERVICE_NOT_AVAILABLE, "pop consumption is served by the master"),
+    RequestCode.BATCH_ACK_MESSAGE: (ResponseCode.SERVICE_NOT_AVAILABLE, "pop consumption is served by the master"),
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "pop consumption is served by the master",
+    ),
 }
 
 

@@ -74,7 +74,7 @@ def preview(body: bytes, limit: int = 200) -> str:
 @click.option("--topic", default=None, help="Only this topic.")
 @admin_command
 async def consumer_progress(admin: AdminClient, ctx: AdminContext, group: str, topic: str | None) -> None:
-    """Per queue: broker offset, consumer offset, lag, owning client; and the total lag.
+    """Per queue: broker offset, consumer offset, lag, in flight (popped, not acked), owning client; totals.
 
     \b
     Example:
@@ -90,10 +90,11 @@ async def consumer_progress(admin: AdminClient, ctx: AdminContext, group: str, t
             ("brokerOffset", "BROKER OFFSET"),
             ("consumerOffset", "CONSUMER OFFSET"),
             ("lag", "LAG"),
+            ("inFlight", "IN FLIGHT"),
             ("clientId", "CLIENT"),
         ],
     )
-    emit(data, ctx.as_json, f"{human}\n\ntotal lag: {data['totalLag']}")
+    emit(data, ctx.as_json, f"{human}\n\ntotal lag: {data['totalLag']}  in flight: {data['totalInFlight']}")
 
 
 @main.command("consumer-connection")

@@ -31,6 +31,7 @@ from pymq.client.selectors import (
     SelectByRandom,
 )
 from pymq.client.transaction_producer import TransactionProducer, TransactionSendResult, TransactionState
+from pymq.client.simple_consumer import ReceivedMessage, SimpleConsumer
 from pymq.protocol.message import Message, MessageExt
 from pymq.protocol.route import MessageQueue
 
@@ -55,6 +56,7 @@ __all__ = [
     "Producer",
     "PullConsumer",
     "PushConsumer",
+    "ReceivedMessage",
     "RoundRobinSelector",
     "SelectByHash",
     "SelectByModulo",
@@ -66,4 +68,5 @@ __all__ = [
     "TransactionProducer",
     "TransactionSendResult",
     "TransactionState",
+    "SimpleConsumer",
 ]

@@ -189,7 +189,7 @@ class AdminClient:
         raise last or ClientError(f"no broker knows consumer group {group}")
 
     async def consumer_progress(self, group: str, topic: str | None = None) -> dict[str, Any]:
-        """Per queue: broker offset, consumer offset, lag and owning client; plus the total lag."""
+        """Per queue: broker offset, consumer offset, lag, owning client and in-flight pop messages; plus totals."""
         rows: list[dict[str, Any]] = []
         for addr in (await self.master_addrs()).values():
             resp = await self.broker_call(addr, broker_api.consume_stats(group, topic or None))
@@ -198,7 +198,13 @@ class AdminClient:
                 row["lag"] = max(0, row["brokerOffset"] - max(consumer, 0))
                 rows.append(row)
         rows.sort(key=lambda r: (r["topic"], r["brokerName"], r["queueId"]))
-        return {"group": group, "queues": rows, "totalLag": sum(r["lag"] for r in rows)}
+        return {
+            "group": group,
+            "queues": rows,
+            "totalLag": sum(r["lag"] for r in rows),
+            # pop consumption (SimpleConsumer): received, neither acked nor back yet
+            "totalInFlight": sum(r.get("inFlight", 0) for r in rows),
+        }
 
     async def reset_offset(self, group: str, topic: str, timestamp: int) -> dict[str, dict[str, int]]:
         """Move the group's offsets on ``topic`` to ``timestamp`` (ms; -1 latest, -2 earliest).

@@ -19,11 +19,16 @@ from typing import Any
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription
 from pymq.protocol.frame import Body, Command
-from pymq.protocol.headers import encode_body
+from pymq.protocol.headers import decode_body, encode_body
 from pymq.protocol.requests import (
     FLAG_COMMIT_OFFSET,
     FLAG_SUBSCRIPTION,
     FLAG_SUSPEND,
+    POP_INIT_MIN,
+    AckMessageRequest,
+    BatchAckRequest,
+    ChangeInvisibleTimeRequest,
+    ChangeInvisibleTimeResponse,
     ConsumerGroupRequest,
     ConsumerSendMsgBackRequest,
     ConsumeStatsRequest,
@@ -31,6 +36,8 @@ from pymq.protocol.requests import (
     EndTransactionRequest,
     LockBatchBody,
     PendingHalfMessagesRequest,
+    PopMessageRequest,
+    PopMessageResponse,
     PullMessageRequest,
     PullMessageResponse,
     QueryConsumerOffsetRequest,
@@ -298,3 +305,70 @@ def pending_half_messages(group: str | None = None, max_num: int = 1000) -> Comm
     """GET_PENDING_HALF_MESSAGES: a broker's half messages still waiting for an outcome."""
     header = PendingHalfMessagesRequest(producer_group=group, max_num=max_num)
     return Command.request(RequestCode.GET_PENDING_HALF_MESSAGES, header.to_ext())
+
+
+# --- pop consumption (SimpleConsumer) ----------------------------------------------------------------
+
+
+def pop_message(
+    group: str,
+    topic: str,
+    expression: str,
+    *,
+    max_nums: int,
+    invisible_ms: int,
+    poll_ms: int,
+    born_time: int,
+    init_mode: int = POP_INIT_MIN,
+) -> Command:
+    """POP_MESSAGE from any queue of ``topic`` on one broker (the broker chooses)."""
+    header = PopMessageRequest(
+        consumer_group=group,
+        topic=topic,
+        max_msg_nums=max_nums,
+        invisible_time=invisible_ms,
+        poll_time=poll_ms,
+        born_time=born_time,
+        init_mode=init_mode,
+        exp=expression,
+    )
+    return Command.request(RequestCode.POP_MESSAGE, header.to_ext())
+
+
+def read_pop_handles(resp: Command) -> list[str]:
+    """The receipt handles of a pop answer, one per record of its body, in order."""
+    raw = resp.ext.get(PopMessageResponse.WIRE["receipt_handles"]) or ""
+    return str(raw).split()
+
+
+def ack_message(group: str, topic: str, handle: str) -> Command:
+    """ACK_MESSAGE of one popped message by its receipt handle."""
+    return Command.request(
+        RequestCode.ACK_MESSAGE, AckMessageRequest(consumer_group=group, topic=topic, extra_info=handle).to_ext()
+    )
+
+
+def batch_ack(group: str, topic: str, handles: list[str]) -> Command:
+    """BATCH_ACK_MESSAGE of popped messages of one topic on one broker (at most MAX_BATCH_ACK)."""
+    body = encode_body({"receiptHandles": handles})
+    return Command.request(
+        RequestCode.BATCH_ACK_MESSAGE, BatchAckRequest(consumer_group=group, topic=topic).to_ext(), body
+    )
+
+
+def read_batch_ack(resp: Command) -> list[tuple[int, str]]:
+    """(code, remark) per handle of a batch ack answer, in order."""
+    body = decode_body(resp.body)
+    return list(zip(body["codes"], body["remarks"], strict=True))
+
+
+def change_invisible_time(group: str, topic: str, handle: str, invisible_ms: int) -> Command:
+    """CHANGE_MESSAGE_INVISIBLETIME: invisible for ``invisible_ms`` from now (answers a new handle)."""
+    header = ChangeInvisibleTimeRequest(
+        consumer_group=group, topic=topic, extra_info=handle, invisible_time=invisible_ms
+    )
+    return Command.request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, header.to_ext())
+
+
+def read_new_handle(resp: Command) -> str:
+    return str(ChangeInvisibleTimeResponse.from_ext(resp.ext).extra_info)

@@ -35,6 +35,7 @@ from pymq.client import producer as _producer
 from pymq.client import pull_consumer as _pull
 from pymq.client import push_consumer as _push
 from pymq.client import transaction_producer as _tx
+from pymq.client import simple_consumer as _simple
 from pymq.client.consumer_base import ConsumerBase
 from pymq.client.consumer_types import ConsumeFromWhere, ConsumeOrderlyResult, ConsumeResult, MessageModel
 from pymq.client.producer import SendResult, SendStatus
@@ -286,6 +287,26 @@ class PullConsumer(_Consumer[_pull.PullConsumer]):
             yield from batch
 
 
+class SimpleConsumer(_Blocking[_simple.SimpleConsumer]):
+    """Blocking :class:`pymq.client.SimpleConsumer`: receive, then ack (or extend) each message."""
+
+    def __init__(self, namesrv: str | list[str], group: str, **options: Any) -> None:
+        super().__init__(_simple.SimpleConsumer(namesrv, group, **options))
+
+    subscribe = _on_loop(_simple.SimpleConsumer.subscribe)
+    unsubscribe = _on_loop(_simple.SimpleConsumer.unsubscribe)
+    ack = _blocking(_simple.SimpleConsumer.ack)
+    ack_many = _blocking(_simple.SimpleConsumer.ack_many)
+    change_invisible_duration = _blocking(_simple.SimpleConsumer.change_invisible_duration)
+
+    def receive(
+        self, max_messages: int = 16, invisible_duration: float = 30.0, await_duration: float | None = None
+    ) -> list[_simple.ReceivedMessage]:
+        """Up to ``max_messages``, waiting at most ``await_duration`` seconds (the consumer's default if None)."""
+        wait = self._target.await_duration if await_duration is None else await_duration
+        return self._runner.run(self._target.receive(max_messages, invisible_duration, await_duration), wait + 30.0)
+
+
 _open: set[_Blocking[Any]] = set()
 
 
@@ -310,9 +331,12 @@ __all__ = [
     "Producer",
     "PullConsumer",
     "PushConsumer",
+    "ReceivedMessage",
     "SendResult",
     "SendStatus",
     "TransactionProducer",
     "TransactionSendResult",
     "TransactionState",
+    "SimpleConsumer",
 ]
+ReceivedMessage = _simple.ReceivedMessage

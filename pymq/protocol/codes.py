@@ -62,6 +62,11 @@ class RequestCode(IntEnum):
     CHECK_TRANSACTION_STATE = 39
     # pymq admin (RocketMQ has no such request): a broker's pending half messages
     GET_PENDING_HALF_MESSAGES = 980
+    # pop consumption (SimpleConsumer), RocketMQ 5's numbers
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ResponseCode(IntEnum):
@@ -83,6 +88,11 @@ class ResponseCode(IntEnum):
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     #: a request with missing or ill-typed header fields (RocketMQ 5's INVALID_PARAMETER)
     INVALID_PARAMETER = 213
+    # pop consumption: RocketMQ's NO_MESSAGE / POLLING_TIMEOUT (nothing to receive) and RocketMQ 5's
+    # INVALID_RECEIPT_HANDLE (rocketmq-apis Code 40013: forged, stale, expired or already acked)
+    NO_MESSAGE = 208
+    POLLING_TIMEOUT = 210
+    INVALID_RECEIPT_HANDLE = 40013
 
 
 class LanguageCode(IntEnum):

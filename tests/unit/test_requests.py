@@ -178,6 +178,37 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
         },
     ),
     (rq.PendingHalfMessagesRequest(producer_group="g", max_num=5), {"producerGroup": "g", "maxNum": 5}),
+    (
+        rq.PopMessageRequest(consumer_group="g", topic="t", invisible_time=30_000, poll_time=5000, exp="a || b"),
+        {
+            "consumerGroup": "g",
+            "topic": "t",
+            "queueId": -1,
+            "maxMsgNums": 32,
+            "invisibleTime": 30_000,
+            "pollTime": 5000,
+            "bornTime": 0,
+            "initMode": 0,
+            "exp": "a || b",
+        },
+    ),
+    (
+        rq.PopMessageResponse(pop_time=1, invisible_time=2, receipt_handles="a b"),
+        {"popTime": 1, "invisibleTime": 2, "receiptHandles": "a b"},
+    ),
+    (
+        rq.AckMessageRequest(consumer_group="g", topic="t", extra_info="h"),
+        {"consumerGroup": "g", "topic": "t", "extraInfo": "h"},
+    ),
+    (
+        rq.ChangeInvisibleTimeRequest(consumer_group="g", topic="t", extra_info="h", invisible_time=1000),
+        {"consumerGroup": "g", "topic": "t", "extraInfo": "h", "invisibleTime": 1000},
+    ),
+    (
+        rq.ChangeInvisibleTimeResponse(pop_time=1, invisible_time=2, extra_info="h"),
+        {"popTime": 1, "invisibleTime": 2, "extraInfo": "h"},
+    ),
+    (rq.BatchAckRequest(consumer_group="g", topic="t"), {"consumerGroup": "g", "topic": "t"}),
 ]
 
 IDS = [type(h).__name__ for h, _ in CASES]

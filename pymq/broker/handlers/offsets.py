@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pymq.protocol.codes import RequestCode, ResponseCode
@@ -38,6 +39,7 @@ class OffsetHandlers:
         consumers: ConsumerManager,
         broker_name: str,
         address: str,
+        inflight: Callable[[str], dict[tuple[str, int], int]] | None = None,
     ) -> None:
         self.store = store
         self.offsets = offsets
@@ -45,6 +47,8 @@ class OffsetHandlers:
         self.consumers = consumers
         self.broker_name = broker_name
         self.address = address
+        #: group -> (topic, queue) -> popped messages not acked yet (pop consumption; None on a slave)
+        self.inflight = inflight
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -108,6 +112,7 @@ class OffsetHandlers:
             )
         )
         rows = []
+        inflight = self.inflight(group) if self.inflight is not None else None
         for topic in topics:
             tc = self.topics.get(topic)
             if tc is None:
@@ -132,6 +137,8 @@ class OffsetHandlers:
                         "clientId": owner,
                     }
                 )
+                if inflight is not None:
+                    rows[-1]["inFlight"] = inflight.get((topic, qid), 0)
         return cmd.response(body=encode_body({"offsetTable": rows}))
 
     def reset_offset(self, cmd: Command, channel: Channel) -> Command:

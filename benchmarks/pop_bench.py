@@ -1,0 +1,105 @@
+"""SimpleConsumer receive + ack throughput against a push consumer on the same backlog (issue 17).
+
+    python benchmarks/pop_bench.py [--messages 20000] [--receivers 4] [--json]
+
+One in-process broker (LocalCluster, a temporary store), one topic with 4 queues, a backlog of
+``--messages`` 128-byte messages. Measured, each from a fresh group over the whole backlog:
+
+* ``push``: a PushConsumer (FIRST_OFFSET, a no-op listener) until every message was consumed;
+* ``pop_ack``: one SimpleConsumer, ``--receivers`` concurrent loops of ``receive(32)`` then
+  ``ack`` each message (a push consumer also has a pull per queue in flight);
+* ``pop_ack_many``: the same with one ``ack_many`` per received batch.
+
+Figures are messages per second, client and broker in one process (so one core does both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from pymq.client import ConsumeFromWhere, ConsumeResult, Message, Producer, PushConsumer, SimpleConsumer
+from pymq.testing import LocalCluster
+
+
+async def fill(cluster: LocalCluster, n: int) -> None:
+    body = b"x" * 128
+    async with Producer(cluster.namesrv_addr) as p:
+        for start in range(0, n, 64):
+            await p.send_batch([Message("bench", body) for _ in range(min(64, n - start))])
+
+
+async def push_rate(cluster: LocalCluster, n: int) -> float:
+    done = asyncio.Event()
+    count = 0
+    c = PushConsumer(cluster.namesrv_addr, "bench-push", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    c.subscribe("bench")
+
+    @c.listener
+    async def on(msgs):  # type: ignore[no-untyped-def]
+        nonlocal count
+        count += len(msgs)
+        if count >= n:
+            done.set()
+        return ConsumeResult.SUCCESS
+
+    t0 = time.perf_counter()
+    async with c:
+        await asyncio.wait_for(done.wait(), 600)
+    return n / (time.perf_counter() - t0)
+
+
+async def pop_rate(cluster: LocalCluster, n: int, group: str, *, batch_ack: bool, receivers: int) -> float:
+    c = SimpleConsumer(cluster.namesrv_addr, group, await_duration=0)
+    c.subscribe("bench")
+    got = 0
+
+    async def loop() -> None:
+        nonlocal got
+        while got < n:
+            msgs = await c.receive(32, 60.0, await_duration=0.2)
+            if batch_ack:
+                await c.ack_many(msgs)
+            else:
+                for m in msgs:
+                    await c.ack(m)
+            got += len(msgs)
+
+    t0 = time.perf_counter()
+    async with c:
+        await asyncio.gather(*(loop() for _ in range(receivers)))
+    return n / (time.perf_counter() - t0)
+
+
+async def main(n: int, receivers: int) -> dict[str, float]:
+    base = Path(tempfile.mkdtemp(prefix="pymq-pop-bench-"))
+    try:
+        async with LocalCluster(base, brokers=1, small_store=False) as cluster:
+            await cluster.create_topic("bench", 4)
+            await fill(cluster, n)
+            return {
+                "push": await push_rate(cluster, n),
+                "pop_ack": await pop_rate(cluster, n, "bench-pop", batch_ack=False, receivers=receivers),
+                "pop_ack_many": await pop_rate(cluster, n, "bench-pop-batch", batch_ack=True, receivers=receivers),
+            }
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--receivers", type=int, default=4)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rates = asyncio.run(main(args.messages, args.receivers))
+    if args.json:
+        print(json.dumps(rates))
+    else:
+        for name, rate in rates.items():
+            print(f"{name:14s} {rate:10.0f} msg/s  ({rate / rates['push']:.2f}x push)")

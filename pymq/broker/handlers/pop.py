@@ -1,0 +1,319 @@
+"""POP_MESSAGE, ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME: pop consumption (RocketMQ 5's SimpleConsumer).
+
+A pop takes messages from the topic's queues (the broker chooses: round robin from a
+moving start, the group's ``%RETRY%<group>_<topic>`` queues first one pop in five, else
+after) for the group: per queue it reads from the group's offset, stores a checkpoint in
+the revive log (:mod:`pymq.broker.pop`), moves the group's offset past the batch and
+answers the stored records with one signed receipt handle each. Several consumers of a
+group therefore share queues without a rebalance: the per-queue pop lock is the event
+loop itself (read, checkpoint and offset move of one queue run without a suspension
+point, so two pops never take the same offsets). Nothing found and ``pollTime`` > 0: the
+pop waits on every queue it looked at (:meth:`PullHoldService.hold_many`) and tries again.
+
+Acks and changes of invisible time verify the handle's signature, then its checkpoint's
+state (:class:`~pymq.broker.pop.revive.PopState`); a refusal answers
+INVALID_RECEIPT_HANDLE whose remark starts with the reason (``forged``, ``mismatch``,
+``expired``, ``acked``, ``stale``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple, cast
+
+from pymq.broker.pop.receipt import HandleError, HandleSigner, ReceiptHandle
+from pymq.broker.pop.records import CheckPoint
+from pymq.broker.pop.revive import PopError, PopState
+from pymq.broker.store.results import GetStatus
+from pymq.logs import get_logger
+from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.command import Command
+from pymq.protocol.filter import Subscription
+from pymq.protocol.headers import decode_body, encode_body
+from pymq.protocol.record import iter_spans, unpack_record
+from pymq.protocol.requests import (
+    DEFAULT_PULL_MAX_BYTES,
+    MAX_BATCH_ACK,
+    POP_INIT_MAX,
+    AckMessageRequest,
+    BatchAckRequest,
+    ChangeInvisibleTimeRequest,
+    ChangeInvisibleTimeResponse,
+    PopMessageRequest,
+    PopMessageResponse,
+    pop_retry_topic,
+)
+from pymq.protocol.route import perm_readable
+from pymq.transport.channel import Channel
+from pymq.transport.dispatch import Handler, HandlerResult
+
+if TYPE_CHECKING:
+    from pymq.broker.long_polling import PullHoldService
+    from pymq.broker.offsets import ConsumerOffsetManager
+    from pymq.broker.stats import BrokerStats
+    from pymq.broker.store import MessageStore
+    from pymq.broker.subscription_groups import SubscriptionGroupManager
+    from pymq.broker.topics import TopicConfigManager
+    from pymq.config import BrokerConfig
+
+log = get_logger("broker.pop")
+
+_QUEUE_OFFSET = 9  # index of the queue offset in protocol.record.unpack_record's tuple
+
+
+class _Popped(NamedTuple):
+    buffers: list[memoryview]
+    handles: list[str]
+    #: (topic, queue, offset) of every queue looked at, for long polling
+    waits: list[tuple[str, int, int]]
+
+
+class PopHandlers:
+    def __init__(
+        self,
+        *,
+        store: MessageStore,
+        state: PopState,
+        signer: HandleSigner,
+        topics: TopicConfigManager,
+        subscription_groups: SubscriptionGroupManager,
+        offsets: ConsumerOffsetManager,
+        pull_hold: PullHoldService,
+        stats: BrokerStats,
+        config: BrokerConfig,
+        address: str,
+    ) -> None:
+        self.store = store
+        self.state = state
+        self.signer = signer
+        self.topics = topics
+        self.subscription_groups = subscription_groups
+        self.offsets = offsets
+        self.pull_hold = pull_hold
+        self.stats = stats
+        self.config = config
+        self.address = address
+        self._rr = 0
+        self._full_logged = False
+        self._subs: dict[tuple[str, str], Subscription] = {}
+
+    def table(self) -> dict[int, Handler]:
+        return {
+            RequestCode.POP_MESSAGE: self.pop,
+            RequestCode.ACK_MESSAGE: self.ack,
+            RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.change_invisible_time,
+            RequestCode.BATCH_ACK_MESSAGE: self.batch_ack,
+        }
+
+    # --- pop ------------------------------------------------------------------------------------------------
+
+    def pop(self, cmd: Command, channel: Channel) -> HandlerResult:
+        h = PopMessageRequest.from_ext(cmd.ext)
+        tc = self.topics.get(h.topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] does not exist on {self.address}")
+        if not perm_readable(tc.perm):
+            return cmd.response(ResponseCode.NO_PERMISSION, f"topic[{h.topic}] is not readable on {self.address}")
+        if h.queue_id >= tc.readQueueNums:
+            return cmd.response(
+                ResponseCode.INVALID_PARAMETER,
+                f"header field 'queueId' out of range: {h.queue_id}, topic {h.topic} has read queues "
+                f"0..{tc.readQueueNums - 1}",
+            )
+        sg = self.subscription_groups.get(h.consumer_group)
+        if sg is None:
+            return cmd.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {h.consumer_group} does not exist"
+            )
+        if not sg.consumeEnable:
+            return cmd.response(
+                ResponseCode.NO_PERMISSION, f"consumer group {h.consumer_group} is not allowed to consume"
+            )
+        try:
+            sub = self._subscription(h.topic, h.exp)
+        except ValueError as exc:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, f"header field 'exp': {exc}")
+        popped = self._pop(h, tc.readQueueNums, sub.codes or None)
+        if popped.buffers:
+            return self._answer(cmd, h, popped)
+        if h.poll_time > 0:
+            return self._poll(cmd, h, tc.readQueueNums, sub.codes or None, popped.waits)
+        return cmd.response(ResponseCode.NO_MESSAGE, "no message to pop")
+
+    def _subscription(self, topic: str, expression: str | None) -> Subscription:
+        key = (topic, expression or "*")
+        sub = self._subs.get(key)
+        if sub is None:
+            if len(self._subs) > 10_000:
+                self._subs.clear()
+            sub = self._subs[key] = Subscription.parse(topic, expression)
+        return sub
+
+    def _answer(self, cmd: Command, h: PopMessageRequest, popped: _Popped) -> Command:
+        ext = PopMessageResponse.build_ext(
+            pop_time=self.state.clock.time_ms(),
+            invisible_time=h.invisible_time,
+            receipt_handles=" ".join(popped.handles),
+        )
+        return cmd.response(ResponseCode.SUCCESS, None, ext, popped.buffers)
+
+    async def _poll(
+        self,
+        cmd: Command,
+        h: PopMessageRequest,
+        queues: int,
+        codes: frozenset[int] | None,
+        waits: list[tuple[str, int, int]],
+    ) -> Command:
+        clock = self.pull_hold.clock
+        deadline = clock.monotonic() + min(h.poll_time / 1000, self.config.long_polling_max_seconds)
+        while True:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                return cmd.response(ResponseCode.POLLING_TIMEOUT, "no new message within the poll time")
+            if not await self.pull_hold.hold_many(waits, remaining) or not self.store.running:
+                # timed out, or woken by shutdown (PullHoldService.wake_all answers False)
+                return cmd.response(ResponseCode.POLLING_TIMEOUT, "no new message within the poll time")
+            tc = self.topics.get(h.topic)
+            if tc is None:
+                return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] does not exist on {self.address}")
+            popped = self._pop(h, tc.readQueueNums, codes)
+            if popped.buffers:
+                return self._answer(cmd, h, popped)
+            waits = popped.waits
+
+    def _queues(self, h: PopMessageRequest, queues: int) -> tuple[list[tuple[str, int]], list[tuple[str, int, int]]]:
+        """The queues to pop, in order, and queues only to wait on (a retry topic not created yet)."""
+        if h.queue_id >= 0:
+            return [(h.topic, h.queue_id)], []
+        self._rr += 1
+        start = self._rr
+        main = [(h.topic, (start + i) % queues) for i in range(queues)]
+        retry_name = pop_retry_topic(h.consumer_group, h.topic)
+        rtc = self.topics.get(retry_name)
+        if rtc is None:  # nothing revived so far: a long poll still wakes on the first revival
+            return main, [(retry_name, 0, 0)]
+        retry = [(retry_name, q) for q in range(rtc.readQueueNums)]
+        # RocketMQ's mix: one pop in five looks at the retry queues first, the others after
+        return (retry + main if start % 5 == 0 else main + retry), []
+
+    def _pop(self, h: PopMessageRequest, queues: int, codes: frozenset[int] | None) -> _Popped:
+        group = h.consumer_group
+        want = h.max_msg_nums
+        buffers: list[memoryview] = []
+        handles: list[str] = []
+        order, waits = self._queues(h, queues)
+        now = self.state.clock.time_ms()
+        state = self.state
+        for topic, qid in order:
+            if want <= 0:
+                break
+            if state.full:
+                if not self._full_logged:
+                    self._full_logged = True
+                    log.warning("pop_inflight_limit_reached", checkpoints=len(state.open), limit=state.max_inflight)
+                break
+            offset = self.offsets.query(group, topic, qid)
+            if offset < 0:
+                # A group's first pop of a queue: where initMode says (retry queues always from their
+                # start), committed at once so that what arrives before the first message is not skipped.
+                from_max = h.init_mode == POP_INIT_MAX and topic == h.topic
+                offset = self.store.max_offset(topic, qid) if from_max else self.store.min_offset(topic, qid)
+                self.offsets.commit(group, topic, qid, offset)
+            res = self.store.get_messages(group, topic, qid, offset, want, DEFAULT_PULL_MAX_BYTES, codes)
+            if res.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+                offset = res.next_begin_offset
+                self.offsets.commit(group, topic, qid, offset)
+                res = self.store.get_messages(group, topic, qid, offset, want, DEFAULT_PULL_MAX_BYTES, codes)
+            if res.status != GetStatus.FOUND:
+                if res.status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.MESSAGE_WAS_REMOVING):
+                    offset = res.next_begin_offset
+                    self.offsets.commit(group, topic, qid, offset)
+                waits.append((topic, qid, offset))  # woken once the queue grows past it
+                continue
+            queue_offsets: list[int] = [
+                cast(int, unpack_record(buf, pos)[_QUEUE_OFFSET]) for buf in res.buffers for pos, _ in iter_spans(buf)
+            ]
+            ck = CheckPoint(group, topic, qid, queue_offsets, res.next_begin_offset, now, h.invisible_time)
+            if not state.add_checkpoint(ck):
+                break  # the revive log refused it: pop nothing more (nothing of this queue was taken)
+            self.offsets.commit(group, topic, qid, res.next_begin_offset)
+            sign = self.signer.encode
+            for i, qoff in enumerate(queue_offsets):
+                handles.append(
+                    sign(ReceiptHandle(group, topic, qid, qoff, ck.ck_offset, i, now, h.invisible_time, ck.revive_qid))
+                )
+            buffers.extend(res.buffers)
+            self.stats.record_get(topic, res.message_count, res.total_size)
+            want -= len(queue_offsets)
+        if buffers:
+            self._full_logged = False
+        return _Popped(buffers, handles, waits)
+
+    # --- ack and change of invisible time ---------------------------------------------------------------------
+
+    def _handle(self, group: str, topic: str, text: str) -> ReceiptHandle:
+        try:
+            h = self.signer.decode(text)
+        except HandleError as exc:
+            raise PopError("forged", str(exc)) from exc
+        if h.group != group:
+            raise PopError("mismatch", f"handle is for group {h.group}, not {group}")
+        if h.topic != topic and h.topic != pop_retry_topic(group, topic):
+            raise PopError("mismatch", f"handle is for topic {h.topic}, not {topic}")
+        return h
+
+    @staticmethod
+    def _refusal(cmd: Command, exc: PopError) -> Command:
+        code = ResponseCode.SYSTEM_ERROR if exc.reason == "store" else ResponseCode.INVALID_RECEIPT_HANDLE
+        return cmd.response(code, str(exc))
+
+    def ack(self, cmd: Command, channel: Channel) -> Command:
+        req = AckMessageRequest.from_ext(cmd.ext)
+        try:
+            self.state.ack(self._handle(req.consumer_group, req.topic, req.extra_info))
+        except PopError as exc:
+            return self._refusal(cmd, exc)
+        return cmd.response()
+
+    def batch_ack(self, cmd: Command, channel: Channel) -> Command:
+        req = BatchAckRequest.from_ext(cmd.ext)
+        body = decode_body(cmd.body or b"\x80", "batch ack body")
+        texts = body.get("receiptHandles") if isinstance(body, dict) else None
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return cmd.response(
+                ResponseCode.INVALID_PARAMETER, "batch ack body needs receiptHandles: a list of strings"
+            )
+        if len(texts) > MAX_BATCH_ACK:
+            return cmd.response(
+                ResponseCode.INVALID_PARAMETER, f"at most {MAX_BATCH_ACK} receipt handles per batch ack"
+            )
+        handles: list[ReceiptHandle | PopError] = []
+        for text in texts:
+            try:
+                handles.append(self._handle(req.consumer_group, req.topic, text))
+            except PopError as exc:
+                handles.append(exc)
+        results = self.state.ack_many(handles)
+        codes = [
+            ResponseCode.SUCCESS
+            if r is None
+            else (ResponseCode.SYSTEM_ERROR if r.reason == "store" else ResponseCode.INVALID_RECEIPT_HANDLE)
+            for r in results
+        ]
+        remarks = ["" if r is None else str(r) for r in results]
+        return cmd.response(body=encode_body({"codes": [int(c) for c in codes], "remarks": remarks}))
+
+    def change_invisible_time(self, cmd: Command, channel: Channel) -> Command:
+        req = ChangeInvisibleTimeRequest.from_ext(cmd.ext)
+        try:
+            h = self._handle(req.consumer_group, req.topic, req.extra_info)
+            ck = self.state.change_invisible(h, req.invisible_time)
+        except PopError as exc:
+            return self._refusal(cmd, exc)
+        new = ReceiptHandle(
+            h.group, h.topic, h.queue_id, h.queue_offset, ck.ck_offset, 0, ck.pop_time, ck.invisible_ms, ck.revive_qid
+        )
+        ext = ChangeInvisibleTimeResponse.build_ext(
+            pop_time=ck.pop_time, invisible_time=ck.invisible_ms, extra_info=self.signer.encode(new)
+        )
+        return cmd.response(ResponseCode.SUCCESS, None, ext)

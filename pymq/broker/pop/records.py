@@ -1,0 +1,99 @@
+"""The revive log's records: checkpoints and acks, stored as messages of an internal topic.
+
+As RocketMQ does, pop state is written to the commitlog as messages of
+``rmq_sys_REVIVE_LOG_<cluster>`` (one of its queues per group/topic/queue hash): a
+**checkpoint** (tag ``ck``) per popped batch of one queue — group, topic, queue, the
+popped queue offsets, the queue's next offset after them, pop time, invisible time — and
+an **ack** (tag ``ack``) naming a checkpoint by its commitlog offset and the indexes of
+the messages acked. A change of invisible time is a new one-message checkpoint plus an
+ack of the old index, stored as one batch. Bodies are compact JSON (RocketMQ's PopCheckPoint
+and AckMsg are JSON too).
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+
+from pymq.protocol.message import Prop
+from pymq.protocol.record import encode_properties, encode_record
+
+CK_TAG = "ck"
+ACK_TAG = "ack"
+_CK_PROPS = encode_properties({Prop.TAGS: CK_TAG})
+_ACK_PROPS = encode_properties({Prop.TAGS: ACK_TAG})
+
+
+def revive_topic(cluster: str) -> str:
+    """RocketMQ's name for the revive log topic."""
+    return f"rmq_sys_REVIVE_LOG_{cluster}"
+
+
+def revive_queue_of(group: str, topic: str, queue_id: int, queues: int) -> int:
+    """The revive queue of a (group, topic, queue): stable across restarts (crc32, not ``hash``)."""
+    return zlib.crc32(f"{group}@{topic}@{queue_id}".encode()) % queues
+
+
+@dataclass(slots=True)
+class CheckPoint:
+    """One popped batch of one queue (RocketMQ's PopCheckPoint)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    #: queue offsets of the popped messages, in order (a message's index is its bit)
+    offsets: list[int]
+    #: the queue's offset after the batch (what the group's offset was moved to)
+    next_offset: int
+    pop_time: int
+    invisible_ms: int
+    #: set once stored: commitlog offset of the record (identity) and where it sits in the revive log
+    ck_offset: int = -1
+    revive_qid: int = -1
+    revive_offset: int = -1
+    #: bit i set: message i acked (or its handle replaced by a newer checkpoint)
+    acked: int = 0
+
+    @property
+    def revive_time(self) -> int:
+        return self.pop_time + self.invisible_ms
+
+    @property
+    def all_acked(self) -> bool:
+        return self.acked == (1 << len(self.offsets)) - 1
+
+    def unacked(self) -> list[int]:
+        """Indexes not acked yet."""
+        return [i for i in range(len(self.offsets)) if not self.acked >> i & 1]
+
+    def to_record(self, revive: str) -> bytes:
+        body = {
+            "c": self.group,
+            "t": self.topic,
+            "q": self.queue_id,
+            "o": self.offsets,
+            "nb": self.next_offset,
+            "pt": self.pop_time,
+            "it": self.invisible_ms,
+        }
+        return encode_record(
+            revive.encode(), json.dumps(body, separators=(",", ":")).encode(), _CK_PROPS, born_timestamp=self.pop_time
+        )
+
+    @classmethod
+    def from_body(cls, body: bytes | memoryview) -> CheckPoint:
+        d = json.loads(bytes(body))
+        return cls(
+            str(d["c"]), str(d["t"]), int(d["q"]), [int(o) for o in d["o"]], int(d["nb"]), int(d["pt"]), int(d["it"])
+        )
+
+
+def ack_record(revive: str, ck_offset: int, indexes: list[int], now: int) -> bytes:
+    body = json.dumps({"ck": ck_offset, "i": indexes}, separators=(",", ":")).encode()
+    return encode_record(revive.encode(), body, _ACK_PROPS, born_timestamp=now)
+
+
+def parse_ack(body: bytes | memoryview) -> tuple[int, list[int]]:
+    d = json.loads(bytes(body))
+    return int(d["ck"]), [int(i) for i in d["i"]]
