@@ -14,7 +14,7 @@ import tomllib
 import typing
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
@@ -173,6 +173,17 @@ class BrokerConfig(_Model):
     frame_read_timeout_seconds: float = Field(60.0, ge=0)
     #: bytes all connections may hold in unfinished frames; past it, large new frames are refused (0: no cap)
     max_partial_frame_bytes: int = Field(128 * 1024 * 1024, ge=0)
+    # --- timer and merged-delay messages (issue 17; pymq.broker.timer) ---
+    #: False: timer properties are ignored (messages are stored on their topic at once)
+    timer_enable: bool = True
+    #: the longest delay a timer message may ask for (3 days); beyond it: MESSAGE_ILLEGAL
+    timer_max_delay_ms: int = Field(3 * 24 * 3600 * 1000, ge=1000)
+    #: one TimerWheel slot (the wheel has 2 x max delay / precision slots, fixed when created)
+    timer_precision_ms: int = Field(1000, ge=10, le=60_000)
+    #: TimerLog segment size in bytes (a multiple of 40; 40 MB = 1,000,000 timers)
+    timer_log_file_size: int = Field(40_000_000, ge=4000)
+    #: merged delay: whose message is delivered, the first of the window's or the last
+    timer_merge_keep: Literal["first", "last"] = "first"
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")

@@ -44,6 +44,7 @@ from pymq.broker.service import PeriodicService, Service
 from pymq.broker.stats import BrokerStats
 from pymq.broker.store import MessageStore
 from pymq.broker.subscription_groups import SubscriptionGroupManager
+from pymq.broker.timer.service import TimerService
 from pymq.broker.topics import TopicConfigManager
 from pymq.config import BrokerConfig, BrokerRole
 from pymq.errors import ConfigError
@@ -106,6 +107,11 @@ class BrokerApp:
         #: started after the store, before serving, and stopped after serving (later HA ...);
         #: only masters deliver scheduled messages
         self.services: list[Service] = [] if self.is_slave else [self.schedule]
+        # --- timer messages (issue 17): masters with timer_enable run the timer service ---
+        self.timer: TimerService | None = None
+        if config.timer_enable and not self.is_slave:
+            self.timer = TimerService(self)
+            self.services.append(self.timer)
         #: started once serving, stopped first (the registrar last in, first out)
         self.serving_services: list[Service] = [
             PeriodicService("client-scan", config.client_scan_interval_seconds, self.consumers.scan_expired),
@@ -206,7 +212,8 @@ class BrokerApp:
         try:
             check_store_dir(cfg.store.store_dir)
             self.store = MessageStore(cfg.store, store_host=self.address)
-            self.put_path = PutPath(self.store, default_put_hooks(cfg.store.delay_levels_ms))
+            timer_hooks = [self.timer.hook] if self.timer is not None else []
+            self.put_path = PutPath(self.store, [*timer_hooks, *default_put_hooks(cfg.store.delay_levels_ms)])
             # Recovery can take seconds: keep the loop free to handle signals meanwhile.
             await asyncio.to_thread(self.store.start)
         except BaseException:
@@ -300,6 +307,7 @@ class BrokerApp:
             "connections": len(self.server.connections),
             "consumerGroups": len(self.consumers.groups),
             "heldPulls": self.pull_hold.held_count,
+            **(self.timer.status() if self.timer is not None else {}),
         }
 
     def update_runtime_config(self, changes: dict[str, Any]) -> dict[str, Any]:

@@ -167,6 +167,7 @@ class Producer(_Blocking[_producer.Producer]):
 
     send = _blocking(_producer.Producer.send)
     send_batch = _blocking(_producer.Producer.send_batch)
+    send_delayed = _blocking(_producer.Producer.send_delayed)
     send_oneway = _blocking(_producer.Producer.send_oneway)
     queues_for = _blocking(_producer.Producer.queues_for)
     add_hook = _on_loop(_producer.Producer.add_hook)

@@ -1,0 +1,100 @@
+"""Timer messages (any delay) and merged delay messages on an in-process cluster, real clock, short delays."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import pytest
+
+from pymq.client import ConsumeFromWhere, Message, MessageQueue, Producer, PullConsumer
+from pymq.errors import MessageIllegalError
+from pymq.protocol.message import MessageExt, Prop
+from pymq.testing import LocalCluster
+
+pytestmark = pytest.mark.integration
+_readers = itertools.count()
+
+
+async def read_all(cluster: LocalCluster, topic: str, want: int, timeout: float = 15.0) -> list[MessageExt]:
+    """Poll every queue of ``topic`` until ``want`` messages arrived (or the timeout); what arrived."""
+    tc = cluster.brokers[0].topics.get(topic)
+    assert tc is not None
+    group = f"reader-{topic}-{next(_readers)}"  # a new group each time: reads from the first offset
+    pc = PullConsumer(cluster.namesrv_addr, group, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    pc.assign([MessageQueue(topic, "broker-a", q) for q in range(tc.readQueueNums)])
+    out: list[MessageExt] = []
+    deadline = time.monotonic() + timeout
+    async with pc:
+        while len(out) < want and time.monotonic() < deadline:
+            out.extend(await pc.poll(timeout=0.5))
+    return out
+
+
+async def test_timer_messages_arrive_in_time_never_early(tmp_path: Path) -> None:
+    """Delays of 1.5 s and 3 s and an absolute time 2 s ahead: each is on its topic within 1 s of its time."""
+    async with LocalCluster(tmp_path / "c") as cluster, Producer(cluster.namesrv_addr) as p:
+        await cluster.create_topic("timed", 2)
+        before = int(time.time() * 1000)
+        await p.send_delayed(Message("timed", b"d3000", tags="a"), delay_ms=3000)
+        await p.send_delayed(Message("timed", b"d1500", keys="k1"), delay_ms=1500)
+        await p.send(Message("timed", b"at2000").set_delivery_time(before + 2000))
+        await p.send(Message("timed", b"now"))  # not a timer: stored at once
+        after = int(time.time() * 1000)
+        assert [m.body for m in await read_all(cluster, "timed", 1, timeout=5)][:1] == [b"now"]
+        got = await read_all(cluster, "timed", 4)
+        by_body = {m.body: m for m in got}
+        assert set(by_body) == {b"now", b"d1500", b"at2000", b"d3000"}
+        for body, delay in ((b"d1500", 1500), (b"at2000", 2000), (b"d3000", 3000)):
+            m = by_body[body]
+            # stored on its real topic no earlier than its time, and within a second of it
+            assert before + delay <= m.store_timestamp <= after + delay + 1000, (body, m.store_timestamp - before)
+            assert not any(k.startswith("TIMER_") or k in (Prop.REAL_TOPIC, Prop.REAL_QID) for k in m.properties)
+        assert by_body[b"d3000"].tags == "a" and by_body[b"d1500"].keys == ["k1"]
+        order = sorted((m for m in got if m.body != b"now"), key=lambda m: m.store_timestamp)
+        assert [m.body for m in order] == [b"d1500", b"at2000", b"d3000"]
+        assert cluster.brokers[0].runtime_info()["timerDelivered"] == 3
+
+
+async def test_delay_beyond_the_maximum_is_refused_with_a_clear_remark(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "c", broker={"timer_max_delay_ms": 60_000}) as cluster:
+        await cluster.create_topic("timed", 1)
+        async with Producer(cluster.namesrv_addr) as p:
+            with pytest.raises(MessageIllegalError, match="timer_max_delay_ms"):
+                await p.send_delayed(Message("timed", b"too late"), delay_ms=61_000)
+            res = await p.send_delayed(Message("timed", b"fine"), delay_ms=59_000)
+            assert res.msg_id
+
+
+async def test_merged_delay_delivers_once_per_key_and_window_first_body(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "c") as cluster, Producer(cluster.namesrv_addr) as p:
+        await cluster.create_topic("debounce", 1)
+        before = int(time.time() * 1000)
+        for i in range(3):
+            await p.send(Message("debounce", f"a{i}".encode()).set_merge("user-a", 1500))
+        await p.send(Message("debounce", b"b0").set_merge("user-b", 1500))
+        got = await read_all(cluster, "debounce", 2)
+        assert sorted(m.body for m in got) == [b"a0", b"b0"]
+        counts = {m.body: m.properties[Prop.MERGE_COUNT] for m in got}
+        assert counts == {b"a0": "3", b"b0": "1"}
+        assert all(m.store_timestamp >= before + 1500 for m in got)
+        # the window closed with the delivery: the same key starts a new one
+        await p.send(Message("debounce", b"a-again").set_merge("user-a", 500))
+        got = await read_all(cluster, "debounce", 3)
+        assert sorted(m.body for m in got) == [b"a-again", b"a0", b"b0"]
+        # nothing else comes (each key once per window)
+        assert len(await read_all(cluster, "debounce", 4, timeout=1.5)) == 3
+
+
+async def test_merged_delay_can_keep_the_last_body(tmp_path: Path) -> None:
+    async with (
+        LocalCluster(tmp_path / "c", broker={"timer_merge_keep": "last"}) as cluster,
+        Producer(cluster.namesrv_addr) as p,
+    ):
+        await cluster.create_topic("debounce", 1)
+        for i in range(4):
+            await p.send(Message("debounce", f"v{i}".encode(), tags=f"t{i}").set_merge("k", 1000))
+        [m] = await read_all(cluster, "debounce", 1)
+        assert (m.body, m.tags, m.properties[Prop.MERGE_COUNT]) == (b"v3", "t3", "4")
+        assert len(await read_all(cluster, "debounce", 2, timeout=1.5)) == 1
