@@ -123,6 +123,33 @@ def test_store_knows_no_delays_or_schedule() -> None:
     assert bad == []
 
 
+def test_store_knows_no_timers() -> None:
+    """Timer and merged-delay rules live in pymq.broker.timer (a put hook and a service), never in the store."""
+    words = ("TIMER_", "wheel_timer", "MERGE_", "broker.timer")
+    bad = [
+        f"{path.relative_to(PKG)}: {word}"
+        for path in (PKG / "broker" / "store").rglob("*.py")
+        for word in words
+        if word in path.read_text()
+    ]
+    assert bad == []
+
+
+def test_timer_file_formats_are_pure() -> None:
+    """TimerLog, TimerWheel, their recovery and the checkpoint: no asyncio, sockets or transport, no app."""
+    pure = {f"pymq.broker.timer.{m}" for m in ("timer_log", "timer_wheel", "timer_store", "checkpoint")}
+    mods = {m: i for m, i in modules("broker/timer").items() if m in pure}
+    assert len(mods) == len(pure)
+    bad = offenders(
+        mods,
+        lambda i: (
+            i.split(".")[0] in {"asyncio", "uvloop", "socket", "selectors"}
+            or (ours(i) and not i.startswith(("pymq.broker.timer.", "pymq.broker.store.")))
+        ),
+    )
+    assert bad == []
+
+
 def test_store_services_do_not_import_the_store_facade() -> None:
     """flush, cleanup and recovery see the store through store_view's protocols: no circle with message_store."""
     mods = modules("broker/store")
