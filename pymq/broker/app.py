@@ -107,10 +107,10 @@ class BrokerApp:
         #: started after the store, before serving, and stopped after serving (later HA ...);
         #: only masters deliver scheduled messages
         self.services: list[Service] = [] if self.is_slave else [self.schedule]
-        # --- timer messages (issue 17): masters with timer_enable run the timer service ---
-        self.timer: TimerService | None = None
-        if config.timer_enable and not self.is_slave:
-            self.timer = TimerService(self)
+        # --- timer messages (issue 17): its put hook wherever timer_enable (a slave's copy of the
+        # timer topic gets the same consume-queue entries); only masters run the service ---
+        self.timer: TimerService | None = TimerService(self) if config.timer_enable else None
+        if self.timer is not None and not self.is_slave:
             self.services.append(self.timer)
         #: started once serving, stopped first (the registrar last in, first out)
         self.serving_services: list[Service] = [
@@ -307,7 +307,7 @@ class BrokerApp:
             "connections": len(self.server.connections),
             "consumerGroups": len(self.consumers.groups),
             "heldPulls": self.pull_hold.held_count,
-            **(self.timer.status() if self.timer is not None else {}),
+            **(self.timer.status() if self.timer is not None and not self.is_slave else {}),
         }
 
     def update_runtime_config(self, changes: dict[str, Any]) -> dict[str, Any]:

@@ -267,9 +267,11 @@ class TimerService:
     def _merge_key_at(self, phys: int) -> str | None:
         store = self.app.store
         assert store is not None
-        rec = store.read_record(phys)
-        if rec is None:
+        view = store.read_record(phys)
+        if view is None:
             return None
+        rec = bytes(view)  # no view of a mapping outlives this call (cleanup may unmap the file)
+        del view
         props = decode_properties(parse_record(rec).properties)
         key = props.get(Prop.MERGE_KEY)
         topic = props.get(Prop.REAL_TOPIC)
@@ -330,8 +332,12 @@ class TimerService:
         store = app.store
         assert store is not None
         groups: dict[tuple[str, int], list[tuple[TimerUnit, bytes]]] = defaultdict(list)
-        for u in units:
-            out = self._restore(u)
+        with store.lock:  # one hold for the batch's commitlog reads; copies: no view outlives the lock
+            views = [store.commitlog.read_record(u.phys) for u in units]
+            records = [None if v is None else bytes(v) for v in views]
+            del views
+        for u, record in zip(units, records, strict=True):
+            out = self._restore(u, record)
             if out is not None:
                 groups[(out[0], out[1])].append((u, out[2]))
         failed: list[TimerUnit] = []
@@ -348,11 +354,11 @@ class TimerService:
                         failed.append(u)
         return failed
 
-    def _restore(self, u: TimerUnit) -> tuple[str, int, bytes] | None:
-        """The record of ``u`` as it goes to its real topic, or None to drop it (logged)."""
+    def _restore(self, u: TimerUnit, rec: bytes | None) -> tuple[str, int, bytes] | None:
+        """The record of ``u`` (``rec``, read from the commitlog) as it goes to its real topic,
+        or None to drop it (logged)."""
         store = self.app.store
         assert store is not None
-        rec = store.read_record(u.phys)
         if rec is None:
             log.warning("timer_message_gone", offset=u.phys)
             return None
@@ -366,7 +372,8 @@ class TimerService:
             if self.keep_last and entry is not None and entry[1] != u.phys:
                 last = store.read_record(entry[1])
                 if last is not None:
-                    r = parse_record(last)
+                    r = parse_record(bytes(last))
+                    del last
                     props = decode_properties(r.properties)
         topic = props.pop(Prop.REAL_TOPIC, None)
         qid_raw = props.pop(Prop.REAL_QID, "0")
