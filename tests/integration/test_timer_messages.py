@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import sys
 import time
 from pathlib import Path
 
@@ -98,3 +100,32 @@ async def test_merged_delay_can_keep_the_last_body(tmp_path: Path) -> None:
         [m] = await read_all(cluster, "debounce", 1)
         assert (m.body, m.tags, m.properties[Prop.MERGE_COUNT]) == (b"v3", "t3", "4")
         assert len(await read_all(cluster, "debounce", 2, timeout=1.5)) == 1
+
+
+async def admin(cluster: LocalCluster, *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pymq.cli.admin", "--namesrv", cluster.namesrv_addr, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_admin_sends_timer_and_merged_messages(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "c", broker={"timer_max_delay_ms": 60_000}) as cluster:
+        await cluster.create_topic("timed", 1)
+        before = int(time.time() * 1000)
+        assert (await admin(cluster, "send", "--topic", "timed", "--body", "later", "--delay-ms", "800"))[0] == 0
+        at = str(before + 1200)
+        assert (await admin(cluster, "send", "--topic", "timed", "--body", "at", "--deliver-at", at))[0] == 0
+        for body in ("m1", "m2"):
+            args = ("--merge-key", "k", "--merge-window-ms", "500")
+            assert (await admin(cluster, "send", "--topic", "timed", "--body", body, *args))[0] == 0
+        code, _, err = await admin(cluster, "send", "--topic", "timed", "--body", "x", "--delay-ms", "61000")
+        assert code == 1 and "timer_max_delay_ms" in err
+        code, _, err = await admin(cluster, "send", "--topic", "timed", "--body", "x", "--merge-key", "k")
+        assert code == 2 and "--merge-window-ms" in err
+        got = await read_all(cluster, "timed", 3)
+        assert sorted(m.body for m in got) == [b"at", b"later", b"m1"]
+        assert all(m.store_timestamp >= before + 500 for m in got)
