@@ -184,6 +184,11 @@ class BrokerConfig(_Model):
     timer_log_file_size: int = Field(40_000_000, ge=4000)
     #: merged delay: whose message is delivered, the first of the window's or the last
     timer_merge_keep: Literal["first", "last"] = "first"
+    # --- priority topics (issue 17; pymq.broker.priority) ---
+    #: a message waiting this long in its level queue moves before any younger one (0: strict priority)
+    priority_max_wait_ms: int = Field(10_000, ge=0)
+    #: messages moved to a priority topic's queue per refill (when a pull has read everything moved)
+    priority_refill_batch: int = Field(32, ge=1, le=1024)
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")

@@ -35,7 +35,8 @@ from pymq.broker.handlers.sendback import SendBackHandlers
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
 from pymq.broker.offsets import ConsumerOffsetManager
-from pymq.broker.put_hooks import PutPath
+from pymq.broker.priority import PriorityHook, PriorityInterceptor, PriorityService
+from pymq.broker.put_hooks import PutHook, PutPath
 from pymq.broker.registration import NamesrvRegistrar
 from pymq.broker.roles import ReadOnlyRole
 from pymq.broker.runtime_config import RuntimeConfig
@@ -112,6 +113,13 @@ class BrokerApp:
         self.timer: TimerService | None = TimerService(self) if config.timer_enable else None
         if self.timer is not None and not self.is_slave:
             self.services.append(self.timer)
+        # --- priority topics (issue 17): masters move messages from level queues on demand ---
+        self.priority_hook = PriorityHook(self.topics)
+        self.priority: PriorityService | None = None
+        if not self.is_slave:
+            self.priority = PriorityService(self, self.priority_hook)
+            self.services.append(self.priority)
+            self.dispatcher.add_interceptor(PriorityInterceptor(self.priority))
         #: started once serving, stopped first (the registrar last in, first out)
         self.serving_services: list[Service] = [
             PeriodicService("client-scan", config.client_scan_interval_seconds, self.consumers.scan_expired),
@@ -213,7 +221,8 @@ class BrokerApp:
             check_store_dir(cfg.store.store_dir)
             self.store = MessageStore(cfg.store, store_host=self.address)
             timer_hooks = [self.timer.hook] if self.timer is not None else []
-            self.put_path = PutPath(self.store, [*timer_hooks, *default_put_hooks(cfg.store.delay_levels_ms)])
+            hooks: list[PutHook] = [*timer_hooks, *default_put_hooks(cfg.store.delay_levels_ms), self.priority_hook]
+            self.put_path = PutPath(self.store, hooks)
             # Recovery can take seconds: keep the loop free to handle signals meanwhile.
             await asyncio.to_thread(self.store.start)
         except BaseException:

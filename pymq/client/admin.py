@@ -85,14 +85,19 @@ class AdminClient:
         broker_addr: str | None = None,
         perm: int = PERM_READ_WRITE,
         order: bool = False,
+        attributes: dict[str, str] | None = None,
     ) -> list[str]:
-        """Create (or update) a topic on one broker or every master of a cluster; returns the addresses."""
+        """Create (or update) a topic on one broker or every master of a cluster; returns the addresses.
+
+        ``attributes``: RocketMQ 5 topic attributes, e.g. ``{"priority.levels": "10"}`` (a priority topic)."""
         targets = [broker_addr] if broker_addr else list((await self.master_addrs(cluster)).values())
         if not targets:
             raise ClientError("no master broker to create the topic on")
-        await asyncio.gather(
-            *(self.broker_call(a, broker_api.create_topic(topic, queues, perm=perm, order=order)) for a in targets)
-        )
+
+        def request() -> Command:  # one command per broker (each request gets its own opaque)
+            return broker_api.create_topic(topic, queues, perm=perm, order=order, attributes=attributes)
+
+        await asyncio.gather(*(self.broker_call(a, request()) for a in targets))
         return targets
 
     async def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:

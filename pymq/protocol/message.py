@@ -64,6 +64,8 @@ class Prop:
     MERGE_WINDOW_MS = "MERGE_WINDOW_MS"
     #: on a delivered merged message: how many messages were merged into it (set by the broker)
     MERGE_COUNT = "MERGE_COUNT"
+    #: priority topics (pymq): 0 (default) .. levels-1, higher is consumed first
+    PRIORITY = "PRIORITY"
 
 
 #: Properties the SDK manages itself; user code sets them through Message attributes.
@@ -97,6 +99,11 @@ class Message:
         ``key`` before then merge into it (the broker's ``timer_merge_keep`` says whose body wins)."""
         self.properties[Prop.MERGE_KEY] = key
         self.properties[Prop.MERGE_WINDOW_MS] = str(int(window_ms))
+        return self
+
+    def set_priority(self, priority: int) -> Message:
+        """On a priority topic: consumed before lower priorities (0 .. the topic's levels - 1)."""
+        self.properties[Prop.PRIORITY] = str(int(priority))
         return self
 
     def key_list(self) -> list[str]:

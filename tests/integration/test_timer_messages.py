@@ -120,7 +120,7 @@ async def test_admin_sends_timer_and_merged_messages(tmp_path: Path) -> None:
         at = str(before + 1200)
         assert (await admin(cluster, "send", "--topic", "timed", "--body", "at", "--deliver-at", at))[0] == 0
         for body in ("m1", "m2"):
-            args = ("--merge-key", "k", "--merge-window-ms", "500")
+            args = ("--merge-key", "k", "--merge-window-ms", "5000")  # room for a slow CLI start
             assert (await admin(cluster, "send", "--topic", "timed", "--body", body, *args))[0] == 0
         code, _, err = await admin(cluster, "send", "--topic", "timed", "--body", "x", "--delay-ms", "61000")
         assert code == 1 and "timer_max_delay_ms" in err
