@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -96,3 +98,36 @@ async def test_a_low_priority_message_is_not_starved(tmp_path: Path) -> None:
         got = await pull_all(cluster, "tasks", 40)
         assert got[0].body == b"0"
         assert [int(m.body) for m in got[1:]] == list(range(1, 40))  # then FIFO (some aged too, all one level)
+
+
+async def test_priority_order_and_progress_survive_a_restart(tmp_path: Path) -> None:
+    """Half the backlog consumed, broker restarted: the rest still comes highest first, nothing moved twice."""
+    async with LocalCluster(tmp_path / "c", broker={"priority_max_wait_ms": 120_000}) as cluster:
+        await cluster.create_topic("tasks", 1, attributes=LEVELS)
+        async with Producer(cluster.namesrv_addr) as p:
+            for i in range(64):
+                await p.send(Message("tasks", str(i).encode()).set_priority(i % 4))
+        first = await pull_all(cluster, "tasks", 32)  # one refill's worth: the 16 of level 3, then level 2
+        assert len(first) == 32
+        await cluster.stop_broker(cluster.brokers[0])
+        await cluster.add_broker(0)
+        await cluster.wait_for_route("tasks", 1)
+        got = await pull_all(cluster, "tasks", 65, timeout=4)
+        assert len(got) == 64 and len({m.body for m in got}) == 64
+        check_priority_order(got)
+        assert [int(m.properties[Prop.PRIORITY]) for m in got[:32]] == [3] * 16 + [2] * 16
+
+
+async def test_admin_creates_a_priority_topic(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "c") as cluster:
+        cmd = [sys.executable, "-m", "pymq.cli.admin", "--namesrv", cluster.namesrv_addr, "topic-create"]
+        args = ("--topic", "tasks", "--queues", "2", "--attribute", "priority.levels=5")
+        ok = await asyncio.create_subprocess_exec(*cmd, *args, stderr=asyncio.subprocess.PIPE)
+        assert await ok.wait() == 0
+        tc = cluster.brokers[0].topics.get("tasks")
+        assert tc is not None and tc.attributes == {"priority.levels": "5"}
+        bad = await asyncio.create_subprocess_exec(
+            *cmd, "--topic", "t2", "--attribute", "nonsense", stderr=asyncio.subprocess.PIPE
+        )
+        _, err = await bad.communicate()
+        assert bad.returncode == 2 and b"KEY=VALUE" in err
