@@ -124,8 +124,8 @@ def test_store_knows_no_delays_or_schedule() -> None:
 
 
 def test_store_knows_no_timers() -> None:
-    """Timer and merged-delay rules live in pymq.broker.timer (a put hook and a service), never in the store."""
-    words = ("TIMER_", "wheel_timer", "MERGE_", "broker.timer")
+    """Timer, merged-delay and priority rules live in put hooks and services of the broker, never in the store."""
+    words = ("TIMER_", "wheel_timer", "MERGE_", "broker.timer", "PRIORITY", "priority")
     bad = [
         f"{path.relative_to(PKG)}: {word}"
         for path in (PKG / "broker" / "store").rglob("*.py")
