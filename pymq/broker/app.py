@@ -32,6 +32,7 @@ from pymq.broker.handlers.pull import PullHandlers
 from pymq.broker.handlers.query import QueryHandlers
 from pymq.broker.handlers.send import SendHandlers
 from pymq.broker.handlers.sendback import SendBackHandlers
+from pymq.broker.handlers.timer import TimerHandlers
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
 from pymq.broker.offsets import ConsumerOffsetManager
@@ -175,6 +176,7 @@ class BrokerApp:
                 address=address,
             ),
             QueryHandlers(store=store),
+            TimerHandlers(metrics=self.timer.metrics if self.timer is not None and not self.is_slave else None),
             LockHandlers(locks=self.locks),
             AdminHandlers(
                 store=store,

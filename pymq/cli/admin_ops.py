@@ -231,6 +231,27 @@ async def broker_status(admin: AdminClient, ctx: AdminContext, broker_addr: str)
     emit(info, ctx.as_json, key_values(info))
 
 
+@main.command("timer-list")
+@click.option("--topic", default=None, help="Only this topic.")
+@click.option("--cluster", default=None, help="Masters of this cluster (default: all).")
+@click.option("--broker", "broker_addr", default=None, help="Only this broker address.")
+@admin_command
+async def timer_list(
+    admin: AdminClient, ctx: AdminContext, topic: str | None, cluster: str | None, broker_addr: str | None
+) -> None:
+    """Pending timer messages (not yet delivered) per topic and broker.
+
+    \b
+    Example:
+      pymq-admin timer-list
+      pymq-admin timer-list --topic orders
+    """
+    rows = await admin.pending_timers(broker_addr=broker_addr, cluster=cluster)
+    rows = [r for r in rows if topic is None or r["topic"] == topic]
+    text = "\n".join(f"{r['topic']}  {r['brokerAddr']}  {r['pending']}" for r in rows) or "no pending timers"
+    emit(rows, ctx.as_json, text)
+
+
 @main.command("update-broker-config")
 @click.option(
     "--set",

@@ -145,6 +145,19 @@ class AdminClient:
         status: dict[str, Any] = decode_body(resp.body)
         return status
 
+    # --- timer messages (issue 17) ---
+
+    async def pending_timers(
+        self, *, broker_addr: str | None = None, cluster: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Pending timer messages per topic and master broker (GET_TIMER_METRICS), sorted by topic."""
+        rows: list[dict[str, Any]] = []
+        for addr in await self._targets(broker_addr, cluster):
+            resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_TIMER_METRICS))
+            for topic, metric in (decode_body(resp.body).get("timingCount") or {}).items():
+                rows.append({"topic": topic, "brokerAddr": addr, "pending": int(metric.get("count", 0))})
+        return sorted(rows, key=lambda r: (r["topic"], r["brokerAddr"]))
+
     async def _targets(self, broker_addr: str | None, cluster: str | None) -> list[str]:
         targets = [broker_addr] if broker_addr else list((await self.master_addrs(cluster)).values())
         if not targets:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import sys
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from pymq.client import ConsumeFromWhere, Message, MessageQueue, Producer, PullC
 from pymq.errors import MessageIllegalError
 from pymq.protocol.message import MessageExt, Prop
 from pymq.testing import LocalCluster
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 _readers = itertools.count()
@@ -129,3 +131,23 @@ async def test_admin_sends_timer_and_merged_messages(tmp_path: Path) -> None:
         got = await read_all(cluster, "timed", 3)
         assert sorted(m.body for m in got) == [b"at", b"later", b"m1"]
         assert all(m.store_timestamp >= before + 500 for m in got)
+
+
+async def test_pending_timers_are_listed_per_topic(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "c") as cluster, Producer(cluster.namesrv_addr) as p:
+        await cluster.create_topic("timed", 1)
+        await cluster.create_topic("other", 1)
+        for _ in range(3):
+            await p.send_delayed(Message("timed", b"long"), delay_ms=60_000)
+        await p.send_delayed(Message("timed", b"short"), delay_ms=300)
+        await p.send(Message("other", b"a").set_merge("k", 60_000))
+        await p.send(Message("other", b"b").set_merge("k", 60_000))  # merged: still one pending
+        timer = cluster.brokers[0].timer
+        assert timer is not None
+        await wait_until(lambda: timer.pending_by_topic == {"timed": 3, "other": 1}, what="3 + 1 pending")
+        code, out, err = await admin(cluster, "--json", "timer-list")
+        assert code == 0, err
+        assert {r["topic"]: r["pending"] for r in json.loads(out)} == {"timed": 3, "other": 1}
+        code, out, _ = await admin(cluster, "timer-list", "--topic", "timed")
+        assert code == 0 and out.split()[0::3] == ["timed"] and out.split()[2] == "3"
+        assert cluster.brokers[0].runtime_info()["timerPending"] == 4

@@ -7,6 +7,7 @@
     cursorMs        the first wheel slot not yet completely delivered (dequeue progress)
     segmentMaxSlot  TimerLog segment start -> its latest slot (when the segment may go)
     merge           "<topic>\\u0001<key>" -> [deliver_ms, last phys, last size, merged count]
+    pendingByTopic  real topic -> timers filed, not yet delivered
 
 Everything is one snapshot taken between two steps of the service, so the parts agree:
 after a crash the TimerLog is cut back to ``timerLogPos`` and filing resumes at
@@ -30,6 +31,8 @@ class TimerCheckpoint:
     cursor_ms: int = -1
     segment_max_slot: dict[int, int] = field(default_factory=dict)
     merge: dict[str, list[int]] = field(default_factory=dict)
+    #: real topic -> timers filed and not yet delivered (RocketMQ's TimerMetrics)
+    pending_by_topic: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -39,6 +42,7 @@ class TimerCheckpoint:
             "cursorMs": self.cursor_ms,
             "segmentMaxSlot": {str(k): v for k, v in sorted(self.segment_max_slot.items())},
             "merge": self.merge,
+            "pendingByTopic": self.pending_by_topic,
         }
 
     @classmethod
@@ -49,6 +53,7 @@ class TimerCheckpoint:
             cursor_ms=int(data.get("cursorMs", -1)),
             segment_max_slot={int(k): int(v) for k, v in (data.get("segmentMaxSlot") or {}).items()},
             merge={str(k): [int(x) for x in v] for k, v in (data.get("merge") or {}).items()},
+            pending_by_topic={str(k): int(v) for k, v in (data.get("pendingByTopic") or {}).items()},
         )
 
     @classmethod

@@ -37,9 +37,17 @@ from pymq.broker.timer.hook import MERGE_QUEUE, PLAIN_QUEUE, TIMER_PROPERTIES, T
 from pymq.broker.timer.timer_log import FLAG_MERGE, TimerUnit
 from pymq.broker.timer.timer_store import TimerFiles
 from pymq.clock import SYSTEM_CLOCK, Clock
+from pymq.errors import MessageDecodeError
 from pymq.logs import get_logger
 from pymq.protocol.message import Prop
-from pymq.protocol.record import RecordFields, decode_properties, encode_properties, parse_record, reencode
+from pymq.protocol.record import (
+    RecordFields,
+    decode_properties,
+    encode_properties,
+    find_property,
+    parse_record,
+    reencode,
+)
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -101,6 +109,8 @@ class TimerService:
         self.late: list[TimerUnit] = []
         #: merged delay: "<topic>\x01<key>" -> [deliver_ms, last phys, last size, merged count]
         self.merge: dict[str, list[int]] = {}
+        #: real topic -> timers filed and not yet delivered
+        self.pending_by_topic: dict[str, int] = {}
         self._wake_enqueue = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._started = False
@@ -126,6 +136,7 @@ class TimerService:
             self.max_delay_ms = self.hook.max_delay_ms = limit
         self.queue_offsets.update(ck.queue_offsets)
         self.merge = ck.merge
+        self.pending_by_topic = ck.pending_by_topic
         now_slot = files.wheel.slot_of(self.clock.time_ms())
         self.cursor_ms = ck.cursor_ms if ck.cursor_ms >= 0 else now_slot
         log.info(
@@ -171,6 +182,7 @@ class TimerService:
             cursor_ms=self.cursor_ms,
             segment_max_slot=dict(files.segment_max_slot),
             merge={k: list(v) for k, v in self.merge.items()},
+            pending_by_topic={t: n for t, n in self.pending_by_topic.items() if n > 0},
         )
 
     def persist(self) -> None:
@@ -230,12 +242,15 @@ class TimerService:
                 if offset < cq.min_offset:
                     offset = cq.min_offset
                 raw = cq.read_entries(offset, READ_ENTRIES)
-            n = len(raw) // CQ_ENTRY_SIZE
-            for i in range(n):
-                phys, size, deliver_ms = CQ_ENTRY.unpack_from(raw, i * CQ_ENTRY_SIZE)
+                n = len(raw) // CQ_ENTRY_SIZE
+                entries = [CQ_ENTRY.unpack_from(raw, i * CQ_ENTRY_SIZE) for i in range(n)]
+                # the real topic of each (pending counts per topic); one lock hold for the read
+                topics = [_real_topic(store.commitlog.read_record(e[0])) for e in entries] if qid == PLAIN_QUEUE else []
+            for i, (phys, size, deliver_ms) in enumerate(entries):
                 if size != BLANK_SIZE and size > 0:
                     if qid == PLAIN_QUEUE:
                         self._file(deliver_ms, phys, size, 0)
+                        self._count(topics[i], 1)
                     else:
                         self._file_merged(deliver_ms, phys, size)
                 self.queue_offsets[qid] = offset + i + 1
@@ -263,6 +278,15 @@ class TimerService:
             return
         self.merge[key] = [deliver_ms, phys, size, 1]
         self._file(deliver_ms, phys, size, FLAG_MERGE)
+        self._count(key.partition(_MERGE_SEP)[0], 1)
+
+    def _count(self, topic: str, n: int) -> None:
+        if topic:
+            left = self.pending_by_topic.get(topic, 0) + n
+            if left > 0:
+                self.pending_by_topic[topic] = left
+            else:
+                self.pending_by_topic.pop(topic, None)
 
     def _merge_key_at(self, phys: int) -> str | None:
         store = self.app.store
@@ -349,6 +373,7 @@ class TimerService:
                 for (u, _), res in zip(chunk, results, strict=False):
                     if res.status == PutStatus.PUT_OK:
                         self.delivered += 1
+                        self._count(topic, -1)
                     else:
                         log.warning("timer_delivery_failed", topic=topic, status=res.status.name, reason=res.reason)
                         failed.append(u)
@@ -387,6 +412,7 @@ class TimerService:
         tc = self.app.topics.get(topic)
         if tc is None:
             log.warning("timer_message_topic_gone", topic=topic, offset=u.phys)
+            self._count(topic, -1)
             return None
         qid = int(qid_raw) if qid_raw.isdigit() else 0
         if qid >= tc.writeQueueNums:
@@ -395,8 +421,14 @@ class TimerService:
 
     # --- admin ----------------------------------------------------------------------------------------------
 
+    def metrics(self) -> dict[str, Any]:
+        """GET_TIMER_METRICS' body: pending timers per real topic (RocketMQ's TimerMetrics shape)."""
+        now = self.clock.time_ms()
+        return {"timingCount": {t: {"count": n, "timeStamp": now} for t, n in sorted(self.pending_by_topic.items())}}
+
     def status(self) -> dict[str, Any]:
         return {
+            "timerPending": sum(self.pending_by_topic.values()),
             "timerEnqueued": self.enqueued,
             "timerDelivered": self.delivered,
             "timerCursorLagMs": max(self.clock.time_ms() - self.cursor_ms, 0),
@@ -406,6 +438,20 @@ class TimerService:
 
 def _deliver_ms(u: TimerUnit) -> int:
     return u.deliver_ms
+
+
+_REAL_TOPIC = b"REAL_TOPIC\x01"
+
+
+def _real_topic(rec: memoryview | None) -> str:
+    """The REAL_TOPIC property of a timer-topic record ('' if unreadable)."""
+    if rec is None:
+        return ""
+    try:
+        raw = find_property(bytes(parse_record(rec).properties), _REAL_TOPIC)
+    except MessageDecodeError:
+        return ""
+    return raw.decode("utf-8", "replace") if raw else ""
 
 
 __all__ = ["TimerService"]
