@@ -33,6 +33,19 @@ MAGIC_MASK = 0x7FFF0000
 FLAG_MERGE = 0x1
 
 
+def allocate(path: Path, size: int) -> None:
+    """Create ``path`` with ``size`` bytes really allocated: a full disk fails here (OSError),
+    never as SIGBUS on a write through the mapping."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+
+
 class TimerUnit(NamedTuple):
     pos: int
     prev_pos: int
@@ -78,8 +91,7 @@ class TimerLog:
         if mm is None and create:
             path = self.directory / f"{start:020d}"
             tmp = path.with_suffix(".creating")
-            with open(tmp, "wb") as f:
-                f.truncate(self.file_size)
+            allocate(tmp, self.file_size)
             os.replace(tmp, path)
             mm = self._maps[start] = self._map(path)
         return mm

@@ -23,6 +23,8 @@ import struct
 from pathlib import Path
 from typing import NamedTuple
 
+from pymq.broker.timer.timer_log import allocate
+
 SLOT = struct.Struct(">qqqii")
 SLOT_SIZE = SLOT.size  # 32
 
@@ -46,10 +48,12 @@ class TimerWheel:
             # The wheel keeps the size it was created with (its slots index the ring).
             slots = path.stat().st_size // SLOT_SIZE
         self.slots = slots
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if not path.exists() or path.stat().st_size < slots * SLOT_SIZE:
+            tmp = path.with_suffix(".creating")
+            allocate(tmp, slots * SLOT_SIZE)  # zeroed: every slot empty
+            os.replace(tmp, path)
+        fd = os.open(path, os.O_RDWR)
         try:
-            if os.fstat(fd).st_size < slots * SLOT_SIZE:
-                os.ftruncate(fd, slots * SLOT_SIZE)
             self.mm = mmap.mmap(fd, slots * SLOT_SIZE)
         finally:
             os.close(fd)
