@@ -78,3 +78,46 @@ async def test_timers_fire_in_order_at_their_time_on_a_fake_clock_across_a_resta
     finally:
         await timer.stop()
         store.shutdown()
+
+
+async def test_merge_index_survives_a_restart(tmp_path: Path) -> None:
+    """A window opened before a restart keeps collecting merges after it and fires once, at the first's time."""
+    config = BrokerConfig.model_validate({"store": {"store_dir": str(tmp_path / "store"), **SMALL}})
+    clock = FakeClock(wall_ms=1_700_000_000_000)
+    store = MessageStore(config.store, store_host=STORE_HOST)
+    topics = TopicConfigManager(tmp_path / "topics.json")
+    topics.upsert(TopicConfig("orders", 1, 1))
+    host = SimpleNamespace(config=config, store=store, topics=topics, stats=BrokerStats(), put_path=None)
+    timer = TimerService(host, clock)  # type: ignore[arg-type]
+    host.put_path = PutPath(store, [timer.hook])
+    store.start()
+
+    def send(body: bytes) -> None:
+        props = encode_properties({Prop.MERGE_KEY: "cart-1", Prop.MERGE_WINDOW_MS: "10000"})
+        [res] = host.put_path.put("orders", 0, encode_record(b"orders", body, props))
+        assert res.status == PutStatus.PUT_OK
+
+    try:
+        await timer.start()
+        send(b"first")
+        send(b"second")
+        await wait_until(lambda: timer.merge and next(iter(timer.merge.values()))[3] == 2, what="2 merged")
+        await clock.run_for(4)
+        await timer.stop()
+        timer = TimerService(host, clock)  # type: ignore[arg-type]
+        host.put_path = PutPath(store, [timer.hook])
+        await timer.start()
+        assert [v[3] for v in timer.merge.values()] == [2]
+        send(b"third")
+        await wait_until(lambda: next(iter(timer.merge.values()))[3] == 3, what="3 merged")
+        await clock.run_for(5.999)
+        await settle()
+        assert delivered_bodies(store) == []
+        await clock.run_for(0.001)
+        await wait_until(lambda: delivered_bodies(store) == [b"first"], what="one delivery at first + 10 s")
+        got = store.get_messages("g", "orders", 0, 0, 10)
+        [m] = [m for buf in got.buffers for m in iter_messages(buf)]
+        assert m.properties[Prop.MERGE_COUNT] == "3" and timer.merge == {}
+    finally:
+        await timer.stop()
+        store.shutdown()
