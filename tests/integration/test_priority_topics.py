@@ -131,3 +131,19 @@ async def test_admin_creates_a_priority_topic(tmp_path: Path) -> None:
         )
         _, err = await bad.communicate()
         assert bad.returncode == 2 and b"KEY=VALUE" in err
+
+
+async def test_timer_messages_on_a_priority_topic_enter_their_level_when_due(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "c", broker={"priority_max_wait_ms": 120_000}) as cluster:
+        await cluster.create_topic("tasks", 1, attributes=LEVELS)
+        before = int(time.time() * 1000)
+        async with Producer(cluster.namesrv_addr) as p:
+            await p.send_delayed(Message("tasks", b"0").set_priority(9), delay_ms=800)
+            for i in range(1, 4):
+                await p.send(Message("tasks", str(i).encode()).set_priority(1))
+        timer = cluster.brokers[0].timer
+        assert timer is not None
+        await wait_until(lambda: timer.delivered == 1, what="the timer's delivery")
+        got = await pull_all(cluster, "tasks", 4)
+        assert [m.body for m in got] == [b"0", b"1", b"2", b"3"]  # level 9 first, once due
+        assert got[0].store_timestamp >= before + 800
