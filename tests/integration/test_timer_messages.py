@@ -69,6 +69,20 @@ async def test_delay_beyond_the_maximum_is_refused_with_a_clear_remark(tmp_path:
                 await p.send_delayed(Message("timed", b"too late"), delay_ms=61_000)
             res = await p.send_delayed(Message("timed", b"fine"), delay_ms=59_000)
             assert res.msg_id
+            # a batch holding one such message is refused whole
+            batch = [Message("timed", b"a"), Message("timed", b"b").set_delay_ms(120_000)]
+            with pytest.raises(MessageIllegalError, match="timer_max_delay_ms"):
+                await p.send_batch(batch)
+        assert cluster.brokers[0].store.max_offset("timed", 0) == 0
+
+
+async def test_timer_properties_are_ignored_with_timer_enable_off(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "c", broker={"timer_enable": False}) as cluster:
+        await cluster.create_topic("timed", 1)
+        async with Producer(cluster.namesrv_addr) as p:
+            await p.send_delayed(Message("timed", b"now"), delay_ms=60_000)
+        [m] = await read_all(cluster, "timed", 1, timeout=5)
+        assert m.body == b"now" and cluster.brokers[0].timer is None
 
 
 async def test_merged_delay_delivers_once_per_key_and_window_first_body(tmp_path: Path) -> None:
