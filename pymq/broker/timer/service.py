@@ -113,6 +113,8 @@ class TimerService:
         self.pending_by_topic: dict[str, int] = {}
         self._wake_enqueue = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        #: the checkpoint write running in a thread, if any
+        self._writing: asyncio.Future[None] | None = None
         self._started = False
         self.enqueued = 0
         self.delivered = 0
@@ -161,6 +163,8 @@ class TimerService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks.clear()
+        if self._writing is not None and not self._writing.done():
+            await asyncio.wait([self._writing])
         if self._started and self.files is not None:
             self.persist()
             self.files.close()
@@ -199,8 +203,10 @@ class TimerService:
                 ck = self.snapshot()
                 files = self.files
                 assert files is not None
-                await asyncio.to_thread(files.flush)
-                await asyncio.to_thread(ck.save, self.checkpoint_path)
+                # stop() waits for a write under way (it must not unmap the files under the flush)
+                write = asyncio.to_thread(_write_checkpoint, files, ck, self.checkpoint_path)
+                self._writing = asyncio.ensure_future(write)
+                await asyncio.shield(self._writing)
                 files.release(ck.cursor_ms)
             except Exception as exc:  # keep checkpointing
                 log.warning("timer_checkpoint_failed", reason=str(exc))
@@ -434,6 +440,12 @@ class TimerService:
             "timerCursorLagMs": max(self.clock.time_ms() - self.cursor_ms, 0),
             "timerPendingMerges": len(self.merge),
         }
+
+
+def _write_checkpoint(files: TimerFiles, ck: TimerCheckpoint, path: Path) -> None:
+    """Flush the timer files, then write the checkpoint (a worker thread)."""
+    files.flush()
+    ck.save(path)
 
 
 def _deliver_ms(u: TimerUnit) -> int:
