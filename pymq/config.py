@@ -14,7 +14,7 @@ import tomllib
 import typing
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -281,6 +281,22 @@ class BrokerConfig(_Model):
     #: popped batches (checkpoints) in flight at most; past it pops find nothing until some are acked or revived
     #: (RocketMQ's popInflightMessageThreshold: it bounds the broker's in-memory checkpoint index)
     pop_max_inflight_checkpoints: int = Field(100_000, ge=1)
+    # --- timer and merged-delay messages (issue 17; pymq.broker.timer) ---
+    #: False: timer properties are ignored (messages are stored on their topic at once)
+    timer_enable: bool = True
+    #: the longest delay a timer message may ask for (3 days); beyond it: MESSAGE_ILLEGAL
+    timer_max_delay_ms: int = Field(3 * 24 * 3600 * 1000, ge=1000)
+    #: one TimerWheel slot (the wheel has 2 x max delay / precision slots, fixed when created)
+    timer_precision_ms: int = Field(1000, ge=10, le=60_000)
+    #: TimerLog segment size in bytes (a multiple of 40; 40 MB = 1,000,000 timers)
+    timer_log_file_size: int = Field(40_000_000, ge=4000)
+    #: merged delay: whose message is delivered, the first of the window's or the last
+    timer_merge_keep: Literal["first", "last"] = "first"
+    # --- priority topics (issue 17; pymq.broker.priority) ---
+    #: a message waiting this long in its level queue moves before any younger one (0: strict priority)
+    priority_max_wait_ms: int = Field(10_000, ge=0)
+    #: messages moved to a priority topic's queue per refill (when a pull has read everything moved)
+    priority_refill_batch: int = Field(32, ge=1, le=1024)
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")

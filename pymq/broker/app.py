@@ -37,13 +37,15 @@ from pymq.broker.handlers.query import QueryHandlers
 from pymq.broker.handlers.replication import ReplicationHandlers
 from pymq.broker.handlers.send import SendHandlers
 from pymq.broker.handlers.sendback import SendBackHandlers
+from pymq.broker.handlers.timer import TimerHandlers
 from pymq.broker.handlers.transactions import TransactionHandlers
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
 from pymq.broker.offsets import ConsumerOffsetManager
 from pymq.broker.pop.receipt import HandleSigner
 from pymq.broker.pop.revive import PopState
-from pymq.broker.put_hooks import PutPath
+from pymq.broker.priority import PriorityHook, PriorityInterceptor, PriorityService
+from pymq.broker.put_hooks import PutHook, PutPath
 from pymq.broker.registration import NamesrvRegistrar
 from pymq.broker.roles import ReadOnlyRole
 from pymq.broker.runtime_config import RuntimeConfig
@@ -52,6 +54,7 @@ from pymq.broker.service import PeriodicService, Service
 from pymq.broker.stats import BrokerStats
 from pymq.broker.store import MessageStore
 from pymq.broker.subscription_groups import SubscriptionGroupManager
+from pymq.broker.timer.service import TimerService
 from pymq.broker.topics import TopicConfigManager
 from pymq.broker.transaction_check import TransactionCheckService
 from pymq.broker.transaction_hook import TransactionHook
@@ -133,6 +136,18 @@ class BrokerApp:
         self.transaction_hook: TransactionHook | None = None  # one of the put path's hooks
         self.transactions: TransactionalMessageService = None  # type: ignore[assignment]
         self.transaction_check: TransactionCheckService | None = None
+        # --- timer messages (issue 17): its put hook wherever timer_enable (a slave's copy of the
+        # timer topic gets the same consume-queue entries); only masters run the service ---
+        self.timer: TimerService | None = TimerService(self) if config.timer_enable else None
+        if self.timer is not None and not self.is_slave:
+            self.services.append(self.timer)
+        # --- priority topics (issue 17): masters move messages from level queues on demand ---
+        self.priority_hook = PriorityHook(self.topics)
+        self.priority: PriorityService | None = None
+        if not self.is_slave:
+            self.priority = PriorityService(self, self.priority_hook)
+            self.services.append(self.priority)
+            self.dispatcher.add_interceptor(PriorityInterceptor(self.priority))
         #: started once serving, stopped first (the registrar last in, first out)
         self.serving_services: list[Service] = [
             PeriodicService("client-scan", config.client_scan_interval_seconds, self.consumers.scan_expired),
@@ -191,6 +206,7 @@ class BrokerApp:
                 inflight=self.pop_state.inflight_by_queue if self.pop_state is not None else None,
             ),
             QueryHandlers(store=store),
+            TimerHandlers(metrics=self.timer.metrics if self.timer is not None and not self.is_slave else None),
             LockHandlers(locks=self.locks),
             TransactionHandlers(transactions=self.transactions),
             AdminHandlers(
@@ -254,7 +270,9 @@ class BrokerApp:
             self._setup_security()
             check_store_dir(cfg.store.store_dir)
             self.store = MessageStore(cfg.store, store_host=self.address)
-            self.put_path = PutPath(self.store, default_put_hooks(cfg.store.delay_levels_ms))
+            timer_hooks = [self.timer.hook] if self.timer is not None else []
+            hooks: list[PutHook] = [*timer_hooks, *default_put_hooks(cfg.store.delay_levels_ms), self.priority_hook]
+            self.put_path = PutPath(self.store, hooks)
             # Recovery can take seconds: keep the loop free to handle signals meanwhile.
             await asyncio.to_thread(self.store.start)
         except BaseException:
@@ -419,6 +437,7 @@ class BrokerApp:
             "consumerGroups": len(self.consumers.groups),
             "heldPulls": self.pull_hold.held_count,
             **(self.replication.info() if self.replication is not None else {}),
+            **(self.timer.status() if self.timer is not None and not self.is_slave else {}),
         }
 
     # --- replication ------------------------------------------------------------------------------------------

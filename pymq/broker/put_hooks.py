@@ -23,12 +23,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from pymq.broker.store.results import PutResult, PutStatus
+
 if TYPE_CHECKING:
-    from pymq.broker.store import MessageStore, PutResult
+    from pymq.broker.store import MessageStore
     from pymq.protocol.record_batch import SplitBatch
 
 #: (topic, queue id, encoded records)
 Segment = tuple[str, int, bytes]
+
+
+class PutRefused(Exception):
+    """Raised by a hook's ``rewrite`` to refuse the whole request (e.g. a timer beyond the maximum delay).
+
+    :meth:`PutPath.put` answers every record of the request with ``status`` and ``reason``.
+    """
+
+    def __init__(self, status: PutStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
 
 
 class PutHook(Protocol):
@@ -62,6 +76,24 @@ class PutPath:
         store = self.store
         split = store.split(topic, data)
         segments: list[Segment] | None = None
+        try:
+            segments = self._rewrite(topic, queue_id, data, split)
+        except PutRefused as refused:
+            return [PutResult(refused.status, reason=refused.reason)] * max(
+                len(split.positions) + len(split.rejected), 1
+            )
+        if segments is None:
+            return store.put_batches([(topic, queue_id, data)], splits=[split])[0]
+        if len(segments) == 1:
+            return self.store.put_batches(segments)[0]
+        # The pieces of one request stand or fall together, as one batch does.
+        answers = self.store.put_batches(segments, atomic=True)
+        return [r for answer in answers for r in answer]
+
+    def _rewrite(self, topic: str, queue_id: int, data: bytes, split: SplitBatch) -> list[Segment] | None:
+        """The hooks' segments, or None when no hook wanted the batch."""
+        store = self.store
+        segments: list[Segment] | None = None
         for hook in self.hooks:
             if segments is None:
                 if hook.wants(data, split):
@@ -72,13 +104,7 @@ class PutPath:
                     for seg in segments
                     for out in (hook.rewrite(*seg) if hook.wants(seg[2], store.split(seg[0], seg[2])) else (seg,))
                 ]
-        if segments is None:
-            return store.put_batches([(topic, queue_id, data)], splits=[split])[0]
-        if len(segments) == 1:
-            return self.store.put_batches(segments)[0]
-        # The pieces of one request stand or fall together, as one batch does.
-        answers = self.store.put_batches(segments, atomic=True)
-        return [r for answer in answers for r in answer]
+        return segments
 
 
-__all__ = ["PutHook", "PutPath", "Segment"]
+__all__ = ["PutHook", "PutPath", "PutRefused", "Segment"]

@@ -77,6 +77,13 @@ async def cluster_list(admin: AdminClient, ctx: AdminContext) -> None:
 @click.option("--cluster", default=None, help="Create on every master of this cluster (default: all clusters).")
 @click.option("--broker", "broker_addr", default=None, help="Create on this broker address only.")
 @click.option("--order", is_flag=True, help="Mark the topic as ordered.")
+@click.option(
+    "--attribute",
+    "attributes",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A topic attribute, e.g. priority.levels=10 (a priority topic); repeatable.",
+)
 @admin_command
 async def topic_create(
     admin: AdminClient,
@@ -86,6 +93,7 @@ async def topic_create(
     cluster: str | None,
     broker_addr: str | None,
     order: bool,
+    attributes: tuple[str, ...],
 ) -> None:
     """Create or update a topic.
 
@@ -93,8 +101,17 @@ async def topic_create(
     Example:
       pymq-admin topic-create --topic orders --queues 8
       pymq-admin topic-create --topic orders --broker 10.0.0.5:10911
+      pymq-admin topic-create --topic tasks --attribute priority.levels=10
     """
-    addrs = await admin.create_topic(topic, queues, cluster=cluster, broker_addr=broker_addr, order=order)
+    attrs = {}
+    for item in attributes:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise click.UsageError(f"--attribute takes KEY=VALUE, got {item!r}")
+        attrs[key] = value
+    addrs = await admin.create_topic(
+        topic, queues, cluster=cluster, broker_addr=broker_addr, order=order, attributes=attrs or None
+    )
     emit(
         {"topic": topic, "queues": queues, "brokers": addrs},
         ctx.as_json,

@@ -232,6 +232,27 @@ async def broker_status(admin: AdminClient, ctx: AdminContext, broker_addr: str)
     emit(info, ctx.as_json, key_values(info))
 
 
+@main.command("timer-list")
+@click.option("--topic", default=None, help="Only this topic.")
+@click.option("--cluster", default=None, help="Masters of this cluster (default: all).")
+@click.option("--broker", "broker_addr", default=None, help="Only this broker address.")
+@admin_command
+async def timer_list(
+    admin: AdminClient, ctx: AdminContext, topic: str | None, cluster: str | None, broker_addr: str | None
+) -> None:
+    """Pending timer messages (not yet delivered) per topic and broker.
+
+    \b
+    Example:
+      pymq-admin timer-list
+      pymq-admin timer-list --topic orders
+    """
+    rows = await admin.pending_timers(broker_addr=broker_addr, cluster=cluster)
+    rows = [r for r in rows if topic is None or r["topic"] == topic]
+    text = "\n".join(f"{r['topic']}  {r['brokerAddr']}  {r['pending']}" for r in rows) or "no pending timers"
+    emit(rows, ctx.as_json, text)
+
+
 @main.command("update-broker-config")
 @click.option(
     "--set",
@@ -360,6 +381,21 @@ def _show(ctx: AdminContext, m: MessageExt, raw: bool) -> None:
     default=0,
     help="Deliver later: level 1-18 (1s 5s 10s 30s 1m ... 2h); 0 delivers at once.",
 )
+# --- timer and merged delay messages (issue 17) ---
+@click.option("--delay-ms", type=click.IntRange(0), default=None, help="Timer message: deliver this many ms later.")
+@click.option(
+    "--deliver-at",
+    type=click.IntRange(0),
+    default=None,
+    help="Timer message: deliver at this time (ms since the epoch).",
+)
+@click.option("--merge-key", default=None, help="Merged delay: messages of the topic with this key merge into one.")
+@click.option(
+    "--merge-window-ms",
+    type=click.IntRange(0),
+    default=None,
+    help="Merged delay: deliver this long after the key's first message (needs --merge-key).",
+)
 @admin_command
 async def send(
     admin: AdminClient,
@@ -369,17 +405,34 @@ async def send(
     tags: str | None,
     keys: str | None,
     delay_level: int,
+    delay_ms: int | None,
+    deliver_at: int | None,
+    merge_key: str | None,
+    merge_window_ms: int | None,
 ) -> None:
-    """Send one message.
+    """Send one message (at once, after a delay level, at a time, or merged with others of a key).
 
     \b
-    Example:
+    Examples:
       pymq-admin send --topic orders --body 'hello' --tags created --keys order-1
+      pymq-admin send --topic orders --body 'later' --delay-ms 90000
+      pymq-admin send --topic orders --body 'cart changed' --merge-key cart-42 --merge-window-ms 5000
     """
     from pymq.client import Message, Producer
 
+    if (merge_key is None) != (merge_window_ms is None):
+        raise click.UsageError("--merge-key and --merge-window-ms go together")
+    if sum(x is not None for x in (delay_ms, deliver_at, merge_key)) > 1:
+        raise click.UsageError("use one of --delay-ms, --deliver-at and --merge-key")
+    msg = Message(topic, body.encode(), tags=tags, keys=keys, delay_level=delay_level)
+    if delay_ms is not None:
+        msg.set_delay_ms(delay_ms)
+    elif deliver_at is not None:
+        msg.set_delivery_time(deliver_at)
+    elif merge_key is not None and merge_window_ms is not None:
+        msg.set_merge(merge_key, merge_window_ms)
     async with Producer(admin.ns.addrs, "PYMQ_ADMIN_PRODUCER", instance_name="pymq-admin", **ctx.security) as producer:
-        r = await producer.send(Message(topic, body.encode(), tags=tags, keys=keys, delay_level=delay_level))
+        r = await producer.send(msg)
     data = {
         "status": r.status.value,
         "msgId": r.msg_id,

@@ -30,8 +30,8 @@ from pymq.client.selectors import (
     SelectByModulo,
     SelectByRandom,
 )
-from pymq.client.transaction_producer import TransactionProducer, TransactionSendResult, TransactionState
 from pymq.client.simple_consumer import ReceivedMessage, SimpleConsumer
+from pymq.client.transaction_producer import TransactionProducer, TransactionSendResult, TransactionState
 from pymq.protocol.message import Message, MessageExt
 from pymq.protocol.route import MessageQueue
 
@@ -65,8 +65,8 @@ __all__ = [
     "SendHook",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
     "TransactionProducer",
     "TransactionSendResult",
     "TransactionState",
-    "SimpleConsumer",
 ]

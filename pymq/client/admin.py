@@ -88,14 +88,19 @@ class AdminClient:
         broker_addr: str | None = None,
         perm: int = PERM_READ_WRITE,
         order: bool = False,
+        attributes: dict[str, str] | None = None,
     ) -> list[str]:
-        """Create (or update) a topic on one broker or every master of a cluster; returns the addresses."""
+        """Create (or update) a topic on one broker or every master of a cluster; returns the addresses.
+
+        ``attributes``: RocketMQ 5 topic attributes, e.g. ``{"priority.levels": "10"}`` (a priority topic)."""
         targets = [broker_addr] if broker_addr else list((await self.master_addrs(cluster)).values())
         if not targets:
             raise ClientError("no master broker to create the topic on")
-        await asyncio.gather(
-            *(self.broker_call(a, broker_api.create_topic(topic, queues, perm=perm, order=order)) for a in targets)
-        )
+
+        def request() -> Command:  # one command per broker (each request gets its own opaque)
+            return broker_api.create_topic(topic, queues, perm=perm, order=order, attributes=attributes)
+
+        await asyncio.gather(*(self.broker_call(a, request()) for a in targets))
         return targets
 
     async def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:
@@ -142,6 +147,19 @@ class AdminClient:
         resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_BROKER_RUNTIME_INFO))
         status: dict[str, Any] = decode_body(resp.body)
         return status
+
+    # --- timer messages (issue 17) ---
+
+    async def pending_timers(
+        self, *, broker_addr: str | None = None, cluster: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Pending timer messages per topic and master broker (GET_TIMER_METRICS), sorted by topic."""
+        rows: list[dict[str, Any]] = []
+        for addr in await self._targets(broker_addr, cluster):
+            resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_TIMER_METRICS))
+            for topic, metric in (decode_body(resp.body).get("timingCount") or {}).items():
+                rows.append({"topic": topic, "brokerAddr": addr, "pending": int(metric.get("count", 0))})
+        return sorted(rows, key=lambda r: (r["topic"], r["brokerAddr"]))
 
     async def _targets(self, broker_addr: str | None, cluster: str | None) -> list[str]:
         targets = [broker_addr] if broker_addr else list((await self.master_addrs(cluster)).values())

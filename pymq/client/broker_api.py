@@ -52,7 +52,7 @@ from pymq.protocol.requests import (
     UpdateConsumerOffsetRequest,
     ViewMessageRequest,
 )
-from pymq.protocol.route import PERM_READ_WRITE, MessageQueue
+from pymq.protocol.route import PERM_READ_WRITE, MessageQueue, encode_attributes
 
 # --- produce (hot path) ------------------------------------------------------------------------------
 
@@ -238,8 +238,22 @@ def plain(code: int, body: bytes = b"") -> Command:
 # --- admin -------------------------------------------------------------------------------------------
 
 
-def create_topic(topic: str, queues: int, *, perm: int = PERM_READ_WRITE, order: bool = False) -> Command:
-    header = CreateTopicRequest(topic=topic, read_queue_nums=queues, write_queue_nums=queues, perm=perm, order=order)
+def create_topic(
+    topic: str,
+    queues: int,
+    *,
+    perm: int = PERM_READ_WRITE,
+    order: bool = False,
+    attributes: dict[str, str] | None = None,
+) -> Command:
+    header = CreateTopicRequest(
+        topic=topic,
+        read_queue_nums=queues,
+        write_queue_nums=queues,
+        perm=perm,
+        order=order,
+        attributes=encode_attributes(attributes) if attributes else None,
+    )
     return Command.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext())
 
 

@@ -247,6 +247,26 @@ class Producer:
             after_send(self.hooks, event, result, None)
         return result
 
+    async def send_delayed(
+        self,
+        msg: Message,
+        *,
+        delay_ms: int | None = None,
+        deliver_at_ms: int | None = None,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send a timer message: delivered ``delay_ms`` after the broker gets it, or at ``deliver_at_ms``
+        (wall clock, ms since the epoch). Beyond the broker's maximum delay the send fails with
+        :class:`~pymq.errors.MessageIllegalError` (MESSAGE_ILLEGAL) naming the limit."""
+        if (delay_ms is None) == (deliver_at_ms is None):
+            raise ClientError("send_delayed needs exactly one of delay_ms and deliver_at_ms")
+        if delay_ms is not None:
+            msg.set_delay_ms(delay_ms)
+        else:
+            assert deliver_at_ms is not None
+            msg.set_delivery_time(deliver_at_ms)
+        return await self.send(msg, timeout=timeout)
+
     async def send_batch(
         self, messages: Sequence[Message], *, queue: MessageQueue | None = None, timeout: float | None = None
     ) -> SendResult:

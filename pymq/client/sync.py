@@ -34,8 +34,8 @@ from typing import Any, Concatenate, Generic, ParamSpec, Protocol, Self, TypeVar
 from pymq.client import producer as _producer
 from pymq.client import pull_consumer as _pull
 from pymq.client import push_consumer as _push
-from pymq.client import transaction_producer as _tx
 from pymq.client import simple_consumer as _simple
+from pymq.client import transaction_producer as _tx
 from pymq.client.consumer_base import ConsumerBase
 from pymq.client.consumer_types import ConsumeFromWhere, ConsumeOrderlyResult, ConsumeResult, MessageModel
 from pymq.client.producer import SendResult, SendStatus
@@ -170,6 +170,7 @@ class Producer(_Blocking[_producer.Producer]):
 
     send = _blocking(_producer.Producer.send)
     send_batch = _blocking(_producer.Producer.send_batch)
+    send_delayed = _blocking(_producer.Producer.send_delayed)
     send_oneway = _blocking(_producer.Producer.send_oneway)
     queues_for = _blocking(_producer.Producer.queues_for)
     add_hook = _on_loop(_producer.Producer.add_hook)
@@ -334,9 +335,9 @@ __all__ = [
     "ReceivedMessage",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
     "TransactionProducer",
     "TransactionSendResult",
     "TransactionState",
-    "SimpleConsumer",
 ]
 ReceivedMessage = _simple.ReceivedMessage

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from pymq.broker.offsets import ConsumerOffsetManager
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
+    from pymq.broker.timer.service import TimerService
     from pymq.broker.topics import TopicConfigManager
     from pymq.broker.transaction_hook import TransactionHook
     from pymq.broker.transactions import TransactionalMessageService
@@ -56,6 +57,7 @@ class BrokerView(Protocol):
     def transaction_hook(self) -> TransactionHook | None: ...
     @property
     def transactions(self) -> TransactionalMessageService | None: ...
+    def timer(self) -> TimerService | None: ...
 
 
 def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -104,6 +106,26 @@ class BrokerCollector:
         yield self._lag()
         yield from self._replication()
         yield from self._transactions()
+        yield from self._timers()
+
+    def _timers(self) -> Iterator[Any]:
+        timer = self.app.timer
+        if timer is None or timer.files is None:  # a slave, timer_enable off, or not started
+            return
+        fam = GaugeMetricFamily(
+            "pymq_timer_pending_messages", "Timer messages not yet delivered, by topic.", labels=["topic"]
+        )
+        for topic, n in sorted(timer.pending_by_topic.items()):
+            fam.add_metric([topic], n)
+        yield fam
+        yield CounterMetricFamily(
+            "pymq_timer_delivered_messages", "Timer messages delivered since start.", value=timer.delivered
+        )
+        yield gauge(
+            "pymq_timer_delivery_lag_seconds",
+            "How far the timer wheel's delivery cursor is behind the clock (about 1 s when idle).",
+            timer.status()["timerCursorLagMs"] / 1000,
+        )
 
     def _uptime(self) -> float:
         started = self.app.started_at

@@ -50,6 +50,8 @@ class RequestCode(IntEnum):
     GET_BROKER_CLUSTER_INFO = 106
     GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
     DELETE_TOPIC_IN_NAMESRV = 216
+    # timer messages (issue 17): pending timers per topic (RocketMQ's TimerMetrics)
+    GET_TIMER_METRICS = 61
     # replication (master/slave metadata sync and commitlog streaming)
     HA_PULL_COMMITLOG = 900
     # role change (admin -> broker): RocketMQ 5's controller notifies brokers with this code

@@ -51,6 +51,21 @@ class Prop:
     SHARDING_KEY = "SHARDING_KEY"
     DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
     DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+    # --- timer and merged-delay messages (issue 17) ---
+    #: absolute delivery time, ms since the epoch (RocketMQ 5)
+    TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+    #: delivery after this many ms / s from the broker's receipt (RocketMQ 5)
+    TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+    #: the delivery time the broker computed (set by the broker, RocketMQ's name)
+    TIMER_OUT_MS = "TIMER_OUT_MS"
+    #: merged delay (pymq): messages of one topic with this key within the window are delivered once
+    MERGE_KEY = "MERGE_KEY"
+    MERGE_WINDOW_MS = "MERGE_WINDOW_MS"
+    #: on a delivered merged message: how many messages were merged into it (set by the broker)
+    MERGE_COUNT = "MERGE_COUNT"
+    #: priority topics (pymq): 0 (default) .. levels-1, higher is consumed first
+    PRIORITY = "PRIORITY"
 
 
 #: Properties the SDK manages itself; user code sets them through Message attributes.
@@ -68,6 +83,28 @@ class Message:
     properties: dict[str, str] = field(default_factory=dict)
     flag: int = 0
     delay_level: int = 0
+
+    def set_delivery_time(self, deliver_at_ms: int) -> Message:
+        """Deliver at this wall-clock time (ms since the epoch); a past time means now. Returns self."""
+        self.properties[Prop.TIMER_DELIVER_MS] = str(int(deliver_at_ms))
+        return self
+
+    def set_delay_ms(self, delay_ms: int) -> Message:
+        """Deliver ``delay_ms`` after the broker receives it (any delay up to the broker's maximum)."""
+        self.properties[Prop.TIMER_DELAY_MS] = str(int(delay_ms))
+        return self
+
+    def set_merge(self, key: str, window_ms: int) -> Message:
+        """Merged delay: delivered once at (first send + ``window_ms``); later sends of this topic and
+        ``key`` before then merge into it (the broker's ``timer_merge_keep`` says whose body wins)."""
+        self.properties[Prop.MERGE_KEY] = key
+        self.properties[Prop.MERGE_WINDOW_MS] = str(int(window_ms))
+        return self
+
+    def set_priority(self, priority: int) -> Message:
+        """On a priority topic: consumed before lower priorities (0 .. the topic's levels - 1)."""
+        self.properties[Prop.PRIORITY] = str(int(priority))
+        return self
 
     def key_list(self) -> list[str]:
         if not self.keys:

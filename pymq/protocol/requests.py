@@ -464,6 +464,8 @@ class CreateTopicRequest(Header):
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    #: RocketMQ 5 topic attributes, ``+key=value,...`` (issue 17: ``+priority.levels=10``)
+    attributes: str | None = None
 
 
 @wire_header

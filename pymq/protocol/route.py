@@ -33,6 +33,25 @@ def perm_to_string(perm: int) -> str:
     )
 
 
+def encode_attributes(attributes: dict[str, str]) -> str:
+    """RocketMQ's wire form of topic attributes: ``+key=value,+key2=value2``."""
+    return ",".join(f"+{k}={v}" for k, v in sorted(attributes.items()))
+
+
+def parse_attributes(raw: str | None) -> dict[str, str]:
+    """The attributes of ``+key=value,...`` (``-key`` entries, deletions, are left out); ValueError if malformed."""
+    out: dict[str, str] = {}
+    for item in (raw or "").split(","):
+        item = item.strip()
+        if not item or item.startswith("-"):
+            continue
+        key, eq, value = item.lstrip("+").partition("=")
+        if not eq or not key:
+            raise ValueError(f"topic attribute {item!r} is not +key=value")
+        out[key] = value
+    return out
+
+
 @dataclass(slots=True)
 class TopicConfig:
     """A topic as one broker holds it."""
@@ -44,9 +63,11 @@ class TopicConfig:
     topicFilterType: str = "SINGLE_TAG"
     topicSysFlag: int = 0
     order: bool = False
+    #: RocketMQ 5 topic attributes (e.g. ``priority.levels``, issue 17); only written when set
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "topicName": self.topicName,
             "readQueueNums": self.readQueueNums,
             "writeQueueNums": self.writeQueueNums,
@@ -55,6 +76,9 @@ class TopicConfig:
             "topicSysFlag": self.topicSysFlag,
             "order": self.order,
         }
+        if self.attributes:
+            d["attributes"] = dict(self.attributes)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TopicConfig:
@@ -66,6 +90,7 @@ class TopicConfig:
             topicFilterType=str(d.get("topicFilterType", "SINGLE_TAG")),
             topicSysFlag=int(d.get("topicSysFlag", 0)),
             order=bool(d.get("order", False)),
+            attributes={str(k): str(v) for k, v in (d.get("attributes") or {}).items()},
         )
 
 

@@ -121,11 +121,12 @@ class LocalCluster:
         *,
         perm: int = PERM_READ_WRITE,
         brokers: list[BrokerApp] | None = None,
+        attributes: dict[str, str] | None = None,
     ) -> None:
         """Create a topic on every (or the given) broker and wait until the nameservers route it."""
         targets = brokers if brokers is not None else [b for b in self.brokers if not b.is_slave]
         for b in targets:
-            b.topics.upsert(TopicConfig(topic, queues, queues, perm))
+            b.topics.upsert(TopicConfig(topic, queues, queues, perm, attributes=dict(attributes or {})))
             await b.registrar.register_all()
         await self.wait_for_route(topic, len(targets))
 

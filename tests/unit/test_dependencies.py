@@ -136,12 +136,39 @@ def test_store_knows_no_transactions() -> None:
     assert bad == []
 
 
+def test_store_knows_no_timers() -> None:
+    """Timer, merged-delay and priority rules live in put hooks and services of the broker, never in the store."""
+    words = ("TIMER_", "wheel_timer", "MERGE_", "broker.timer", "PRIORITY", "priority")
+    bad = [
+        f"{path.relative_to(PKG)}: {word}"
+        for path in (PKG / "broker" / "store").rglob("*.py")
+        for word in words
+        if word in path.read_text()
+    ]
+    assert bad == []
+
+
 def test_the_plain_client_knows_nothing_of_transactional_sends() -> None:
     """Only the package front and the sync facade import transaction_producer (the plain producer never does)."""
     fronts = {"pymq.client", "pymq.client.sync", "pymq.client.transaction_producer"}
     bad = offenders(
         {m: i for m, i in modules("client").items() if m not in fronts},
         lambda i: i.startswith("pymq.client.transaction_producer"),
+    )
+    assert bad == []
+
+
+def test_timer_file_formats_are_pure() -> None:
+    """TimerLog, TimerWheel, their recovery and the checkpoint: no asyncio, sockets or transport, no app."""
+    pure = {f"pymq.broker.timer.{m}" for m in ("timer_log", "timer_wheel", "timer_store", "checkpoint")}
+    mods = {m: i for m, i in modules("broker/timer").items() if m in pure}
+    assert len(mods) == len(pure)
+    bad = offenders(
+        mods,
+        lambda i: (
+            i.split(".")[0] in {"asyncio", "uvloop", "socket", "selectors"}
+            or (ours(i) and not i.startswith(("pymq.broker.timer.", "pymq.broker.store.")))
+        ),
     )
     assert bad == []
 

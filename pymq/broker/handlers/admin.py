@@ -17,7 +17,7 @@ from pymq.protocol.requests import (
     DeleteSubscriptionGroupRequest,
     TopicRequest,
 )
-from pymq.protocol.route import TopicConfig
+from pymq.protocol.route import TopicConfig, parse_attributes
 from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler
 
@@ -82,6 +82,10 @@ class AdminHandlers:
             topicSysFlag=h.topic_sys_flag,
             order=h.order,
         )
+        try:
+            tc.attributes = parse_attributes(h.attributes)
+        except ValueError as exc:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, f"header field 'attributes': {exc}")
         self.topics.upsert(tc)
         return cmd.response(body=encode_body(tc.to_dict()))
 
