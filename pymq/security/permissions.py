@@ -18,7 +18,11 @@ from pymq.protocol.headers import decode_body
 from pymq.protocol.requests import (
     DLQ_PREFIX,
     RETRY_PREFIX,
+    AckMessageRequest,
+    BatchAckRequest,
+    ChangeInvisibleTimeRequest,
     ConsumerGroupRequest,
+    PopMessageRequest,
     ConsumerSendMsgBackRequest,
     ConsumeStatsRequest,
     PullMessageRequest,
@@ -151,7 +155,27 @@ REQUIREMENTS: dict[int, Requirement] = {
         admin=True,
         fields=((GROUP, _w(ResetOffsetRequest, "group"), SUB), (TOPIC, _w(ResetOffsetRequest, "topic"), ANY)),
     ),
+    # pop consumption (SimpleConsumer): the topic and the group, as a pull
+    C.POP_MESSAGE: Requirement(
+        fields=((TOPIC, _w(PopMessageRequest, "topic"), SUB), (GROUP, _w(PopMessageRequest, "consumer_group"), SUB))
+    ),
+    C.ACK_MESSAGE: Requirement(
+        fields=((TOPIC, _w(AckMessageRequest, "topic"), SUB), (GROUP, _w(AckMessageRequest, "consumer_group"), SUB))
+    ),
+    C.BATCH_ACK_MESSAGE: Requirement(
+        fields=((TOPIC, _w(BatchAckRequest, "topic"), SUB), (GROUP, _w(BatchAckRequest, "consumer_group"), SUB))
+    ),
+    C.CHANGE_MESSAGE_INVISIBLETIME: Requirement(
+        fields=(
+            (TOPIC, _w(ChangeInvisibleTimeRequest, "topic"), SUB),
+            (GROUP, _w(ChangeInvisibleTimeRequest, "consumer_group"), SUB),
+        )
+    ),
+    # transactions: END_TRANSACTION names no topic (the half message's offsets and producer group must
+    # all match on the broker, which only a producer that sent it knows), so any account may send it
+    C.END_TRANSACTION: AUTHENTICATED,
     # cluster-wide reads any account may make
+    C.GET_TIMER_METRICS: AUTHENTICATED,
     C.GET_ALL_TOPIC_CONFIG: AUTHENTICATED,
     C.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: AUTHENTICATED,
     C.GET_ALL_CONSUMER_OFFSET: AUTHENTICATED,
@@ -174,6 +198,8 @@ REQUIREMENTS: dict[int, Requirement] = {
     C.REGISTER_BROKER: ADMIN,
     C.UNREGISTER_BROKER: ADMIN,
     C.HA_PULL_COMMITLOG: ADMIN,
+    C.NOTIFY_BROKER_ROLE_CHANGED: ADMIN,
+    C.GET_PENDING_HALF_MESSAGES: ADMIN,
 }
 
 

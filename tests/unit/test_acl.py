@@ -142,7 +142,11 @@ def test_every_request_code_has_a_requirement() -> None:
     assert requirement(123456).admin
 
 
-_PUSHED_TO_CLIENTS = {RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, RequestCode.RESET_CONSUMER_CLIENT_OFFSET}
+_PUSHED_TO_CLIENTS = {
+    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+    RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+    RequestCode.CHECK_TRANSACTION_STATE,
+}
 
 
 def test_signed_permitted_requests_pass(interceptor: AclInterceptor) -> None:

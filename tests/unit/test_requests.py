@@ -138,6 +138,10 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
         rq.UnregisterBrokerRequest(broker_addr="h:1", broker_name="b", cluster_name="c", broker_id=1),
         {"brokerAddr": "h:1", "brokerName": "b", "clusterName": "c", "brokerId": 1},
     ),
+    (
+        rq.BrokerRoleChangeRequest(role="SLAVE", master_addr="h:2", epoch=3, broker_id=1),
+        {"role": "SLAVE", "masterAddr": "h:2", "epoch": 3, "brokerId": 1},
+    ),
     # transactional messages: RocketMQ's EndTransactionRequestHeader / CheckTransactionStateRequestHeader names
     (
         rq.EndTransactionRequest(
