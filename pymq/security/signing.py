@@ -42,6 +42,16 @@ _VERSION = b"pymq-sign-v1"
 PROCESS_NONCE = os.urandom(8).hex()
 
 
+def _new_nonce_after_fork() -> None:
+    # A forked child (Spark's Python workers) inherits the parent's opaque counter: a fresh
+    # nonce keeps its requests from signing like its siblings' (and being refused as replays).
+    global PROCESS_NONCE
+    PROCESS_NONCE = os.urandom(8).hex()
+
+
+os.register_at_fork(after_in_child=_new_nonce_after_fork)
+
+
 @dataclass(frozen=True, slots=True)
 class Credentials:
     """An account's access key and secret key."""
