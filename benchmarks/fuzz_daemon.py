@@ -3,11 +3,13 @@ against a real nameserver and broker (child processes), while a well-behaved pro
 sending and checks that nothing it had acknowledged is lost.
 
     python benchmarks/fuzz_daemon.py --inputs 1000000 --workers 8 [--seed 1] [--json]
-    python benchmarks/fuzz_daemon.py --duration 60
+    python benchmarks/fuzz_daemon.py --duration 60 --acl   # daemons enforce ACL; inputs signed or forged
 
 Reports inputs per second (by kind), the good producer's sends, acknowledgements and errors,
-whether both daemons stayed up, and how many acknowledged messages could not be read back
-(must be 0). Exit code 0 when the run is clean, 1 otherwise. The bounded form runs in the test
+whether both daemons stayed up, how many acknowledged messages could not be read back (must
+be 0) and how many requests a handler failed on with an unexpected exception (SYSTEM_ERROR
+with a traceback in the daemon's log: each one a bug). "Inputs" are inputs written; a
+connection the daemon closes after a malformed one ends there. Exit code 0 when the run is clean, 1 otherwise. The bounded form runs in the test
 suite (tests/integration/test_fuzz_daemon.py, marker ``fuzz``).
 """
 
@@ -33,10 +35,11 @@ from pymq.client import Message, Producer
 from pymq.client.queue_reader import QueueReader
 from pymq.errors import PymqError
 from pymq.protocol.codes import RequestCode
-from pymq.protocol.frame import FrameDecoder
+from pymq.protocol.frame import FrameDecoder, encode_bytes
 from pymq.protocol.headers import encode_body
 from pymq.protocol.message import iter_messages
 from pymq.protocol.record import encode_record
+from pymq.security.signing import Credentials, sign
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
 
 #: the well-behaved producer's topic and the names fuzzing must never touch destructively
@@ -53,6 +56,39 @@ DESTRUCTIVE = {
     RequestCode.RESET_CONSUMER_OFFSET,
 }
 CODES = [int(c) for c in RequestCode if c not in DESTRUCTIVE]
+
+# --acl: the daemons enforce this ACL file; the good client is an admin, the fuzzer signs half of
+# its well-framed inputs as "fuzz-app" (no admin, every topic but the good one) and forges the rest
+GOOD_ACCOUNT = {"access_key": "fuzz-good", "secret_key": "fuzz-good-secret"}
+FUZZ_CREDS = Credentials("fuzz-app", "fuzz-app-secret")
+ACL_FILE = f"""
+[[accounts]]
+access_key = "broker"
+secret_key = "broker-secret"
+admin = true
+default_topic_perm = "PUB|SUB"
+default_group_perm = "PUB|SUB"
+
+[[accounts]]
+access_key = "fuzz-good"
+secret_key = "fuzz-good-secret"
+admin = true
+default_topic_perm = "PUB|SUB"
+default_group_perm = "PUB|SUB"
+
+[[accounts]]
+access_key = "fuzz-app"
+secret_key = "fuzz-app-secret"
+default_topic_perm = "PUB|SUB"
+default_group_perm = "SUB"
+topic_perms = {{ {GOOD_TOPIC} = "DENY" }}
+"""
+
+
+def good_client(acl: bool) -> dict[str, Any]:
+    return dict(GOOD_ACCOUNT) if acl else {}
+
+
 FUZZ_TOPICS = [f"fuzz-{i}" for i in range(16)] + ["%RETRY%fuzz", "%DLQ%fuzz", "", "a" * 300, "bad topic/../x"]
 KINDS = ("garbage", "bad_length", "bad_header", "truncated", "random_header", "bad_body", "hostile")
 
@@ -69,9 +105,32 @@ def header(code: int, ext: Any, *, opaque: int = 1, flags: int = 0, remark: Any 
 class Inputs:
     """Generates one input (bytes to write) of a given kind from a seeded generator."""
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, creds: Credentials | None = None) -> None:
         self.rng = rng
         self.opaque = 0
+        #: with ACL on: the fuzz account; well-framed inputs are then signed with it, or carry
+        #: forged signing fields, or none
+        self.creds = creds
+
+    def make(self, kind: str) -> tuple[bytes, bool]:
+        data, last = self._make(kind)
+        if self.creds is not None and kind in ("random_header", "bad_body", "hostile"):
+            data = self._sign_or_forge(data)
+        return data, last
+
+    def _sign_or_forge(self, data: bytes) -> bytes:
+        r = self.rng
+        (cmd,) = FrameDecoder().feed(data)
+        choice = r.random()
+        if choice < 0.5:
+            sign(cmd, self.creds, time.time_ns() // 1_000_000)  # type: ignore[arg-type]
+        elif choice < 0.8:
+            forged = {"AccessKey": r.choice([self.creds.access_key, "nobody", 5, None, "é"]),  # type: ignore[union-attr]
+                      "Signature": r.choice(["AAAA", "é", 7, b"x", None]),
+                      "Timestamp": r.choice([time.time_ns() // 1_000_000, 0, -1, 2**62, 1.5, "now", True]),
+                      "Nonce": self.value(1)}  # fmt: skip
+            cmd.ext.update(forged)
+        return encode_bytes(cmd)
 
     def value(self, depth: int = 0) -> Any:
         r = self.rng
@@ -119,7 +178,7 @@ class Inputs:
             rec = bytes(b[: r.randrange(1, len(b) + 1)] if r.random() < 0.3 else b)
         return rec
 
-    def make(self, kind: str) -> tuple[bytes, bool]:
+    def _make(self, kind: str) -> tuple[bytes, bool]:
         """(bytes, whether the connection should end right after them)."""
         r = self.rng
         self.opaque += 1
@@ -258,6 +317,10 @@ class Report:
     lost: int = 0
     daemons_alive: bool = True
     dead: list[str] = field(default_factory=list)
+    #: requests a handler failed on with an unexpected exception (SYSTEM_ERROR, logged with a
+    #: traceback): each is a bug to fix, though the daemon stays up
+    handler_failures: int = 0
+    failure_samples: list[str] = field(default_factory=list)
 
     @property
     def inputs_per_sec(self) -> float:
@@ -319,10 +382,12 @@ STREAM_KINDS = (["random_header", "bad_body", "hostile"], [3.0, 2.0, 2.0])
 ENDING_KINDS = (["garbage", "bad_length", "bad_header", "truncated"], [1.0, 1.0, 1.0, 1.0])
 
 
-async def _fuzz_worker(addrs: list[str], seed: int, stop: asyncio.Event, report: Report, limit: list[int]) -> None:
+async def _fuzz_worker(
+    addrs: list[str], seed: int, stop: asyncio.Event, report: Report, limit: list[int], creds: Credentials | None
+) -> None:
     """Connections of two sorts: many well-framed hostile inputs pipelined on one connection, or
     a few of them followed by one malformed input that ends it (the server must close only that one)."""
-    gen = Inputs(random.Random(seed))
+    gen = Inputs(random.Random(seed), creds)
     while not stop.is_set() and limit[0] > 0:
         addr = gen.rng.choice(addrs)
         if gen.rng.random() < 0.7:
@@ -335,10 +400,10 @@ async def _fuzz_worker(addrs: list[str], seed: int, stop: asyncio.Event, report:
 
 
 async def _good_producer(
-    namesrv: str, stop: asyncio.Event, report: Report, acked: dict[bytes, tuple[str, int, int]]
+    namesrv: str, stop: asyncio.Event, report: Report, acked: dict[bytes, tuple[str, int, int]], client: dict[str, Any]
 ) -> None:
     """Sends one message every few ms for the whole run; every send must succeed."""
-    async with Producer(namesrv, "fuzz-good-producer", send_timeout=10.0) as producer:
+    async with Producer(namesrv, "fuzz-good-producer", send_timeout=10.0, **client) as producer:
         i = 0
         while not stop.is_set():
             body = f"good-{i}".encode()
@@ -355,10 +420,10 @@ async def _good_producer(
             await asyncio.sleep(0.005)
 
 
-def _read_back(namesrv: str, acked: dict[bytes, tuple[str, int, int]]) -> int:
+def _read_back(namesrv: str, acked: dict[bytes, tuple[str, int, int]], client: dict[str, Any]) -> int:
     """How many acknowledged messages cannot be read back at their queue offsets."""
     found: set[bytes] = set()
-    with QueueReader(namesrv, timeout=10) as reader:
+    with QueueReader(namesrv, timeout=10, **client) as reader:
         by_queue: dict[tuple[str, int], list[int]] = {}
         for broker, qid, offset in acked.values():
             by_queue.setdefault((broker, qid), []).append(offset)
@@ -377,17 +442,22 @@ async def run_fuzz(
     workers: int = 8,
     seed: int = 1,
     processes: list[DaemonProcess] | None = None,
+    acl: bool = False,
 ) -> Report:
-    """Fuzz both daemons for ``duration`` seconds or ``inputs`` inputs, with the good producer running."""
+    """Fuzz both daemons for ``duration`` seconds or ``inputs`` inputs, with the good producer running
+    (``acl``: the daemons were started with :data:`ACL_FILE`)."""
+    client = good_client(acl)
     report = Report()
     stop = asyncio.Event()
     acked: dict[bytes, tuple[str, int, int]] = {}
     limit = [inputs if inputs is not None else 2**62]
-    good = asyncio.ensure_future(_good_producer(namesrv, stop, report, acked))
+    good = asyncio.ensure_future(_good_producer(namesrv, stop, report, acked, client))
     await asyncio.sleep(0.5)  # the good producer has its route
     started = time.monotonic()
     tasks = [
-        asyncio.ensure_future(_fuzz_worker([namesrv, broker], seed * 1000 + i, stop, report, limit))
+        asyncio.ensure_future(
+            _fuzz_worker([namesrv, broker], seed * 1000 + i, stop, report, limit, FUZZ_CREDS if acl else None)
+        )
         for i in range(workers)
     ]
 
@@ -415,32 +485,51 @@ async def run_fuzz(
             report.daemons_alive = False
             report.dead.append(p.kind)
     if report.daemons_alive:
-        report.lost = await asyncio.to_thread(_read_back, namesrv, acked)
+        report.lost = await asyncio.to_thread(_read_back, namesrv, acked, client)
+    for p in processes or []:
+        for line in p.output().splitlines():
+            if "handler_failed" in line:
+                report.handler_failures += 1
+                if len(report.failure_samples) < 5:
+                    report.failure_samples.append(f"{p.kind}: {line[:300]}")
     return report
 
 
-def start_daemons(workdir: Path) -> tuple[DaemonProcess, DaemonProcess]:
-    ns = namesrv_process(workdir).start()
+def daemon_env(workdir: Path, acl: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """(nameserver env, broker env): ACL on both with :data:`ACL_FILE` when ``acl``."""
+    if not acl:
+        return {}, {}
+    path = workdir / "acl.toml"
+    path.write_text(ACL_FILE)
+    env = {"PYMQ_ACL__ENABLE": "true", "PYMQ_ACL__FILE": str(path)}
+    return env, {**env, "PYMQ_ACL__ACCESS_KEY": "broker", "PYMQ_ACL__SECRET_KEY": "broker-secret"}
+
+
+def start_daemons(workdir: Path, acl: bool = False) -> tuple[DaemonProcess, DaemonProcess]:
+    ns_env, broker_env = daemon_env(workdir, acl)
+    ns = namesrv_process(workdir, env=ns_env).start()
     try:
-        broker = broker_process(workdir, ns.address, "broker-a").start()
+        broker = broker_process(workdir, ns.address, "broker-a", env=broker_env).start()
     except BaseException:
         ns.stop()
         raise
     return ns, broker
 
 
-def create_good_topic(namesrv: str) -> None:
+def create_good_topic(namesrv: str, acl: bool = False) -> None:
+    client = good_client(acl)
+    cli = ["--access-key", client["access_key"], "--secret-key", client["secret_key"]] if acl else []
     import subprocess
 
     subprocess.run(
-        [sys.executable, "-m", "pymq.cli.admin", "--namesrv", namesrv,
+        [sys.executable, "-m", "pymq.cli.admin", "--namesrv", namesrv, *cli,
          "topic-create", "--topic", GOOD_TOPIC, "--queues", "4"],
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
     from pymq.client.admin import AdminClient
 
     async def wait_route() -> None:
-        async with AdminClient(namesrv) as admin:
+        async with AdminClient(namesrv, **client) as admin:
             deadline = time.monotonic() + 30
             while True:
                 try:
@@ -462,18 +551,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--acl", action="store_true", help="daemons enforce ACL; half the inputs signed, the rest forged")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     logging.getLogger("asyncio").setLevel(logging.ERROR)  # writes to connections the daemon closed
     if args.inputs is None and args.duration is None:
         args.inputs = 1_000_000
     with tempfile.TemporaryDirectory(prefix="pymq-fuzz-") as tmp:
-        ns, broker = start_daemons(Path(tmp))
+        ns, broker = start_daemons(Path(tmp), args.acl)
         try:
-            create_good_topic(ns.address)
+            create_good_topic(ns.address, args.acl)
             report = asyncio.run(
                 run_fuzz(ns.address, broker.address, duration=args.duration, inputs=args.inputs,
-                         workers=args.workers, seed=args.seed, processes=[ns, broker])
+                         workers=args.workers, seed=args.seed, processes=[ns, broker], acl=args.acl)
             )  # fmt: skip
         finally:
             broker.stop()
@@ -494,6 +584,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  daemons alive: {d['daemons_alive']} {d['dead'] or ''}; clean: {d['clean']}")
         for s in d["good_error_samples"]:
             print(f"  error: {s}")
+        print(f"  handler failures (SYSTEM_ERROR with a traceback): {d['handler_failures']}")
+        for s in d["failure_samples"]:
+            print(f"    {s}")
     return 0 if report.clean else 1
 
 

@@ -98,7 +98,7 @@ def _text(value: Any) -> str:
 def canonical(code: int, opaque: int, ext: dict[str, Any], digest: bytes) -> bytes:
     """The bytes the signature covers (see the module docstring)."""
     lines = [_VERSION, str(code).encode(), str(opaque).encode()]
-    for name in sorted(ext):
+    for name in sorted(ext, key=str):  # keys are strings from our clients; anything else must not crash
         if name != SIGNATURE:
             lines.append(f"{name}={_text(ext[name])}".encode(errors="replace"))
     lines.append(digest)
@@ -144,7 +144,7 @@ def verify(cmd: Command, secret_key: str, now_ms: int, window_ms: int) -> str:
     if abs(now_ms - ts) > window_ms:
         raise SignatureError("request timestamp outside the allowed window")
     expected = signature(secret_key, canonical(cmd.code, cmd.opaque, ext, body_digest(cmd.body)))
-    if not hmac.compare_digest(expected, sig):
+    if not hmac.compare_digest(expected.encode(), sig.encode(errors="replace")):
         raise SignatureError("signature mismatch")
     return sig
 
