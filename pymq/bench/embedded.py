@@ -27,9 +27,11 @@ default_group_perm = "PUB|SUB"
 """
 
 
-def _serve(conn: Connection, store_dir: str, flush: str, acl_file: str | None = None) -> None:
+def _serve(
+    conn: Connection, store_dir: str, flush: str, acl_file: str | None = None, certs: tuple[str, str, str] | None = None
+) -> None:
     from pymq.broker.app import BrokerApp
-    from pymq.config import SMALL_STORE_SIZES, AclSettings, BrokerConfig, NamesrvConfig, StoreConfig
+    from pymq.config import SMALL_STORE_SIZES, AclSettings, BrokerConfig, NamesrvConfig, StoreConfig, TlsSettings
     from pymq.logs import configure_logging
     from pymq.nameserver.app import NamesrvApp
     from pymq.transport.loop import run
@@ -38,7 +40,11 @@ def _serve(conn: Connection, store_dir: str, flush: str, acl_file: str | None = 
 
     async def main() -> None:
         acl = AclSettings(enable=acl_file is not None, file=acl_file)
-        ns = NamesrvApp(NamesrvConfig(host="127.0.0.1", port=0, acl=acl))
+        tls = TlsSettings()
+        if certs is not None:
+            ca, cert, key = certs
+            tls = TlsSettings(enable=True, cert_file=cert, key_file=key, ca_file=ca, client=True)
+        ns = NamesrvApp(NamesrvConfig(host="127.0.0.1", port=0, acl=acl, tls=tls))
         await ns.start()
         creds = {"access_key": BENCH_ACCESS_KEY, "secret_key": BENCH_SECRET_KEY} if acl_file else {}
         broker_acl = AclSettings(enable=acl_file is not None, file=acl_file, **creds)
@@ -55,6 +61,7 @@ def _serve(conn: Connection, store_dir: str, flush: str, acl_file: str | None = 
                 auto_create_topic=True,
                 store=store,
                 acl=broker_acl,
+                tls=tls,
             )
         )
         await broker.start()
@@ -69,11 +76,13 @@ def _serve(conn: Connection, store_dir: str, flush: str, acl_file: str | None = 
 
 
 class EmbeddedCluster:
-    """``acl``: nameserver and broker enforce ACL; clients sign with :attr:`client_options`."""
+    """``acl``: nameserver and broker enforce ACL; ``tls``: they listen with TLS only (a throwaway
+    CA made with openssl); clients use :attr:`client_options`."""
 
-    def __init__(self, flush: str = "ASYNC_FLUSH", *, acl: bool = False) -> None:
+    def __init__(self, flush: str = "ASYNC_FLUSH", *, acl: bool = False, tls: bool = False) -> None:
         self.flush = flush
         self.acl = acl
+        self.tls = tls
         #: what clients of this cluster need (credentials when ``acl``)
         self.client_options: dict[str, Any] = (
             {"access_key": BENCH_ACCESS_KEY, "secret_key": BENCH_SECRET_KEY} if acl else {}
@@ -86,12 +95,23 @@ class EmbeddedCluster:
         self._tmp = tempfile.TemporaryDirectory(prefix="pymq-bench-")
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
+        certs = None
+        if self.tls:
+            from pymq.bench.certs import make_server_certs
+
+            try:
+                ca, cert, key = make_server_certs(Path(self._tmp.name))
+            except BaseException:
+                self.__exit__()
+                raise
+            certs = (str(ca), str(cert), str(key))
+            self.client_options.update(tls=True, tls_ca_file=str(ca))
         acl_file = None
         if self.acl:
             acl_file = str(Path(self._tmp.name) / "acl.toml")
             Path(acl_file).write_text(_BENCH_ACL)
         self._proc = ctx.Process(
-            target=_serve, args=(child, str(Path(self._tmp.name) / "store"), self.flush, acl_file), daemon=True
+            target=_serve, args=(child, str(Path(self._tmp.name) / "store"), self.flush, acl_file, certs), daemon=True
         )
         self._proc.start()
         if not parent.poll(60):

@@ -55,7 +55,7 @@ _ACL: dict[str, bool] = {}
 @contextlib.contextmanager
 def cluster_addr(namesrv: str | None, embedded: bool, flush: str = "ASYNC_FLUSH") -> Iterator[str]:
     if embedded:
-        with EmbeddedCluster(flush, acl=_ACL.get("acl", False)) as cluster:
+        with EmbeddedCluster(flush, acl=_ACL.get("acl", False), tls=bool(CLIENT_OPTIONS.get("tls"))) as cluster:
             CLIENT_OPTIONS.update(cluster.client_options)
             yield cluster.namesrv
     else:
@@ -97,7 +97,8 @@ def common(f: Any) -> Any:
         is_flag=True,
         expose_value=False,
         callback=lambda _c, _p, v: _ACL.__setitem__("acl", v),
-        help="Signed requests: with --embedded the throwaway cluster enforces ACL (measures its cost).",
+        help="Signed requests: with --embedded the throwaway cluster enforces ACL (measures its cost; "
+        "--embedded --tls likewise runs it TLS-only with a throwaway CA).",
     )(f)
     f = security_options(CLIENT_OPTIONS)(f)
     return f

@@ -20,7 +20,7 @@ from pymq.client.client_config import ClientConfig
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import RouteCache
 from pymq.clock import SYSTEM_CLOCK, Clock
-from pymq.errors import PymqError
+from pymq.errors import ConfigError, PymqError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
@@ -108,6 +108,12 @@ class ClientInstance:
             inst = cls(config, client_id, clock or SYSTEM_CLOCK)
             inst._key = key
             cls._registry[key] = inst
+        elif inst.config.security() != config.security():
+            # One instance, one connection per broker: it cannot sign as two accounts (issue 20).
+            raise ConfigError(
+                f"client id {client_id} is already used in this process with other credentials or TLS "
+                "options; give this producer or consumer its own instance_name"
+            )
         inst._refs += 1
         return inst
 

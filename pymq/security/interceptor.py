@@ -24,7 +24,7 @@ from pymq.logs import RateLimitedLog, get_logger
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.command import Command
 from pymq.security.acl import ANY, PUB, SUB, AclConfig, AclFileError, allows, load_acl
-from pymq.security.permissions import TOPIC, needs, requirement
+from pymq.security.permissions import TOPIC, BodyNotUnderstood, needs, requirement
 from pymq.security.signing import ACCESS_KEY, ReplayGuard, SignatureError, verify
 from pymq.transport.channel import Channel
 from pymq.transport.interceptor import Interceptor
@@ -72,6 +72,14 @@ class AclInterceptor(Interceptor):
     # --- per request ------------------------------------------------------------------------------------
 
     def before(self, request: Command, channel: Channel) -> Command | None:
+        try:
+            return self._check(request, channel)
+        except BodyNotUnderstood as exc:
+            return self._refuse(request, channel, "body", f"request body not understood: {exc}")
+        except Exception as exc:  # hostile input must never become a SYSTEM_ERROR with a traceback per request
+            return self._refuse(request, channel, "malformed", "malformed request", error=type(exc).__name__)
+
+    def _check(self, request: Command, channel: Channel) -> Command | None:
         acl = self.acl
         ip = peer_ip(channel.remote_addr)
         if acl.global_white and acl.is_globally_white(ip):

@@ -73,31 +73,49 @@ def resource(kind: int, name: str, perm: int) -> Need:
     return (kind, name, perm)
 
 
+class BodyNotUnderstood(ValueError):
+    """A body whose resources cannot be told: refused, so a handler never acts on an unchecked part."""
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise BodyNotUnderstood(f"{what} must be a list")
+    return value
+
+
 def _heartbeat_needs(cmd: Command) -> list[Need]:
-    """Each consumer group SUB, each subscribed topic SUB (producer groups are not checked)."""
+    """Each consumer group SUB, each subscribed topic SUB (producer groups are not checked).
+
+    Strict: the handler registers entries one by one, so an entry the check could not read
+    must stop the request here, not halfway through the handler."""
     try:
         body = decode_body(cmd.body, "heartbeat")
-    except Exception:
-        return []  # the handler answers the bad body
+    except Exception as exc:
+        raise BodyNotUnderstood("undecodable heartbeat") from exc
+    if not isinstance(body, dict):
+        raise BodyNotUnderstood("heartbeat body must be a map")
     needs: list[Need] = []
-    if isinstance(body, dict):
-        for c in body.get("consumerDataSet") or []:
-            if isinstance(c, dict) and "groupName" in c:
-                needs.append((GROUP, str(c["groupName"]), SUB))
-                for s in c.get("subscriptionDataSet") or []:
-                    if isinstance(s, dict) and "topic" in s:
-                        needs.append(resource(TOPIC, str(s["topic"]), SUB))
+    for c in _list(body.get("consumerDataSet"), "consumerDataSet"):
+        if not isinstance(c, dict) or "groupName" not in c:
+            raise BodyNotUnderstood("each consumer entry needs a groupName")
+        needs.append((GROUP, str(c["groupName"]), SUB))
+        for s in _list(c.get("subscriptionDataSet"), "subscriptionDataSet"):
+            if not isinstance(s, dict) or "topic" not in s:
+                raise BodyNotUnderstood("each subscription needs a topic")
+            needs.append(resource(TOPIC, str(s["topic"]), SUB))
     return needs
 
 
 def _lock_needs(cmd: Command) -> list[Need]:
     try:
         body = decode_body(cmd.body, "lock body")
-    except Exception:
-        return []
-    if isinstance(body, dict) and "consumerGroup" in body:
-        return [(GROUP, str(body["consumerGroup"]), SUB)]
-    return []
+    except Exception as exc:
+        raise BodyNotUnderstood("undecodable lock body") from exc
+    if not isinstance(body, dict) or "consumerGroup" not in body:
+        raise BodyNotUnderstood("lock body needs a consumerGroup")
+    return [(GROUP, str(body["consumerGroup"]), SUB)]
 
 
 def _w(header: Any, attr: str) -> str:
@@ -209,7 +227,8 @@ def requirement(code: int) -> Requirement:
 
 
 def needs(req: Requirement, cmd: Command) -> list[Need]:
-    """The topic and group permissions ``cmd`` needs (fields it lacks are the handler's to refuse)."""
+    """The topic and group permissions ``cmd`` needs (header fields it lacks are the handler's to
+    refuse); raises BodyNotUnderstood for a body whose resources cannot be read."""
     out: list[Need] = []
     ext = cmd.ext
     for kind, name, perm in req.fields:

@@ -42,6 +42,16 @@ _VERSION = b"pymq-sign-v1"
 PROCESS_NONCE = os.urandom(8).hex()
 
 
+def _new_nonce_after_fork() -> None:
+    # A forked child (Spark's Python workers) inherits the parent's opaque counter: a fresh
+    # nonce keeps its requests from signing like its siblings' (and being refused as replays).
+    global PROCESS_NONCE
+    PROCESS_NONCE = os.urandom(8).hex()
+
+
+os.register_at_fork(after_in_child=_new_nonce_after_fork)
+
+
 @dataclass(frozen=True, slots=True)
 class Credentials:
     """An account's access key and secret key."""
@@ -88,7 +98,7 @@ def _text(value: Any) -> str:
 def canonical(code: int, opaque: int, ext: dict[str, Any], digest: bytes) -> bytes:
     """The bytes the signature covers (see the module docstring)."""
     lines = [_VERSION, str(code).encode(), str(opaque).encode()]
-    for name in sorted(ext):
+    for name in sorted(ext, key=str):  # keys are strings from our clients; anything else must not crash
         if name != SIGNATURE:
             lines.append(f"{name}={_text(ext[name])}".encode(errors="replace"))
     lines.append(digest)
@@ -134,7 +144,7 @@ def verify(cmd: Command, secret_key: str, now_ms: int, window_ms: int) -> str:
     if abs(now_ms - ts) > window_ms:
         raise SignatureError("request timestamp outside the allowed window")
     expected = signature(secret_key, canonical(cmd.code, cmd.opaque, ext, body_digest(cmd.body)))
-    if not hmac.compare_digest(expected, sig):
+    if not hmac.compare_digest(expected.encode(), sig.encode(errors="replace")):
         raise SignatureError("signature mismatch")
     return sig
 

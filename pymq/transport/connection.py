@@ -194,7 +194,7 @@ class Connection(asyncio.Protocol):
         """Why a client's connection may have closed before the peer said a word."""
         if self._got_data or self.server_side:
             return ""
-        return " before any answer (a TLS port reached without TLS, or refused credentials or certificate?)"
+        return " before any answer (a TLS port reached without TLS, or a client certificate refused?)"
 
     def pause_writing(self) -> None:
         if self.flow is not None:

@@ -15,6 +15,10 @@ from pymq.transport.limits import ConnectionLimits, monotonic
 
 log = get_logger("transport.server")
 
+#: a TLS handshake not finished within this many seconds is dropped (asyncio's default is 60 s;
+#: a stalled handshake holds a socket before any of the connection limits can see it)
+TLS_HANDSHAKE_TIMEOUT = 10.0
+
 
 class RpcServer:
     """Listens on ``host:port`` (port 0 picks a free one); :attr:`port` is the bound port after start."""
@@ -30,6 +34,7 @@ class RpcServer:
         name: str = "rpc",
         limits: ConnectionLimits | None = None,
         ssl: _ssl.SSLContext | None = None,
+        tls_handshake_timeout: float = TLS_HANDSHAKE_TIMEOUT,
     ) -> None:
         self.dispatcher = dispatcher
         self.host = host
@@ -42,6 +47,7 @@ class RpcServer:
         self.limits = limits
         #: TLS for every connection (see transport.tls.server_context); None: plaintext
         self.ssl = ssl
+        self.tls_handshake_timeout = tls_handshake_timeout
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
@@ -55,8 +61,11 @@ class RpcServer:
     async def start(self, sock: socket.socket | None = None) -> None:
         """Start serving; ``sock`` is an already bound socket to serve on (see :func:`bind_socket`)."""
         loop = asyncio.get_running_loop()
+        handshake = self.tls_handshake_timeout if self.ssl is not None else None  # only meaningful with TLS
         if sock is not None:
-            self._server = await loop.create_server(self._make_connection, sock=sock, backlog=1024, ssl=self.ssl)
+            self._server = await loop.create_server(
+                self._make_connection, sock=sock, backlog=1024, ssl=self.ssl, ssl_handshake_timeout=handshake
+            )
         else:
             self._server = await loop.create_server(
                 self._make_connection,
@@ -66,6 +75,7 @@ class RpcServer:
                 family=socket.AF_INET,
                 backlog=1024,
                 ssl=self.ssl,
+                ssl_handshake_timeout=handshake,
             )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]

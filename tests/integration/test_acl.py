@@ -12,7 +12,7 @@ import pytest
 
 from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer, PushConsumer
 from pymq.client.admin import AdminClient
-from pymq.errors import NoPermissionError
+from pymq.errors import ConfigError, NoPermissionError
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.frame import FrameDecoder, encode_bytes
@@ -202,3 +202,17 @@ async def test_broker_without_credentials_cannot_register(tmp_path: Path, secure
     # registration is attempted at start: the nameserver refuses it
     await wait_until(lambda: cluster.namesrvs[0].acl.refused >= 1, what="registration refused")
     assert [info.broker_name for info in cluster.namesrvs[0].registry.live.values()] == ["broker-a"]
+
+
+async def test_two_accounts_in_one_process_need_two_instance_names(secured) -> None:
+    """A client instance signs as one account: a second account under the same client id is an error."""
+    cluster, _ = secured
+    ns = cluster.namesrv_addr
+    async with Producer(ns, "p1", **APP) as p1:
+        with pytest.raises(ConfigError, match="instance_name"):
+            await Producer(ns, "p2", access_key="reader", secret_key="reader-secret").start()
+        reader = {"access_key": "reader", "secret_key": "reader-secret", "retry_times": 0}
+        async with Producer(ns, "p3", instance_name="as-reader", **reader) as p3:
+            await p1.send(Message("orders", b"as app"))
+            with pytest.raises(NoPermissionError):
+                await p3.send(Message("orders", b"as reader"))

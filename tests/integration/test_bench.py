@@ -72,3 +72,22 @@ def test_bench_transactional_producer_counts_the_committed_messages() -> None:
     r = bench("producer", "--count", "300", "--mode", "transaction", "--concurrency", "2")
     assert r["workload"] == "produce-transaction" and r["messages"] == 300 and r["errors"] == 0
     assert r["broker_stored"] == 300 and r["counts_match"] is True
+
+
+def test_bench_embedded_tls_and_acl() -> None:
+    """--embedded --tls --acl: the throwaway cluster is TLS-only with ACL; the benchmark's clients follow."""
+    r = bench("producer", "--count", "300", "--batch-size", "4", "--acl", "--tls")
+    assert r["messages"] == 300 and r["broker_stored"] == 300 and r["counts_match"] is True and r["errors"] == 0
+
+
+async def test_embedded_tls_cluster_refuses_plaintext() -> None:
+    from pymq.bench.embedded import EmbeddedCluster
+    from pymq.client.admin import AdminClient
+    from pymq.errors import TransportError
+
+    with EmbeddedCluster(tls=True) as cluster:
+        async with AdminClient(cluster.namesrv, timeout=5) as plaintext:
+            with pytest.raises(TransportError):
+                await plaintext.topic_list()
+        async with AdminClient(cluster.namesrv, **cluster.client_options) as tls:
+            assert isinstance(await tls.topic_list(), list)

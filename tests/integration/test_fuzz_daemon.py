@@ -1,7 +1,7 @@
 """Bounded fuzz run against live daemons (the long form is benchmarks/fuzz_daemon.py).
 
 Malformed frames, random headers, bad bodies and valid-but-hostile requests go to a real
-nameserver and broker for ~10 s while a well-behaved producer sends: both daemons must stay
+nameserver and broker for ~6 s (plain, then with ACL on) while a well-behaved producer sends: both daemons must stay
 up, the producer must see no error, and every message it had acknowledged must read back.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.fuzz_daemon import GOOD_TOPIC, run_fuzz
+from benchmarks.fuzz_daemon import GOOD_TOPIC, daemon_env, good_client, run_fuzz
 from pymq.client.admin import AdminClient
 from pymq.errors import PymqError
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
@@ -22,15 +22,18 @@ from tests.helpers import wait_until
 pytestmark = [pytest.mark.integration, pytest.mark.fuzz]
 
 
+@pytest.mark.parametrize("acl", [False, True], ids=["plain", "acl"])
 async def test_daemons_survive_a_bounded_fuzz_run_and_lose_nothing(
-    tmp_path: Path, processes: list[DaemonProcess]
+    tmp_path: Path, processes: list[DaemonProcess], acl: bool
 ) -> None:
+    """acl: the daemons enforce ACL; half the fuzzer's well-framed inputs are signed, the rest forged."""
     logging.getLogger("asyncio").setLevel(logging.ERROR)  # writes to connections the daemons closed
-    ns = namesrv_process(tmp_path).start()
+    ns_env, broker_env = daemon_env(tmp_path, acl)
+    ns = namesrv_process(tmp_path, env=ns_env).start()
     processes.append(ns)
-    broker = broker_process(tmp_path, ns.address, "broker-a").start()
+    broker = broker_process(tmp_path, ns.address, "broker-a", env=broker_env).start()
     processes.append(broker)
-    async with AdminClient(ns.address) as admin:
+    async with AdminClient(ns.address, **good_client(acl)) as admin:
         await admin.create_topic(GOOD_TOPIC, queues=4)
         deadline = asyncio.get_running_loop().time() + 30
         while True:  # the broker registers the new topic asynchronously
@@ -41,11 +44,12 @@ async def test_daemons_survive_a_bounded_fuzz_run_and_lose_nothing(
                 assert asyncio.get_running_loop().time() < deadline, "the good topic was never routed"
                 await asyncio.sleep(0.1)
     report = await run_fuzz(
-        ns.address, broker.address, duration=10.0, inputs=None, workers=4, seed=20, processes=[ns, broker]
+        ns.address, broker.address, duration=6.0, inputs=None, workers=4, seed=20, processes=[ns, broker], acl=acl
     )
     summary = report.as_dict()
     assert report.daemons_alive, f"a daemon died: {summary}\n{ns.output()[-2000:]}\n{broker.output()[-2000:]}"
     assert report.good_errors == 0, summary
+    assert report.handler_failures == 0, summary
     assert report.good_acked > 0 and report.lost == 0, summary
     assert report.inputs > 1000 and all(report.by_kind[k] > 0 for k in ("garbage", "bad_body", "hostile")), summary
     await wait_until(lambda: ns.running() and broker.running(), what="daemons still up after the run")

@@ -203,3 +203,21 @@ async def test_metrics_endpoint_over_https(tmp_path: Path, certs: Certs) -> None
                 return bytes(r.read())
 
         assert b"pymq_" in await asyncio.to_thread(get)
+
+
+async def test_a_stalled_tls_handshake_is_dropped(certs: Certs) -> None:
+    """A peer that opens a TCP connection to a TLS listener and never says hello does not hold it."""
+    from pymq.transport.dispatch import Dispatcher
+    from pymq.transport.server import RpcServer
+    from pymq.transport.tls import server_context
+
+    server = RpcServer(Dispatcher(), ssl=server_context(certs.server_cert, certs.server_key), tls_handshake_timeout=0.5)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        started = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed by the server
+        assert time.monotonic() - started < 5
+        writer.close()
+    finally:
+        await server.close()

@@ -237,3 +237,35 @@ def test_hot_reload_swaps_rules_and_keeps_them_on_a_bad_file(acl_file: Path, int
     assert any(r.get("event") == "acl_reload_failed_keeping_previous_rules" for r in logs)
     send = request(RequestCode.SEND_MESSAGE, {"topic": "audit"}, b"x", creds=APP, opaque=51)
     assert answer(interceptor, send) is None  # old rules still in force
+
+
+def test_hostile_signing_fields_and_bodies_are_refused_not_crashed(interceptor: AclInterceptor) -> None:
+    odd_sig = request(RequestCode.SEND_MESSAGE, {"topic": "orders"}, b"x", creds=APP, opaque=70)
+    odd_sig.ext["Signature"] = "é-not-base64"
+    assert answer(interceptor, odd_sig) == (ResponseCode.NO_PERMISSION, "bad credentials")
+    odd_key = request(RequestCode.SEND_MESSAGE, {"topic": "orders"}, b"x", creds=APP, opaque=71)
+    odd_key.ext[5] = "int key"  # type: ignore[index]
+    assert answer(interceptor, odd_key) == (ResponseCode.NO_PERMISSION, "bad credentials")
+    for ts in (1.5, True, "soon", 2**80):
+        bad_ts = request(RequestCode.SEND_MESSAGE, {"topic": "orders"}, b"x", creds=APP, opaque=72)
+        bad_ts.ext["Timestamp"] = ts
+        refused = answer(interceptor, bad_ts)
+        assert refused is not None and refused[0] == ResponseCode.NO_PERMISSION
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xc1 not msgpack",
+        encode_body([1, 2]),
+        encode_body({"clientID": "c", "consumerDataSet": 5}),
+        encode_body({"clientID": "c", "consumerDataSet": [{"groupName": "billing", "subscriptionDataSet": 7}]}),
+        # an allowed group first, then an entry the check cannot read: nothing of it may be acted on
+        encode_body({"clientID": "c", "consumerDataSet": [{"groupName": "billing"}, "junk"]}),
+    ],
+)
+def test_heartbeat_bodies_the_check_cannot_read_are_refused(interceptor: AclInterceptor, body: bytes) -> None:
+    hb = request(RequestCode.HEART_BEAT, {}, body, creds=APP, opaque=80)
+    refused = answer(interceptor, hb)
+    assert refused is not None and refused[0] == ResponseCode.NO_PERMISSION
+    assert (refused[1] or "").startswith("request body not understood")

@@ -102,3 +102,20 @@ def test_replay_guard_remembers_for_a_window_and_is_bounded() -> None:
     for i in range(1000):
         guard.seen(f"x{i}", 41.0)
     assert len(guard) <= 100
+
+
+def test_a_forked_child_gets_its_own_nonce() -> None:
+    import os
+
+    from pymq.security import signing
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: report its nonce and leave at once
+        os.write(w, signing.PROCESS_NONCE.encode())
+        os._exit(0)
+    os.close(w)
+    child_nonce = os.read(r, 64).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert child_nonce and child_nonce != signing.PROCESS_NONCE
