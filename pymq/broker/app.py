@@ -270,8 +270,11 @@ class BrokerApp:
             self._setup_security()
             check_store_dir(cfg.store.store_dir)
             self.store = MessageStore(cfg.store, store_host=self.address)
+            # Order matters: transactions' half messages first (never delayed), then timers, delay
+            # levels, and priority levels last (a due timer message enters its level when delivered).
+            tx_hook, delay_hook = default_put_hooks(cfg.store.delay_levels_ms)
             timer_hooks = [self.timer.hook] if self.timer is not None else []
-            hooks: list[PutHook] = [*timer_hooks, *default_put_hooks(cfg.store.delay_levels_ms), self.priority_hook]
+            hooks: list[PutHook] = [tx_hook, *timer_hooks, delay_hook, self.priority_hook]
             self.put_path = PutPath(self.store, hooks)
             # Recovery can take seconds: keep the loop free to handle signals meanwhile.
             await asyncio.to_thread(self.store.start)

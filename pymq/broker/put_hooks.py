@@ -82,7 +82,9 @@ class PutPath:
             return [PutResult(refused.status, reason=refused.reason)] * max(
                 len(split.positions) + len(split.rejected), 1
             )
-        if segments is None:
+        if segments is None or (
+            len(segments) == 1 and segments[0][2] is data and segments[0][0] == topic and segments[0][1] == queue_id
+        ):  # no hook moved anything: the batch as it came, with the split already made
             return store.put_batches([(topic, queue_id, data)], splits=[split])[0]
         if len(segments) == 1:
             return self.store.put_batches(segments)[0]

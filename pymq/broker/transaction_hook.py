@@ -5,7 +5,8 @@ As RocketMQ's TransactionalMessageBridge does, the record is re-encoded for
 ``REAL_TOPIC``/``REAL_QID`` properties and the "prepared" transaction type in its sys flag;
 no consumer subscribes to that topic, so the message stays invisible until
 :mod:`pymq.broker.transactions` commits it (re-stores it on its real topic) or rolls it
-back. Transactional messages are never delayed: a ``DELAY`` property is dropped here.
+back. Transactional messages are never delayed: ``DELAY`` and the timer and merge properties
+are dropped here (this hook runs first on the put path, so the timer hook never sees them).
 
 The hook is the only cost plain sends pay for transactions: ``wants`` is one substring
 search of each record's properties for ``TRAN_MSG\\x01`` (the put path's pattern).
@@ -44,6 +45,15 @@ CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 TRANSACTION_TOPICS = frozenset({HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC})
 
 _TRAN = b"TRAN_MSG\x01"
+#: properties that would delay a message: a transactional one is never delayed (as in RocketMQ)
+_NEVER_DELAYED = (
+    Prop.DELAY,
+    Prop.TIMER_DELIVER_MS,
+    Prop.TIMER_DELAY_MS,
+    Prop.TIMER_DELAY_SEC,
+    Prop.MERGE_KEY,
+    Prop.MERGE_WINDOW_MS,
+)
 
 
 class TransactionHook:
@@ -99,7 +109,8 @@ class TransactionHook:
         p = decode_properties(r.properties)
         p[Prop.REAL_TOPIC] = topic
         p[Prop.REAL_QID] = str(queue_id)
-        p.pop(Prop.DELAY, None)
+        for delaying in _NEVER_DELAYED:
+            p.pop(delaying, None)
         rec = reencode(
             r,
             HALF_TOPIC.encode(),

@@ -3,9 +3,10 @@
 Two tasks on the broker's loop (masters only):
 
 * **enqueue** reads the timer topic's consume queues from the checkpointed offsets. Queue 0
-  (plain timers) needs only the 20-byte entries: commitlog offset, size and the delivery
-  time (the tags code). Each becomes one TimerLog unit chained into the wheel slot of its
-  time. Queue 1 (merged delay) also reads the record's properties for its merge key: the
+  (plain timers) takes the 20-byte entries (commitlog offset, size and the delivery time,
+  the tags code) and, for the per-topic pending counts, each record's ``REAL_TOPIC`` (one
+  store-lock hold per batch). Each becomes one TimerLog unit chained into the wheel slot of
+  its time. Queue 1 (merged delay) also reads the record's properties for its merge key: the
   first message of a topic+key is filed, later ones only update the merge index entry.
 * **dequeue** walks the wheel one slot (``timer_precision_ms``) at a time. When the clock
   reaches slot S it reads S's chain, orders it by delivery time (filing order within one
