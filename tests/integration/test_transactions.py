@@ -326,3 +326,16 @@ async def test_sync_facade_runs_local_tx_on_the_caller_and_raises_typed_errors(c
     assert caller[1] == [caller[0], caller[0]]
     assert tx.commits == 1
     assert [m.body for m in stored(cluster, "orders")] == [b"sync"]
+
+
+async def test_a_transactional_message_is_never_delayed_by_a_timer(cluster: LocalCluster) -> None:
+    """The half-message hook runs before the timer hook and drops timer and merge properties (as DELAY)."""
+    msg = Message("orders", b"now")
+    msg.set_delay_ms(60_000)
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
+        await producer.send_in_transaction(msg, lambda m, a: COMMIT)
+        tx = cluster.brokers[0].transactions
+        await wait_until(lambda: tx.commits == 1, what="the commit")
+    [m] = stored(cluster, "orders")
+    assert m.body == b"now" and "TIMER_DELAY_MS" not in m.properties
+    assert stored(cluster, "rmq_sys_wheel_timer") == []
