@@ -278,6 +278,15 @@ async def test_a_thousand_concurrent_transactions_deliver_exactly_the_committed_
         expected = sorted(k for k, v in truth.items() if v is COMMIT)
         assert sorted(m.body.decode() for m in stored(cluster, "orders")) == expected
         assert tx.pending() == []
+        # The next check round moves both positions to the queues' ends and forgets every op.
+        store = cluster.brokers[0].store
+        assert store is not None
+
+        def caught_up() -> bool:
+            ends = (store.max_offset(HALF_TOPIC, 0), store.max_offset(OP_TOPIC, 0))
+            return (tx.half_offset, tx.op_offset) == ends and not tx.resolved
+
+        await wait_until(caught_up, timeout=10, what="half and op positions at the end")
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "transactions_sqlite.py"
