@@ -159,8 +159,9 @@ class TransactionalMessageService:
     def load(self) -> None:
         """Read the positions, replay the op log and compute the horizon (before serving)."""
         data = read_json(self.path) or {}
-        self.half_offset = int(data.get("halfOffset", 0))
-        self.op_offset = int(data.get("opOffset", 0))
+        # Never past the queues' ends (a store that lost its tail in an OS crash): nothing may be skipped.
+        self.half_offset = min(int(data.get("halfOffset", 0)), self.store.max_offset(HALF_TOPIC, 0))
+        self.op_offset = min(int(data.get("opOffset", 0)), self.store.max_offset(OP_TOPIC, 0))
         self._saved = (self.half_offset, self.op_offset)
         self._op_next = self.op_offset
         self.horizon = min((e.origin for e in self.scan().live), default=self.half_offset)

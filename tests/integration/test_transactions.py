@@ -335,3 +335,21 @@ async def test_sync_facade_runs_local_tx_on_the_caller_and_raises_typed_errors(c
     assert caller[1] == [caller[0], caller[0]]
     assert tx.commits == 1
     assert [m.body for m in stored(cluster, "orders")] == [b"sync"]
+
+
+async def test_positions_past_the_queue_ends_are_clamped_at_start(tmp_path: Path) -> None:
+    """A state file ahead of the store (its tail lost in an OS crash) must not hide new half messages."""
+    import json
+
+    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS) as cluster:
+        await cluster.create_topic("orders", 2)
+        broker = cluster.brokers[0]
+        state = Path(broker.config.store.store_dir) / "config" / "transactionOffset.json"
+        await cluster.stop_broker(broker)
+        state.write_text(json.dumps({"halfOffset": 10**6, "opOffset": 10**6}))
+        restarted = await cluster.add_broker(0)
+        await cluster.wait_for_route("orders", 1)
+        assert restarted.transactions.state() == {"halfOffset": 0, "opOffset": 0}
+        async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
+            await producer.send_in_transaction(Message("orders", b"seen"), lambda m, a: UNKNOWN)
+            await wait_until(lambda: len(stored(cluster, "orders")) == 1, timeout=15, what="the checked-back commit")
