@@ -16,7 +16,7 @@ message's *origin* (its first offset in the half queue):
 A message whose outcome is still unknown is *checked back* by
 :class:`~pymq.broker.transaction_check.TransactionCheckService`: as RocketMQ does, the
 half message is first stored again at the end of the half queue (``put back``, with
-``TRANSACTION_CHECK_TIMES`` + 1 and pymq's ``TRAN_ORIGIN_OFFSET`` naming the origin), so
+``TRANSACTION_CHECK_TIMES`` + 1 and ``TRAN_PREPARED_QUEUE_OFFSET`` naming the origin), so
 the queue's scan position can move on, then a producer of its group is asked. Every copy
 of a message shares its origin, so an outcome for any copy resolves them all and a late
 duplicate END_TRANSACTION never commits twice.
@@ -71,8 +71,9 @@ if TYPE_CHECKING:
 
 log = get_logger("broker.transactions")
 
-#: pymq's property on put-back copies: the half-queue offset of the message's first copy
-ORIGIN_OFFSET = "TRAN_ORIGIN_OFFSET"
+#: on put-back copies: the half-queue offset of the message's first copy, its *origin*
+#: (RocketMQ's PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, which it sets on its immunity copies)
+ORIGIN_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 #: the internal reader's group name (RocketMQ's CID_SYS_RMQ_TRANS)
 SYSTEM_GROUP = "CID_SYS_RMQ_TRANS"
 #: the op records' tag (RocketMQ's REMOVETAG)

@@ -13,7 +13,7 @@ TX = encode_properties({"TRAN_MSG": "true", "PGROUP": "g", "KEYS": "k1", "TAGS":
 
 
 def rec(body: bytes, props: bytes = b"", topic: str = "orders") -> bytes:
-    return encode_record(topic.encode(), body, props, sys_flag=1)
+    return encode_record(topic.encode(), body, props, sys_flag=1 | TRANSACTION_PREPARED_TYPE)
 
 
 def test_plain_records_do_not_interest_the_hook() -> None:
@@ -44,7 +44,7 @@ def test_a_transactional_record_moves_to_the_half_topic_with_its_real_topic_and_
     assert props["REAL_TOPIC"] == "orders" and props["REAL_QID"] == "2"
     assert props["KEYS"] == "k1" and props["TAGS"] == "paid" and props["PGROUP"] == "g"
     assert "DELAY" not in props  # a half message is never delayed (the delay hook left it alone)
-    assert half.sys_flag == 1 | TRANSACTION_PREPARED_TYPE  # compression bit kept, prepared type set
+    assert half.sys_flag == 1  # compression bit kept, transaction type reset (RocketMQ: TRANSACTION_NOT_TYPE)
     assert path.hooks[0].halves == 1  # type: ignore[attr-defined]
 
 
