@@ -353,3 +353,13 @@ async def test_positions_past_the_queue_ends_are_clamped_at_start(tmp_path: Path
         async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
             await producer.send_in_transaction(Message("orders", b"seen"), lambda m, a: UNKNOWN)
             await wait_until(lambda: len(stored(cluster, "orders")) == 1, timeout=15, what="the checked-back commit")
+
+
+async def test_a_takeover_producer_for_an_unknown_topic_fails_to_start_cleanly(cluster: LocalCluster) -> None:
+    from pymq.errors import NoRouteError
+
+    producer = TransactionProducer(cluster.namesrv_addr, "tx-p", never, topics=["no-such-topic"])
+    with pytest.raises(NoRouteError):
+        await producer.start()
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", never, topics=["orders"]):
+        pass  # the group is free again: the failed start released it
