@@ -349,7 +349,7 @@ async def test_positions_past_the_queue_ends_are_clamped_at_start(tmp_path: Path
         state.write_text(json.dumps({"halfOffset": 10**6, "opOffset": 10**6}))
         restarted = await cluster.add_broker(0)
         await cluster.wait_for_route("orders", 1)
-        assert restarted.transactions.state() == {"halfOffset": 0, "opOffset": 0}
+        assert restarted.transactions.state() == {"halfOffset": 0, "opOffset": 0, "horizon": 0}
         async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
             await producer.send_in_transaction(Message("orders", b"seen"), lambda m, a: UNKNOWN)
             await wait_until(lambda: len(stored(cluster, "orders")) == 1, timeout=15, what="the checked-back commit")
@@ -363,3 +363,38 @@ async def test_a_takeover_producer_for_an_unknown_topic_fails_to_start_cleanly(c
         await producer.start()
     async with TransactionProducer(cluster.namesrv_addr, "tx-p", never, topics=["orders"]):
         pass  # the group is free again: the failed start released it
+
+
+async def test_a_resolved_message_with_a_copy_past_the_positions_stays_resolved_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A (checked once: a copy after B) is committed; B waits. A's op record is then passed (its origin is
+    below B's), but A's copy lies past halfOffset: after a restart it must not be checked and committed again."""
+    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS) as cluster:
+        await cluster.create_topic("orders", 1)
+        answer = [UNKNOWN]
+        async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: answer[0]) as producer:
+            a = await producer.send_half(Message("orders", b"A"))
+            await producer.send_half(Message("orders", b"B"), transaction_timeout=60)
+            tx = cluster.brokers[0].transactions
+            await wait_until(lambda: tx.checks >= 1, timeout=15, what="A checked back (put back after B)")
+            await producer.end_transaction(a, COMMIT)
+            store = cluster.brokers[0].store
+            assert store is not None
+            await wait_until(
+                lambda: (
+                    tx.commits == 1 and tx.op_offset == store.max_offset(OP_TOPIC, 0) and tx.horizon > a.queue_offset
+                ),
+                timeout=10,
+                what="A's op record passed",
+            )
+            assert tx.half_offset < store.max_offset(HALF_TOPIC, 0) - 1  # A's copy lies past it
+            broker = cluster.brokers[0]
+            await cluster.stop_broker(broker)
+            answer[0] = COMMIT  # a check of A now would commit it a second time
+            restarted = await cluster.add_broker(0, port=int(broker.address.rpartition(":")[2]))
+            assert [p["msgId"] for p in restarted.transactions.pending()] == [
+                m.properties["UNIQ_KEY"] for m in stored(cluster, HALF_TOPIC) if m.body == b"B"
+            ]
+            await asyncio.sleep(2.0)  # past the timeout and a few check rounds
+        assert [m.body for m in stored(cluster, "orders")] == [b"A"]
