@@ -21,7 +21,7 @@ from pymq.protocol.message import decode_message
 from pymq.protocol.record import iter_spans
 from pymq.protocol.requests import EndTransactionRequest
 from pymq.protocol.transaction import TRANSACTION_COMMIT_TYPE
-from pymq.testing import LocalCluster
+from pymq.testing import LocalCluster, capture_logs
 from tests.helpers import wait_until, wait_until_sync
 
 pytestmark = pytest.mark.integration
@@ -147,10 +147,13 @@ async def test_checks_used_up_go_to_the_check_max_topic(tmp_path: Path) -> None:
     async with LocalCluster(tmp_path / "c", broker=broker) as cluster:
         await cluster.create_topic("orders", 2)
         asked = []
-        async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: asked.append(m) or UNKNOWN) as p:
-            await p.send_in_transaction(Message("orders", b"limbo", keys=["k1"]), lambda m, a: UNKNOWN)
-            tx = cluster.brokers[0].transactions
-            await wait_until(lambda: tx.discarded == 1, timeout=20, what="the discard")
+        with capture_logs() as events:
+            async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: asked.append(m) or UNKNOWN) as p:
+                await p.send_in_transaction(Message("orders", b"limbo", keys=["k1"]), lambda m, a: UNKNOWN)
+                tx = cluster.brokers[0].transactions
+                await wait_until(lambda: tx.discarded == 1, timeout=20, what="the discard")
+        [logged] = [e for e in events if e["event"] == "transaction_discarded"]
+        assert logged["log_level"] == "warning" and logged["to"] == CHECK_MAX_TOPIC and logged["group"] == "tx-p"
         assert len(asked) == 2 and tx.checks == 2
         [gone] = stored(cluster, CHECK_MAX_TOPIC)
         assert gone.body == b"limbo" and gone.keys == ["k1"] and gone.properties["REAL_TOPIC"] == "orders"
