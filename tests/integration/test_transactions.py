@@ -401,3 +401,18 @@ async def test_a_resolved_message_with_a_copy_past_the_positions_stays_resolved_
             ]
             await asyncio.sleep(2.0)  # past the timeout and a few check rounds
         assert [m.body for m in stored(cluster, "orders")] == [b"A"]
+
+
+async def test_check_settings_change_at_runtime(tmp_path: Path) -> None:
+    """UPDATE_BROKER_CONFIG reaches the check service: a 60 s timeout lowered to 1 s checks at once."""
+    slow = {"transaction_timeout_seconds": 60.0, "transaction_check_interval_seconds": 0.2}
+    async with LocalCluster(tmp_path / "c", broker=slow) as cluster:
+        await cluster.create_topic("orders", 1)
+        async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
+            await producer.send_in_transaction(Message("orders", b"x"), lambda m, a: UNKNOWN)
+            await asyncio.sleep(1.5)
+            tx = cluster.brokers[0].transactions
+            assert tx.checks == 0
+            async with AdminClient(cluster.namesrv_addr) as admin:
+                await admin.update_broker_config({"transaction_timeout_seconds": 1})
+            await wait_until(lambda: tx.commits == 1, timeout=10, what="the check-back under the new timeout")
