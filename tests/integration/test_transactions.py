@@ -227,6 +227,7 @@ async def test_pending_listing_and_metrics(cluster: LocalCluster) -> None:
     assert series["pymq_transaction_commits_total"] == 1
     assert series["pymq_transaction_rollbacks_total"] == 1
     assert series["pymq_transaction_checks_total"] == 0
+    assert series["pymq_transaction_pending_messages"] == 1  # "a" waits (60 s before its first check)
 
 
 async def test_pending_half_messages_survive_a_restart_and_commit_after_it(tmp_path: Path) -> None:
