@@ -35,6 +35,10 @@ RUNTIME_SETTINGS = {
     "store.file_reserved_hours",
     "store.delete_when",
     "store.simulated_disk_capacity",
+    # transactional messages: the check service reads them every round
+    "transaction_timeout_seconds",
+    "transaction_check_max",
+    "transaction_check_interval_seconds",
 }
 
 

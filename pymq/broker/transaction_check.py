@@ -1,10 +1,11 @@
 """Check-back: ask a live producer about half messages that have waited too long for an outcome.
 
 RocketMQ's TransactionalMessageCheckService, as a broker :class:`~pymq.broker.service.Service`.
-Every ``transaction_check_interval_seconds`` it scans the half queue from its scan position
-(:meth:`TransactionalMessageService.scan`) and, for the latest copy of each unresolved
-message older than its timeout (``transaction_timeout_seconds``, or the message's
-``CHECK_IMMUNITY_TIME_IN_SECONDS`` before its first check):
+Every ``transaction_check_interval_seconds`` it brings the waiting half messages up to date
+(:meth:`TransactionalMessageService.waiting`: only what was stored since the last round is
+read) and, for the latest copy of each unresolved message older than its timeout
+(``transaction_timeout_seconds``, or the message's ``CHECK_IMMUNITY_TIME_IN_SECONDS``
+before its first check):
 
 * if it was checked ``transaction_check_max`` times already, it is stored in
   ``TRANS_CHECK_MAX_TIME_TOPIC`` and resolved (logged as ``transaction_discarded``);
@@ -89,34 +90,23 @@ class TransactionCheckService:
     def check(self) -> int:
         """One round; returns how many producers were asked."""
         svc = self.service
-        scan = svc.scan()
         now = self.clock.time_ms()
         timeout_ms = int(self.config.transaction_timeout_seconds * 1000)
         check_max = self.config.transaction_check_max
-        still: list[HalfEntry] = []
         asked = 0
-        for e in scan.live:
+        for e in svc.waiting():
             wait_ms = e.immunity_ms if e.check_times == 0 and e.immunity_ms else timeout_ms
             if now - e.store_timestamp < wait_ms:
-                still.append(e)
                 continue
             if e.check_times >= check_max:
-                if not svc.discard(e):
-                    still.append(e)
+                svc.discard(e)  # resolved (or, if the store refused, tried again next round)
                 continue
-            res = svc.put_back(e)
-            if res is None:
-                still.append(e)
+            if svc.put_back(e) is None:
                 continue
             svc.checks += 1
-            copy = HalfEntry(
-                res.queue_offset, res.physical_offset, res.store_timestamp, e.origin, e.group,
-                e.check_times + 1, e.immunity_ms, e.props,
-            )  # fmt: skip
-            still.append(copy)
-            if self._ask(copy):
+            if self._ask(svc.live[e.origin]):
                 asked += 1
-        svc.advance(still, scan.end)
+        svc.advance()
         return asked
 
     def _ask(self, e: HalfEntry) -> bool:

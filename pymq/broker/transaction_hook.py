@@ -2,7 +2,7 @@
 
 As RocketMQ's TransactionalMessageBridge does, the record is re-encoded for
 ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with its real topic and queue in the
-``REAL_TOPIC``/``REAL_QID`` properties and the "prepared" transaction type in its sys flag;
+``REAL_TOPIC``/``REAL_QID`` properties and its sys flag's transaction bits cleared (as RocketMQ does);
 no consumer subscribes to that topic, so the message stays invisible until
 :mod:`pymq.broker.transactions` commits it (re-stores it on its real topic) or rolls it
 back. Transactional messages are never delayed: ``DELAY`` and the timer and merge properties
@@ -31,7 +31,7 @@ from pymq.protocol.record import (
     reencode,
 )
 from pymq.protocol.record_batch import SplitBatch, any_property_contains
-from pymq.protocol.transaction import TRANSACTION_PREPARED_TYPE, with_transaction_type
+from pymq.protocol.transaction import TRANSACTION_NOT_TYPE, with_transaction_type
 
 if TYPE_CHECKING:
     from pymq.broker.store import MessageStore
@@ -115,7 +115,7 @@ class TransactionHook:
             r,
             HALF_TOPIC.encode(),
             encode_properties(p),
-            sys_flag=with_transaction_type(r.sys_flag, TRANSACTION_PREPARED_TYPE),
+            sys_flag=with_transaction_type(r.sys_flag, TRANSACTION_NOT_TYPE),
         )
         if len(rec) > self.max_message_size:
             return None

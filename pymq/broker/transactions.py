@@ -16,16 +16,20 @@ message's *origin* (its first offset in the half queue):
 A message whose outcome is still unknown is *checked back* by
 :class:`~pymq.broker.transaction_check.TransactionCheckService`: as RocketMQ does, the
 half message is first stored again at the end of the half queue (``put back``, with
-``TRANSACTION_CHECK_TIMES`` + 1 and pymq's ``TRAN_ORIGIN_OFFSET`` naming the origin), so
+``TRANSACTION_CHECK_TIMES`` + 1 and ``TRAN_PREPARED_QUEUE_OFFSET`` naming the origin), so
 the queue's scan position can move on, then a producer of its group is asked. Every copy
 of a message shares its origin, so an outcome for any copy resolves them all and a late
 duplicate END_TRANSACTION never commits twice.
 
-State: the scan position in the half queue (``halfOffset``) and the op-log position
-(``opOffset``) in ``config/transactionOffset.json``. At start the op log is replayed from
-``opOffset`` into the set of resolved origins. The op position only moves past op
-records whose origin is below every half message still waiting (the *horizon*): an
-origin below the horizon is resolved, whatever the op set still remembers.
+State: the half messages still waiting (``live``: the latest copy per origin), kept up to
+date incrementally: each :meth:`refresh` reads only the half and op records stored since
+the last one, so a check round costs what arrived plus what waits, never a rescan of
+resolved messages. Persisted in ``config/transactionOffset.json``: ``halfOffset`` (the
+oldest waiting copy: everything before it is resolved or superseded), ``opOffset`` and
+``horizon``. At start the op log is replayed from ``opOffset`` and the half queue read
+from ``halfOffset``.
+The op position only moves past op records whose origin is below every waiting message
+(the *horizon*): an origin below the horizon is resolved, whatever the op set remembers.
 """
 
 from __future__ import annotations
@@ -71,8 +75,9 @@ if TYPE_CHECKING:
 
 log = get_logger("broker.transactions")
 
-#: pymq's property on put-back copies: the half-queue offset of the message's first copy
-ORIGIN_OFFSET = "TRAN_ORIGIN_OFFSET"
+#: on put-back copies: the half-queue offset of the message's first copy, its *origin*
+#: (RocketMQ's PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, which it sets on its immunity copies)
+ORIGIN_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 #: the internal reader's group name (RocketMQ's CID_SYS_RMQ_TRANS)
 SYSTEM_GROUP = "CID_SYS_RMQ_TRANS"
 #: the op records' tag (RocketMQ's REMOVETAG)
@@ -112,15 +117,6 @@ class HalfEntry:
         }
 
 
-@dataclass(slots=True)
-class Scan:
-    """The half queue from the scan position on: the latest copy of each unresolved message."""
-
-    live: list[HalfEntry]
-    #: the half queue's end when it was read
-    end: int
-
-
 class TransactionalMessageService:
     """Commit, rollback, the op log and the pending half messages of one broker."""
 
@@ -143,11 +139,15 @@ class TransactionalMessageService:
         self.resolved: set[int] = set()
         #: (op queue offset, origin) of the op records from ``op_offset`` on, in order
         self._ops: deque[tuple[int, int]] = deque()
-        #: origins below it are resolved (set by each scan)
+        #: origins below it are resolved (set by each refresh)
         self.horizon = 0
+        #: origin -> the latest stored copy of each half message still waiting for an outcome
+        self.live: dict[int, HalfEntry] = {}
+        #: the half queue offset after the last record read
+        self._half_next = 0
         #: the op queue offset after the last op record known here
         self._op_next = 0
-        self._saved: tuple[int, int] = (-1, -1)
+        self._saved: tuple[int, int, int] = (-1, -1, -1)
         # counters (metrics)
         self.commits = 0
         self.rollbacks = 0
@@ -159,11 +159,15 @@ class TransactionalMessageService:
     def load(self) -> None:
         """Read the positions, replay the op log and compute the horizon (before serving)."""
         data = read_json(self.path) or {}
-        self.half_offset = int(data.get("halfOffset", 0))
-        self.op_offset = int(data.get("opOffset", 0))
-        self._saved = (self.half_offset, self.op_offset)
+        # Never past the queues' ends (a store that lost its tail in an OS crash): nothing may be skipped.
+        self.half_offset = min(int(data.get("halfOffset", 0)), self.store.max_offset(HALF_TOPIC, 0))
+        self.op_offset = min(int(data.get("opOffset", 0)), self.store.max_offset(OP_TOPIC, 0))
+        # Origins below it are resolved even if their op records were passed (pymq's own field).
+        self.horizon = min(int(data.get("horizon", 0)), self.half_offset)
+        self._saved = (self.half_offset, self.op_offset, self.horizon)
         self._op_next = self.op_offset
-        self.horizon = min((e.origin for e in self.scan().live), default=self.half_offset)
+        self._half_next = self.half_offset
+        self.refresh()
 
     def _catch_up_ops(self) -> None:
         """Read op records stored since the last one known (at start; on a slave, what replication brought)."""
@@ -177,10 +181,10 @@ class TransactionalMessageService:
             self._ops.append((r.queue_offset, origin))
 
     def state(self) -> dict[str, int]:
-        return {"halfOffset": self.half_offset, "opOffset": self.op_offset}
+        return {"halfOffset": self.half_offset, "opOffset": self.op_offset, "horizon": self.horizon}
 
     def persist_if_changed(self) -> None:
-        now = (self.half_offset, self.op_offset)
+        now = (self.half_offset, self.op_offset, self.horizon)
         if now != self._saved:
             write_json_atomic(self.path, self.state())
             self._saved = now
@@ -210,23 +214,25 @@ class TransactionalMessageService:
                 return out
             offset = res.next_begin_offset
 
-    def scan(self) -> Scan:
-        """The unresolved half messages from the scan position on (the latest copy of each)."""
+    def refresh(self) -> None:
+        """Read the op and half records stored since the last refresh into ``resolved`` and ``live``."""
         self._catch_up_ops()  # on a master: one read that finds nothing new
-        latest: dict[int, HalfEntry] = {}
-        end = self.half_offset
-        for r in self._records(HALF_TOPIC, self.half_offset):
-            end = r.queue_offset + 1
+        live, resolved = self.live, self.resolved
+        for origin in [o for o in live if o in resolved]:
+            del live[origin]
+        for r in self._records(HALF_TOPIC, self._half_next):
+            self._half_next = r.queue_offset + 1
             props = decode_properties(r.properties)
             raw_origin = props.get(ORIGIN_OFFSET, "")
             origin = int(raw_origin) if raw_origin.isdigit() else r.queue_offset
             if self.is_resolved(origin):
-                latest.pop(origin, None)
                 continue
+            known = live.get(origin)
+            if known is not None and known.queue_offset >= r.queue_offset:
+                continue  # an older copy: the newer one (put back by the check service) stands
             raw_times = props.get(TRANSACTION_CHECK_TIMES, "0")
             raw_immunity = props.get(CHECK_IMMUNITY_TIME_IN_SECONDS, "")
-            latest.pop(origin, None)  # a later copy replaces an earlier one (and goes last)
-            latest[origin] = HalfEntry(
+            live[origin] = HalfEntry(
                 queue_offset=r.queue_offset,
                 commitlog_offset=r.physical_offset,
                 store_timestamp=r.store_timestamp,
@@ -236,26 +242,28 @@ class TransactionalMessageService:
                 immunity_ms=int(raw_immunity) * 1000 if raw_immunity.isdigit() else 0,
                 props=props,
             )
-        return Scan(sorted(latest.values(), key=lambda e: e.queue_offset), max(end, self.half_offset))
+        self._half_next = max(self._half_next, self.half_offset)
+        self.horizon = min(live, default=self._half_next)
+
+    def waiting(self) -> list[HalfEntry]:
+        """The half messages still waiting for an outcome, oldest copy first (after a refresh)."""
+        self.refresh()
+        return sorted(self.live.values(), key=lambda e: e.queue_offset)
 
     def pending(self, group: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         """What admins see: the half messages still waiting for an outcome (oldest first)."""
-        live = self.scan().live
-        return [e.summary() for e in live if group is None or e.group == group][:limit]
+        return [e.summary() for e in self.waiting() if group is None or e.group == group][:limit]
 
-    def advance(self, live: list[HalfEntry], end: int) -> None:
-        """Move the scan and op positions after a check round (``live``: what still waits)."""
-        self.half_offset = min((e.queue_offset for e in live), default=end)
-        self.horizon = min((e.origin for e in live), default=self.half_offset)
+    def advance(self) -> None:
+        """Move the persisted positions after a check round: past everything resolved or superseded."""
+        live = self.live
+        self.half_offset = min((e.queue_offset for e in live.values()), default=self._half_next)
+        self.horizon = horizon = min(live, default=self._half_next)
         ops = self._ops
-        horizon = self.horizon
         while ops and ops[0][1] < horizon:
             ops.popleft()
-        self.op_offset = ops[0][0] if ops else max(self.op_offset, self._op_end())
+        self.op_offset = ops[0][0] if ops else max(self.op_offset, self._op_next)
         self.resolved = {o for o in self.resolved if o >= horizon}
-
-    def _op_end(self) -> int:
-        return self.store.max_offset(OP_TOPIC, 0)
 
     # --- outcomes ----------------------------------------------------------------------------------------
 
@@ -353,6 +361,7 @@ class TransactionalMessageService:
         return True
 
     def _op_stored(self, res: PutResult, origin: int) -> None:
+        self.live.pop(origin, None)
         self.resolved.add(origin)
         self._ops.append((res.queue_offset, origin))
         self._op_next = res.queue_offset + 1
@@ -373,6 +382,11 @@ class TransactionalMessageService:
         if res.status != PutStatus.PUT_OK:
             log.warning("half_put_back_failed", origin=e.origin, status=res.status.name, reason=res.reason)
             return None
+        # The copy stands for the message from now on (the next refresh reads the same record).
+        self.live[e.origin] = HalfEntry(
+            res.queue_offset, res.physical_offset, res.store_timestamp, e.origin, e.group,
+            e.check_times + 1, e.immunity_ms, props,
+        )  # fmt: skip
         return res
 
     def discard(self, e: HalfEntry) -> bool:
@@ -405,4 +419,4 @@ class TransactionalMessageService:
         return random.choice(open_) if open_ else None
 
 
-__all__ = ["ORIGIN_OFFSET", "SYSTEM_GROUP", "HalfEntry", "Scan", "TransactionalMessageService"]
+__all__ = ["ORIGIN_OFFSET", "SYSTEM_GROUP", "HalfEntry", "TransactionalMessageService"]

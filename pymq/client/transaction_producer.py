@@ -101,8 +101,12 @@ class TransactionProducer(Producer):
             return self
         await super().start()
         if self.initial_topics:
-            for topic in self.initial_topics:
-                await self.queues_for(topic)
+            try:
+                for topic in self.initial_topics:
+                    await self.queues_for(topic)
+            except BaseException:
+                await self.close()
+                raise
             await self._instance().send_heartbeat_to_all()
         return self
 

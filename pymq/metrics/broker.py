@@ -192,6 +192,11 @@ class BrokerCollector:
         yield CounterMetricFamily(
             "pymq_transaction_checks", "Check-backs of half messages (put back and asked).", value=tx.checks
         )
+        yield gauge(
+            "pymq_transaction_pending_messages",
+            "Half messages waiting for a commit or rollback (as of the last check round).",
+            len(tx.live),
+        )
         yield CounterMetricFamily(
             "pymq_transaction_discarded",
             "Half messages moved to TRANS_CHECK_MAX_TIME_TOPIC after their last check-back.",

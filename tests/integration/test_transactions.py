@@ -21,7 +21,7 @@ from pymq.protocol.message import decode_message
 from pymq.protocol.record import iter_spans
 from pymq.protocol.requests import EndTransactionRequest
 from pymq.protocol.transaction import TRANSACTION_COMMIT_TYPE
-from pymq.testing import LocalCluster
+from pymq.testing import LocalCluster, capture_logs
 from tests.helpers import wait_until, wait_until_sync
 
 pytestmark = pytest.mark.integration
@@ -147,10 +147,13 @@ async def test_checks_used_up_go_to_the_check_max_topic(tmp_path: Path) -> None:
     async with LocalCluster(tmp_path / "c", broker=broker) as cluster:
         await cluster.create_topic("orders", 2)
         asked = []
-        async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: asked.append(m) or UNKNOWN) as p:
-            await p.send_in_transaction(Message("orders", b"limbo", keys=["k1"]), lambda m, a: UNKNOWN)
-            tx = cluster.brokers[0].transactions
-            await wait_until(lambda: tx.discarded == 1, timeout=20, what="the discard")
+        with capture_logs() as events:
+            async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: asked.append(m) or UNKNOWN) as p:
+                await p.send_in_transaction(Message("orders", b"limbo", keys=["k1"]), lambda m, a: UNKNOWN)
+                tx = cluster.brokers[0].transactions
+                await wait_until(lambda: tx.discarded == 1, timeout=20, what="the discard")
+        [logged] = [e for e in events if e["event"] == "transaction_discarded"]
+        assert logged["log_level"] == "warning" and logged["to"] == CHECK_MAX_TOPIC and logged["group"] == "tx-p"
         assert len(asked) == 2 and tx.checks == 2
         [gone] = stored(cluster, CHECK_MAX_TOPIC)
         assert gone.body == b"limbo" and gone.keys == ["k1"] and gone.properties["REAL_TOPIC"] == "orders"
@@ -224,6 +227,7 @@ async def test_pending_listing_and_metrics(cluster: LocalCluster) -> None:
     assert series["pymq_transaction_commits_total"] == 1
     assert series["pymq_transaction_rollbacks_total"] == 1
     assert series["pymq_transaction_checks_total"] == 0
+    assert series["pymq_transaction_pending_messages"] == 1  # "a" waits (60 s before its first check)
 
 
 async def test_pending_half_messages_survive_a_restart_and_commit_after_it(tmp_path: Path) -> None:
@@ -278,6 +282,15 @@ async def test_a_thousand_concurrent_transactions_deliver_exactly_the_committed_
         expected = sorted(k for k, v in truth.items() if v is COMMIT)
         assert sorted(m.body.decode() for m in stored(cluster, "orders")) == expected
         assert tx.pending() == []
+        # The next check round moves both positions to the queues' ends and forgets every op.
+        store = cluster.brokers[0].store
+        assert store is not None
+
+        def caught_up() -> bool:
+            ends = (store.max_offset(HALF_TOPIC, 0), store.max_offset(OP_TOPIC, 0))
+            return (tx.half_offset, tx.op_offset) == ends and not tx.resolved
+
+        await wait_until(caught_up, timeout=10, what="half and op positions at the end")
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "transactions_sqlite.py"
@@ -339,3 +352,81 @@ async def test_a_transactional_message_is_never_delayed_by_a_timer(cluster: Loca
     [m] = stored(cluster, "orders")
     assert m.body == b"now" and "TIMER_DELAY_MS" not in m.properties
     assert stored(cluster, "rmq_sys_wheel_timer") == []
+
+
+async def test_positions_past_the_queue_ends_are_clamped_at_start(tmp_path: Path) -> None:
+    """A state file ahead of the store (its tail lost in an OS crash) must not hide new half messages."""
+    import json
+
+    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS) as cluster:
+        await cluster.create_topic("orders", 2)
+        broker = cluster.brokers[0]
+        state = Path(broker.config.store.store_dir) / "config" / "transactionOffset.json"
+        await cluster.stop_broker(broker)
+        state.write_text(json.dumps({"halfOffset": 10**6, "opOffset": 10**6}))
+        restarted = await cluster.add_broker(0)
+        await cluster.wait_for_route("orders", 1)
+        assert restarted.transactions.state() == {"halfOffset": 0, "opOffset": 0, "horizon": 0}
+        async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
+            await producer.send_in_transaction(Message("orders", b"seen"), lambda m, a: UNKNOWN)
+            await wait_until(lambda: len(stored(cluster, "orders")) == 1, timeout=15, what="the checked-back commit")
+
+
+async def test_a_takeover_producer_for_an_unknown_topic_fails_to_start_cleanly(cluster: LocalCluster) -> None:
+    from pymq.errors import NoRouteError
+
+    producer = TransactionProducer(cluster.namesrv_addr, "tx-p", never, topics=["no-such-topic"])
+    with pytest.raises(NoRouteError):
+        await producer.start()
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", never, topics=["orders"]):
+        pass  # the group is free again: the failed start released it
+
+
+async def test_a_resolved_message_with_a_copy_past_the_positions_stays_resolved_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A (checked once: a copy after B) is committed; B waits. A's op record is then passed (its origin is
+    below B's), but A's copy lies past halfOffset: after a restart it must not be checked and committed again."""
+    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS) as cluster:
+        await cluster.create_topic("orders", 1)
+        answer = [UNKNOWN]
+        async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: answer[0]) as producer:
+            a = await producer.send_half(Message("orders", b"A"))
+            await producer.send_half(Message("orders", b"B"), transaction_timeout=60)
+            tx = cluster.brokers[0].transactions
+            await wait_until(lambda: tx.checks >= 1, timeout=15, what="A checked back (put back after B)")
+            await producer.end_transaction(a, COMMIT)
+            store = cluster.brokers[0].store
+            assert store is not None
+            await wait_until(
+                lambda: (
+                    tx.commits == 1 and tx.op_offset == store.max_offset(OP_TOPIC, 0) and tx.horizon > a.queue_offset
+                ),
+                timeout=10,
+                what="A's op record passed",
+            )
+            assert tx.half_offset < store.max_offset(HALF_TOPIC, 0) - 1  # A's copy lies past it
+            broker = cluster.brokers[0]
+            await cluster.stop_broker(broker)
+            answer[0] = COMMIT  # a check of A now would commit it a second time
+            restarted = await cluster.add_broker(0, port=int(broker.address.rpartition(":")[2]))
+            assert [p["msgId"] for p in restarted.transactions.pending()] == [
+                m.properties["UNIQ_KEY"] for m in stored(cluster, HALF_TOPIC) if m.body == b"B"
+            ]
+            await asyncio.sleep(2.0)  # past the timeout and a few check rounds
+        assert [m.body for m in stored(cluster, "orders")] == [b"A"]
+
+
+async def test_check_settings_change_at_runtime(tmp_path: Path) -> None:
+    """UPDATE_BROKER_CONFIG reaches the check service: a 60 s timeout lowered to 1 s checks at once."""
+    slow = {"transaction_timeout_seconds": 60.0, "transaction_check_interval_seconds": 0.2}
+    async with LocalCluster(tmp_path / "c", broker=slow) as cluster:
+        await cluster.create_topic("orders", 1)
+        async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
+            await producer.send_in_transaction(Message("orders", b"x"), lambda m, a: UNKNOWN)
+            await asyncio.sleep(1.5)
+            tx = cluster.brokers[0].transactions
+            assert tx.checks == 0
+            async with AdminClient(cluster.namesrv_addr) as admin:
+                await admin.update_broker_config({"transaction_timeout_seconds": 1})
+            await wait_until(lambda: tx.commits == 1, timeout=10, what="the check-back under the new timeout")

@@ -37,3 +37,21 @@ async def async_iteration() -> None:
         assert_type(msg, MessageExt)
     async for batch in consumer.batches():
         assert_type(batch, list[MessageExt])
+
+
+def transactional_calls() -> None:
+    from pymq.client.sync import TransactionProducer, TransactionSendResult, TransactionState
+
+    def local_tx(msg: Message, arg: object) -> TransactionState:
+        return TransactionState.COMMIT
+
+    def checker(msg: MessageExt) -> TransactionState:
+        return TransactionState.ROLLBACK
+
+    with TransactionProducer("127.0.0.1:9876", "g", checker) as producer:
+        assert_type(producer, TransactionProducer)
+        result = producer.send_in_transaction(Message("t", b"x"), local_tx, 1, transaction_timeout=30)
+        assert_type(result, TransactionSendResult)
+        assert_type(result.local_state, TransactionState)
+        assert_type(producer.send_half(Message("t", b"x")), SendResult)
+        producer.end_transaction(producer.send_half(Message("t", b"x")), TransactionState.COMMIT)

@@ -1,0 +1,103 @@
+"""TransactionProducer against a scripted MockBroker: what it sends for each local outcome."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from pymq.client.transaction_producer import TransactionProducer, TransactionState
+from pymq.errors import LocalTransactionError, TransactionError
+from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.frame import Command
+from pymq.protocol.message import Message
+from pymq.protocol.record import decode_properties, parse_record
+from pymq.testing import MockBroker
+from tests.helpers import wait_until
+
+END = RequestCode.END_TRANSACTION
+
+
+@pytest.fixture
+async def broker() -> AsyncIterator[MockBroker]:
+    async with MockBroker("broker-a") as a:
+        a.add_topic("orders", [a], queues=1)
+        yield a
+
+
+def never(msg: object) -> TransactionState:
+    raise AssertionError("no check-back here")
+
+
+async def test_commit_sends_the_half_message_then_a_oneway_end_naming_it(broker: MockBroker) -> None:
+    calls = []
+
+    async def local_tx(msg: Message, arg: object) -> TransactionState:
+        calls.append(arg)
+        assert len(broker.requests_of(RequestCode.SEND_MESSAGE)) == 1  # the half message is stored first
+        return TransactionState.COMMIT
+
+    async with TransactionProducer(broker.address, "tx-g", never) as producer:
+        result = await producer.send_in_transaction(Message("orders", b"x", properties={"a": "1"}), local_tx, 7)
+        await wait_until(lambda: len(broker.requests_of(END)) == 1, what="END_TRANSACTION")
+    assert calls == [7] and result.local_state is TransactionState.COMMIT
+    [(_, record)] = broker.stored("orders")
+    props = decode_properties(parse_record(record).properties)
+    assert props["TRAN_MSG"] == "true" and props["PGROUP"] == "tx-g" and props["a"] == "1"
+    [end] = broker.requests_of(END)
+    assert end.is_oneway
+    assert end.ext == {
+        "producerGroup": "tx-g",
+        "tranStateTableOffset": result.queue_offset,
+        "commitLogOffset": result.commit_log_offsets[0],
+        "commitOrRollback": 8,
+        "fromTransactionCheck": False,
+        "msgId": result.msg_id,
+        "transactionId": result.msg_id,
+    }
+
+
+async def test_rollback_and_unknown(broker: MockBroker) -> None:
+    async with TransactionProducer(broker.address, "tx-g", never) as producer:
+        r = await producer.send_in_transaction(Message("orders", b"x"), lambda m, a: TransactionState.ROLLBACK)
+        await wait_until(lambda: len(broker.requests_of(END)) == 1, what="END_TRANSACTION")
+        assert broker.requests_of(END)[0].ext["commitOrRollback"] == 12 and r.local_state is TransactionState.ROLLBACK
+        r = await producer.send_in_transaction(Message("orders", b"y"), lambda m, a: TransactionState.UNKNOWN)
+        assert r.local_state is TransactionState.UNKNOWN
+        r = await producer.send_in_transaction(Message("orders", b"z"), lambda m, a: "COMMIT_MESSAGE")  # type: ignore[arg-type,return-value]
+        assert r.local_state is TransactionState.COMMIT  # RocketMQ's state names are accepted
+        r = await producer.send_in_transaction(Message("orders", b"w"), lambda m, a: None)  # type: ignore[arg-type,return-value]
+        assert r.local_state is TransactionState.UNKNOWN  # anything else: left to the check-back
+        await wait_until(lambda: len(broker.requests_of(END)) == 2, what="the second END_TRANSACTION")
+    assert [e.ext["commitOrRollback"] for e in broker.requests_of(END)] == [12, 8]  # UNKNOWN sends nothing
+
+
+async def test_a_half_message_stored_without_its_durability_is_rolled_back_untouched(broker: MockBroker) -> None:
+    ext = {"queueId": 0, "queueOffset": 4, "commitLogOffsets": [900]}
+    broker.script(RequestCode.SEND_MESSAGE, Command.request(ResponseCode.FLUSH_DISK_TIMEOUT, ext))
+
+    def local_tx(msg: Message, arg: object) -> TransactionState:
+        raise AssertionError("the local transaction must not run")
+
+    async with TransactionProducer(broker.address, "tx-g", never) as producer:
+        r = await producer.send_in_transaction(Message("orders", b"x"), local_tx)
+        await wait_until(lambda: len(broker.requests_of(END)) == 1, what="the rollback")
+    assert r.local_state is TransactionState.ROLLBACK
+    assert broker.requests_of(END)[0].ext["commitLogOffset"] == 900
+    assert broker.requests_of(END)[0].ext["commitOrRollback"] == 12
+
+
+async def test_misuse_and_failures_are_typed(broker: MockBroker) -> None:
+    async with TransactionProducer(broker.address, "tx-g", never) as producer:
+        with pytest.raises(TransactionError):
+            await producer.send_in_transaction(Message("orders", b"x", delay_level=1), lambda m, a: None)  # type: ignore[arg-type,return-value]
+        with pytest.raises(TransactionError):
+            await producer.send_half(Message("orders", b"x"), transaction_timeout=0.5)
+
+        async def boom(msg: Message, arg: object) -> TransactionState:
+            raise KeyError("row")
+
+        with pytest.raises(LocalTransactionError) as info:
+            await producer.send_in_transaction(Message("orders", b"x"), boom)
+        assert isinstance(info.value.__cause__, KeyError) and info.value.result.msg_id
+    assert broker.requests_of(END) == []  # nothing decided, nothing sent
