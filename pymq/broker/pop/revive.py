@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import random
+from array import array
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -286,7 +287,9 @@ class PopState:
         plus an ack of the old index, stored as one batch. Returns the new checkpoint (index 0)."""
         now = self.clock.time_ms()
         ck = self._checked(h, now)
-        new = CheckPoint(ck.group, ck.topic, ck.queue_id, [h.queue_offset], ck.next_offset, now, invisible_ms)
+        new = CheckPoint(
+            ck.group, ck.topic, ck.queue_id, array("q", (h.queue_offset,)), ck.next_offset, now, invisible_ms
+        )
         data = new.to_record(self.revive_topic) + ack_record(self.revive_topic, ck.ck_offset, [h.index], now)
         results = self.put_path.put(self.revive_topic, ck.revive_qid, data)
         if any(r.status != PutStatus.PUT_OK for r in results):
