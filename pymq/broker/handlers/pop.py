@@ -323,3 +323,18 @@ class PopHandlers:
             pop_time=ck.pop_time, invisible_time=ck.invisible_ms, extra_info=self.signer.encode(new)
         )
         return cmd.response(ResponseCode.SUCCESS, None, ext)
+
+
+def _served_by_master(cmd: Command, channel: Channel) -> Command:
+    return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "pop consumption is served by the master")
+
+
+def slave_table() -> dict[int, Handler]:
+    """A slave's pop codes: registered (so the role interceptor's answer is reached), never run there."""
+    codes = (
+        RequestCode.POP_MESSAGE,
+        RequestCode.ACK_MESSAGE,
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+        RequestCode.BATCH_ACK_MESSAGE,
+    )
+    return dict.fromkeys(codes, _served_by_master)
