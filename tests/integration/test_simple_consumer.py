@@ -358,6 +358,17 @@ async def test_batch_ack(cluster: LocalCluster) -> None:
         assert await c.receive(32, 5.0, await_duration=0.3) == []
 
 
+async def test_revive_log_is_read_only_to_clients(cluster: LocalCluster) -> None:
+    revive = "rmq_sys_REVIVE_LOG_DefaultCluster"
+    assert cluster.brokers[0].topics.get(revive) is not None
+    async with RpcClient() as rpc:
+        resp = await rpc.invoke(
+            cluster.brokers[0].address,
+            Command.request(RequestCode.SEND_MESSAGE, {"topic": revive, "queueId": 0}, b"forged checkpoint"),
+        )
+    assert resp.code == ResponseCode.NO_PERMISSION
+
+
 async def test_receive_argument_checks(cluster: LocalCluster) -> None:
     async with simple(cluster) as c:
         with pytest.raises(ClientError):

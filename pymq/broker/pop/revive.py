@@ -22,6 +22,7 @@ is not on disk; replay moves offsets forward to each replayed checkpoint's next 
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from array import array
@@ -38,7 +39,7 @@ from pymq.logs import get_logger
 from pymq.protocol.message import Prop
 from pymq.protocol.record import decode_properties, encode_properties, find_property, iter_spans, parse_record, reencode
 from pymq.protocol.requests import RETRY_PREFIX, dlq_topic, pop_retry_topic
-from pymq.protocol.route import PERM_READ_WRITE
+from pymq.protocol.route import PERM_READ, PERM_READ_WRITE, PERM_WRITE
 
 if TYPE_CHECKING:
     from pymq.broker.offsets import ConsumerOffsetManager
@@ -108,7 +109,11 @@ class PopState:
 
     def start(self) -> None:
         """Create the revive topic, load revive offsets and replay the log (the store is started)."""
-        tc = self.topics.ensure_system_topic(self.revive_topic, self.revive_queues, PERM_READ_WRITE)
+        # Read-only to clients: a producer must not be able to write checkpoints or acks (the broker's
+        # own puts go through the put path, which checks no permission).
+        tc = self.topics.ensure_system_topic(self.revive_topic, self.revive_queues, PERM_READ)
+        if tc.perm & PERM_WRITE:
+            tc = self.topics.upsert(dataclasses.replace(tc, perm=PERM_READ))
         if tc.writeQueueNums != self.revive_queues:
             # Queue count is part of where records live: keep the topic's (config changed later).
             self.revive_queues = tc.writeQueueNums
