@@ -57,6 +57,8 @@ REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
 DONE_MEMORY = 65_536
 _REPLAY_BATCH = 256
 _RETRY_LATER_MS = 1000
+#: delay level and RocketMQ's timer properties (delivery time / delay)
+_TIMING_PROPS = (Prop.DELAY, "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 
 
 class PopError(Exception):
@@ -345,7 +347,8 @@ class PopState:
             original = props.get(Prop.RETRY_TOPIC) if topic.startswith(RETRY_PREFIX) else None
             original = original or topic
             props[Prop.RETRY_TOPIC] = original
-            props.pop(Prop.DELAY, None)
+            for timing in _TIMING_PROPS:  # delivered already: a redelivery must not be delayed again
+                props.pop(timing, None)
             uniq = props.get(Prop.UNIQ_KEY)
             if uniq:
                 props.setdefault(Prop.ORIGIN_MESSAGE_ID, uniq)
