@@ -369,6 +369,18 @@ async def test_revive_log_is_read_only_to_clients(cluster: LocalCluster) -> None
     assert resp.code == ResponseCode.NO_PERMISSION
 
 
+async def test_receives_from_every_broker_of_the_topic(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path / "two", brokers=2, broker=FAST_REVIVE) as cluster:
+        await cluster.create_topic("jobs", 2)
+        bodies = await send(cluster, 20)
+        async with simple(cluster) as c:
+            got = await receive_all(c, 20)
+            assert sorted(m.body for m in got) == sorted(bodies)
+            assert {m.broker_name for m in got} == {"broker-a", "broker-b"}
+            results = await c.ack_many(got)  # one request per broker
+            assert results == [None] * 20
+
+
 async def test_receive_argument_checks(cluster: LocalCluster) -> None:
     async with simple(cluster) as c:
         with pytest.raises(ClientError):
