@@ -32,6 +32,7 @@ from pymq.broker.handlers.clients import ClientHandlers
 from pymq.broker.handlers.locks import LockHandlers
 from pymq.broker.handlers.offsets import OffsetHandlers
 from pymq.broker.handlers.pop import PopHandlers
+from pymq.broker.handlers.pop import slave_table as pop_slave_table
 from pymq.broker.handlers.pull import PullHandlers
 from pymq.broker.handlers.query import QueryHandlers
 from pymq.broker.handlers.replication import ReplicationHandlers
@@ -236,7 +237,7 @@ class BrokerApp:
                     address=address,
                 ),
             )
-        table: dict[int, Any] = {}
+        table: dict[int, Any] = {} if self.pop_state is not None else pop_slave_table()
         for family in families:
             table.update(family.table())
         self.dispatcher.register_many(table)

@@ -112,7 +112,7 @@ def _check_schema(schema: StructType | None) -> None:
 
 #: topics of the brokers' own machinery, never matched by subscribePattern (Kafka leaves out internal topics)
 _SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC, "SCHEDULE_TOPIC_XXXX"})
-_SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "RMQ_SYS_")
+_SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "RMQ_SYS_", "rmq_sys_")  # rmq_sys_REVIVE_LOG_<cluster>: pop state
 
 
 def _is_system_topic(topic: str) -> bool:

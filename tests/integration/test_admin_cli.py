@@ -192,6 +192,32 @@ async def test_group_commands_and_dead_letters(daemons) -> None:
     assert resent.keys == ["bad-1"] and resent.properties["DLQ_ORIGIN_MESSAGE_ID"] == poison.msg_id
 
 
+async def test_consumer_progress_shows_pop_in_flight(daemons) -> None:
+    from pymq.client import SimpleConsumer
+
+    ns, _brokers = daemons
+    await asyncio.to_thread(make_topic, ns, "t-pop")
+    async with Producer(ns.address) as producer:
+        for i in range(3):
+            await producer.send(Message("t-pop", f"p{i}".encode()))
+    consumer = SimpleConsumer(ns.address, "g-pop", await_duration=0)
+    consumer.subscribe("t-pop")
+    async with consumer:
+        got: list = []
+        for _ in range(50):
+            got.extend(await consumer.receive(8, 60.0, await_duration=0.5))
+            if len(got) >= 3:
+                break
+        assert len(got) == 3
+        await consumer.ack(got[0])
+        progress = await asyncio.to_thread(js, ns, "consumer-progress", "--group", "g-pop", "--topic", "t-pop")
+        assert progress["totalInFlight"] == 2 and sum(r["inFlight"] for r in progress["queues"]) == 2
+        human = (await asyncio.to_thread(run, ns, "consumer-progress", "--group", "g-pop")).stdout
+        assert "IN FLIGHT" in human and "in flight: 2" in human
+        for m in got[1:]:
+            await consumer.ack(m)
+
+
 def test_every_command_has_an_example() -> None:
     """--help of every pymq-admin command shows an example."""
     from pymq.cli.admin import main

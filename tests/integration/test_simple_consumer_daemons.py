@@ -85,7 +85,7 @@ async def test_group_shares_thousands_without_holding_one_twice_and_survives_kil
     c = SimpleConsumer(ns.address, "workers", await_duration=0)
     c.subscribe("jobs")
     async with c:
-        got = await drain(c, set(batch), invisible=4.0, timeout=30)
+        got = await drain(c, set(batch), invisible=8.0, timeout=30)
         assert len(got) == len(batch)
         acked = {m.body for m in got[::2]}
         for m in got[::2]:

@@ -40,6 +40,10 @@ async def test_slave_refuses_writes_serves_reads_and_never_commits(tmp_path: Pat
                 RequestCode.SEND_BATCH_MESSAGE: "broker is a slave and cannot accept messages",
                 RequestCode.CONSUMER_SEND_MSG_BACK: "send back goes to the master",
                 RequestCode.LOCK_BATCH_MQ: "queue locks live on the master",
+                RequestCode.POP_MESSAGE: "pop consumption is served by the master",
+                RequestCode.ACK_MESSAGE: "pop consumption is served by the master",
+                RequestCode.BATCH_ACK_MESSAGE: "pop consumption is served by the master",
+                RequestCode.CHANGE_MESSAGE_INVISIBLETIME: "pop consumption is served by the master",
             }
             for code, remark in refused.items():
                 # Refused before the request is even parsed (an empty header would be invalid).
@@ -52,6 +56,7 @@ async def test_slave_refuses_writes_serves_reads_and_never_commits(tmp_path: Pat
             assert (await call(RequestCode.UPDATE_CONSUMER_OFFSET, commit.to_ext(), addr=master.address)).code == 0
             assert master.offsets.query("g", "t", 0) == 5
 
+            assert slave.pop_state is None  # no revive log, no revive service on a slave
             unlock = await call(RequestCode.UNLOCK_BATCH_MQ, None, encode_body(LOCK_BODY))
             assert unlock.code == ResponseCode.SUCCESS  # unlocking is harmless anywhere
 

@@ -65,6 +65,18 @@ def test_store_has_no_sockets_or_asyncio() -> None:
     assert bad == []
 
 
+def test_pop_state_has_no_sockets_or_asyncio() -> None:
+    """pymq.broker.pop (pop state, receipt handles, revival) is plain code the handlers and a service call."""
+    bad = offenders(
+        modules("broker/pop"),
+        lambda i: (
+            i.split(".")[0] in {"asyncio", "uvloop", "socket", "selectors"}
+            or i.startswith(("pymq.transport", "pymq.broker.handlers", "pymq.broker.app"))
+        ),
+    )
+    assert bad == []
+
+
 def test_client_never_imports_server_side() -> None:
     """pymq.client never imports the broker, its store or the nameserver."""
     bad = offenders(modules("client"), lambda i: i.startswith(("pymq.broker", "pymq.nameserver")))

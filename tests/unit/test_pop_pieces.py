@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 
 import pytest
@@ -46,11 +47,17 @@ def test_tampered_handles_refused(tmp_path: Path, mangle) -> None:
 
 
 def test_checkpoint_and_ack_records() -> None:
-    ck = CheckPoint("g", "t", 1, [4, 5, 9], 10, 1000, 500)
+    ck = CheckPoint("g", "t", 1, array("q", [4, 5, 9]), 10, 1000, 500)
     r = parse_record(ck.to_record("rmq_sys_REVIVE_LOG_c"))
     assert r.topic == b"rmq_sys_REVIVE_LOG_c"
     back = CheckPoint.from_body(r.body)
-    assert (back.group, back.topic, back.queue_id, back.offsets, back.next_offset) == ("g", "t", 1, [4, 5, 9], 10)
+    assert (back.group, back.topic, back.queue_id, back.offsets.tolist(), back.next_offset) == (
+        "g",
+        "t",
+        1,
+        [4, 5, 9],
+        10,
+    )
     assert back.revive_time == 1500 and back.unacked() == [0, 1, 2] and not back.all_acked
     back.acked = 0b111
     assert back.all_acked and back.unacked() == []

@@ -18,6 +18,7 @@ INVALID_RECEIPT_HANDLE whose remark starts with the reason (``forged``, ``mismat
 
 from __future__ import annotations
 
+from array import array
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 from pymq.broker.pop.receipt import HandleError, HandleSigner, ReceiptHandle
@@ -230,9 +231,14 @@ class PopHandlers:
                     self.offsets.commit(group, topic, qid, offset)
                 waits.append((topic, qid, offset))  # woken once the queue grows past it
                 continue
-            queue_offsets: list[int] = [
-                cast(int, unpack_record(buf, pos)[_QUEUE_OFFSET]) for buf in res.buffers for pos, _ in iter_spans(buf)
-            ]
+            queue_offsets = array(
+                "q",
+                [
+                    cast(int, unpack_record(buf, pos)[_QUEUE_OFFSET])
+                    for buf in res.buffers
+                    for pos, _ in iter_spans(buf)
+                ],
+            )
             ck = CheckPoint(group, topic, qid, queue_offsets, res.next_begin_offset, now, h.invisible_time)
             if not state.add_checkpoint(ck):
                 break  # the revive log refused it: pop nothing more (nothing of this queue was taken)
@@ -317,3 +323,18 @@ class PopHandlers:
             pop_time=ck.pop_time, invisible_time=ck.invisible_ms, extra_info=self.signer.encode(new)
         )
         return cmd.response(ResponseCode.SUCCESS, None, ext)
+
+
+def _served_by_master(cmd: Command, channel: Channel) -> Command:
+    return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "pop consumption is served by the master")
+
+
+def slave_table() -> dict[int, Handler]:
+    """A slave's pop codes: registered (so the role interceptor's answer is reached), never run there."""
+    codes = (
+        RequestCode.POP_MESSAGE,
+        RequestCode.ACK_MESSAGE,
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+        RequestCode.BATCH_ACK_MESSAGE,
+    )
+    return dict.fromkeys(codes, _served_by_master)

@@ -22,8 +22,10 @@ is not on disk; replay moves offsets forward to each replayed checkpoint's next 
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
+from array import array
 from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -37,7 +39,7 @@ from pymq.logs import get_logger
 from pymq.protocol.message import Prop
 from pymq.protocol.record import decode_properties, encode_properties, find_property, iter_spans, parse_record, reencode
 from pymq.protocol.requests import RETRY_PREFIX, dlq_topic, pop_retry_topic
-from pymq.protocol.route import PERM_READ_WRITE
+from pymq.protocol.route import PERM_READ, PERM_READ_WRITE, PERM_WRITE
 
 if TYPE_CHECKING:
     from pymq.broker.offsets import ConsumerOffsetManager
@@ -55,6 +57,8 @@ REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
 DONE_MEMORY = 65_536
 _REPLAY_BATCH = 256
 _RETRY_LATER_MS = 1000
+#: delay level and RocketMQ's timer properties (delivery time / delay)
+_TIMING_PROPS = (Prop.DELAY, "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 
 
 class PopError(Exception):
@@ -107,7 +111,11 @@ class PopState:
 
     def start(self) -> None:
         """Create the revive topic, load revive offsets and replay the log (the store is started)."""
-        tc = self.topics.ensure_system_topic(self.revive_topic, self.revive_queues, PERM_READ_WRITE)
+        # Read-only to clients: a producer must not be able to write checkpoints or acks (the broker's
+        # own puts go through the put path, which checks no permission).
+        tc = self.topics.ensure_system_topic(self.revive_topic, self.revive_queues, PERM_READ)
+        if tc.perm & PERM_WRITE:
+            tc = self.topics.upsert(dataclasses.replace(tc, perm=PERM_READ))
         if tc.writeQueueNums != self.revive_queues:
             # Queue count is part of where records live: keep the topic's (config changed later).
             self.revive_queues = tc.writeQueueNums
@@ -286,7 +294,9 @@ class PopState:
         plus an ack of the old index, stored as one batch. Returns the new checkpoint (index 0)."""
         now = self.clock.time_ms()
         ck = self._checked(h, now)
-        new = CheckPoint(ck.group, ck.topic, ck.queue_id, [h.queue_offset], ck.next_offset, now, invisible_ms)
+        new = CheckPoint(
+            ck.group, ck.topic, ck.queue_id, array("q", (h.queue_offset,)), ck.next_offset, now, invisible_ms
+        )
         data = new.to_record(self.revive_topic) + ack_record(self.revive_topic, ck.ck_offset, [h.index], now)
         results = self.put_path.put(self.revive_topic, ck.revive_qid, data)
         if any(r.status != PutStatus.PUT_OK for r in results):
@@ -337,7 +347,8 @@ class PopState:
             original = props.get(Prop.RETRY_TOPIC) if topic.startswith(RETRY_PREFIX) else None
             original = original or topic
             props[Prop.RETRY_TOPIC] = original
-            props.pop(Prop.DELAY, None)
+            for timing in _TIMING_PROPS:  # delivered already: a redelivery must not be delayed again
+                props.pop(timing, None)
             uniq = props.get(Prop.UNIQ_KEY)
             if uniq:
                 props.setdefault(Prop.ORIGIN_MESSAGE_ID, uniq)
