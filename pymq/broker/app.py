@@ -235,6 +235,7 @@ class BrokerApp:
                     stats=self.stats,
                     config=cfg,
                     address=address,
+                    before_read=self.priority.on_pull if self.priority is not None else None,
                 ),
             )
         table: dict[int, Any] = {} if self.pop_state is not None else pop_slave_table()

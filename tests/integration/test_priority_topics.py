@@ -147,3 +147,23 @@ async def test_timer_messages_on_a_priority_topic_enter_their_level_when_due(tmp
         got = await pull_all(cluster, "tasks", 4)
         assert [m.body for m in got] == [b"0", b"1", b"2", b"3"]  # level 9 first, once due
         assert got[0].store_timestamp >= before + 800
+
+
+async def test_simple_consumer_receives_highest_priority_first(tmp_path: Path) -> None:
+    """Pop reads refill a priority topic's queue like pulls do (the pop handler's before_read hook)."""
+    from pymq.client import SimpleConsumer
+
+    async with LocalCluster(tmp_path / "c", broker={"priority_max_wait_ms": 120_000}) as cluster:
+        await cluster.create_topic("tasks", 1, attributes=LEVELS)
+        async with Producer(cluster.namesrv_addr) as p:
+            for i, prio in enumerate([1, 5, 1, 9, 5, 0, 9]):
+                await p.send(Message("tasks", str(i).encode()).set_priority(prio))
+        got: list[MessageExt] = []
+        async with SimpleConsumer(cluster.namesrv_addr, "pop-workers") as c:
+            c.subscribe("tasks")
+            deadline = time.monotonic() + 20
+            while len(got) < 7 and time.monotonic() < deadline:
+                for m in await c.receive(4, 30.0, 1.0):
+                    got.append(m)
+                    await c.ack(m)
+        assert [m.body for m in got] == [b"3", b"6", b"1", b"4", b"0", b"2", b"5"]

@@ -19,6 +19,7 @@ INVALID_RECEIPT_HANDLE whose remark starts with the reason (``forged``, ``mismat
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, cast
 
 from pymq.broker.pop.receipt import HandleError, HandleSigner, ReceiptHandle
@@ -82,8 +83,11 @@ class PopHandlers:
         stats: BrokerStats,
         config: BrokerConfig,
         address: str,
+        before_read: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.store = store
+        #: called with (topic, queue, offset) before a queue is read (priority topics refill there)
+        self.before_read = before_read
         self.state = state
         self.signer = signer
         self.topics = topics
@@ -220,6 +224,8 @@ class PopHandlers:
                 from_max = h.init_mode == POP_INIT_MAX and topic == h.topic
                 offset = self.store.max_offset(topic, qid) if from_max else self.store.min_offset(topic, qid)
                 self.offsets.commit(group, topic, qid, offset)
+            if self.before_read is not None:
+                self.before_read(topic, qid, offset)
             res = self.store.get_messages(group, topic, qid, offset, want, DEFAULT_PULL_MAX_BYTES, codes)
             if res.status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
                 offset = res.next_begin_offset
