@@ -114,7 +114,7 @@ class BrokerApp:
         self.started_at = 0.0
         self.metrics: Any = None
         self.schedule = ScheduleService(self)
-        #: started after the store, before serving, and stopped after serving (later HA ...);
+        #: started after the store, before serving, and stopped after serving (replication joins at start);
         #: only masters deliver scheduled messages
         self.services: list[Service] = [] if self.is_slave else [self.schedule]
         #: started once serving, stopped first (the registrar last in, first out)
