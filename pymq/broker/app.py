@@ -335,6 +335,7 @@ class BrokerApp:
             "consumerGroups": len(self.consumers.groups),
             "heldPulls": self.pull_hold.held_count,
             **(self.replication.info() if self.replication is not None else {}),
+            "fenced": self.role_changer.fenced,
         }
 
     # --- replication ------------------------------------------------------------------------------------------
@@ -348,7 +349,13 @@ class BrokerApp:
         """A master whose group has a master of a newer term starts as that master's slave."""
         cfg = self.config
         replication.epochs.load()
-        newer = await newer_master(self.namesrv_client, cfg, self.address, replication.epochs.epoch)
+        try:
+            newer = await asyncio.wait_for(
+                newer_master(self.namesrv_client, cfg, self.address, replication.epochs.epoch), 5.0
+            )
+        except TimeoutError:
+            log.warning("fence_check_timed_out", namesrv=cfg.namesrv_addrs)
+            return
         if newer is None:
             return
         master, epoch, broker_id = newer

@@ -165,6 +165,8 @@ class HAMaster:
             log.warning("slave_link_broken", peer=str(peer), reason=str(exc))
         except asyncio.CancelledError:
             pass
+        except Exception:
+            log.exception("slave_link_failed", peer=str(peer))
         finally:
             self.acks.slaves.pop(link_id, None)
             self._tasks.discard(task)
@@ -216,7 +218,7 @@ class HAMaster:
         writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         acks = asyncio.ensure_future(self._read_acks(reader, decoder, state))
         try:
-            await self._stream(writer, decision.offset, acks)
+            await self._stream(writer, decision.offset, acks, state)
         finally:
             acks.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -237,10 +239,15 @@ class HAMaster:
                     if self.acks.waiting:
                         self.acks.advance(self.store.commitlog.max_offset)
 
-    async def _stream(self, writer: asyncio.StreamWriter, pos: int, acks: asyncio.Future[None]) -> None:
+    async def _stream(
+        self, writer: asyncio.StreamWriter, pos: int, acks: asyncio.Future[None], state: SlaveState
+    ) -> None:
+        """Send the commitlog from ``pos`` on; a slave that stops reading or acking for
+        3 heartbeats + 5 s is dropped (it is no longer counted in sync)."""
         store = self.store
         batch = self.config.ha_batch_bytes
         heartbeat = self.config.ha_heartbeat_seconds
+        silent = heartbeat * 3 + 5.0
         while not acks.done():
             end = store.commitlog.max_offset
             if pos < end:
@@ -252,7 +259,7 @@ class HAMaster:
                     writer.write(view)
                     pos += len(view)
                 del views, view
-                await writer.drain()
+                await asyncio.wait_for(writer.drain(), silent)
                 continue
             data = self._data
             if data.is_set():
@@ -264,7 +271,9 @@ class HAMaster:
             finally:
                 waiter.cancel()
             if not done:
+                if time.monotonic() - state.last_ack_at > silent:
+                    raise TimeoutError(f"no ACK from the slave for {silent:.0f}s")
                 writer.write(codec.data_header(pos, store.commitlog.max_offset, 0))
-                await writer.drain()
+                await asyncio.wait_for(writer.drain(), silent)
         if acks.exception() is not None:
             raise acks.exception()  # type: ignore[misc]

@@ -109,6 +109,9 @@ class HASlave:
                 pause = RETRY_SECONDS * 5
             except PymqError as exc:
                 log.info("master_not_reachable", master=self.master_addr, reason=str(exc))
+            except Exception:
+                log.exception("replication_failed", master=self.master_ha_addr)
+                pause = RETRY_SECONDS * 5
             finally:
                 self.connected = False
             await asyncio.sleep(pause)
