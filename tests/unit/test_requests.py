@@ -138,6 +138,11 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
         rq.UnregisterBrokerRequest(broker_addr="h:1", broker_name="b", cluster_name="c", broker_id=1),
         {"brokerAddr": "h:1", "brokerName": "b", "clusterName": "c", "brokerId": 1},
     ),
+    # replication (issue 16)
+    (
+        rq.BrokerRoleChangeRequest(role="SLAVE", master_addr="h:1", epoch=3, broker_id=2),
+        {"role": "SLAVE", "masterAddr": "h:1", "epoch": 3, "brokerId": 2},
+    ),
 ]
 
 IDS = [type(h).__name__ for h, _ in CASES]
