@@ -197,23 +197,32 @@ class HASlave:
         log.info("replicating", master=ha, offset=expected, action=join.action, epoch=self.epochs.epoch)
         writer.write(codec.encode_ack(expected))
         pending = bytearray()
+        acked = expected
+        acked_at = time.monotonic()
         while True:
+            ack_now = False
             for kind, body in frames:
                 if kind != codec.DATA:
                     raise ProtocolError(f"master sends only DATA after JOIN, got frame kind {kind}")
-                offset, master_max, data = codec.decode_data(body)
+                offset, master_max, flags, data = codec.decode_data(body)
                 if offset != expected + len(pending):
                     raise ProtocolError(f"master sent data at {offset}, the slave expects {expected + len(pending)}")
                 self.master_max = master_max
                 if data:
                     pending += data
+                    ack_now = ack_now or bool(flags & codec.ACK_NOW)
+                else:
+                    ack_now = True  # a heartbeat: report where this slave is
             if pending:
                 n = whole_records_prefix(pending, expected, file_size)
                 if n:
                     with memoryview(pending) as view, view[:n] as piece:
                         expected = store.append_raw(expected, piece)
                     del pending[:n]
-            writer.write(codec.encode_ack(expected))
+            now = time.monotonic()
+            if ack_now or (expected != acked and now - acked_at >= codec.LAZY_ACK_SECONDS):
+                writer.write(codec.encode_ack(expected))
+                acked, acked_at = expected, now
             chunk = await asyncio.wait_for(reader.read(READ_SIZE), silent)
             if not chunk:
                 raise ConnectionError("master closed the HA link")
