@@ -385,8 +385,8 @@ class BrokerApp:
             await self.role_changer.demote(master, broker_id)
 
     def _master_main_addr(self) -> str | None:
-        """A slave's master (its normal port): configured, else what the nameserver answered."""
-        return self.config.master_addr or self.registrar.master_addr
+        """A slave's master (its normal port): what the nameserver answered, else the configured one."""
+        return self.registrar.master_addr or self.config.master_addr
 
     def _ha_address(self) -> str:
         return self.replication.ha_address() if self.replication is not None else ""

@@ -1,8 +1,8 @@
 """The slave's side of the HA link: follow the master's commitlog into this store.
 
 The slave finds its master's HA address (``ha_master_addr``, else the ``haAddress`` the
-master's runtime info announces, asked at ``master_addr`` or the master address the
-nameserver gave at registration), sends HELLO (its commitlog end and epoch list), and does
+master's runtime info announces, asked at the master address the nameserver gave at
+registration, or ``master_addr`` before that), sends HELLO (its commitlog end and epoch list), and does
 what JOIN says: refuse (logged as ``replication_refused`` with the master's reason; it
 tries again later, never mixes stores), truncate its tail to the last common point, or
 just continue. It then takes the master's epoch list as its own and appends what DATA
@@ -122,7 +122,9 @@ class HASlave:
         if cfg.ha_master_addr:
             self.master_ha_addr = cfg.ha_master_addr
             return cfg.ha_master_addr
-        main = cfg.master_addr or self.discovered_master()
+        # The nameserver's answer is the group's current master (it follows role changes);
+        # the configured address only until the first registration answered.
+        main = self.discovered_master() or cfg.master_addr
         if not main:
             return None
         self.master_addr = main
