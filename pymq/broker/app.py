@@ -130,7 +130,7 @@ class BrokerApp:
         self.started_at = 0.0
         self.metrics: Any = None
         self.schedule = ScheduleService(self)
-        #: started after the store, before serving, and stopped after serving (later HA ...);
+        #: started after the store, before serving, and stopped after serving (replication joins at start);
         #: only masters deliver scheduled messages
         self.services: list[Service] = [] if self.is_slave else [self.schedule]
         # transactional messages: the half-message put hook, commit/rollback, check-back (masters only)
@@ -443,6 +443,7 @@ class BrokerApp:
             "heldPulls": self.pull_hold.held_count,
             **(self.replication.info() if self.replication is not None else {}),
             **(self.timer.status() if self.timer is not None and not self.is_slave else {}),
+            "fenced": self.role_changer.fenced,
         }
 
     # --- replication ------------------------------------------------------------------------------------------
@@ -456,7 +457,13 @@ class BrokerApp:
         """A master whose group has a master of a newer term starts as that master's slave."""
         cfg = self.config
         replication.epochs.load()
-        newer = await newer_master(self.namesrv_client, cfg, self.address, replication.epochs.epoch)
+        try:
+            newer = await asyncio.wait_for(
+                newer_master(self.namesrv_client, cfg, self.address, replication.epochs.epoch), 5.0
+            )
+        except TimeoutError:
+            log.warning("fence_check_timed_out", namesrv=cfg.namesrv_addrs)
+            return
         if newer is None:
             return
         master, epoch, broker_id = newer
@@ -486,8 +493,8 @@ class BrokerApp:
             await self.role_changer.demote(master, broker_id)
 
     def _master_main_addr(self) -> str | None:
-        """A slave's master (its normal port): configured, else what the nameserver answered."""
-        return self.config.master_addr or self.registrar.master_addr
+        """A slave's master (its normal port): what the nameserver answered, else the configured one."""
+        return self.registrar.master_addr or self.config.master_addr
 
     def _ha_address(self) -> str:
         return self.replication.ha_address() if self.replication is not None else ""

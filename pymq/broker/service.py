@@ -1,6 +1,6 @@
 """Background services: one small start/stop interface for everything the broker runs beside requests.
 
-The schedule service, the nameserver registrar, the periodic scans (and later HA) are all
+The schedule service, the nameserver registrar, the periodic scans and replication are all
 :class:`Service` objects; the broker starts them in order and stops them in reverse.
 """
 

@@ -218,3 +218,31 @@ async def test_switchover_promotes_the_slave_and_the_old_master_follows_it(tmp_p
         assert commitlog(master) == commitlog(slave)
         assert master.runtime_info()["epochs"] == slave.runtime_info()["epochs"]
         assert [s["address"] for s in slave.runtime_info()["slaves"]] == [master.address]
+
+
+async def test_other_slaves_follow_the_promoted_slave(tmp_path: Path) -> None:
+    """A second slave, configured with the old master's address, follows the new master the
+    nameserver names (at its next registration) and joins it without truncating anything."""
+    async with LocalCluster(tmp_path / "c") as cluster:
+        master = cluster.brokers[0]
+        await cluster.create_topic("t", 2)
+        s1 = await add_slave(cluster, master, tmp_path, "s1", slave_sync_interval_seconds=0.2)
+        s2 = await add_slave(cluster, master, tmp_path, "s2", broker_id=2, register_interval_seconds=0.3)
+        async with Producer(cluster.namesrv_addr) as p:
+            for i in range(20):
+                await p.send(Message("t", f"a-{i}".encode()))
+        await wait_until(lambda: caught_up(master, s1) and caught_up(master, s2) and s1.topics.get("t") is not None)
+        async with AdminClient(cluster.namesrv_addr) as admin:
+            await promote_slave(admin, master.config.broker_name, s1.address)
+            assert await group_members(admin, master.config.broker_name) == {
+                0: s1.address,
+                1: master.address,
+                2: s2.address,
+            }
+        async with Producer(cluster.namesrv_addr) as p:
+            for i in range(20):
+                await p.send(Message("t", f"b-{i}".encode()))
+        s1_ha = s1.runtime_info()["haAddress"]
+        await wait_until(lambda: s2.runtime_info()["masterHaAddress"] == s1_ha and caught_up(s1, s2), 15)
+        assert commitlog(s2) == commitlog(s1)
+        assert sorted(s["address"] for s in s1.runtime_info()["slaves"]) == sorted([master.address, s2.address])

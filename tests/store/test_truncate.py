@@ -75,3 +75,32 @@ def test_truncate_survives_restart_and_refuses_non_boundaries(new_store: StoreFa
     # Writes continue at the cut.
     res = again.put_messages("T", 0, keyed(99))
     assert res[0].physical_offset == cut and res[0].queue_offset == 6
+
+
+def test_an_empty_replica_starts_at_the_masters_oldest_file(new_put_path: PutPathFactory, tmp_path: Path) -> None:
+    """MessageStore.start_at: a new slave of a master whose first files were cleaned up."""
+    a = new_put_path(tmp_path / "a")
+    _fill(a.put, 90)
+    master = a.store
+    assert master.delete_commitlog_files(2) == 2
+    master.delete_orphaned_logics()
+    start = master.commitlog.min_offset
+    assert start > 0
+    replica = new_put_path(tmp_path / "r").store
+    with pytest.raises(StoreError):
+        replica.start_at(start + 1)
+    replica.start_at(start)
+    replica.append_raw(start, _commitlog_bytes(master, start))
+    assert replica.commitlog.min_offset == start
+    assert replica.commitlog.max_offset == master.commitlog.max_offset
+    for key, cq in master.queues.items():
+        r = replica.queues.get(key)
+        if cq.max_offset == 0:
+            continue
+        assert r is not None and r.max_offset == cq.max_offset, key
+        # What the master still serves, the replica serves the same.
+        got_m = master.get_messages("g", key[0], key[1], cq.min_offset, 4)
+        got_r = replica.get_messages("g", key[0], key[1], cq.min_offset, 4)
+        assert [bytes(b) for b in got_r.buffers] == [bytes(b) for b in got_m.buffers], key
+    with pytest.raises(StoreError):
+        replica.start_at(0)  # no longer empty

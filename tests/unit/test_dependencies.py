@@ -314,3 +314,18 @@ def test_client_security_needs_no_daemon_parts() -> None:
         lambda i: i.startswith(("pymq.security.daemon", "pymq.security.interceptor", "pymq.config")),
     )
     assert bad == []
+
+
+def test_replication_pure_parts_do_no_io() -> None:
+    """broker/ha's codec, epoch check and ack bookkeeping are sans-IO: no event loop, sockets or transport."""
+    pure = {k: v for k, v in modules("broker/ha").items() if k.rsplit(".", 1)[-1] in {"codec", "epochs", "acks"}}
+    assert len(pure) == 3
+    bad = offenders(
+        pure,
+        lambda i: (
+            i.split(".")[0] in {"asyncio", "uvloop", "socket", "selectors", "ssl"}
+            or i.startswith("pymq.transport")
+            or i.startswith("pymq.broker.store")
+        ),
+    )
+    assert bad == []

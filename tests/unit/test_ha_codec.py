@@ -22,7 +22,7 @@ def test_frames_round_trip_through_a_byte_at_a_time_decoder() -> None:
     stream = (
         codec.encode_hello(hello)
         + codec.encode_join(join)
-        + codec.data_header(4096, 9999, len(payload))
+        + codec.data_header(4096, 9999, len(payload), codec.ACK_NOW)
         + payload
         + codec.data_header(5096, 9999, 0)
         + codec.encode_ack(5096)
@@ -35,9 +35,9 @@ def test_frames_round_trip_through_a_byte_at_a_time_decoder() -> None:
     assert [k for k, _ in frames] == [codec.HELLO, codec.JOIN, codec.DATA, codec.DATA, codec.ACK]
     assert codec.decode_hello(frames[0][1]) == hello
     assert codec.decode_join(frames[1][1]) == join
-    off, top, data = codec.decode_data(frames[2][1])
-    assert (off, top, bytes(data)) == (4096, 9999, payload)
-    assert codec.decode_data(frames[3][1])[2].nbytes == 0
+    off, top, flags, data = codec.decode_data(frames[2][1])
+    assert (off, top, flags, bytes(data)) == (4096, 9999, codec.ACK_NOW, payload)
+    assert codec.decode_data(frames[3][1])[2:] == (0, memoryview(b""))
     assert codec.decode_ack(frames[4][1]) == 5096
     # Several frames in one feed come out together.
     assert len(codec.FrameDecoder().feed(stream)) == 5

@@ -11,8 +11,12 @@ and then sends DATA::
 
 An epoch entry is ``u64 epoch | u64 start offset | u64 term id``; the tail CRC covers the
 ``tail size`` bytes before the slave's max offset (see :mod:`pymq.broker.ha.epochs`).
-    DATA   master -> slave  u64 offset | u64 master max offset | commitlog bytes (none: heartbeat)
+    DATA   master -> slave  u64 offset | u64 master max offset | u8 flags | commitlog bytes (none: heartbeat)
     ACK    slave -> master  u64 offset the slave holds (everything below it is in its commitlog)
+
+DATA flag ``ACK_NOW`` (a SYNC_MASTER, whose sends wait for ACKs): ACK as soon as the bytes
+are stored; without it a slave ACKs at most every :data:`LAZY_ACK_SECONDS` (and on each
+heartbeat), which spares an ASYNC_MASTER one ACK to read per small write.
 
 DATA bytes are the master's commitlog as it is on disk, sent from slices of the mapped
 files; a frame may end inside a record (the slave keeps the partial record until the
@@ -40,7 +44,11 @@ _U32 = struct.Struct(">I")
 _ENTRY = struct.Struct(">QQQ")
 _HELLO = struct.Struct(">QHIII")
 _JOIN = struct.Struct(">BQQI")
-_DATA = struct.Struct(">QQ")
+_DATA = struct.Struct(">QQB")
+#: DATA flag: the master waits for ACKs (SYNC_MASTER)
+ACK_NOW = 1
+#: without ACK_NOW, a slave ACKs at most this often (and on each heartbeat)
+LAZY_ACK_SECONDS = 0.05
 DATA_HEADER_SIZE = _HEAD.size + _DATA.size
 #: no control frame is bigger; DATA frames are bounded by the master's batch size
 MAX_FRAME = 64 * 1024 * 1024
@@ -90,9 +98,9 @@ def encode_join(j: Join) -> bytes:
     return _frame(JOIN, head + _entries(j.epochs) + _text(j.reason))
 
 
-def data_header(offset: int, master_max: int, size: int) -> bytes:
+def data_header(offset: int, master_max: int, size: int, flags: int = 0) -> bytes:
     """The header of a DATA frame carrying ``size`` bytes from ``offset`` (the bytes follow as they are)."""
-    return _HEAD.pack(size + 1 + _DATA.size, DATA) + _DATA.pack(offset, master_max)
+    return _HEAD.pack(size + 1 + _DATA.size, DATA) + _DATA.pack(offset, master_max, flags)
 
 
 def encode_ack(offset: int) -> bytes:
@@ -133,12 +141,12 @@ def decode_join(body: memoryview) -> Join:
     return Join(ACTIONS[action], offset, file_size, epochs, _read_text(body, at))
 
 
-def decode_data(body: memoryview) -> tuple[int, int, memoryview]:
-    """``(offset, master max offset, bytes)`` of a DATA frame's body."""
+def decode_data(body: memoryview) -> tuple[int, int, int, memoryview]:
+    """``(offset, master max offset, flags, bytes)`` of a DATA frame's body."""
     if len(body) < _DATA.size:
         raise ProtocolError("HA DATA too short")
-    offset, master_max = _DATA.unpack_from(body, 0)
-    return offset, master_max, body[_DATA.size :]
+    offset, master_max, flags = _DATA.unpack_from(body, 0)
+    return offset, master_max, flags, body[_DATA.size :]
 
 
 def decode_ack(body: memoryview) -> int:

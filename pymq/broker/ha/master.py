@@ -18,11 +18,12 @@ import asyncio
 import contextlib
 import ssl as ssl_module
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pymq.broker.ha import codec
 from pymq.broker.ha.acks import REPLICATED, AckWaiters, SlaveState
 from pymq.broker.ha.epochs import crc_of, decide_join
+from pymq.config import BrokerRole
 from pymq.errors import ProtocolError
 from pymq.logs import get_logger
 
@@ -35,6 +36,8 @@ log = get_logger("broker.ha.master")
 
 #: how long a new connection may take to send its HELLO
 HELLO_TIMEOUT = 10.0
+#: an ASYNC_MASTER's stream gathers this long after new data before it sends
+ASYNC_BATCH_SECONDS = 0.001
 #: the transport buffers this much before a stream waits for the socket to drain
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 
@@ -65,8 +68,8 @@ class HAMaster:
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_id = 0
-        #: set when the commitlog grows; replaced by a fresh one once a stream has seen it
-        self._data = asyncio.Event()
+        #: the futures of the streams waiting for new data (resolved False by the arrival hook)
+        self._sleepers: list[asyncio.Future[bool]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._listening = False
 
@@ -103,9 +106,13 @@ class HAMaster:
     # --- the store's side -----------------------------------------------------------------------------------
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
-        """Store arrival hook: wake the streams (one flag test when no slave is connected)."""
-        if self.acks.slaves and not self._data.is_set():
-            self._data.set()
+        """Store arrival hook: wake the sleeping streams (one list test when none sleeps)."""
+        sleepers = self._sleepers
+        if sleepers:
+            for fut in sleepers:
+                if not fut.done():
+                    fut.set_result(False)
+            sleepers.clear()
 
     def wait_replicated(self, end: int) -> asyncio.Future[int] | None:
         """A future resolved with REPLICATED or TIMED_OUT for a send ending at ``end``; None: no slave in sync."""
@@ -165,6 +172,8 @@ class HAMaster:
             log.warning("slave_link_broken", peer=str(peer), reason=str(exc))
         except asyncio.CancelledError:
             pass
+        except Exception:
+            log.exception("slave_link_failed", peer=str(peer))
         finally:
             self.acks.slaves.pop(link_id, None)
             self._tasks.discard(task)
@@ -216,7 +225,7 @@ class HAMaster:
         writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         acks = asyncio.ensure_future(self._read_acks(reader, decoder, state))
         try:
-            await self._stream(writer, decision.offset, acks)
+            await self._stream(writer, decision.offset, acks, state)
         finally:
             acks.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -237,34 +246,68 @@ class HAMaster:
                     if self.acks.waiting:
                         self.acks.advance(self.store.commitlog.max_offset)
 
-    async def _stream(self, writer: asyncio.StreamWriter, pos: int, acks: asyncio.Future[None]) -> None:
+    async def _stream(
+        self, writer: asyncio.StreamWriter, pos: int, acks: asyncio.Future[None], state: SlaveState
+    ) -> None:
+        """Send the commitlog from ``pos`` on; a slave that stops reading or acking for
+        3 heartbeats + 5 s is dropped (it is no longer counted in sync).
+
+        Per wake-up: one read of the commitlog (everything new, in batches), two writes per
+        file slice; idle, it sleeps on a plain future the store's arrival hook resolves (or
+        the heartbeat timer), so a busy master pays no task or wait set per put.
+        """
         store = self.store
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        transport = writer.transport
         batch = self.config.ha_batch_bytes
         heartbeat = self.config.ha_heartbeat_seconds
+        silent = heartbeat * 3 + 5.0
+        sleeping: asyncio.Future[bool] | None = None
+
+        def wake_on_close(_: object) -> None:
+            if sleeping is not None and not sleeping.done():
+                sleeping.set_result(False)
+
+        acks.add_done_callback(wake_on_close)
         while not acks.done():
             end = store.commitlog.max_offset
             if pos < end:
                 views = store.read_commitlog(pos, batch)
                 if not views:
                     raise ProtocolError(f"the commitlog at {pos} is gone (cleanup): the slave must start over")
+                flags = codec.ACK_NOW if cfg.role is BrokerRole.SYNC_MASTER else 0
                 for view in views:
-                    writer.write(codec.data_header(pos, end, len(view)))
-                    writer.write(view)
+                    # One send per slice: header and bytes together.
+                    transport.writelines((codec.data_header(pos, end, len(view), flags), view))
                     pos += len(view)
                 del views, view
-                await writer.drain()
+                if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                    await asyncio.wait_for(writer.drain(), silent)
                 continue
-            data = self._data
-            if data.is_set():
-                data = self._data = asyncio.Event()
-            waiter: asyncio.Future[Any] = asyncio.ensure_future(data.wait())
-            either: set[asyncio.Future[Any]] = {waiter, acks}
+            sleeping = loop.create_future()
+            self._sleepers.append(sleeping)
+            timer = loop.call_later(heartbeat, _resolve, sleeping, True)
             try:
-                done, _ = await asyncio.wait(either, timeout=heartbeat, return_when=asyncio.FIRST_COMPLETED)
+                timed_out = await sleeping
             finally:
-                waiter.cancel()
-            if not done:
+                timer.cancel()
+            if timed_out:
+                if time.monotonic() - state.last_ack_at > silent:
+                    raise TimeoutError(f"no ACK from the slave for {silent:.0f}s")
                 writer.write(codec.data_header(pos, store.commitlog.max_offset, 0))
-                await writer.drain()
+                await asyncio.wait_for(writer.drain(), silent)
+            elif cfg.role is not BrokerRole.SYNC_MASTER:
+                # ASYNC: let the writes of the next moment join this one (fewer, larger frames);
+                # no send waits for it, the slave is only ASYNC_BATCH_SECONDS later.
+                await asyncio.sleep(ASYNC_BATCH_SECONDS)
+            else:
+                # SYNC: sends wait; only let the requests already read in this loop turn join.
+                await asyncio.sleep(0)
         if acks.exception() is not None:
             raise acks.exception()  # type: ignore[misc]
+
+
+def _resolve(fut: asyncio.Future[bool], value: bool) -> None:
+    if not fut.done():
+        fut.set_result(value)

@@ -1,8 +1,8 @@
 """The slave's side of the HA link: follow the master's commitlog into this store.
 
 The slave finds its master's HA address (``ha_master_addr``, else the ``haAddress`` the
-master's runtime info announces, asked at ``master_addr`` or the master address the
-nameserver gave at registration), sends HELLO (its commitlog end and epoch list), and does
+master's runtime info announces, asked at the master address the nameserver gave at
+registration, or ``master_addr`` before that), sends HELLO (its commitlog end and epoch list), and does
 what JOIN says: refuse (logged as ``replication_refused`` with the master's reason; it
 tries again later, never mixes stores), truncate its tail to the last common point, or
 just continue. It then takes the master's epoch list as its own and appends what DATA
@@ -109,6 +109,9 @@ class HASlave:
                 pause = RETRY_SECONDS * 5
             except PymqError as exc:
                 log.info("master_not_reachable", master=self.master_addr, reason=str(exc))
+            except Exception:
+                log.exception("replication_failed", master=self.master_ha_addr)
+                pause = RETRY_SECONDS * 5
             finally:
                 self.connected = False
             await asyncio.sleep(pause)
@@ -119,7 +122,9 @@ class HASlave:
         if cfg.ha_master_addr:
             self.master_ha_addr = cfg.ha_master_addr
             return cfg.ha_master_addr
-        main = cfg.master_addr or self.discovered_master()
+        # The nameserver's answer is the group's current master (it follows role changes);
+        # the configured address only until the first registration answered.
+        main = self.discovered_master() or cfg.master_addr
         if not main:
             return None
         self.master_addr = main
@@ -194,23 +199,32 @@ class HASlave:
         log.info("replicating", master=ha, offset=expected, action=join.action, epoch=self.epochs.epoch)
         writer.write(codec.encode_ack(expected))
         pending = bytearray()
+        acked = expected
+        acked_at = time.monotonic()
         while True:
+            ack_now = False
             for kind, body in frames:
                 if kind != codec.DATA:
                     raise ProtocolError(f"master sends only DATA after JOIN, got frame kind {kind}")
-                offset, master_max, data = codec.decode_data(body)
+                offset, master_max, flags, data = codec.decode_data(body)
                 if offset != expected + len(pending):
                     raise ProtocolError(f"master sent data at {offset}, the slave expects {expected + len(pending)}")
                 self.master_max = master_max
                 if data:
                     pending += data
+                    ack_now = ack_now or bool(flags & codec.ACK_NOW)
+                else:
+                    ack_now = True  # a heartbeat: report where this slave is
             if pending:
                 n = whole_records_prefix(pending, expected, file_size)
                 if n:
                     with memoryview(pending) as view, view[:n] as piece:
                         expected = store.append_raw(expected, piece)
                     del pending[:n]
-            writer.write(codec.encode_ack(expected))
+            now = time.monotonic()
+            if ack_now or (expected != acked and now - acked_at >= codec.LAZY_ACK_SECONDS):
+                writer.write(codec.encode_ack(expected))
+                acked, acked_at = expected, now
             chunk = await asyncio.wait_for(reader.read(READ_SIZE), silent)
             if not chunk:
                 raise ConnectionError("master closed the HA link")
