@@ -24,6 +24,7 @@ from typing import Any
 from pymq import __version__
 from pymq.broker.consumers import ClientChannel, ConsumerManager
 from pymq.broker.delay_hook import default_put_hooks
+from pymq.broker.ha.auth import acl_authenticate
 from pymq.broker.ha.meta_sync import SlaveMetaSync
 from pymq.broker.ha.replication import Replication
 from pymq.broker.ha.role_change import RoleChanger, newer_master
@@ -305,6 +306,12 @@ class BrokerApp:
                 delay_offsets_path=self.schedule.path,
                 interval=lambda: cfg.slave_sync_interval_seconds,
             ),
+            # the HA link follows the broker's [tls] and [acl]: TLS on its listener and to the master,
+            # signed HELLOs checked by the ACL (an admin account) when it is on
+            listener_ssl=self.server.ssl,
+            connector_ssl=self.namesrv_client.ssl,
+            authenticate=acl_authenticate(self.acl) if self.acl is not None else None,
+            sign=self.namesrv_client.signer,
         )
         self.services.append(self.replication)
         if not self.is_slave:

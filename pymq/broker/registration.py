@@ -120,11 +120,9 @@ class NamesrvRegistrar:
 
     async def pause(self) -> None:
         """Stop registering without unregistering (a fenced master: its successor takes its place)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        if task is not None:
+            await _cancel(task)
 
     async def resume(self) -> None:
         """Register at once and keep doing so (after a role change: with the new broker id)."""
@@ -135,12 +133,27 @@ class NamesrvRegistrar:
 
     async def stop(self) -> None:
         """Stop registering and unregister from every nameserver (up to 3 s)."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        if task is not None:
+            await _cancel(task)
         if self._registered:
             self._registered = False
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.unregister_all(), timeout=3.0)
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    """Cancel the registration loop and wait for it to end.
+
+    Cancel again if it keeps running: on Python 3.11 a cancellation that lands as
+    ``wait_for``'s inner wait completes can be swallowed (the loop then goes on), and
+    awaiting such a task would never return.
+    """
+    for _ in range(20):
+        task.cancel()
+        done, _pending = await asyncio.wait({task}, timeout=0.25)
+        if done:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                task.result()
+            return
+    log.error("registration_loop_did_not_stop")

@@ -216,3 +216,51 @@ async def test_two_accounts_in_one_process_need_two_instance_names(secured) -> N
             await p1.send(Message("orders", b"as app"))
             with pytest.raises(NoPermissionError):
                 await p3.send(Message("orders", b"as reader"))
+
+
+async def test_the_ha_link_needs_an_admin_account_when_acl_is_on(tmp_path: Path, secured) -> None:
+    """The HA link has frames of its own: the slave signs its HELLO, the master checks it with its ACL."""
+    cluster, acl_file = secured
+    master = cluster.brokers[0]
+    assert master.replication is not None and master.replication.master is not None
+    ha_addr = master.replication.master.address
+
+    def slave_acl(**creds: str) -> dict[str, object]:
+        return acl_settings(acl_file, **creds)
+
+    async with Producer(cluster.namesrv_addr, **APP) as p:
+        await p.send(Message("orders", b"before the slaves"))
+
+    with capture_logs() as logs:
+        # No credentials (the HA address is given: resolving it through the master's port would be refused first).
+        unsigned = await cluster.add_broker(
+            0, broker_id=1, role="SLAVE", master_addr=master.address, ha_master_addr=ha_addr,
+            acl=slave_acl(), store={"store_dir": str(tmp_path / "s1")},
+        )  # fmt: skip
+        # A signed HELLO of an account without admin.
+        app_account = await cluster.add_broker(
+            0, broker_id=2, role="SLAVE", master_addr=master.address, ha_master_addr=ha_addr,
+            acl=slave_acl(**APP), store={"store_dir": str(tmp_path / "s2")},
+        )  # fmt: skip
+        await wait_until(
+            lambda: len([e for e in logs if e["event"] == "slave_not_authorized"]) >= 2,
+            timeout=15,
+            what="both HELLOs refused",
+        )
+    reasons = sorted(str(e.get("reason")) for e in logs if e["event"] == "slave_not_authorized")
+    assert any("needs ACL credentials" in r for r in reasons) and any("admin permission required" in r for r in reasons)
+    for s in (unsigned, app_account):
+        assert s.store is not None and s.store.commitlog.max_offset == 0  # nothing replicated
+    # The broker's own (admin) account replicates.
+    admitted = await cluster.add_broker(
+        0, broker_id=3, role="SLAVE", master_addr=master.address,
+        acl=slave_acl(access_key="broker", secret_key="broker-secret"), store={"store_dir": str(tmp_path / "s3")},
+    )  # fmt: skip
+    async with Producer(cluster.namesrv_addr, **APP) as p:
+        await p.send(Message("orders", b"replicated"))
+    assert master.store is not None
+    await wait_until(
+        lambda: admitted.store is not None and admitted.store.commitlog.max_offset == master.store.commitlog.max_offset,
+        timeout=15,
+        what="the admitted slave caught up",
+    )

@@ -13,6 +13,11 @@ An epoch entry is ``u64 epoch | u64 start offset | u64 term id``; the tail CRC c
 ``tail size`` bytes before the slave's max offset (see :mod:`pymq.broker.ha.epochs`).
     DATA   master -> slave  u64 offset | u64 master max offset | u8 flags | commitlog bytes (none: heartbeat)
     ACK    slave -> master  u64 offset the slave holds (everything below it is in its commitlog)
+    AUTH   slave -> master  UTF-8 JSON object: the ACL signing fields of the HELLO that follows
+
+AUTH comes first when the slave has ACL credentials: its fields sign a request of code
+HA_PULL_COMMITLOG whose body is the next HELLO's body (:mod:`pymq.broker.ha.auth`), so a
+master with ACL on checks the slave's account (an admin one) as it checks any request.
 
 DATA flag ``ACK_NOW`` (a SYNC_MASTER, whose sends wait for ACKs): ACK as soon as the bytes
 are stored; without it a slave ACKs at most every :data:`LAZY_ACK_SECONDS` (and on each
@@ -26,6 +31,7 @@ into a frame.
 
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import dataclass
 
@@ -36,6 +42,7 @@ HELLO = 1
 JOIN = 2
 DATA = 3
 ACK = 4
+AUTH = 5
 
 _HEAD = struct.Struct(">IB")
 _U64 = struct.Struct(">Q")
@@ -50,6 +57,10 @@ ACK_NOW = 1
 #: without ACK_NOW, a slave ACKs at most this often (and on each heartbeat)
 LAZY_ACK_SECONDS = 0.05
 DATA_HEADER_SIZE = _HEAD.size + _DATA.size
+#: ``[u32 length][u8 kind]`` before every frame's body
+FRAME_HEADER_SIZE = _HEAD.size
+#: an AUTH body is a few short fields
+MAX_AUTH_BODY = 4096
 #: no control frame is bigger; DATA frames are bounded by the master's batch size
 MAX_FRAME = 64 * 1024 * 1024
 
@@ -86,6 +97,26 @@ def _entries(entries: list[EpochEntry]) -> bytes:
 def _text(s: str) -> bytes:
     raw = s.encode()[:65535]
     return _U16.pack(len(raw)) + raw
+
+
+def encode_auth(fields: dict[str, object]) -> bytes:
+    """AUTH: the signing fields (strings and ints) as a JSON object."""
+    return _frame(AUTH, json.dumps(fields, separators=(",", ":"), sort_keys=True).encode())
+
+
+def decode_auth(body: memoryview) -> dict[str, str | int]:
+    """The signing fields of an AUTH frame; ProtocolError if it is not a small object of strings and ints."""
+    if len(body) > MAX_AUTH_BODY:
+        raise ProtocolError("HA AUTH too long")
+    try:
+        fields = json.loads(bytes(body))
+    except ValueError as exc:
+        raise ProtocolError(f"HA AUTH is not JSON: {exc}") from exc
+    if not isinstance(fields, dict) or not all(
+        isinstance(k, str) and isinstance(v, str | int) and not isinstance(v, bool) for k, v in fields.items()
+    ):
+        raise ProtocolError("HA AUTH must be an object of strings and integers")
+    return fields
 
 
 def encode_hello(h: Hello) -> bytes:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from pymq.broker.ha import codec
 from pymq.broker.ha.acks import REPLICATED, AckWaiters, SlaveState
+from pymq.broker.ha.auth import Authenticate, hello_request
 from pymq.broker.ha.epochs import crc_of, decide_join
 from pymq.config import BrokerRole
 from pymq.errors import ProtocolError
@@ -55,8 +56,11 @@ class HAMaster:
         port: int,
         advertised_host: str,
         ssl: ssl_module.SSLContext | None = None,
+        authenticate: Authenticate | None = None,
     ) -> None:
         self.store = store
+        #: ACL on: every slave's HELLO must be signed by an admin account (see broker.ha.auth)
+        self.authenticate = authenticate
         self.epochs = epochs
         self.config = config
         self.host = host
@@ -182,16 +186,35 @@ class HAMaster:
     async def _run_link(self, link_id: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = codec.FrameDecoder()
         hello = None
+        hello_body: memoryview | None = None
+        auth: dict[str, str | int] | None = None
         while hello is None:
             chunk = await asyncio.wait_for(reader.read(65536), HELLO_TIMEOUT)
             if not chunk:
                 return
             for kind, body in decoder.feed(chunk):
+                if kind == codec.AUTH and auth is None and hello is None:
+                    auth = codec.decode_auth(body)
+                    continue
                 if kind != codec.HELLO:
                     raise ProtocolError(f"HA link must open with HELLO, got frame kind {kind}")
-                hello = codec.decode_hello(body)
+                hello, hello_body = codec.decode_hello(body), body
         store = self.store
         cl = store.commitlog
+        if self.authenticate is not None:
+            assert hello_body is not None
+            peer = writer.get_extra_info("peername")
+            peer_addr = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+            reason = (
+                "the HA link needs ACL credentials (no AUTH frame)"
+                if auth is None
+                else self.authenticate(hello_request(hello_body, auth), peer_addr)
+            )
+            if reason is not None:
+                writer.write(codec.encode_join(codec.Join("refuse", 0, cl.file_size, [], f"not authorized: {reason}")))
+                await writer.drain()
+                log.warning("slave_not_authorized", slave=hello.address, peer=peer_addr, reason=reason)
+                return
         tail_crcs = None
         tail_start = hello.max_offset - hello.tail_size
         if hello.tail_size and cl.min_offset <= tail_start and hello.max_offset <= cl.max_offset:

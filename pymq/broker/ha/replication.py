@@ -12,6 +12,7 @@ import ssl as ssl_module
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pymq.broker.ha.auth import Authenticate, Sign
 from pymq.broker.ha.epoch_file import EpochFile
 from pymq.broker.ha.master import HAMaster
 from pymq.broker.ha.slave import HASlave
@@ -44,7 +45,10 @@ class Replication:
         discovered_master: Callable[[], str | None],
         advertised_host: str,
         meta_sync: SlaveMetaSync | None = None,
-        ssl: ssl_module.SSLContext | None = None,
+        listener_ssl: ssl_module.SSLContext | None = None,
+        connector_ssl: ssl_module.SSLContext | None = None,
+        authenticate: Authenticate | None = None,
+        sign: Sign | None = None,
     ) -> None:
         self.config = config
         self.store = store
@@ -52,7 +56,12 @@ class Replication:
         self.address = address
         self.discovered_master = discovered_master
         self.advertised_host = advertised_host
-        self.ssl = ssl
+        #: TLS of the HA listener (a master) and of the link to the master (a slave): the broker's [tls]
+        self.listener_ssl = listener_ssl
+        self.connector_ssl = connector_ssl
+        #: ACL of the HA link: the master checks each slave's signed HELLO, the slave signs its own
+        self.authenticate = authenticate
+        self.sign = sign
         #: a slave's periodic copy of its master's metadata (topics, offsets ...)
         self.meta_sync = meta_sync
         self._meta_sync_running = False
@@ -82,7 +91,8 @@ class Replication:
             host=cfg.host,
             port=ha_listen_port(cfg, cfg.port),
             advertised_host=self.advertised_host,
-            ssl=self.ssl,
+            ssl=self.listener_ssl,
+            authenticate=self.authenticate,
         )
         await self.master.start()
 
@@ -94,7 +104,8 @@ class Replication:
             rpc=self.rpc,
             address=self.address,
             discovered_master=self.discovered_master,
-            ssl=self.ssl,
+            ssl=self.connector_ssl,
+            sign=self.sign,
         )
         await self.slave.start()
         if self.meta_sync is not None:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pymq.broker.ha import codec
+from pymq.broker.ha.auth import Sign, sign_hello
 from pymq.broker.ha.epochs import crc_of, tail_range
 from pymq.errors import ProtocolError, PymqError, StoreError
 from pymq.logs import get_logger
@@ -57,8 +58,11 @@ class HASlave:
         address: Callable[[], str],
         discovered_master: Callable[[], str | None],
         ssl: ssl_module.SSLContext | None = None,
+        sign: Sign | None = None,
     ) -> None:
         self.store = store
+        #: signs the HELLO when this broker has ACL credentials (a master with ACL on requires it)
+        self.sign = sign
         self.epochs = epochs
         self.config = config
         self.rpc = rpc
@@ -156,7 +160,10 @@ class HASlave:
         tail_start, tail_size = tail_range(top, store.commitlog.min_offset)
         tail_crc = crc_of(store.read_commitlog(tail_start, tail_size))
         hello = codec.Hello(top, cfg.broker_id, list(self.epochs.entries), self.address(), tail_size, tail_crc)
-        writer.write(codec.encode_hello(hello))
+        frame = codec.encode_hello(hello)
+        if self.sign is not None:
+            writer.write(codec.encode_auth(sign_hello(self.sign, frame[codec.FRAME_HEADER_SIZE :])))
+        writer.write(frame)
         silent = self.config.ha_heartbeat_seconds * 3 + 5.0
         decoder = codec.FrameDecoder()
         join = None
