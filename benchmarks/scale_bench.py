@@ -83,7 +83,9 @@ def main() -> None:
         few_seconds = sum(put_round(few_round) for _ in range(args.rounds))
         out["steady_8_queues_msgs_per_s"] = round(len(few_round) * args.rounds / few_seconds)
         out["ratio_vs_8_queues"] = round(out["steady_msgs_per_s"] / out["steady_8_queues_msgs_per_s"], 2)
-        out["mapped_files"] = len(store.map_pool)
+        # (older trees, before the map pool, map every file: None)
+        pool = getattr(store, "map_pool", None)
+        out["mapped_files"] = len(pool) if pool is not None else None
         out["open_fds"] = len(os.listdir("/proc/self/fd"))
         store.shutdown()
 
@@ -91,7 +93,8 @@ def main() -> None:
         store = MessageStore(config(root, args))
         store.start()
         out["clean_restart_seconds"] = round(time.perf_counter() - t0, 3)
-        out["files_mapped_at_clean_restart"] = store.map_pool.maps
+        pool = getattr(store, "map_pool", None)
+        out["files_mapped_at_clean_restart"] = pool.maps if pool is not None else None
         store.halt()
 
         t0 = time.perf_counter()

@@ -1,12 +1,14 @@
 """SYNC_FLUSH group commit on the broker's event loop (RocketMQ's GroupCommitService, loop side).
 
 Sends that must wait for the disk (from any connection) register ``(end offset, response)``
-here and get a future. At most one flush request is with the store's flusher thread at a
-time: the first waiter of an idle period asks at the end of its loop tick (so every send
-decoded in that tick shares the sync), and waiters arriving while a sync runs are covered
-by the next one, which asks up to the highest end waiting. The batch therefore grows with
-the load by itself (one sync per sync-duration, however many senders), and an idle broker
-answers after one sync.
+here and get a future. The first waiter of an idle period asks the store's flusher thread
+for a sync at the end of its loop tick (so every send decoded in that tick shares it);
+waiters arriving while that sync runs queue one more request, up to the highest end
+waiting, which the flusher takes as soon as the running sync is done (no round trip
+through the loop in between). At most two requests are out (one running, one queued):
+later waiters join the queued one's successor. The batch therefore grows with the load by
+itself (one sync per sync-duration, however many senders), and an idle broker answers
+after one sync.
 
 Waiters are kept in commitlog order (the appends that produced them run in order on this
 loop) and are answered from the front: everything up to the flushed offset at once, one
@@ -27,6 +29,8 @@ from pymq.protocol.command import Command
 #: ``request_flush(offset, callback)``: the store calls ``callback(ok)`` (on its flush thread)
 #: once everything below ``offset`` is on disk (ok False: it cannot be)
 RequestFlush = Callable[[int, Callable[[bool], None]], None]
+#: flush requests out at once: one being synced, one queued behind it
+MAX_REQUESTS = 2
 
 
 class GroupCommit:
@@ -38,8 +42,9 @@ class GroupCommit:
         self.timeout = timeout
         #: (end offset, deadline, future, response), in arrival (= commitlog) order
         self._waiters: deque[tuple[int, float, asyncio.Future[Command], Command]] = deque()
-        #: the offset the flush request in flight covers (-1: none in flight)
-        self._in_flight = -1
+        #: flush requests with the flusher (at most MAX_REQUESTS), and the highest offset asked for
+        self._in_flight = 0
+        self._asked = -1
         self._kick_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -59,7 +64,7 @@ class GroupCommit:
         self._waiters.append((end, deadline, fut, resp))
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._expire)
-        if self._in_flight < 0 and not self._kick_scheduled:
+        if end > self._asked and self._in_flight < MAX_REQUESTS and not self._kick_scheduled:
             # End of this tick: every send decoded in it shares the sync.
             self._kick_scheduled = True
             loop.call_soon(self._kick)
@@ -73,13 +78,16 @@ class GroupCommit:
 
     def _kick(self) -> None:
         self._kick_scheduled = False
-        if self._in_flight >= 0 or not self._waiters:
+        if self._in_flight >= MAX_REQUESTS or not self._waiters:
             return
         target = self._waiters[-1][0]
         for w in self._waiters:  # normally the last is the highest; stay correct if not
             if w[0] > target:
                 target = w[0]
-        self._in_flight = target
+        if target <= self._asked:
+            return  # a request out already covers every waiter
+        self._asked = target
+        self._in_flight += 1
         self.requests += 1
         loop = self._loop
         assert loop is not None
@@ -93,7 +101,9 @@ class GroupCommit:
         self._request_flush(target, done)
 
     def _synced(self, target: int, ok: bool) -> None:
-        self._in_flight = -1
+        self._in_flight -= 1
+        if not ok and self._asked <= target:
+            self._asked = -1  # ask again for whatever still waits
         waiters = self._waiters
         if ok:
             covered = max(target, self._flushed_offset())
@@ -105,7 +115,7 @@ class GroupCommit:
             # The store could not sync (stopping, or the sync failed): answer what this request covered.
             while waiters and waiters[0][0] <= target:
                 self._fail(waiters.popleft())
-        if waiters:
+        if waiters and not self._kick_scheduled:
             self._kick()
 
     # --- timeouts -------------------------------------------------------------------------------------

@@ -42,19 +42,39 @@ async def test_waiters_share_syncs_and_resolve_in_order() -> None:
     first = [gc.wait(response(i), end=100 * (i + 1)) for i in range(3)]
     await wait_until(lambda: len(flusher.requests) == 1, what="one request for the tick")
     assert flusher.requests[0][0] == 300  # up to the highest end waiting
-    # Sends arriving while that sync runs wait for the next one: no second request yet.
+    # Sends arriving while that sync runs queue one more request behind it (no loop round trip
+    # between the two syncs)...
     later = [gc.wait(response(10 + i), end=400 + i) for i in range(2)]
+    await wait_until(lambda: len(flusher.requests) == 2, what="the queued request")
+    assert flusher.requests[1][0] == 401
+    # ...and with two out, the next ones wait for a slot.
+    last = gc.wait(response(20), end=500)
     await asyncio.sleep(0)
-    assert len(flusher.requests) == 1
+    assert len(flusher.requests) == 2
     flusher.complete(0)
     results = await asyncio.gather(*first)
     assert [r.opaque for r in results] == [0, 1, 2] and all(r.code == ResponseCode.SUCCESS for r in results)
     assert not any(f.done() for f in later)
-    await wait_until(lambda: len(flusher.requests) == 2, what="the next sync for the later waiters")
-    assert flusher.requests[1][0] == 401
+    await wait_until(lambda: len(flusher.requests) == 3, what="a request for the last waiter")
+    assert flusher.requests[2][0] == 500
     flusher.complete(1)
     assert [r.opaque for r in await asyncio.gather(*later)] == [10, 11]
-    assert gc.waiting == 0 and gc.requests == 2
+    assert not last.done()
+    flusher.complete(2)
+    assert (await last).opaque == 20
+    assert gc.waiting == 0 and gc.requests == 3
+
+
+async def test_a_sync_covering_more_answers_everyone_it_covers() -> None:
+    flusher = FakeFlusher()
+    gc = GroupCommit(flusher.request, lambda: flusher.flushed, timeout=30)
+    a = gc.wait(response(1), end=100)
+    await wait_until(lambda: len(flusher.requests) == 1, what="request")
+    b = gc.wait(response(2), end=200)
+    await wait_until(lambda: len(flusher.requests) == 2, what="queued request")
+    flusher.flushed = 200  # the first sync found the second send's bytes written too
+    flusher.complete(0)
+    assert [(await a).opaque, (await b).opaque] == [1, 2]
 
 
 async def test_a_failed_sync_answers_flush_disk_timeout_for_what_it_covered() -> None:
@@ -78,7 +98,7 @@ async def test_timeouts_need_one_timer_and_answer_in_arrival_order() -> None:
     assert gc._timer is None and gc.waiting == 0
     # A sync finishing late answers nobody twice, and the next waiter gets a new request.
     flusher.complete(0)
-    await wait_until(lambda: gc._in_flight < 0, what="the late sync handled")
+    await wait_until(lambda: gc._in_flight == 0, what="the late sync handled")
     fut = gc.wait(response(99), end=600)
     await wait_until(lambda: len(flusher.requests) == 2, what="a new request")
     flusher.complete(1)

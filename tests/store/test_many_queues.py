@@ -92,3 +92,16 @@ def test_queue_ends_of_another_commitlog_range_are_not_trusted(new_store: StoreF
     ends.write_text(json.dumps(data))
     again = new_store()
     assert again.max_offset("T", 0) == 5 and not again.queues[("T", 0)].restored
+
+
+def test_a_view_outlives_its_files_eviction(new_store: StoreFactory) -> None:
+    """Entries read from a consume-queue file stay readable after the pool unmaps that file."""
+    store = new_store(consume_queue_max_mapped_files=1, consume_queue_flush_interval_ms=3_600_000)
+    store.put_messages("T", 0, record("T", b"first"))
+    cq = store.queues[("T", 0)]
+    store.flush_logics()
+    raw = cq.read_entries(0, 1)
+    mf = cq.mfq.files[0]
+    store.put_messages("T", 1, record("T", b"second"))  # maps another file: the first one goes
+    assert not mf.mapped and store.map_pool.evictions >= 1
+    assert bytes(raw) == bytes(cq.read_entries(0, 1)) and len(raw) == 20  # still the mapping it came from
