@@ -241,6 +241,7 @@ class ConsumerBase:
         with contextlib.suppress(PymqError):
             await store.persist([mq])
         store.remove(mq)
+        self.pull_nodes.table.pop(mq, None)
 
     async def _start_offset(self, mq: MessageQueue) -> int:
         store = self.offset_store

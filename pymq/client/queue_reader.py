@@ -19,7 +19,6 @@ from pymq.client.routes import read_queues
 from pymq.client.security import Security
 from pymq.errors import (
     ClientError,
-    NoRouteError,
     PymqError,
     QueryNotFoundError,
     ServiceNotAvailableError,
@@ -242,30 +241,35 @@ class QueueReader:
 
     # --- group offsets --------------------------------------------------------------------------------------
 
-    def commit(self, group: str, offsets: dict[QueueKey, int]) -> None:
+    def commit(self, group: str, offsets: dict[QueueKey, int]) -> list[QueueKey]:
         """Store ``offsets`` (next offset to read) as the group's committed offsets on the masters.
 
-        Offsets are the masters': a queue whose master is gone from the route (only a slave
-        left) is not committed and raises :class:`NoRouteError` (after the others are
-        tried), so the caller keeps the offset and commits it again later.
+        Offsets are the masters': the queues whose master is not in the route (stopped, or
+        away with only a slave left) are not committed and are returned, sorted, so the
+        caller can keep their offsets and commit them again later. Other failures raise,
+        after every queue was tried.
         """
 
-        async def one(key: QueueKey, off: int) -> None:
+        async def one(key: QueueKey, off: int) -> bool:
             topic, broker, qid = key
             addr = await self._addr(topic, broker, master=True)
             if addr is None:
-                raise NoRouteError(f"no master for broker {broker} of topic {topic}: offset {off} not committed")
+                return False
             await self._rpc.invoke_ok(addr, broker_api.update_consumer_offset(group, topic, qid, off), self.timeout)
+            return True
 
-        async def all_() -> None:
+        async def all_() -> list[QueueKey]:
             # Every queue is tried (one stopped broker must not hold back the others' offsets);
             # then the first failure is raised.
-            results = await asyncio.gather(*(one(k, o) for k, o in offsets.items()), return_exceptions=True)
+            keys = list(offsets)
+            results = await asyncio.gather(*(one(k, offsets[k]) for k in keys), return_exceptions=True)
             for result in results:
                 if isinstance(result, BaseException):
                     raise result
+            return sorted(k for k, ok in zip(keys, results, strict=True) if not ok)
 
-        self._run(all_())
+        masterless: list[QueueKey] = self._run(all_())
+        return masterless
 
     def committed(self, group: str, key: QueueKey) -> int:
         """The group's committed offset for a queue, -1 if none (from a slave's copy while the master is away)."""

@@ -397,8 +397,11 @@ class PymqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         group = self.group() if changed else None
         if group and changed:
             try:
-                self._planner.reader.commit(group, changed)
-                self._committed.update(changed)
+                masterless = set(self._planner.reader.commit(group, changed))
+                # A queue whose master is away keeps its offset for the next commit.
+                self._committed.update((k, v) for k, v in changed.items() if k not in masterless)
+                if masterless:
+                    log.info("offsets of %d queue(s) wait for their master: %s", len(masterless), sorted(masterless))
             except Exception as exc:  # lag reporting must never fail the query
                 log.warning("could not commit offsets for group %s: %s", group, exc)
 

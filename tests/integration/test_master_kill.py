@@ -135,3 +135,69 @@ async def test_kill_master_consumers_use_the_slave_producers_fail_over_offsets_r
         await wait_until(lambda: len(set(seen)) == 90, timeout=30, what="messages on the restarted master")
         assert restarted.address in pulled_from[back_at:]
     assert not [m for m, n in Counter(seen).items() if n > 1]
+
+
+async def test_kill_master_orderly_consumer_pauses_and_resumes_on_the_restarted_master(
+    tmp_path: Path, processes: list[DaemonProcess]
+) -> None:
+    """Locks die with the master: consumption pauses (no lock can be had from the slave) and
+    resumes under new locks on the restarted master, every queue in order, nothing twice."""
+    ns = namesrv_process(tmp_path).start()
+    processes.append(ns)
+    a = broker_process(tmp_path, ns.address, "broker-a").start()
+    processes.append(a)
+    await create_topic([a.address])
+    async with Producer(ns.address, "op", **FAST) as producer:
+        for i in range(40):
+            await producer.send(Message(TOPIC, f"o-{i}".encode()), queue=MessageQueue(TOPIC, "broker-a", i % 2))
+    a, _ = master_and_slave_daemons(a, processes=processes, slave_env={"PYMQ_LONG_POLLING_MAX_SECONDS": "1"})
+    for _ in range(200):
+        if await routed(ns.address, "broker-a", {0, 1}):
+            break
+        await asyncio.sleep(0.05)
+
+    consumed: dict[int, list[int]] = {0: [], 1: []}
+    c = PushConsumer(
+        ns.address,
+        "og",
+        instance_name="oc",
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        pull_batch_size=2,
+        pull_threshold_for_queue=1,
+        lock_renew_interval=0.3,
+        lock_valid_seconds=0.9,
+        **FAST,
+    )
+    c.subscribe(TOPIC)
+
+    @c.orderly_listener
+    async def on(msgs: list[MessageExt]) -> None:
+        for m in msgs:
+            consumed[m.queue_id].append(m.queue_offset)
+        await asyncio.sleep(0.05)
+
+    def total() -> int:
+        return len(consumed[0]) + len(consumed[1])
+
+    async with c:
+        await wait_until(lambda: total() >= 6, timeout=20, what="consuming under the master's locks")
+        a.kill()
+        await wait_until(
+            lambda: all(not pq.locked for mq, pq in c.process_queues.items() if mq.topic == TOPIC),
+            timeout=10,
+            what="locks lapsed",
+        )
+        await asyncio.sleep(0.3)  # a batch under way when the lock lapsed finishes
+        paused_at = total()
+        await asyncio.sleep(1.0)  # three renewals: no lock anywhere, nothing consumed
+        assert total() == paused_at < 40
+
+        restarted = DaemonProcess("broker", list(a.args), a.workdir, env=a.env).start()
+        processes.append(restarted)
+        await wait_until(lambda: total() >= 40, timeout=30, what="consumption resumed on the restarted master")
+        for _ in range(200):
+            if await committed_on(restarted.address, "og") == [20, 20]:
+                break
+            await asyncio.sleep(0.1)
+        assert await committed_on(restarted.address, "og") == [20, 20]
+    assert consumed == {0: list(range(20)), 1: list(range(20))}
