@@ -129,12 +129,13 @@ def decode_pulled(body: bytes | memoryview, mq: MessageQueue, sub: Subscription)
     msgs: list[MessageExt] = []
     tags = sub.tags
     retry = mq.topic.startswith(RETRY_PREFIX)
+    # Messages decode lazily: the tag check reads one property, not the whole map.
     for m in iter_messages(body, broker_name=mq.brokerName):
-        if tags and m.properties.get(Prop.TAGS) not in tags:
+        if tags and m.tags not in tags:
             continue
         if retry:
             # Listeners see the topic the message was first sent to.
-            original = m.properties.get(Prop.RETRY_TOPIC)
+            original = m.get_property(Prop.RETRY_TOPIC)
             if original:
                 m.topic = original
         msgs.append(m)
