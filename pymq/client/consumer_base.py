@@ -29,7 +29,7 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription, parse_tags_strict
 from pymq.protocol.message import MessageExt
-from pymq.protocol.requests import MAX_PULL_MSG_NUMS, RETRY_PREFIX
+from pymq.protocol.requests import I32_MAX, MAX_PULL_MSG_NUMS, RETRY_PREFIX
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.consumer")
@@ -40,6 +40,9 @@ BROKER_SUSPEND_MS = 15_000
 PULL_TIMEOUT = 30.0
 PULL_DELAY_FLOW_CONTROL = 0.05
 PULL_DELAY_ERROR = 3.0
+#: bytes of records a pull asks for (RocketMQ 5's pullBatchSizeInBytes default): a pull is
+#: sized by bytes, so small messages come hundreds to a request
+DEFAULT_PULL_BATCH_BYTES = 256 * 1024
 
 
 def retry_topic(group: str) -> str:
@@ -60,7 +63,8 @@ class ConsumerBase:
         consume_from_where: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp: int | None = None,
         allocate_strategy: AllocateStrategy | None = None,
-        pull_batch_size: int = 32,
+        pull_batch_size: int | None = None,
+        pull_batch_bytes: int = DEFAULT_PULL_BATCH_BYTES,
         pull_threshold_for_queue: int = 1000,
         pull_threshold_size_for_queue: int = 100 * 1024 * 1024,
         offset_store_dir: str | Path | None = None,
@@ -69,16 +73,21 @@ class ConsumerBase:
     ) -> None:
         if not group:
             raise ClientError("consumer group must not be empty")
-        if not 1 <= pull_batch_size <= MAX_PULL_MSG_NUMS:
+        if pull_batch_size is not None and not 1 <= pull_batch_size <= MAX_PULL_MSG_NUMS:
             # As RocketMQ's checkConfig: the broker would refuse every pull (INVALID_PARAMETER).
             raise ClientError(f"pull_batch_size must be between 1 and {MAX_PULL_MSG_NUMS}, got {pull_batch_size}")
+        if not 1 <= pull_batch_bytes <= I32_MAX:
+            raise ClientError(f"pull_batch_bytes must be between 1 and {I32_MAX}, got {pull_batch_bytes}")
         self.namesrv = namesrv
         self.group = group
         self.message_model = MessageModel(message_model)
         self.consume_from_where = ConsumeFromWhere(consume_from_where)
         self.consume_timestamp = consume_timestamp
         self.allocate_strategy = allocate_strategy or AllocateAveragely()
+        #: a pull returns at most ``pull_batch_bytes`` of records (at least one) and, when set,
+        #: at most ``pull_batch_size`` messages (else up to MAX_PULL_MSG_NUMS)
         self.pull_batch_size = pull_batch_size
+        self.pull_batch_bytes = pull_batch_bytes
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
         self.offset_store_dir = Path(offset_store_dir) if offset_store_dir else default_offset_dir()
@@ -292,7 +301,8 @@ class ConsumerBase:
                     self.group,
                     offset,
                     sub,
-                    max_nums=self.pull_batch_size,
+                    max_nums=self.pull_batch_size or MAX_PULL_MSG_NUMS,
+                    max_bytes=self.pull_batch_bytes,
                     commit_offset=commit,
                     suspend_ms=BROKER_SUSPEND_MS,
                     timeout=PULL_TIMEOUT,

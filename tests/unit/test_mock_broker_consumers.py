@@ -11,6 +11,7 @@ import pytest
 from pymq.client.consumer_types import ConsumeFromWhere, ConsumeResult
 from pymq.client.producer import Producer
 from pymq.client.push_consumer import PushConsumer
+from pymq.protocol.codes import RequestCode
 from pymq.protocol.message import Message, MessageExt
 from pymq.protocol.route import MessageQueue
 from pymq.testing import MockBroker
@@ -78,3 +79,36 @@ async def test_orderly_consumer_takes_only_locked_queues(broker: MockBroker, tmp
     c.register_orderly_listener(lambda msgs: None)
     async with c:
         assert [mq.queueId for mq in c.assigned_queues()] == [0]
+
+
+async def test_pulls_are_sized_by_bytes(broker: MockBroker, tmp_path: Path) -> None:
+    """A consumer asks for pull_batch_bytes of records and up to 1024 messages; pull_batch_size caps the count."""
+    async with Producer(broker.address) as p:
+        for i in range(12):
+            await p.send(
+                Message("orders", bytes([i]) * 1000),
+            )
+    seen: list[int] = []
+    batches: list[int] = []
+    c = consumer(broker, tmp_path, pull_batch_bytes=2500, consume_batch_max_size=32)
+
+    @c.listener
+    async def on(msgs: list[MessageExt]) -> None:
+        batches.append(len(msgs))
+        seen.extend(m.body[0] for m in msgs)
+
+    async with c:
+        await until(lambda: len(seen) == 12)
+    pulls = [r.ext for r in broker.requests_of(RequestCode.PULL_MESSAGE)]
+    assert {(e["maxMsgNums"], e["maxBytes"]) for e in pulls} == {(1024, 2500)}
+    assert sorted(seen) == list(range(12)) and max(batches) == 2  # a record is > 1000 bytes: two fit
+    broker.requests.clear()
+
+    c = PushConsumer(broker.address, "g2", consume_from_where=ConsumeFromWhere.FIRST_OFFSET, pull_batch_size=3)
+    c.subscribe("orders")
+    got: list[MessageExt] = []
+    c.register_listener(lambda msgs: got.extend(msgs))
+    async with c:
+        await until(lambda: len(got) == 12)
+    pulls = [r.ext for r in broker.requests_of(RequestCode.PULL_MESSAGE)]
+    assert {(e["maxMsgNums"], e["maxBytes"]) for e in pulls} == {(3, 256 * 1024)}
