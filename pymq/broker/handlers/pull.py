@@ -193,5 +193,8 @@ class PullHandlers:
         return _PHYSICAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
 
     async def _hold(self, cmd: Command, r: _Read, timeout: float) -> Command:
-        await self.pull_hold.hold(r.topic, r.queue_id, r.offset, timeout)
+        # This runs a loop step after the read: a message that arrived in between woke nobody (the
+        # hold did not exist yet), so look again before waiting, or it would wait for the timeout.
+        if self.store.max_offset(r.topic, r.queue_id) <= r.offset:
+            await self.pull_hold.hold(r.topic, r.queue_id, r.offset, timeout)
         return self._read(cmd, r)
