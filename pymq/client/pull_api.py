@@ -64,6 +64,8 @@ class PullResult:
     #: the answering broker's address and whether it is a slave
     addr: str = ""
     from_slave: bool = False
+    #: the answer's records when pulled with ``decode=False`` (``decode_pulled`` makes ``messages``)
+    body: bytes | memoryview | None = None
 
 
 async def pull(
@@ -79,11 +81,13 @@ async def pull(
     suspend_ms: int = 0,
     timeout: float = 30.0,
     nodes: PullNodes | None = None,
+    decode: bool = True,
 ) -> PullResult:
     """Pull from ``mq`` at ``offset``; messages not matching ``sub``'s tags are dropped here.
 
     ``nodes`` (a consumer's) picks the broker of the group and takes the answer's suggestion;
     without it the master is asked, or a slave while the route has no master.
+    With ``decode`` off a found answer's records are left in ``body`` (the caller decodes them later).
     """
     broker_id = MASTER_ID if nodes is None else nodes.broker_id(mq)
     target = instance.routes.pull_addr(mq.brokerName, broker_id)
@@ -123,7 +127,11 @@ async def pull(
     result = PullResult(status, *broker_api.read_pull_offsets(resp, offset), addr=addr, from_slave=slave)
     if status is PullStatus.FOUND:
         # A received body is one buffer (bytes or a view of the read buffer), never a list of them.
-        result.messages = decode_pulled(cast(bytes | memoryview, resp.body), mq, sub)
+        body = cast(bytes | memoryview, resp.body)
+        if decode:
+            result.messages = decode_pulled(body, mq, sub)
+        else:
+            result.body = body
     return result
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import pymq.client.consumer_base as consumer_base
+from pymq.client import broker_api
 from pymq.client.consumer_types import ConsumeFromWhere, ConsumeResult
 from pymq.client.producer import Producer
 from pymq.client.push_consumer import PushConsumer
@@ -112,3 +115,51 @@ async def test_pulls_are_sized_by_bytes(broker: MockBroker, tmp_path: Path) -> N
         await until(lambda: len(got) == 12)
     pulls = [r.ext for r in broker.requests_of(RequestCode.PULL_MESSAGE)]
     assert {(e["maxMsgNums"], e["maxBytes"]) for e in pulls} == {(3, 256 * 1024)}
+
+
+async def test_next_pull_is_sent_before_an_answer_is_decoded(
+    broker: MockBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A push consumer keeps one pull in flight: the pull for the next offset is sent before this answer is decoded."""
+    broker.add_topic("single", [broker], queues=1)
+    async with Producer(broker.address) as p:
+        for i in range(6):
+            await p.send(Message("single", f"m{i}".encode()))
+    events: list[tuple[str, int]] = []
+    build, decode = broker_api.pull_message, consumer_base.decode_pulled
+
+    def pull_message(group: str, mq: MessageQueue, offset: int, **kw: Any) -> Any:
+        if mq.topic == "single":
+            events.append(("pull", offset))
+        return build(group, mq, offset, **kw)
+
+    def decode_pulled(body: Any, mq: MessageQueue, sub: Any) -> list[MessageExt]:
+        msgs = decode(body, mq, sub)
+        events.append(("decode", msgs[0].queue_offset))
+        return msgs
+
+    monkeypatch.setattr(broker_api, "pull_message", pull_message)
+    monkeypatch.setattr(consumer_base, "decode_pulled", decode_pulled)
+    seen: list[bytes] = []
+    c = PushConsumer(
+        broker.address,
+        "g",
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        offset_store_dir=tmp_path,
+        pull_batch_size=2,
+    )
+    c.subscribe("single")
+    c.register_listener(lambda msgs: seen.extend(m.body for m in msgs))
+    async with c:
+        await until(lambda: len(seen) == 6)
+    assert sorted(seen) == [f"m{i}".encode() for i in range(6)]
+    # pull 0, pull 2 (ahead), decode 0, pull 4, decode 2, pull 6 (long-polls), decode 4
+    assert events[:7] == [
+        ("pull", 0),
+        ("pull", 2),
+        ("decode", 0),
+        ("pull", 4),
+        ("decode", 2),
+        ("pull", 6),
+        ("decode", 4),
+    ]
