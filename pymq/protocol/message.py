@@ -240,7 +240,8 @@ class MessageExt:
         props = self._properties
         if props is not None:
             return props.get(key)
-        raw = find_property(self._props_raw(), key.encode() + NAME_VALUE_SEPARATOR)
+        f = self._f
+        raw = find_property(bytes(self._buf[f[15] : f[16]]), key.encode() + NAME_VALUE_SEPARATOR)
         return None if raw is None else raw.decode(errors="replace")
 
     @property
@@ -253,7 +254,12 @@ class MessageExt:
 
     @property
     def tags(self) -> str | None:
-        return self.get_property(Prop.TAGS)
+        props = self._properties
+        if props is not None:
+            return props.get(Prop.TAGS)
+        f = self._f  # inlined get_property: client-side tag filtering asks every message
+        raw = find_property(bytes(self._buf[f[15] : f[16]]), _TAGS_KEY)
+        return None if raw is None else raw.decode(errors="replace")
 
     @property
     def keys(self) -> list[str]:
@@ -324,6 +330,9 @@ class MessageExt:
 _TOPICS: dict[bytes, str] = {}
 
 
+_TAGS_KEY = Prop.TAGS.encode() + NAME_VALUE_SEPARATOR
+
+
 def _topic_str(raw: bytes) -> str:
     topic = _TOPICS.get(raw)
     if topic is None:
@@ -381,8 +390,25 @@ def iter_messages(
             m._body = bytes(buf[f[13] : f[14] - 2])
             yield m
         return
-    for fields in iter_records(buf):
-        yield _message(fields, buf, broker_name)
+    # _message inlined (this loop is the consumer's per-record cost); the records of one pull
+    # answer share their topic, so its name is looked up once per run of equal topics.
+    new = _new_message
+    last_raw = b""
+    topic = ""
+    for f in iter_records(buf):
+        m = new(MessageExt)
+        m._buf = buf
+        m._f = f
+        m._properties = m._body = None
+        m.broker_name = broker_name
+        raw = bytes(buf[f[14] : f[15] - 2])
+        if raw != last_raw or not topic:
+            topic = _topic_str(raw)
+            last_raw = raw
+        m._topic = topic
+        if f[3] & SYSFLAG_COMPRESSED:
+            m._body = m.body
+        yield m
 
 
 class UniqueIdGenerator:
