@@ -95,7 +95,7 @@ _P_GROUP, _P_TOPIC, _P_QUEUE_ID, _P_OFFSET, _P_MAX_NUMS, _P_SYS_FLAG = (
 _P_COMMIT, _P_SUSPEND, _P_SUBSCRIPTION, _P_SUB_VERSION = (
     _PULL_WIRE[f] for f in ("commit_offset", "suspend_timeout_millis", "subscription", "sub_version")
 )
-_P_MAX_BYTES = _PULL_WIRE["max_bytes"]
+_P_MAX_BYTES = _PULL_WIRE["max_msg_bytes"]
 
 
 def pull_message(
@@ -113,7 +113,7 @@ def pull_message(
     """PULL_MESSAGE from ``offset``; with ``subscription`` (or bare ``tags``) the broker filters by tag.
 
     ``max_bytes``: the answer holds at most this many bytes of records (at least one record);
-    None leaves it to the broker's default (``maxBytes`` is optional: older peers ignore it).
+    None leaves it to the broker's default (``maxMsgBytes`` is optional: older peers ignore it).
 
     A pull per batch is on the consumer's hot loop, so the ext dict is written directly with
     :class:`~pymq.protocol.requests.PullMessageRequest`'s wire names; no subscription is left

@@ -103,7 +103,7 @@ async def test_pulls_are_sized_by_bytes(broker: MockBroker, tmp_path: Path) -> N
     async with c:
         await until(lambda: len(seen) == 12)
     pulls = [r.ext for r in broker.requests_of(RequestCode.PULL_MESSAGE)]
-    assert {(e["maxMsgNums"], e["maxBytes"]) for e in pulls} == {(1024, 2500)}
+    assert {(e["maxMsgNums"], e["maxMsgBytes"]) for e in pulls} == {(1024, 2500)}
     assert sorted(seen) == list(range(12)) and max(batches) == 2  # a record is > 1000 bytes: two fit
     broker.requests.clear()
 
@@ -114,7 +114,7 @@ async def test_pulls_are_sized_by_bytes(broker: MockBroker, tmp_path: Path) -> N
     async with c:
         await until(lambda: len(got) == 12)
     pulls = [r.ext for r in broker.requests_of(RequestCode.PULL_MESSAGE)]
-    assert {(e["maxMsgNums"], e["maxBytes"]) for e in pulls} == {(3, 256 * 1024)}
+    assert {(e["maxMsgNums"], e["maxMsgBytes"]) for e in pulls} == {(3, 256 * 1024)}
 
 
 async def test_next_pull_is_sent_before_an_answer_is_decoded(

@@ -155,7 +155,7 @@ class PullHandlers:
         codes = self._tag_codes(topic, h.subscription)
         if sys_flag & FLAG_COMMIT_OFFSET and not self.slave and h.commit_offset >= 0:
             self.offsets.commit(group, topic, queue_id, h.commit_offset)
-        read = _Read(group, topic, queue_id, offset, max_nums, h.max_bytes, codes, sg)
+        read = _Read(group, topic, queue_id, offset, max_nums, h.max_msg_bytes, codes, sg)
         resp = self._read(cmd, read)
         if resp.code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND and suspend_ms > 0:
             timeout = min(suspend_ms / 1000, self.config.long_polling_max_seconds)
