@@ -209,6 +209,15 @@ class MessageExt:
         self._body = value
 
     @property
+    def body_size(self) -> int:
+        """``len(body)`` without copying the body out of the buffer (a compressed one is already decoded)."""
+        body = self._body
+        if body is not None:
+            return len(body)
+        f = self._f
+        return f[14] - 2 - f[13]
+
+    @property
     def topic(self) -> str:
         topic = self._topic
         if topic is None:

@@ -85,7 +85,15 @@ def test_every_field_equals_an_eager_decode() -> None:
         names = PUBLIC if i % 2 else tuple(reversed(PUBLIC))  # tags before properties, and after
         assert {n: getattr(m, n) for n in names} == want
         assert m.to_dict()["msgId"] == want["msg_id"]
+        assert m.body_size == len(want["body"])  # type: ignore[arg-type]
         assert _public(decode_message(rec, broker_name="broker-a")) == want
+
+
+def test_body_size_does_not_copy_the_body() -> None:
+    """body_size is the body's length, read from the record (a compressed body: the inflated one)."""
+    m = decode_message(_record(9))
+    assert m.body_size == 63 and m._body is None
+    assert decode_message(_record(8, compressed=True)).body_size == 56
 
 
 def test_single_properties_without_the_map() -> None:
