@@ -40,6 +40,7 @@ run orderly     $bench consumer --embedded --quiet --json --count 50000 --orderl
 run sendback    $bench consumer --embedded --quiet --json --count 20000 --fail-first
 peer_round after
 run store       $py benchmarks/store_bench.py --repeat 3 --json
+run decode      $py benchmarks/decode_bench.py --json
 run timer       $py benchmarks/timer_bench.py --pending 1000000 --burst 10000 --json
 run scale       $py benchmarks/scale_bench.py --queues 10000 --topics 10 --json
 run cold-read   $py benchmarks/cold_read_check.py --mb 1024 --json

@@ -18,7 +18,6 @@ from pymq.client.transaction_producer import TransactionProducer, TransactionSta
 from pymq.errors import PymqError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
-from pymq.protocol.requests import MAX_PULL_MSG_NUMS
 from pymq.transport.client import RpcClient
 
 #: property carrying the send time in ns, for end-to-end latency
@@ -238,7 +237,6 @@ async def run_consumer(
         instance_name=f"bench-consumer-{os.getpid()}",
         consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
         consume_batch_max_size=batch_size,
-        pull_batch_size=min(MAX_PULL_MSG_NUMS, max(32, batch_size)),
         **CLIENT_OPTIONS,
     )
     consumer.subscribe(topic)

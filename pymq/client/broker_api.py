@@ -95,6 +95,7 @@ _P_GROUP, _P_TOPIC, _P_QUEUE_ID, _P_OFFSET, _P_MAX_NUMS, _P_SYS_FLAG = (
 _P_COMMIT, _P_SUSPEND, _P_SUBSCRIPTION, _P_SUB_VERSION = (
     _PULL_WIRE[f] for f in ("commit_offset", "suspend_timeout_millis", "subscription", "sub_version")
 )
+_P_MAX_BYTES = _PULL_WIRE["max_msg_bytes"]
 
 
 def pull_message(
@@ -107,16 +108,22 @@ def pull_message(
     tags: str | None = None,
     commit_offset: int = -1,
     suspend_ms: int = 0,
+    max_bytes: int | None = None,
 ) -> Command:
     """PULL_MESSAGE from ``offset``; with ``subscription`` (or bare ``tags``) the broker filters by tag.
 
+    ``max_bytes``: the answer holds at most this many bytes of records (at least one record);
+    None leaves it to the broker's default (``maxMsgBytes`` is optional: older peers ignore it).
+
     A pull per batch is on the consumer's hot loop, so the ext dict is written directly with
     :class:`~pymq.protocol.requests.PullMessageRequest`'s wire names; no subscription is left
-    out (as ``to_ext`` does) and ``maxBytes`` is left to the broker's default.
+    out (as ``to_ext`` does).
     """
     flags = 0
     ext: dict[str, Any] = {_P_GROUP: group, _P_TOPIC: mq.topic, _P_QUEUE_ID: mq.queueId, _P_OFFSET: offset}
     ext[_P_MAX_NUMS] = max_nums
+    if max_bytes is not None:
+        ext[_P_MAX_BYTES] = max_bytes
     if subscription is not None:
         flags = FLAG_SUBSCRIPTION
         ext[_P_SUBSCRIPTION] = subscription.expression

@@ -21,7 +21,7 @@ from pymq.client.consumer_types import ConsumeFromWhere, MessageModel, PullStatu
 from pymq.client.instance import ClientInstance
 from pymq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
 from pymq.client.process_queue import ProcessQueue
-from pymq.client.pull_api import PullNodes, PullResult, pull
+from pymq.client.pull_api import PullNodes, PullResult, decode_pulled, pull
 from pymq.client.rebalance import QueueOwnership, assign
 from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.errors import ClientError, ClosedError, PymqError
@@ -29,7 +29,7 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription, parse_tags_strict
 from pymq.protocol.message import MessageExt
-from pymq.protocol.requests import MAX_PULL_MSG_NUMS, RETRY_PREFIX
+from pymq.protocol.requests import I32_MAX, MAX_PULL_MSG_NUMS, RETRY_PREFIX
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.consumer")
@@ -40,6 +40,9 @@ BROKER_SUSPEND_MS = 15_000
 PULL_TIMEOUT = 30.0
 PULL_DELAY_FLOW_CONTROL = 0.05
 PULL_DELAY_ERROR = 3.0
+#: bytes of records a pull asks for (RocketMQ 5's pullBatchSizeInBytes default): a pull is
+#: sized by bytes, so small messages come hundreds to a request
+DEFAULT_PULL_BATCH_BYTES = 256 * 1024
 
 
 def retry_topic(group: str) -> str:
@@ -48,6 +51,8 @@ def retry_topic(group: str) -> str:
 
 class ConsumerBase:
     consume_type = "CONSUME_PASSIVELY"
+    #: keep one pull per queue in flight ahead of the batch being handed over (push consumers)
+    pulls_ahead = False
     #: clustering push consumers also consume their group's retry topic
     uses_retry_topic = True
 
@@ -60,7 +65,8 @@ class ConsumerBase:
         consume_from_where: ConsumeFromWhere = ConsumeFromWhere.LAST_OFFSET,
         consume_timestamp: int | None = None,
         allocate_strategy: AllocateStrategy | None = None,
-        pull_batch_size: int = 32,
+        pull_batch_size: int | None = None,
+        pull_batch_bytes: int = DEFAULT_PULL_BATCH_BYTES,
         pull_threshold_for_queue: int = 1000,
         pull_threshold_size_for_queue: int = 100 * 1024 * 1024,
         offset_store_dir: str | Path | None = None,
@@ -69,16 +75,21 @@ class ConsumerBase:
     ) -> None:
         if not group:
             raise ClientError("consumer group must not be empty")
-        if not 1 <= pull_batch_size <= MAX_PULL_MSG_NUMS:
+        if pull_batch_size is not None and not 1 <= pull_batch_size <= MAX_PULL_MSG_NUMS:
             # As RocketMQ's checkConfig: the broker would refuse every pull (INVALID_PARAMETER).
             raise ClientError(f"pull_batch_size must be between 1 and {MAX_PULL_MSG_NUMS}, got {pull_batch_size}")
+        if not 1 <= pull_batch_bytes <= I32_MAX:
+            raise ClientError(f"pull_batch_bytes must be between 1 and {I32_MAX}, got {pull_batch_bytes}")
         self.namesrv = namesrv
         self.group = group
         self.message_model = MessageModel(message_model)
         self.consume_from_where = ConsumeFromWhere(consume_from_where)
         self.consume_timestamp = consume_timestamp
         self.allocate_strategy = allocate_strategy or AllocateAveragely()
+        #: a pull returns at most ``pull_batch_bytes`` of records (at least one) and, when set,
+        #: at most ``pull_batch_size`` messages (else up to MAX_PULL_MSG_NUMS)
         self.pull_batch_size = pull_batch_size
+        self.pull_batch_bytes = pull_batch_bytes
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
         self.offset_store_dir = Path(offset_store_dir) if offset_store_dir else default_offset_dir()
@@ -274,43 +285,90 @@ class ConsumerBase:
     # --- pulling ---------------------------------------------------------------------------------------------
 
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        # With ``pulls_ahead`` the next pull is sent as soon as an answer with records is in, before
+        # they are decoded (when the queue's flow control allows it, counting what is already in
+        # the process queue: one answer more may arrive past a threshold): the broker reads the
+        # next batch while this one is decoded and handed over.
         inst = self._instance()
-        store = self.offset_store
-        assert store is not None
-        while not pq.dropped:
-            delay = self._flow_control_delay(mq, pq)
-            if delay:
-                await asyncio.sleep(delay)
-                continue
-            sub = self.subscriptions.get(mq.topic)
-            if sub is None:
-                return
-            commit = store.read_memory(mq) if self.message_model is MessageModel.CLUSTERING else -1
-            try:
-                result = await pull(
-                    inst,
-                    mq,
-                    self.group,
-                    offset,
-                    sub,
-                    max_nums=self.pull_batch_size,
-                    commit_offset=commit,
-                    suspend_ms=BROKER_SUSPEND_MS,
-                    timeout=PULL_TIMEOUT,
-                    nodes=self.pull_nodes,
-                )
-            except asyncio.CancelledError:
-                raise
-            except PymqError as exc:
+        ahead: asyncio.Future[PullResult] | None = None
+        try:
+            while not pq.dropped:
+                if ahead is not None:
+                    pending, ahead = ahead, None
+                    try:
+                        result = await pending
+                    except asyncio.CancelledError:
+                        raise
+                    except PymqError as exc:
+                        if pq.dropped:
+                            return
+                        await self._pull_failed(mq, exc)
+                        continue
+                else:
+                    delay = self._flow_control_delay(mq, pq)
+                    if delay:
+                        await asyncio.sleep(delay)
+                        continue
+                    if mq.topic not in self.subscriptions:
+                        return
+                    try:
+                        result = await self._pull_once(inst, mq, offset)
+                    except asyncio.CancelledError:
+                        raise
+                    except PymqError as exc:
+                        if pq.dropped:
+                            return
+                        await self._pull_failed(mq, exc)
+                        continue
                 if pq.dropped:
                     return
-                log.info("pull_failed", group=self.group, queue=str(mq), reason=str(exc))
-                await asyncio.sleep(PULL_DELAY_ERROR)
-                continue
-            if pq.dropped:
-                return
-            pq.last_pull_time = self.clock.monotonic()
-            offset = await self._handle_pull(mq, pq, offset, result)
+                pq.last_pull_time = self.clock.monotonic()
+                if result.body is not None:
+                    # Pulled ahead-style (undecoded): send the next pull first, then decode this one.
+                    if not self._flow_control_delay(mq, pq) and mq.topic in self.subscriptions:
+                        ahead = asyncio.ensure_future(self._pull_once(inst, mq, result.next_begin_offset))
+                        await asyncio.sleep(0)  # let it write its request before this answer is decoded
+                    if pq.dropped:
+                        return
+                    try:
+                        result.messages = decode_pulled(result.body, mq, self.subscriptions[mq.topic])
+                    except PymqError as exc:  # a record that does not decode: retry this offset later
+                        if ahead is not None:
+                            ahead.cancel()
+                            ahead = None
+                        await self._pull_failed(mq, exc)
+                        continue
+                    result.body = None
+                offset = await self._handle_pull(mq, pq, offset, result)
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+                if ahead.done() and not ahead.cancelled():
+                    ahead.exception()  # retrieved: the queue is gone, the answer is not needed
+
+    async def _pull_failed(self, mq: MessageQueue, exc: PymqError) -> None:
+        log.info("pull_failed", group=self.group, queue=str(mq), reason=str(exc))
+        await asyncio.sleep(PULL_DELAY_ERROR)
+
+    async def _pull_once(self, inst: ClientInstance, mq: MessageQueue, offset: int) -> PullResult:
+        """One long-polling pull of ``mq`` from ``offset``, committing the queue's consumed offset with it."""
+        store = self.offset_store
+        assert store is not None
+        commit = store.read_memory(mq) if self.message_model is MessageModel.CLUSTERING else -1
+        return await pull(
+            inst,
+            mq,
+            self.group,
+            offset,
+            self.subscriptions[mq.topic],
+            max_nums=self.pull_batch_size or MAX_PULL_MSG_NUMS,
+            max_bytes=self.pull_batch_bytes,
+            commit_offset=commit,
+            suspend_ms=BROKER_SUSPEND_MS,
+            timeout=PULL_TIMEOUT,
+            nodes=self.pull_nodes,
+            decode=not self.pulls_ahead,
+        )
 
     def _flow_control_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
         if pq.count > self.pull_threshold_for_queue or pq.size > self.pull_threshold_size_for_queue:

@@ -52,7 +52,7 @@ class ProcessQueue:
                 continue
             self._in_flight[off] = m
             self._order.append(off)
-            self.size += len(m.body)
+            self.size += m.body_size
             if off > self.max_offset:
                 self.max_offset = off
 
@@ -60,7 +60,7 @@ class ProcessQueue:
         """Forget consumed messages; returns the offset to commit now."""
         for m in msgs:
             if self._in_flight.pop(m.queue_offset, None) is not None:
-                self.size -= len(m.body)
+                self.size -= m.body_size
         self.last_consume_time = self._clock.monotonic()
         return self.commit_offset()
 

@@ -64,6 +64,8 @@ class PullResult:
     #: the answering broker's address and whether it is a slave
     addr: str = ""
     from_slave: bool = False
+    #: the answer's records when pulled with ``decode=False`` (``decode_pulled`` makes ``messages``)
+    body: bytes | memoryview | None = None
 
 
 async def pull(
@@ -74,15 +76,18 @@ async def pull(
     sub: Subscription,
     *,
     max_nums: int = 32,
+    max_bytes: int | None = None,
     commit_offset: int = -1,
     suspend_ms: int = 0,
     timeout: float = 30.0,
     nodes: PullNodes | None = None,
+    decode: bool = True,
 ) -> PullResult:
     """Pull from ``mq`` at ``offset``; messages not matching ``sub``'s tags are dropped here.
 
     ``nodes`` (a consumer's) picks the broker of the group and takes the answer's suggestion;
     without it the master is asked, or a slave while the route has no master.
+    With ``decode`` off a found answer's records are left in ``body`` (the caller decodes them later).
     """
     broker_id = MASTER_ID if nodes is None else nodes.broker_id(mq)
     target = instance.routes.pull_addr(mq.brokerName, broker_id)
@@ -99,6 +104,7 @@ async def pull(
         mq,
         offset,
         max_nums=max_nums,
+        max_bytes=max_bytes,
         subscription=sub,
         commit_offset=commit_offset,
         suspend_ms=suspend_ms,
@@ -121,7 +127,11 @@ async def pull(
     result = PullResult(status, *broker_api.read_pull_offsets(resp, offset), addr=addr, from_slave=slave)
     if status is PullStatus.FOUND:
         # A received body is one buffer (bytes or a view of the read buffer), never a list of them.
-        result.messages = decode_pulled(cast(bytes | memoryview, resp.body), mq, sub)
+        body = cast(bytes | memoryview, resp.body)
+        if decode:
+            result.messages = decode_pulled(body, mq, sub)
+        else:
+            result.body = body
     return result
 
 
@@ -129,12 +139,13 @@ def decode_pulled(body: bytes | memoryview, mq: MessageQueue, sub: Subscription)
     msgs: list[MessageExt] = []
     tags = sub.tags
     retry = mq.topic.startswith(RETRY_PREFIX)
+    # Messages decode lazily: the tag check reads one property, not the whole map.
     for m in iter_messages(body, broker_name=mq.brokerName):
-        if tags and m.properties.get(Prop.TAGS) not in tags:
+        if tags and m.tags not in tags:
             continue
         if retry:
             # Listeners see the topic the message was first sent to.
-            original = m.properties.get(Prop.RETRY_TOPIC)
+            original = m.get_property(Prop.RETRY_TOPIC)
             if original:
                 m.topic = original
         msgs.append(m)

@@ -40,6 +40,7 @@ from pymq.protocol.route import MessageQueue
 
 class PushConsumer(ConsumerBase):
     consume_type = "CONSUME_PASSIVELY"
+    pulls_ahead = True
 
     def __init__(
         self,

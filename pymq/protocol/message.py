@@ -17,13 +17,15 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pymq.errors import MessageDecodeError
 from pymq.protocol.record import (
+    NAME_VALUE_SEPARATOR,
     SYSFLAG_COMPRESSED,
     RecordTuple,
     decode_properties,
+    find_property,
     iter_records,
     offset_msg_id,
     unpack_host,
@@ -128,93 +130,181 @@ class Message:
         return props
 
 
-class MessageExt:
-    """A received message: the decoded record and where it was stored.
+if TYPE_CHECKING:
 
-    Properties and host addresses are decoded on first access: a consumer that only looks
-    at the body does not pay for them.
+    class _Field:
+        """An int attribute of the record's fixed fields (what type checkers see)."""
+
+        def __init__(self, index: int, doc: str) -> None: ...
+        def __get__(self, obj: object, owner: type | None = None) -> int: ...
+        def __set__(self, obj: object, value: int) -> None: ...
+
+else:
+
+    def _Field(index: int, doc: str) -> property:
+        """A public attribute read from the record's fixed fields (assignable, as a plain attribute was)."""
+
+        def get(self: MessageExt) -> Any:
+            return self._f[index]
+
+        def set_(self: MessageExt, value: Any) -> None:
+            fields = list(self._f)
+            fields[index] = value
+            self._f = tuple(fields)
+
+        return property(get, set_, doc=doc)
+
+
+class MessageExt:
+    """A received message: a record of a pull answer and where it was stored.
+
+    Decoded lazily from the pull buffer: building one stores the record's fixed fields
+    (one ``struct`` tuple) and a reference to the buffer; the body, topic, properties and
+    host addresses are sliced and decoded on first access and then cached. A consumer that
+    only looks at the body (or only at the tags) pays for nothing else. All attributes stay
+    assignable. A message keeps its pull answer's buffer alive until it is dropped; pickling
+    (or :meth:`detach`) copies just its own record.
+    The topic (names are cached) and a compressed body are decoded at once: a record that
+    cannot be decoded raises :class:`~pymq.errors.MessageDecodeError` when it is read.
     """
 
-    __slots__ = (
-        "_born_host",
-        "_properties",
-        "_props_raw",
-        "_store_host",
-        "body",
-        "body_crc",
-        "born_timestamp",
-        "broker_name",
-        "commitlog_offset",
-        "flag",
-        "prepared_tx_offset",
-        "queue_id",
-        "queue_offset",
-        "reconsume_times",
-        "store_size",
-        "store_timestamp",
-        "sys_flag",
-        "topic",
-    )
+    __slots__ = ("_body", "_buf", "_f", "_properties", "_topic", "broker_name")
 
-    topic: str
-    body: bytes
-    flag: int
-    sys_flag: int
-    queue_id: int
-    queue_offset: int
-    commitlog_offset: int
-    born_timestamp: int
-    store_timestamp: int
-    reconsume_times: int
-    prepared_tx_offset: int
-    store_size: int
-    body_crc: int
-    broker_name: str
-    _props_raw: bytes
+    _buf: bytes | bytearray | memoryview
+    #: unpack_record's tuple: fixed fields and the slice bounds of body, topic and properties
+    _f: RecordTuple
+    _body: bytes | None
+    _topic: str | None
     _properties: dict[str, str] | None
-    _born_host: bytes
-    _store_host: bytes
+    broker_name: str
+
+    store_size = _Field(0, "the record's size in the commitlog")
+    body_crc = _Field(1, "crc32 of the stored (possibly compressed) body")
+    flag = _Field(2, "the producer's flag")
+    sys_flag = _Field(3, "SYSFLAG_* bits")
+    born_timestamp = _Field(4, "ms since the epoch, set by the producer")
+    reconsume_times = _Field(6, "how many times the message was consumed before")
+    prepared_tx_offset = _Field(7, "the half message's commitlog offset (transactions)")
+    queue_id = _Field(8, "the queue it was read from")
+    queue_offset = _Field(9, "its entry number in the consume queue")
+    commitlog_offset = _Field(10, "its commitlog offset")
+    store_timestamp = _Field(11, "ms since the epoch, set by the broker")
+
+    @property
+    def body(self) -> bytes:
+        body = self._body
+        if body is None:
+            f = self._f
+            body = bytes(self._buf[f[13] : f[14] - 2])
+            if f[3] & SYSFLAG_COMPRESSED:
+                try:
+                    body = zlib.decompress(body)
+                except zlib.error as exc:
+                    raise MessageDecodeError(f"cannot decompress body at {f[13] - 88}: {exc}") from exc
+            self._body = body
+        return body
+
+    @body.setter
+    def body(self, value: bytes) -> None:
+        self._body = value
+
+    @property
+    def body_size(self) -> int:
+        """``len(body)`` without copying the body out of the buffer (a compressed one is already decoded)."""
+        body = self._body
+        if body is not None:
+            return len(body)
+        f = self._f
+        return f[14] - 2 - f[13]
+
+    @property
+    def topic(self) -> str:
+        topic = self._topic
+        if topic is None:
+            f = self._f
+            topic = self._topic = _topic_str(bytes(self._buf[f[14] : f[15] - 2]))
+        return topic
+
+    @topic.setter
+    def topic(self, value: str) -> None:
+        self._topic = value
+
+    def _props_raw(self) -> bytes:
+        f = self._f
+        return bytes(self._buf[f[15] : f[16]])
 
     @property
     def properties(self) -> dict[str, str]:
         props = self._properties
         if props is None:
-            props = self._properties = decode_properties(self._props_raw)
+            props = self._properties = decode_properties(self._props_raw())
         return props
 
     @properties.setter
     def properties(self, value: dict[str, str]) -> None:
         self._properties = value
 
+    def get_property(self, key: str) -> str | None:
+        """One property, without decoding the others (until :attr:`properties` is touched)."""
+        props = self._properties
+        if props is not None:
+            return props.get(key)
+        f = self._f
+        raw = find_property(bytes(self._buf[f[15] : f[16]]), key.encode() + NAME_VALUE_SEPARATOR)
+        return None if raw is None else raw.decode(errors="replace")
+
     @property
     def born_host(self) -> str:
-        return unpack_host(self._born_host)
+        return unpack_host(self._f[5])
 
     @property
     def store_host(self) -> str:
-        return unpack_host(self._store_host)
+        return unpack_host(self._f[12])
 
     @property
     def tags(self) -> str | None:
-        return self.properties.get(Prop.TAGS)
+        props = self._properties
+        if props is not None:
+            return props.get(Prop.TAGS)
+        f = self._f  # inlined get_property: client-side tag filtering asks every message
+        raw = find_property(bytes(self._buf[f[15] : f[16]]), _TAGS_KEY)
+        return None if raw is None else raw.decode(errors="replace")
 
     @property
     def keys(self) -> list[str]:
-        raw = self.properties.get(Prop.KEYS)
+        raw = self.get_property(Prop.KEYS)
         return [k for k in raw.split(" ") if k] if raw else []
 
     @property
     def msg_id(self) -> str:
         """The producer-assigned unique id (UNIQ_KEY), or the offset id if the producer set none."""
-        return self.properties.get(Prop.UNIQ_KEY) or self.offset_msg_id
+        return self.get_property(Prop.UNIQ_KEY) or self.offset_msg_id
 
     @property
     def offset_msg_id(self) -> str:
-        return offset_msg_id(self._store_host, self.commitlog_offset)
+        f = self._f
+        return offset_msg_id(f[12], f[10])
 
     @property
     def delay_level(self) -> int:
-        return int(self.properties.get(Prop.DELAY, "0") or 0)
+        return int(self.get_property(Prop.DELAY) or 0)
+
+    def detach(self) -> MessageExt:
+        """Copy this message's record out of the pull buffer (so a long-kept message does not keep
+        the whole answer alive). Returns self."""
+        f = self._f
+        start = f[16] - f[0]
+        if start or len(self._buf) != f[0] or not isinstance(self._buf, bytes):
+            self._buf = bytes(self._buf[start : f[16]])
+            self._f = (*f[:13], f[13] - start, f[14] - start, f[15] - start, f[16] - start)
+        return self
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        self.detach()
+        return (self._buf, self._f, self._body, self._topic, self._properties, self.broker_name)
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self._buf, self._f, self._body, self._topic, self._properties, self.broker_name = state
 
     def __repr__(self) -> str:
         return (
@@ -249,6 +339,9 @@ class MessageExt:
 _TOPICS: dict[bytes, str] = {}
 
 
+_TAGS_KEY = Prop.TAGS.encode() + NAME_VALUE_SEPARATOR
+
+
 def _topic_str(raw: bytes) -> str:
     topic = _TOPICS.get(raw)
     if topic is None:
@@ -264,51 +357,67 @@ def _topic_str(raw: bytes) -> str:
 def decode_message(
     buf: bytes | bytearray | memoryview, pos: int = 0, *, broker_name: str = "", decompress: bool = True
 ) -> MessageExt:
-    """Decode the record at ``pos`` into a :class:`MessageExt` (copies the body)."""
-    return _message(unpack_record(buf, pos), buf, pos, broker_name, decompress)
+    """The record at ``pos`` as a :class:`MessageExt` (fields decoded on first access).
 
-
-def _message(
-    fields: RecordTuple, buf: bytes | bytearray | memoryview, pos: int, broker_name: str, decompress: bool
-) -> MessageExt:
-    (
-        total, crc, flag, sys_flag, born_ts, born_host, reconsume, prepared,
-        queue_id, queue_offset, physical, store_ts, store_host, body_at, topic_at, props_at, end,
-    ) = fields  # fmt: skip
-    body = bytes(buf[body_at : topic_at - 2])
-    if decompress and sys_flag & SYSFLAG_COMPRESSED:
-        try:
-            body = zlib.decompress(body)
-        except zlib.error as exc:
-            raise MessageDecodeError(f"cannot decompress body at {pos}: {exc}") from exc
-    m = MessageExt.__new__(MessageExt)
-    m.topic = _topic_str(bytes(buf[topic_at : props_at - 2]))
-    m.body = body
-    m._props_raw = bytes(buf[props_at:end])
-    m._properties = None
-    m.flag = flag
-    m.sys_flag = sys_flag
-    m.queue_id = queue_id
-    m.queue_offset = queue_offset
-    m.commitlog_offset = physical
-    m.born_timestamp = born_ts
-    m._born_host = born_host
-    m.store_timestamp = store_ts
-    m._store_host = store_host
-    m.reconsume_times = reconsume
-    m.prepared_tx_offset = prepared
-    m.store_size = total
-    m.body_crc = crc
-    m.broker_name = broker_name
+    With ``decompress`` off a compressed body is returned as stored.
+    """
+    m = _message(unpack_record(buf, pos), buf, broker_name)
+    if not decompress:
+        f = m._f
+        m._body = bytes(buf[f[13] : f[14] - 2])
     return m
+
+
+def _message(fields: RecordTuple, buf: bytes | bytearray | memoryview, broker_name: str) -> MessageExt:
+    m = _new_message(MessageExt)
+    m._buf = buf
+    m._f = fields
+    m._properties = None
+    m.broker_name = broker_name
+    # The topic (cached per name) and a compressed body are decoded now, so a record that
+    # cannot be decoded fails here, in the pull, and not later in a listener.
+    m._topic = _topic_str(bytes(buf[fields[14] : fields[15] - 2]))
+    m._body = None
+    if fields[3] & SYSFLAG_COMPRESSED:
+        m._body = m.body
+    return m
+
+
+_new_message = MessageExt.__new__
 
 
 def iter_messages(
     buf: bytes | bytearray | memoryview, *, broker_name: str = "", decompress: bool = True
 ) -> Iterator[MessageExt]:
-    """Decode concatenated records (a pull response body), stopping at a blank marker."""
-    for fields in iter_records(buf):
-        yield _message(fields, buf, fields[16] - fields[0], broker_name, decompress)
+    """Messages of concatenated records (a pull response body), stopping at a blank marker.
+
+    Each holds a reference to ``buf``, which must not change afterwards (pull answers never do).
+    """
+    if not decompress:
+        for m in iter_messages(buf, broker_name=broker_name):
+            f = m._f
+            m._body = bytes(buf[f[13] : f[14] - 2])
+            yield m
+        return
+    # _message inlined (this loop is the consumer's per-record cost); the records of one pull
+    # answer share their topic, so its name is looked up once per run of equal topics.
+    new = _new_message
+    last_raw = b""
+    topic = ""
+    for f in iter_records(buf):
+        m = new(MessageExt)
+        m._buf = buf
+        m._f = f
+        m._properties = m._body = None
+        m.broker_name = broker_name
+        raw = bytes(buf[f[14] : f[15] - 2])
+        if raw != last_raw or not topic:
+            topic = _topic_str(raw)
+            last_raw = raw
+        m._topic = topic
+        if f[3] & SYSFLAG_COMPRESSED:
+            m._body = m.body
+        yield m
 
 
 class UniqueIdGenerator:

@@ -251,9 +251,10 @@ class PullMessageRequest(Header):
     queue_id: int = bounded(lo=0, hi=I32_MAX)
     queue_offset: int
     #: RocketMQ's clients refuse a pullBatchSize outside 1..1024; the broker refuses it too
-    #: (a pull may still return fewer: ``max_bytes`` and what is stored limit it)
+    #: (a pull may still return fewer: ``max_msg_bytes`` and what is stored limit it)
     max_msg_nums: int = bounded(32, lo=1, hi=MAX_PULL_MSG_NUMS)
-    max_bytes: int = bounded(DEFAULT_PULL_MAX_BYTES, lo=1, hi=I32_MAX)
+    #: RocketMQ 5's optional maxMsgBytes: at most this many bytes of records (at least one record)
+    max_msg_bytes: int = bounded(DEFAULT_PULL_MAX_BYTES, lo=1, hi=I32_MAX)
     sys_flag: int = bounded(0, lo=0, hi=I32_MAX)
     #: committed with the pull when FLAG_COMMIT_OFFSET is set (-1: nothing to commit)
     commit_offset: int = -1

@@ -229,6 +229,12 @@ class MockBroker:
         if offset > len(queue):
             return cmd.response(ResponseCode.PULL_OFFSET_MOVED, None, _pull_ext(len(queue), len(queue)))
         batch = queue[offset : offset + int(ext.get("maxMsgNums", 32))]
+        budget = int(ext.get("maxMsgBytes", 4 * 1024 * 1024))
+        for n in range(1, len(batch)):  # as the broker's read: at most maxMsgBytes, at least one record
+            budget -= len(batch[n - 1])
+            if len(batch[n]) > budget:
+                batch = batch[:n]
+                break
         if not batch:
             return cmd.response(ResponseCode.PULL_NOT_FOUND, None, _pull_ext(offset, len(queue)))
         ip, _, port = self.address.rpartition(":")

@@ -29,7 +29,7 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
             queue_id=2,
             queue_offset=5,
             max_msg_nums=16,
-            max_bytes=1024,
+            max_msg_bytes=1024,
             sys_flag=rq.FLAG_SUBSCRIPTION | rq.FLAG_SUSPEND,
             commit_offset=4,
             suspend_timeout_millis=1500,
@@ -42,7 +42,7 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
             "queueId": 2,
             "queueOffset": 5,
             "maxMsgNums": 16,
-            "maxBytes": 1024,
+            "maxMsgBytes": 1024,
             "sysFlag": 6,
             "commitOffset": 4,
             "suspendTimeoutMillis": 1500,
@@ -288,7 +288,7 @@ def test_defaults_apply_when_absent_or_none() -> None:
     r = rq.PullMessageRequest.from_ext(
         {"consumerGroup": "g", "topic": "t", "queueId": 0, "queueOffset": 0, "subscription": None}
     )
-    assert (r.max_msg_nums, r.max_bytes, r.sys_flag, r.commit_offset, r.suspend_timeout_millis) == (
+    assert (r.max_msg_nums, r.max_msg_bytes, r.sys_flag, r.commit_offset, r.suspend_timeout_millis) == (
         32,
         rq.DEFAULT_PULL_MAX_BYTES,
         0,
@@ -327,7 +327,7 @@ PULL = {"consumerGroup": "g", "topic": "t", "queueId": 0, "queueOffset": 0}
     [
         ("maxMsgNums", [0, -1, 1025, 2**31], [1, 1024, "1024"]),
         ("queueId", [-1, 2**31], [0, 2**31 - 1]),
-        ("maxBytes", [0, 2**31], [1, 2**31 - 1]),
+        ("maxMsgBytes", [0, 2**31], [1, 2**31 - 1]),
         ("sysFlag", [-1], [0, 7]),
         ("queueOffset", [2**63, -(2**63) - 1, str(2**64)], [2**63 - 1, -1]),
     ],

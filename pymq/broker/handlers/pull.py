@@ -155,7 +155,7 @@ class PullHandlers:
         codes = self._tag_codes(topic, h.subscription)
         if sys_flag & FLAG_COMMIT_OFFSET and not self.slave and h.commit_offset >= 0:
             self.offsets.commit(group, topic, queue_id, h.commit_offset)
-        read = _Read(group, topic, queue_id, offset, max_nums, h.max_bytes, codes, sg)
+        read = _Read(group, topic, queue_id, offset, max_nums, h.max_msg_bytes, codes, sg)
         resp = self._read(cmd, read)
         if resp.code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND and suspend_ms > 0:
             timeout = min(suspend_ms / 1000, self.config.long_polling_max_seconds)
@@ -193,5 +193,8 @@ class PullHandlers:
         return _PHYSICAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
 
     async def _hold(self, cmd: Command, r: _Read, timeout: float) -> Command:
-        await self.pull_hold.hold(r.topic, r.queue_id, r.offset, timeout)
+        # This runs a loop step after the read: a message that arrived in between woke nobody (the
+        # hold did not exist yet), so look again before waiting, or it would wait for the timeout.
+        if self.store.max_offset(r.topic, r.queue_id) <= r.offset:
+            await self.pull_hold.hold(r.topic, r.queue_id, r.offset, timeout)
         return self._read(cmd, r)
