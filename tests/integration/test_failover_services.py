@@ -255,3 +255,31 @@ async def test_a_promoted_slave_goes_on_refilling_priority_queues_where_the_mast
         assert sorted(m.body for m in got) == sorted(
             [f"before-{i}".encode() for i in range(6)] + [f"after-{i}".encode() for i in range(2)]
         )
+
+
+async def test_switching_back_and_forth_runs_the_services_on_one_broker_without_piling_up_listeners(
+    tmp_path: Path,
+) -> None:
+    async with LocalCluster(tmp_path / "c") as cluster:
+        a = cluster.brokers[0]
+        await cluster.create_topic("timed", 1)
+        b = await add_slave(cluster, a, tmp_path, slave_sync_interval_seconds=0.2)
+        assert a.store is not None and b.store is not None
+        listeners = {a: len(a.store._arrival_listeners), b: len(b.store._arrival_listeners)}
+        async with AdminClient(cluster.namesrv_addr) as admin:
+            for new, old in ((b, a), (a, b), (b, a)):
+                await wait_until(lambda old=old, new=new: caught_up(old, new), 10)  # type: ignore[misc]
+                await promote_slave(admin, a.config.broker_name, new.address)
+                assert runs_master_services(new) and runs_none(old)
+        # the master has its services' listeners once each, the slave none of them
+        assert len(a.store._arrival_listeners) == listeners[b] and len(b.store._arrival_listeners) == listeners[a]
+        for broker, want in ((a, 0), (b, 1)):
+            assert broker.timer is not None and broker.store is not None
+            own = (broker.timer._on_arrival, broker.priority._on_arrival, broker.schedule._on_arrival)
+            assert [broker.store._arrival_listeners.count(fn) for fn in own] == [want] * 3
+        async with Producer(cluster.namesrv_addr) as p:
+            await p.send_delayed(Message("timed", b"x"), delay_ms=300)
+        got = await read_all(cluster, "timed", 1)
+        assert [m.body for m in got] == [b"x"] and got[0].store_host == b.address
+        await wait_until(lambda: caught_up(b, a), 10)
+        assert commitlog(a) == commitlog(b)
