@@ -399,6 +399,12 @@ class BrokerApp:
         if self.timer is not None:
             self.timer.drop_files()
         self.priority.offsets.clear()
+        if self.transactions is not None and self.store is not None:
+            # A demoted master's view of the half queue is its own term's: a slave lists from the start.
+            self.transactions = TransactionalMessageService(
+                self.store, self.topics, self.stats, Path(self.config.store.store_dir) / "config"
+            )
+            self._transactions_fresh = False
 
     async def _start_priority(self) -> None:
         await self.priority.start()

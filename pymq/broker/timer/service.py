@@ -122,6 +122,8 @@ class TimerService:
         #: the slot whose chain the dequeuer has read (units filed into it since go to ``late``)
         self.walked: int | None = None
         self.late: list[TimerUnit] = []
+        #: the units of the slot being fired, not delivered yet (the same list while the slot fires)
+        self._firing: list[TimerUnit] = []
         #: merged delay: "<topic>\x01<key>" -> [deliver_ms, last phys, last size, merged count]
         self.merge: dict[str, list[int]] = {}
         #: real topic -> timers filed and not yet delivered
@@ -406,7 +408,11 @@ class TimerService:
             self.walked = slot
             if pending or self.late:
                 empty_run = 0
-                await self._fire_slot(pending)
+                self._firing = pending
+                try:
+                    await self._fire_slot(pending)
+                finally:
+                    self._firing = []
             else:
                 empty_run += 1
                 if empty_run % 1000 == 0:
@@ -516,9 +522,15 @@ class TimerService:
 
     def sync_state(self) -> dict[str, Any]:
         """GET_TIMER_CHECK_POINT's body: what a slave needs to take delivery over (see "Takeover")."""
+        cursor = self.cursor_ms if self.files is not None or self.cursor_ms > 0 else -1
+        floor = min((u.deliver_ms for u in (*self._firing, *self.late)), default=None)
+        if floor is not None and cursor >= 0:
+            # Units filed late into the slot being fired are due before it: a taker-over must not
+            # count them delivered (it skips units due before the cursor).
+            cursor = min(cursor, floor - floor % self.precision_ms)
         return TimerCheckpoint(
             queue_offsets=dict(self.queue_offsets),
-            cursor_ms=self.cursor_ms if self.files is not None or self.cursor_ms > 0 else -1,
+            cursor_ms=cursor,
             merge={k: list(v) for k, v in self.merge.items()},
             pending_by_topic={t: n for t, n in self.pending_by_topic.items() if n > 0},
         ).to_json()
