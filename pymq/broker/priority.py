@@ -213,6 +213,8 @@ class PriorityService:
     def _merge_copied_offsets(self) -> None:
         """Take the refill offsets kept as consumer offsets (a promoted slave's copy of its master's)."""
         consumer_offsets = self.app.offsets
+        store = self.app.store
+        assert store is not None
         for internal in consumer_offsets.topics_of_group(PRIORITY_GROUP):
             if not internal.startswith(PRIORITY_PREFIX):
                 continue
@@ -222,7 +224,8 @@ class PriorityService:
                 continue
             for qid, off in consumer_offsets.offsets_of(PRIORITY_GROUP, internal).items():
                 key = (topic, qid // levels, qid % levels)
-                self.offsets[key] = max(self.offsets.get(key, 0), off)
+                # never past this store's end (a failover that lost the master's tail): what comes next is new
+                self.offsets[key] = max(self.offsets.get(key, 0), min(off, store.max_offset(internal, qid)))
 
     def persist(self) -> None:
         self._dirty = False

@@ -131,6 +131,7 @@ class PopState:
             self.revive_offsets[int(qid)] = int(off)
         for qid, off in self.offsets.offsets_of(REVIVE_GROUP, self.revive_topic).items():
             # a promoted slave: its old master's position, copied with the consumer offsets
+            off = min(off, self.store.max_offset(self.revive_topic, qid))  # never past this store's end
             self.revive_offsets[qid] = max(self.revive_offsets.get(qid, 0), off)
         self._persisted = dict(self.revive_offsets)
         replayed = 0
