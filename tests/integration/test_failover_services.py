@@ -18,6 +18,7 @@ from pymq.client import Message, MessageExt, Producer, SimpleConsumer
 from pymq.client.admin import AdminClient
 from pymq.client.admin_replication import promote_slave
 from pymq.client.transaction_producer import TransactionProducer, TransactionState
+from pymq.errors import InvalidReceiptHandleError
 from pymq.protocol.message import Prop
 from pymq.testing import LocalCluster
 from tests.helpers import wait_until
@@ -167,6 +168,9 @@ async def test_pop_after_a_switchover_revives_the_in_flight_message_once(tmp_pat
         c2 = SimpleConsumer(cluster.namesrv_addr, "workers", await_duration=0)
         c2.subscribe("jobs")
         async with c2:
+            # the old master's receipt handle is not the new master's (per-broker secret): refused, not acked
+            with pytest.raises(InvalidReceiptHandleError):
+                await c2.ack(flying[0])
             again = await receive_n(c2, 1, invisible=30.0, timeout=15)
             assert [(m.body, m.reconsume_times) for m in again] == [(b"in-flight", 1)]
             await c2.ack(again[0])
