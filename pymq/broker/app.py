@@ -43,6 +43,7 @@ from pymq.broker.handlers.timer import TimerHandlers
 from pymq.broker.handlers.transactions import TransactionHandlers
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
+from pymq.broker.master_services import MasterServices, Step
 from pymq.broker.offsets import ConsumerOffsetManager
 from pymq.broker.pop.receipt import HandleSigner
 from pymq.broker.pop.revive import PopState
@@ -104,7 +105,7 @@ class BrokerApp:
         self.pull_hold = PullHoldService()
         self.stats = BrokerStats()
         self.store: MessageStore | None = None
-        #: pop consumption's checkpoints and acks (masters only; made once the store is started)
+        #: pop consumption's checkpoints and acks (while master: made by the master services)
         self.pop_state: PopState | None = None
         #: every put goes through it: put hooks (delays ...), then the store
         self.put_path: PutPath = None  # type: ignore[assignment]
@@ -131,25 +132,26 @@ class BrokerApp:
         self.started_at = 0.0
         self.metrics: Any = None
         self.schedule = ScheduleService(self)
-        #: started after the store, before serving, and stopped after serving (replication joins at start);
-        #: only masters deliver scheduled messages
-        self.services: list[Service] = [] if self.is_slave else [self.schedule]
+        #: started after the store, before serving, and stopped after serving (replication joins at start)
+        self.services: list[Service] = []
+        #: what only a master runs (schedule, timers, priority refill, check-back, pop revival), started and
+        #: stopped as one with the role (see broker.master_services; filled in start())
+        self.master_services = MasterServices()
         # transactional messages: the half-message put hook, commit/rollback, check-back (masters only)
         self.transaction_hook: TransactionHook | None = None  # one of the put path's hooks
         self.transactions: TransactionalMessageService = None  # type: ignore[assignment]
         self.transaction_check: TransactionCheckService | None = None
+        #: whether ``transactions`` was loaded at startup and not used by a slave since
+        self._transactions_fresh = False
+        self._pop_revive: PeriodicService | None = None
         # --- timer messages (issue 17): its put hook wherever timer_enable (a slave's copy of the
         # timer topic gets the same consume-queue entries); only masters run the service ---
         self.timer: TimerService | None = TimerService(self) if config.timer_enable else None
-        if self.timer is not None and not self.is_slave:
-            self.services.append(self.timer)
-        # --- priority topics (issue 17): masters move messages from level queues on demand ---
+        # --- priority topics (issue 17): masters move messages from level queues on demand (the
+        # service and its interceptor run with the master services) ---
         self.priority_hook = PriorityHook(self.topics)
-        self.priority: PriorityService | None = None
-        if not self.is_slave:
-            self.priority = PriorityService(self, self.priority_hook)
-            self.services.append(self.priority)
-            self.dispatcher.add_interceptor(PriorityInterceptor(self.priority))
+        self.priority = PriorityService(self, self.priority_hook)
+        self.priority_interceptor = PriorityInterceptor(self.priority)
         #: started once serving, stopped first (the registrar last in, first out)
         self.serving_services: list[Service] = [
             PeriodicService("client-scan", config.client_scan_interval_seconds, self.consumers.scan_expired),
@@ -208,7 +210,10 @@ class BrokerApp:
                 inflight=self.pop_state.inflight_by_queue if self.pop_state is not None else None,
             ),
             QueryHandlers(store=store),
-            TimerHandlers(metrics=self.timer.metrics if self.timer is not None and not self.is_slave else None),
+            TimerHandlers(
+                metrics=self.timer.metrics if self.timer is not None and not self.is_slave else None,
+                checkpoint=self.timer.sync_state if self.timer is not None and not self.is_slave else None,
+            ),
             LockHandlers(locks=self.locks),
             TransactionHandlers(transactions=self.transactions),
             AdminHandlers(
@@ -236,7 +241,7 @@ class BrokerApp:
                     stats=self.stats,
                     config=cfg,
                     address=address,
-                    before_read=self.priority.on_pull if self.priority is not None else None,
+                    before_read=self.priority.on_pull,
                 ),
             )
         table: dict[int, Any] = {} if self.pop_state is not None else pop_slave_table()
@@ -304,6 +309,7 @@ class BrokerApp:
                 offsets=self.offsets,
                 subscription_groups=self.subscription_groups,
                 delay_offsets_path=self.schedule.path,
+                timer_checkpoint_path=self.timer.master_checkpoint_path if self.timer is not None else None,
                 interval=lambda: cfg.slave_sync_interval_seconds,
             ),
             # the HA link follows the broker's [tls] and [acl]: TLS on its listener and to the master,
@@ -316,12 +322,15 @@ class BrokerApp:
         self.services.append(self.replication)
         if not self.is_slave:
             await self._fence_at_startup(self.replication)
+        if self.is_slave:
+            self.drop_master_state()  # a slave keeps no delivery state of its own (see drop_master_state)
         self._start_transactions(self.store)
-        if not self.is_slave:
-            self._start_pop(self.store)
+        self._build_master_services()
         self._register_handlers(self.store)
         for svc in self.services:
             await svc.start()
+        if not self.is_slave:
+            await self.start_master_services()
         await self.server.start(sock)
         self.started_at = time.time()
         for svc in self.serving_services:
@@ -358,15 +367,84 @@ class BrokerApp:
             store, self.topics, self.stats, Path(self.config.store.store_dir) / "config"
         )
         self.transactions.load()
-        if self.is_slave:
-            return  # a slave lists pending half messages (from what it replicated) but never checks back
+        # a slave lists pending half messages (from what it replicated) but never checks back; a
+        # promotion loads a new service (see _start_transaction_check)
+        self._transactions_fresh = not self.is_slave
+
+    # --- master-only services (issue 16: they follow the role; see broker.master_services) -----------------
+
+    def _build_master_services(self) -> None:
+        group = self.master_services
+        group.add(self.schedule)
+        if self.timer is not None:
+            group.add(self.timer)
+        group.add(Step("priority", self._start_priority, self._stop_priority))
+        group.add(Step("transaction-check", self._start_transaction_check, self._stop_transaction_check))
+        group.add(Step("pop", self._start_pop, self._stop_pop))
+
+    async def start_master_services(self) -> None:
+        """Run what a master runs (after startup as master, at a promotion); handlers follow."""
+        await self.master_services.start()
+        self.register_role_handlers()
+
+    async def stop_master_services(self) -> None:
+        """Stop what a master runs (fence, demotion, close): after this the broker puts nothing itself."""
+        await self.master_services.stop()
+        if self.store is not None and self.store.running:
+            self.register_role_handlers()
+
+    def drop_master_state(self) -> None:
+        """Delete the delivery state only a master keeps (a slave's, or a demoted master's, is stale):
+        the timer files and checkpoint, and the transaction, pop revive and priority positions. A later
+        promotion rebuilds them from the replicated topics and what the slave copied from its master."""
+        if self.master_services.running:
+            raise RuntimeError("drop master state only while the master services are stopped")
+        cfg_dir = Path(self.config.store.store_dir) / "config"
+        for name in ("transactionOffset.json", "popReviveOffset.json", "priorityOffset.json"):
+            for path in (cfg_dir / name, cfg_dir / (name + ".bak")):
+                path.unlink(missing_ok=True)
+        if self.timer is not None:
+            self.timer.drop_files()
+        self.priority.offsets.clear()
+        if self.transactions is not None and self.store is not None:
+            # A demoted master's view of the half queue is its own term's: a slave lists from the start.
+            self.transactions = TransactionalMessageService(
+                self.store, self.topics, self.stats, Path(self.config.store.store_dir) / "config"
+            )
+            self._transactions_fresh = False
+
+    async def _start_priority(self) -> None:
+        await self.priority.start()
+        self.dispatcher.add_interceptor(self.priority_interceptor)
+
+    async def _stop_priority(self) -> None:
+        self.dispatcher.remove_interceptor(self.priority_interceptor)
+        await self.priority.stop()
+
+    async def _start_transaction_check(self) -> None:
+        store = self.store
+        assert store is not None
+        if not self._transactions_fresh:
+            # Promoted: what the slave tracked may predate a truncation; read it again from the positions.
+            self.transactions = TransactionalMessageService(
+                store, self.topics, self.stats, Path(self.config.store.store_dir) / "config"
+            )
+            self.transactions.load()
+        self._transactions_fresh = False
         self.transaction_check = TransactionCheckService(
             self.transactions, self.config, self.consumers.producer_channels, lambda: self.address
         )
-        self.services.append(self.transaction_check)
+        await self.transaction_check.start()
 
-    def _start_pop(self, store: MessageStore) -> None:
-        """Replay the revive log into the pop state and run its revive service (masters)."""
+    async def _stop_transaction_check(self) -> None:
+        check, self.transaction_check = self.transaction_check, None
+        if check is not None:
+            await check.stop()
+
+    async def _start_pop(self) -> None:
+        """Replay the revive log into the pop state and run its revive service."""
+        store = self.store
+        assert store is not None
         cfg = self.config
         self.pop_state = PopState(
             store=store,
@@ -379,8 +457,17 @@ class BrokerApp:
             revive_queues=cfg.pop_revive_queue_nums,
             max_inflight=cfg.pop_max_inflight_checkpoints,
         )
-        self.pop_state.start()
-        self.services.append(PeriodicService("pop-revive", cfg.pop_revive_interval_seconds, self.pop_state.revive_due))
+        self.pop_state.start()  # on the loop: replay commits consumer offsets the handlers also touch
+        self._pop_revive = PeriodicService("pop-revive", cfg.pop_revive_interval_seconds, self.pop_state.revive_due)
+        await self._pop_revive.start()
+
+    async def _stop_pop(self) -> None:
+        revive, self._pop_revive = self._pop_revive, None
+        if revive is not None:
+            await revive.stop()
+        state, self.pop_state = self.pop_state, None
+        if state is not None:
+            state.persist_offsets()
 
     def _close_metrics(self) -> None:
         if self.metrics is not None:
@@ -401,14 +488,13 @@ class BrokerApp:
             await svc.stop()
         self.pull_hold.wake_all()
         await self.server.close(grace)
+        await self.master_services.stop()
         for svc in reversed(self.services):
             await svc.stop()
         await self.namesrv_client.close()
         self._close_metrics()
         if self.store is not None and self.store.running:
             self.offsets.persist()
-            if self.pop_state is not None:
-                self.pop_state.persist_offsets()
             await asyncio.to_thread(self.store.shutdown)
         log.info("broker_stopped", broker=self.config.broker_name, address=self.address)
 
@@ -485,8 +571,6 @@ class BrokerApp:
         cfg.broker_id = broker_id
         cfg.master_addr = master
         self.dispatcher.add_interceptor(self.read_only)
-        if self.schedule in self.services:
-            self.services.remove(self.schedule)
 
     async def _fence_check(self) -> None:
         """Each registration interval: a running master steps down for a master of a newer term."""

@@ -25,6 +25,9 @@ Orderly consumption works on the moved order: messages of one queue with the sam
 priority keep their send order; messages of different priorities do not (by design).
 Refill progress per level queue is persisted every second (``config/priorityOffset.json``);
 after a kill -9 up to a second of moves may be repeated (at-least-once). Masters only.
+The same offsets are kept as consumer offsets of :data:`PRIORITY_GROUP` on the level
+queues, so a slave's consumer-offset copy carries them and a promoted slave goes on where
+its old master stopped (issue 16; moves since the last copy are repeated).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from pymq.transport.interceptor import Interceptor
 if TYPE_CHECKING:
     from typing import Protocol
 
+    from pymq.broker.offsets import ConsumerOffsetManager
     from pymq.broker.put_hooks import PutPath
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
@@ -68,6 +72,8 @@ if TYPE_CHECKING:
         def topics(self) -> TopicConfigManager: ...
         @property
         def stats(self) -> BrokerStats: ...
+        @property
+        def offsets(self) -> ConsumerOffsetManager: ...
 
 
 log = get_logger("broker.priority")
@@ -77,6 +83,8 @@ PRIORITY_PREFIX = "rmq_sys_priority_"
 MAX_LEVELS = 100
 _PRIORITY = b"PRIORITY\x01"
 PERSIST_INTERVAL = 1.0
+#: the group whose consumer offsets on the level queues are the refill offsets (copied to slaves)
+PRIORITY_GROUP = "CID_RMQ_SYS_PRIORITY"
 
 
 def priority_levels(tc: TopicConfig | None) -> int:
@@ -183,6 +191,7 @@ class PriorityService:
             topic, _, q = topic.rpartition("@")
             with contextlib.suppress(ValueError):
                 self.offsets[(topic, int(q), int(rest))] = int(off)
+        self._merge_copied_offsets()
         self._loop = asyncio.get_running_loop()
         store = self.app.store
         assert store is not None
@@ -196,6 +205,27 @@ class PriorityService:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             self.persist()
+            store = self.app.store
+            if store is not None:
+                store.remove_arrival_listener(self._on_arrival)
+            self.hungry.clear()
+
+    def _merge_copied_offsets(self) -> None:
+        """Take the refill offsets kept as consumer offsets (a promoted slave's copy of its master's)."""
+        consumer_offsets = self.app.offsets
+        store = self.app.store
+        assert store is not None
+        for internal in consumer_offsets.topics_of_group(PRIORITY_GROUP):
+            if not internal.startswith(PRIORITY_PREFIX):
+                continue
+            topic = internal[len(PRIORITY_PREFIX) :]
+            levels = priority_levels(self.app.topics.get(topic))
+            if not levels:
+                continue
+            for qid, off in consumer_offsets.offsets_of(PRIORITY_GROUP, internal).items():
+                key = (topic, qid // levels, qid % levels)
+                # never past this store's end (a failover that lost the master's tail): what comes next is new
+                self.offsets[key] = max(self.offsets.get(key, 0), min(off, store.max_offset(internal, qid)))
 
     def persist(self) -> None:
         self._dirty = False
@@ -323,6 +353,7 @@ class PriorityService:
                 log.warning("priority_move_failed", topic=topic, status=res.status.name, reason=res.reason)
                 break
             self.offsets[(topic, queue_id, p)] = off + 1
+            self.app.offsets.commit(PRIORITY_GROUP, internal, queue_id * levels + p, off + 1)
             done += 1
         if done:
             self._dirty = True

@@ -52,6 +52,8 @@ class RequestCode(IntEnum):
     DELETE_TOPIC_IN_NAMESRV = 216
     # timer messages (issue 17): pending timers per topic (RocketMQ's TimerMetrics)
     GET_TIMER_METRICS = 61
+    # failover (issue 16): a slave copies its master's timer delivery state (RocketMQ's code)
+    GET_TIMER_CHECK_POINT = 60
     # replication (master/slave metadata sync and commitlog streaming)
     HA_PULL_COMMITLOG = 900
     # role change (admin -> broker): RocketMQ 5's controller notifies brokers with this code

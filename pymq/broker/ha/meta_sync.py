@@ -6,6 +6,14 @@ the master's normal port with the admin requests RocketMQ's SlaveSynchronize use
 GET_ALL_SUBSCRIPTIONGROUP_CONFIG) and replace the slave's own tables, which are persisted
 like a master's, so a slave promoted to master starts with them (its schedule service reads
 the copied ``delayOffset.json``).
+
+What else a promoted slave needs so as not to deliver again what its master delivered
+(issue 16 failover) comes the same way: pop revive offsets, priority refill offsets and
+transaction positions are consumer offsets of system groups (as RocketMQ keeps them), so
+the consumer-offset copy carries them; the timer service's delivery state comes with
+GET_TIMER_CHECK_POINT (60, as RocketMQ's SlaveSynchronize.syncTimerCheckPoint) about every
+second (``TIMER_SYNC_INTERVAL``, at-least-once window of a failover) into
+``timer/masterTimerCheckpoint.json`` (see :mod:`pymq.broker.timer.service`, "Takeover").
 """
 
 from __future__ import annotations
@@ -31,6 +39,9 @@ if TYPE_CHECKING:
 
 log = get_logger("broker.ha.meta_sync")
 
+#: seconds between two copies of the master's timer delivery state
+TIMER_SYNC_INTERVAL = 1.0
+
 
 class SlaveMetaSync:
     def __init__(
@@ -43,6 +54,7 @@ class SlaveMetaSync:
         subscription_groups: SubscriptionGroupManager,
         delay_offsets_path: Path,
         interval: Callable[[], float],
+        timer_checkpoint_path: Path | None = None,
     ) -> None:
         self.rpc = rpc
         self.master_addr = master_addr
@@ -51,6 +63,10 @@ class SlaveMetaSync:
         self.subscription_groups = subscription_groups
         self.delay_offsets_path = delay_offsets_path
         self.interval = interval
+        self.timer_checkpoint_path = timer_checkpoint_path
+        #: time.time() of the last copy of the master's timer state (0: none yet)
+        self.last_timer_sync = 0.0
+        self._timer_task: asyncio.Task[None] | None = None
         #: time.time() of the last complete copy (0: none yet)
         self.last_sync = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -58,13 +74,46 @@ class SlaveMetaSync:
     async def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
         self._task.set_name("broker-slave-meta-sync")
+        if self.timer_checkpoint_path is not None:
+            self._timer_task = asyncio.ensure_future(self._run_timer())
+            self._timer_task.set_name("broker-slave-timer-sync")
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._task, self._timer_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._timer_task = None
+
+    async def _run_timer(self) -> None:
+        failing = False
+        while True:
+            await asyncio.sleep(TIMER_SYNC_INTERVAL)
+            addr = self.master_addr()
+            if not addr:
+                continue
+            try:
+                await self.sync_timer(addr)
+                failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not failing:  # once per failing stretch: a master without timers answers an error each time
+                    log.info("slave_timer_sync_failed", master=addr, reason=str(exc) or type(exc).__name__)
+                failing = True
+
+    async def sync_timer(self, addr: str) -> None:
+        """Copy the master's timer delivery state (GET_TIMER_CHECK_POINT) next to the timer files."""
+        path = self.timer_checkpoint_path
+        if path is None:
+            return
+        state = await self._get(addr, RequestCode.GET_TIMER_CHECK_POINT)
+        if int(state.get("cursorMs", -1)) < 0:
+            return  # the master's service has not started yet: nothing to take over from
+        path.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(write_json_atomic, path, state)
+        self.last_timer_sync = asyncio.get_running_loop().time()
 
     async def _run(self) -> None:
         while True:
@@ -99,5 +148,8 @@ class SlaveMetaSync:
         write_json_atomic(self.delay_offsets_path, {"offsetTable": {str(k): int(v) for k, v in delay.items()}})
         groups = (await self._get(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).get("subscriptionGroupTable")
         self.subscription_groups.replace_all(groups or {})
+        if self.timer_checkpoint_path is not None:
+            with contextlib.suppress(PymqError):  # a master without timers
+                await self.sync_timer(addr)
         self.last_sync = asyncio.get_running_loop().time()
         return True

@@ -7,11 +7,16 @@ commitlog (or with ``--force``) — a master role to the slave, then SLAVE to th
 
 * **Promote** (slave -> master): the slave stops following, begins a term with an epoch
   above every one it knows (written to its epoch file before anything else), takes brokerId
-  0, drops the read-only gate, re-registers its handlers for the master role, starts the
-  schedule service and the HA listener, and registers with the nameservers under id 0 (the
+  0, drops the read-only gate, starts the master services (schedule, timers, priority
+  refill, transaction check-back, pop revival: :mod:`pymq.broker.master_services`, from
+  the state it copied from its master) with its handlers for the master role and the HA
+  listener, and registers with the nameservers under id 0 (the
   nameserver replaces the old master's entry; its own slave entry goes with the unregister).
+* **Fence**: the read-only gate goes up and the master services stop (a fenced master puts
+  nothing, so its slave can catch up to a commitlog that no longer grows).
 * **Demote** (master -> slave of ``master_addr``): the HA listener stops (waiting SYNC sends
-  answer FLUSH_SLAVE_TIMEOUT), the schedule service stops, the read-only gate goes up, the
+  answer FLUSH_SLAVE_TIMEOUT), the master services stop and their state files go (stale
+  for a slave: see ``drop_master_state``), the read-only gate goes up, the
   broker takes the promoted slave's old id and follows the new master; the epoch check at
   the join truncates whatever tail the new master lacks.
 * **Startup fencing**: a broker configured as master asks the nameservers, before it serves,
@@ -38,7 +43,6 @@ if TYPE_CHECKING:
     from pymq.broker.ha.replication import Replication
     from pymq.broker.registration import NamesrvRegistrar
     from pymq.broker.roles import ReadOnlyRole
-    from pymq.broker.service import Service
     from pymq.config import BrokerConfig
     from pymq.protocol.requests import BrokerRoleChangeRequest
     from pymq.transport.client import RpcClient
@@ -54,12 +58,16 @@ class RoleHost(Protocol):
     address: str
     dispatcher: Dispatcher
     read_only: ReadOnlyRole
-    schedule: Service
-    services: list[Service]
     registrar: NamesrvRegistrar
     replication: Replication | None
 
     def register_role_handlers(self) -> None: ...
+
+    async def start_master_services(self) -> None: ...
+
+    async def stop_master_services(self) -> None: ...
+
+    def drop_master_state(self) -> None: ...
 
 
 class RoleChanger:
@@ -121,10 +129,7 @@ class RoleChanger:
         self.fenced = False
         if h.read_only in h.dispatcher.interceptors:
             h.dispatcher.remove_interceptor(h.read_only)
-        h.register_role_handlers()
-        if h.schedule not in h.services:
-            await h.schedule.start()
-            h.services.insert(0, h.schedule)
+        await h.start_master_services()  # registers the handlers for the master role too
         await h.registrar.resume()
         log.warning("promoted_to_master", role=role.value, epoch=new_epoch, from_broker_id=old_id)
 
@@ -135,6 +140,7 @@ class RoleChanger:
         if h.read_only not in h.dispatcher.interceptors:
             h.dispatcher.add_interceptor(h.read_only)
         await h.registrar.pause()
+        await h.stop_master_services()
         self.fenced = True
         log.warning("master_fenced", epoch=h.replication.epochs.epoch)
 
@@ -151,9 +157,8 @@ class RoleChanger:
         await h.registrar.pause()
         if cfg.broker_id != new_id:
             await h.registrar.unregister_all()  # removes nothing if the new master already holds the id
-        if h.schedule in h.services:
-            h.services.remove(h.schedule)
-            await h.schedule.stop()
+        await h.stop_master_services()
+        h.drop_master_state()
         cfg.role = BrokerRole.SLAVE
         cfg.broker_id = new_id
         cfg.master_addr = master_addr

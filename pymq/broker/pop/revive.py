@@ -18,6 +18,12 @@ re-puts the message again after the restart.
 The group's consumer offsets (which pop moves past popped batches at once) are persisted
 before a revive offset, so the revive offset never passes a checkpoint whose offset move
 is not on disk; replay moves offsets forward to each replayed checkpoint's next offset.
+
+The revive offsets are also kept as consumer offsets of :data:`REVIVE_GROUP` on the revive
+topic (as RocketMQ keeps them), so a slave's consumer-offset copy carries them and a
+promoted slave replays from its old master's position (issue 16): what the old master
+revived before it is not revived again. Checkpoints after the oldest open one that the old
+master revived are revived again (at-least-once).
 """
 
 from __future__ import annotations
@@ -123,6 +129,10 @@ class PopState:
         data = read_json(self.path) or {}
         for qid, off in (data.get("offsetTable") or {}).items():
             self.revive_offsets[int(qid)] = int(off)
+        for qid, off in self.offsets.offsets_of(REVIVE_GROUP, self.revive_topic).items():
+            # a promoted slave: its old master's position, copied with the consumer offsets
+            off = min(off, self.store.max_offset(self.revive_topic, qid))  # never past this store's end
+            self.revive_offsets[qid] = max(self.revive_offsets.get(qid, 0), off)
         self._persisted = dict(self.revive_offsets)
         replayed = 0
         for qid in range(self.revive_queues):
@@ -380,6 +390,8 @@ class PopState:
             else:
                 self.revive_offsets[qid] = self.store.max_offset(self.revive_topic, qid)
         if self.revive_offsets != self._persisted:
+            for qid, off in self.revive_offsets.items():
+                self.offsets.commit(REVIVE_GROUP, self.revive_topic, qid, off)
             self.offsets.persist_if_dirty()
             write_json_atomic(self.path, {"offsetTable": {str(k): v for k, v in sorted(self.revive_offsets.items())}})
             self._persisted = dict(self.revive_offsets)

@@ -20,6 +20,15 @@ the cursor already passed goes into the current slot. Enqueueing pauses while de
 lags the clock by more than the wheel can hold (after long downtime it catches up first).
 Progress is checkpointed every second (:mod:`.checkpoint`); after a crash, slots since the
 checkpoint are delivered again (at-least-once).
+
+**Takeover** (a promoted slave, issue 16): a slave keeps no timer files; it copies its master's
+delivery state (GET_TIMER_CHECK_POINT: cursor, filing offsets, merge index) into
+``masterTimerCheckpoint.json`` about every second. A service starting without a checkpoint of
+its own but with that copy files the timer topic again from its first entry, skipping what
+the old master had delivered: a plain timer the master had filed (below its filing offset)
+in a slot before its cursor; a merged-delay message below the master's filing offset unless
+it is the first message of a window still open in the copied merge index. What the master
+delivered after the last copy is delivered again (at-least-once, about a second's worth).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -99,6 +109,10 @@ class TimerService:
         self.keep_last = cfg.timer_merge_keep == "last"
         self.root = Path(cfg.store.store_dir) / "timer"
         self.checkpoint_path = self.root / "timerCheckpoint.json"
+        #: a slave's copy of its master's delivery state (see "Takeover" above)
+        self.master_checkpoint_path = self.root / "masterTimerCheckpoint.json"
+        #: while taking over: the master's state whose delivered units the enqueuer skips
+        self.takeover: TimerCheckpoint | None = None
         #: the put hook (install it on the put path before the service starts)
         self.hook = TimerHook(self.max_delay_ms, clock.time_ms)
         self.files: TimerFiles | None = None
@@ -108,6 +122,8 @@ class TimerService:
         #: the slot whose chain the dequeuer has read (units filed into it since go to ``late``)
         self.walked: int | None = None
         self.late: list[TimerUnit] = []
+        #: the units of the slot being fired, not delivered yet (the same list while the slot fires)
+        self._firing: list[TimerUnit] = []
         #: merged delay: "<topic>\x01<key>" -> [deliver_ms, last phys, last size, merged count]
         self.merge: dict[str, list[int]] = {}
         #: real topic -> timers filed and not yet delivered
@@ -128,7 +144,20 @@ class TimerService:
     async def start(self) -> None:
         store = self.app.store
         assert store is not None
-        ck = await asyncio.to_thread(TimerCheckpoint.load, self.checkpoint_path) or TimerCheckpoint()
+        own = await asyncio.to_thread(TimerCheckpoint.load, self.checkpoint_path)
+        self.takeover = None
+        if own is None:
+            self.takeover = await asyncio.to_thread(TimerCheckpoint.load, self.master_checkpoint_path)
+            if self.takeover is not None and self.takeover.cursor_ms < 0:
+                self.takeover = None
+            if self.takeover is not None:
+                # What this store lacks of the master's (a failover) was never filed here: file it as new.
+                offs = self.takeover.queue_offsets
+                for q in (PLAIN_QUEUE, MERGE_QUEUE):
+                    offs[q] = min(offs.get(q, 0), store.max_offset(TIMER_TOPIC, q))
+            if self.takeover is None and _has_timer_entries(store):
+                log.warning("timer_takeover_without_master_checkpoint")  # past-due timers go out again
+        ck = own or TimerCheckpoint()
         files = TimerFiles(self.root, self._slots(), self.precision_ms, self.app.config.timer_log_file_size)
         undone = await asyncio.to_thread(files.load, ck.timer_log_pos, ck.segment_max_slot)
         self.files = files
@@ -137,11 +166,23 @@ class TimerService:
         if limit < self.max_delay_ms:
             log.warning("timer_wheel_smaller_than_max_delay", max_delay_ms=self.max_delay_ms, wheel_limit_ms=limit)
             self.max_delay_ms = self.hook.max_delay_ms = limit
-        self.queue_offsets.update(ck.queue_offsets)
+        # A restart after a stop (role changes): nothing of the previous run carries over.
+        self.queue_offsets = {PLAIN_QUEUE: 0, MERGE_QUEUE: 0, **ck.queue_offsets}
+        self.walked = None
+        self.late = []
         self.merge = ck.merge
         self.pending_by_topic = ck.pending_by_topic
         now_slot = files.wheel.slot_of(self.clock.time_ms())
         self.cursor_ms = ck.cursor_ms if ck.cursor_ms >= 0 else now_slot
+        if self.takeover is not None:
+            # Filing starts over at the timer topic's first entry (queue offsets 0), delivery at the master's cursor.
+            self.cursor_ms = self.takeover.cursor_ms
+            log.info(
+                "timer_takeover",
+                master_cursor_ms=self.takeover.cursor_ms,
+                master_queue_offsets=self.takeover.queue_offsets,
+                open_merges=len(self.takeover.merge),
+            )
         log.info(
             "timer_service_started",
             cursor_lag_ms=max(now_slot - self.cursor_ms, 0),
@@ -166,11 +207,24 @@ class TimerService:
         self._tasks.clear()
         if self._writing is not None and not self._writing.done():
             await asyncio.wait([self._writing])
+        store = self.app.store
+        if self._started and store is not None:
+            store.remove_arrival_listener(self._on_arrival)
         if self._started and self.files is not None:
             self.persist()
             self.files.close()
             self.files = None
         self._started = False
+
+    def drop_files(self) -> None:
+        """Delete the TimerLog, the wheel and the checkpoint (a broker that is, or becomes, a slave:
+        they are stale against its master's; a promotion rebuilds them). Only while stopped."""
+        if self._started:
+            raise RuntimeError("timer files are in use")
+        shutil.rmtree(self.root / "timerlog", ignore_errors=True)
+        (self.root / "timerwheel").unlink(missing_ok=True)
+        for path in (self.checkpoint_path, self.checkpoint_path.with_name(self.checkpoint_path.name + ".bak")):
+            path.unlink(missing_ok=True)
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         if topic == TIMER_TOPIC:
@@ -253,8 +307,12 @@ class TimerService:
                 entries = [CQ_ENTRY.unpack_from(raw, i * CQ_ENTRY_SIZE) for i in range(n)]
                 # the real topic of each (pending counts per topic); one lock hold for the read
                 topics = [_real_topic(store.commitlog.read_record(e[0])) for e in entries] if qid == PLAIN_QUEUE else []
+            take = self.takeover
             for i, (phys, size, deliver_ms) in enumerate(entries):
-                if size != BLANK_SIZE and size > 0:
+                if take is not None and offset + i < take.queue_offsets.get(qid, 0):
+                    if size != BLANK_SIZE and size > 0:
+                        self._take_over(take, qid, deliver_ms, phys, size, topics[i] if topics else "")
+                elif size != BLANK_SIZE and size > 0:
                     if qid == PLAIN_QUEUE:
                         self._file(deliver_ms, phys, size, 0)
                         self._count(topics[i], 1)
@@ -262,7 +320,32 @@ class TimerService:
                         self._file_merged(deliver_ms, phys, size)
                 self.queue_offsets[qid] = offset + i + 1
             moved += n
+        take = self.takeover
+        if take is not None and all(self.queue_offsets.get(q, 0) >= o for q, o in take.queue_offsets.items()):
+            self.takeover = None
+            log.info("timer_takeover_done", pending=sum(self.pending_by_topic.values()), merges=len(self.merge))
         return moved
+
+    def _take_over(self, take: TimerCheckpoint, qid: int, deliver_ms: int, phys: int, size: int, topic: str) -> None:
+        """File an entry the old master had filed, unless it delivered it already."""
+        files = self.files
+        assert files is not None
+        if qid == PLAIN_QUEUE:
+            if files.wheel.slot_of(deliver_ms) >= take.cursor_ms:
+                self._file(deliver_ms, phys, size, 0)
+                self._count(topic, 1)
+            return
+        key = self._merge_key_at(phys)
+        if key is None:
+            if files.wheel.slot_of(deliver_ms) >= take.cursor_ms:
+                self._file(deliver_ms, phys, size, 0)
+            return
+        window = take.merge.get(key)
+        # Only the first message of a window still open at the copy is filed (later ones merged into it).
+        if window is not None and window[0] == deliver_ms and key not in self.merge:
+            self.merge[key] = list(window)
+            self._file(deliver_ms, phys, size, FLAG_MERGE)
+            self._count(key.partition(_MERGE_SEP)[0], 1)
 
     def _file(self, deliver_ms: int, phys: int, size: int, flags: int) -> None:
         files = self.files
@@ -325,7 +408,11 @@ class TimerService:
             self.walked = slot
             if pending or self.late:
                 empty_run = 0
-                await self._fire_slot(pending)
+                self._firing = pending
+                try:
+                    await self._fire_slot(pending)
+                finally:
+                    self._firing = []
             else:
                 empty_run += 1
                 if empty_run % 1000 == 0:
@@ -433,6 +520,21 @@ class TimerService:
         now = self.clock.time_ms()
         return {"timingCount": {t: {"count": n, "timeStamp": now} for t, n in sorted(self.pending_by_topic.items())}}
 
+    def sync_state(self) -> dict[str, Any]:
+        """GET_TIMER_CHECK_POINT's body: what a slave needs to take delivery over (see "Takeover")."""
+        cursor = self.cursor_ms if self.files is not None or self.cursor_ms > 0 else -1
+        floor = min((u.deliver_ms for u in (*self._firing, *self.late)), default=None)
+        if floor is not None and cursor >= 0:
+            # Units filed late into the slot being fired are due before it: a taker-over must not
+            # count them delivered (it skips units due before the cursor).
+            cursor = min(cursor, floor - floor % self.precision_ms)
+        return TimerCheckpoint(
+            queue_offsets=dict(self.queue_offsets),
+            cursor_ms=cursor,
+            merge={k: list(v) for k, v in self.merge.items()},
+            pending_by_topic={t: n for t, n in self.pending_by_topic.items() if n > 0},
+        ).to_json()
+
     def status(self) -> dict[str, Any]:
         return {
             "timerPending": sum(self.pending_by_topic.values()),
@@ -447,6 +549,10 @@ def _write_checkpoint(files: TimerFiles, ck: TimerCheckpoint, path: Path) -> Non
     """Flush the timer files, then write the checkpoint (a worker thread)."""
     files.flush()
     ck.save(path)
+
+
+def _has_timer_entries(store: MessageStore) -> bool:
+    return any(store.max_offset(TIMER_TOPIC, q) > 0 for q in (PLAIN_QUEUE, MERGE_QUEUE))
 
 
 def _deliver_ms(u: TimerUnit) -> int:
