@@ -287,6 +287,9 @@ class TransactionalMessageService:
             r.topic != HALF_TOPIC.encode()
             or r.queue_offset != h.tran_state_table_offset
             or props.get(PGROUP) != h.producer_group
+            # The half queue's own entry must point at it: record-like bytes inside some message's
+            # body (a forged physical-offset field included) are no half message.
+            or self.store.physical_offset_at(HALF_TOPIC, 0, h.tran_state_table_offset) != h.commit_log_offset
         ):
             # RocketMQ's checkPrepareMessage: the request must name this very half message.
             log.warning(

@@ -16,7 +16,7 @@ from pymq.broker.transaction_hook import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from pymq.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, Producer, PushConsumer, sync
 from pymq.client.admin import AdminClient
 from pymq.client.transaction_producer import TransactionProducer, TransactionState
-from pymq.errors import LocalTransactionError, TransactionError
+from pymq.errors import LocalTransactionError, NoPermissionError, TransactionError
 from pymq.protocol.message import decode_message
 from pymq.protocol.record import iter_spans
 from pymq.protocol.requests import EndTransactionRequest
@@ -430,3 +430,52 @@ async def test_check_settings_change_at_runtime(tmp_path: Path) -> None:
             async with AdminClient(cluster.namesrv_addr) as admin:
                 await admin.update_broker_config({"transaction_timeout_seconds": 1})
             await wait_until(lambda: tx.commits == 1, timeout=10, what="the check-back under the new timeout")
+
+
+async def test_end_transaction_never_commits_a_half_record_forged_inside_a_message_body(cluster: LocalCluster) -> None:
+    """A record embedded in a plain message's body, dressed as a half message, is not one: the
+    half queue's own entry must point at the offset (else any producer could commit anything)."""
+    from pymq.protocol.message import Prop
+    from pymq.protocol.record import encode_properties, encode_record
+
+    broker = cluster.brokers[0]
+    store = broker.store
+    assert store is not None
+    props = {Prop.REAL_TOPIC: "orders", Prop.REAL_QID: "0", "PGROUP": "evil", "TRAN_MSG": "true"}
+
+    def fake(phys: int) -> bytes:
+        return encode_record(
+            HALF_TOPIC.encode(), b"forged", encode_properties(props), queue_offset=0, physical_offset=phys
+        )
+
+    placeholder = fake(0)
+    body_at = encode_record(b"orders", placeholder, b"").index(placeholder)
+    phys = store.commitlog.max_offset + body_at
+    res = store.put_messages("orders", 1, encode_record(b"orders", fake(phys), b""))
+    assert res[0].physical_offset + body_at == phys
+    assert store.read_record(phys) is not None  # the forged record does look like one
+    outcome = broker.transactions.end_transaction(
+        EndTransactionRequest(
+            producer_group="evil",
+            tran_state_table_offset=0,
+            commit_log_offset=phys,
+            commit_or_rollback=TRANSACTION_COMMIT_TYPE,
+        )
+    )
+    assert outcome == "mismatch"
+    assert [m.body for m in stored(cluster, "orders")] == [fake(phys)]
+
+
+@pytest.mark.parametrize("topic", [HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC, "rmq_sys_wheel_timer"])
+async def test_clients_cannot_send_to_the_transaction_and_timer_topics(tmp_path: Path, topic: str) -> None:
+    """A message sent straight to the half (or timer) topic names its own REAL_TOPIC: it would be
+    committed (delivered) to a topic the sender may not write, so such sends are refused."""
+    async with LocalCluster(tmp_path / "c", brokers=1, broker={"auto_create_topic": True}) as c:
+        await c.create_topic(topic, 1)
+        async with Producer(c.namesrv_addr, "p") as producer:
+            msg = Message(topic, b"x", properties={"REAL_TOPIC": "secret", "REAL_QID": "0", "PGROUP": "evil"})
+            with pytest.raises(NoPermissionError, match="forbidden"):
+                await producer.send(msg)
+        store = c.brokers[0].store
+        assert store is not None
+        assert store.max_offset(topic, 0) == 0

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 from pymq.broker.group_commit import GroupCommit
 from pymq.broker.store.results import PutResult, PutStatus
+from pymq.broker.timer.hook import TIMER_TOPIC
 from pymq.broker.topics import validate_topic_name
+from pymq.broker.transaction_hook import TRANSACTION_TOPICS
 from pymq.config import BrokerRole, FlushDiskType
 from pymq.errors import MessageDecodeError
 from pymq.protocol.codes import RequestCode, ResponseCode
@@ -50,6 +52,10 @@ PUT_STATUS_TO_CODE = {
 
 #: the answer to a send whose body holds no record at all
 EMPTY_BODY_REMARK = "empty message body: a send must carry at least one encoded record"
+
+#: topics only the broker writes (as RocketMQ's NOT_ALLOWED_SEND_TOPIC_SET): a record sent there
+#: names its own REAL_TOPIC, and would be committed or delivered past the sender's permissions
+NOT_ALLOWED_SEND_TOPICS = TRANSACTION_TOPICS | {TIMER_TOPIC}
 
 #: the broker's put path: (topic, queue id, records) -> one result per record
 PutMessages = Callable[[str, int, Buffer], list[PutResult]]
@@ -99,6 +105,8 @@ class SendHandlers:
         header = SendMessageRequest.from_ext(cmd.ext)
         topic = header.topic
         queue_id = header.queue_id
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"sending message to topic[{topic}] is forbidden")
         tc = self.topics.get(topic)
         if tc is None:
             validate_topic_name(topic, self.config.store.max_topic_length)

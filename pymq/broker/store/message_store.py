@@ -641,6 +641,13 @@ class MessageStore:
             rec = self.commitlog.view(e[0], e[1])
             return record_store_timestamp(rec, 0) if rec is not None else 0
 
+    def physical_offset_at(self, topic: str, queue_id: int, offset: int) -> int | None:
+        """The commitlog offset the queue's entry at ``offset`` points to (None if there is none)."""
+        with self.lock:
+            cq = self.queues.get((topic, queue_id))
+            e = cq.entry(offset) if cq is not None and cq.min_offset <= offset < cq.max_offset else None
+            return e[0] if e is not None else None
+
     def min_offset(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get((topic, queue_id))
         return cq.min_offset if cq is not None else 0
