@@ -4,10 +4,10 @@ A signed request carries four extra header fields: ``AccessKey``, ``Timestamp`` 
 the epoch), ``Nonce`` (a per-process random token) and ``Signature``. The signature is
 ``base64(HMAC-SHA256(secret_key, canonical))`` where ``canonical`` is, one item per line:
 
-    pymq-sign-v1
+    pymq-sign-v2
     <request code>
     <opaque>
-    <sorted header fields as name=value, Signature excluded, one per line>
+    <sorted header fields as "name"="value" (JSON-quoted strings), Signature excluded, one per line>
     <hex SHA-256 of the body>
 
 The timestamp and nonce are header fields, so they are covered by the sorted fields; the
@@ -26,6 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from json.encoder import encode_basestring as _quote
 from typing import Any
 
 from pymq.protocol.command import Command
@@ -37,7 +38,7 @@ NONCE = "Nonce"
 #: the header fields signing adds (a verifier reads them; handlers ignore them)
 SIGNING_FIELDS = (ACCESS_KEY, SIGNATURE, TIMESTAMP, NONCE)
 
-_VERSION = b"pymq-sign-v1"
+_VERSION = b"pymq-sign-v2"
 #: one random token per process: with the opaque it makes every request's canonical form unique
 PROCESS_NONCE = os.urandom(8).hex()
 
@@ -89,9 +90,9 @@ def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     if isinstance(value, list | tuple):  # msgpack turns a tuple into a list: write both alike
-        return "[" + ",".join(_text(v) for v in value) + "]"
+        return "[" + ",".join(_quote(_text(v)) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{_text(k)}:{_text(value[k])}" for k in sorted(value, key=str)) + "}"
+        return "{" + ",".join(f"{_quote(_text(k))}:{_quote(_text(value[k]))}" for k in sorted(value, key=str)) + "}"
     return repr(value)
 
 
@@ -100,7 +101,9 @@ def canonical(code: int, opaque: int, ext: dict[str, Any], digest: bytes) -> byt
     lines = [_VERSION, str(code).encode(), str(opaque).encode()]
     for name in sorted(ext, key=str):  # keys are strings from our clients; anything else must not crash
         if name != SIGNATURE:
-            lines.append(f"{name}={_text(ext[name])}".encode(errors="replace"))
+            # Quoted (JSON string escapes): a newline, '=' or ',' inside a name or value can never
+            # make two different headers write the same lines.
+            lines.append(f"{_quote(str(name))}={_quote(_text(ext[name]))}".encode(errors="replace"))
     lines.append(digest)
     return b"\n".join(lines)
 

@@ -119,3 +119,19 @@ def test_a_forked_child_gets_its_own_nonce() -> None:
     os.close(r)
     os.waitpid(pid, 0)
     assert child_nonce and child_nonce != signing.PROCESS_NONCE
+
+
+@pytest.mark.parametrize(
+    ("signed_ext", "forged_ext"),
+    [
+        ({"a": "1\nb=2"}, {"a": "1", "b": "2"}),  # a newline inside a value
+        ({"a=b": "c"}, {"a": "b=c"}),  # an '=' inside a name
+        ({"keys": ["x,y"]}, {"keys": ["x", "y"]}),  # a ',' inside a list item
+    ],
+)
+def test_field_boundaries_cannot_be_forged_inside_values(signed_ext: dict, forged_ext: dict) -> None:
+    cmd = signed(ext=signed_ext)
+    fields = {k: cmd.ext[k] for k in (ACCESS_KEY, TIMESTAMP, NONCE, SIGNATURE)}
+    forged = Command(cmd.code, cmd.opaque, 0, None, {**forged_ext, **fields}, cmd.body)  # type: ignore[arg-type]
+    with pytest.raises(SignatureError, match="mismatch"):
+        verify(forged, CREDS.secret_key, NOW, 60_000)
