@@ -45,6 +45,11 @@ CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 TRANSACTION_TOPICS = frozenset({HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC})
 
 _TRAN = b"TRAN_MSG\x01"
+#: on put-back copies: the half-queue offset of the message's first copy, its *origin*
+#: (RocketMQ's PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, which it sets on its immunity copies).
+#: The broker's own: a producer's value is dropped (it would make its half message stand for,
+#: and its rollback resolve, another producer's)
+ORIGIN_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 #: properties that would delay a message: a transactional one is never delayed (as in RocketMQ)
 _NEVER_DELAYED = (
     Prop.DELAY,
@@ -111,6 +116,7 @@ class TransactionHook:
         p[Prop.REAL_QID] = str(queue_id)
         for delaying in _NEVER_DELAYED:
             p.pop(delaying, None)
+        p.pop(ORIGIN_OFFSET, None)
         rec = reencode(
             r,
             HALF_TOPIC.encode(),
@@ -123,4 +129,4 @@ class TransactionHook:
         return HALF_TOPIC, 0, rec
 
 
-__all__ = ["CHECK_MAX_TOPIC", "HALF_TOPIC", "OP_TOPIC", "TRANSACTION_TOPICS", "TransactionHook"]
+__all__ = ["CHECK_MAX_TOPIC", "HALF_TOPIC", "OP_TOPIC", "ORIGIN_OFFSET", "TRANSACTION_TOPICS", "TransactionHook"]

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.broker.store.results import GetStatus, PutResult, PutStatus
-from pymq.broker.transaction_hook import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from pymq.broker.transaction_hook import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC, ORIGIN_OFFSET
 from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.errors import MessageDecodeError
 from pymq.logs import get_logger
@@ -75,9 +75,6 @@ if TYPE_CHECKING:
 
 log = get_logger("broker.transactions")
 
-#: on put-back copies: the half-queue offset of the message's first copy, its *origin*
-#: (RocketMQ's PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET, which it sets on its immunity copies)
-ORIGIN_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 #: the internal reader's group name (RocketMQ's CID_SYS_RMQ_TRANS)
 SYSTEM_GROUP = "CID_SYS_RMQ_TRANS"
 #: the op records' tag (RocketMQ's REMOVETAG)

@@ -20,7 +20,7 @@ from pymq.errors import LocalTransactionError, NoPermissionError, TransactionErr
 from pymq.protocol.message import decode_message
 from pymq.protocol.record import iter_spans
 from pymq.protocol.requests import EndTransactionRequest
-from pymq.protocol.transaction import TRANSACTION_COMMIT_TYPE
+from pymq.protocol.transaction import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from pymq.testing import LocalCluster, capture_logs
 from tests.helpers import wait_until, wait_until_sync
 
@@ -479,3 +479,30 @@ async def test_clients_cannot_send_to_the_transaction_and_timer_topics(tmp_path:
         store = c.brokers[0].store
         assert store is not None
         assert store.max_offset(topic, 0) == 0
+
+
+async def test_a_half_message_cannot_claim_another_ones_origin(cluster: LocalCluster) -> None:
+    """TRAN_PREPARED_QUEUE_OFFSET is the broker's own (put-back copies): a producer that sets it
+    on its half message must not supersede, and by rolling back resolve, someone else's."""
+    tx = cluster.brokers[0].transactions
+    async with (
+        TransactionProducer(cluster.namesrv_addr, "tx-p", never) as victim,
+        TransactionProducer(cluster.namesrv_addr, "evil-p", never, instance_name="evil") as evil,
+    ):
+        half = await victim.send_half(Message("orders", b"victim"))
+        forged = Message("orders", b"evil", properties={"TRAN_PREPARED_QUEUE_OFFSET": str(half.queue_offset)})
+        evil_half = await evil.send_half(forged)
+
+        def end(group: str, h: object, kind: int) -> str:
+            return tx.end_transaction(
+                EndTransactionRequest(
+                    producer_group=group,
+                    tran_state_table_offset=h.queue_offset,  # type: ignore[attr-defined]
+                    commit_log_offset=h.commit_log_offsets[0],  # type: ignore[attr-defined]
+                    commit_or_rollback=kind,
+                )
+            )
+
+        assert end("evil-p", evil_half, TRANSACTION_ROLLBACK_TYPE) == "rollback"
+        assert end("tx-p", half, TRANSACTION_COMMIT_TYPE) == "commit"
+    assert [m.body for m in stored(cluster, "orders")] == [b"victim"]
