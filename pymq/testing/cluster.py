@@ -74,6 +74,8 @@ class LocalCluster:
             "broker_name": name,
             "host": "127.0.0.1",
             "port": 0,
+            # any free HA port: a broker restarted on its old port would otherwise need port + 1 free too
+            "ha_port": 0,
             "namesrv_addrs": self.namesrv_addrs,
             **self._broker_overrides,
             **overrides,
