@@ -1,12 +1,12 @@
 """Test helpers: a broker group of a master and a slave holding the same data.
 
-Until live replication (issue 16, broker side) is merged, the slave gets its data the honest
-offline way: the master is stopped cleanly, its store directory (commitlog, consume queues,
-index, config files with topics and consumer offsets) is copied, a SLAVE (broker id 1, same
-broker name and cluster) starts from the copy, and the master restarts on its own store (on
-its old port in process). Messages sent after that are on the master only. When replication
-lands, these helpers become "start a slave of the master and wait until it has caught up",
-and the tests built on them keep their meaning.
+The slave starts from a copy of the master's store: the master is stopped cleanly, its
+store directory (commitlog, consume queues, index, config files, the epoch file) copied, a
+SLAVE (broker id 1, same broker name and cluster) started from the copy, and the master
+restarted on its own store (on its old port in process). The copy carries the master's
+epoch file, so the slave then joins its master over the HA link (it finds it through its
+registration) and follows it: messages sent afterwards are replicated as well. End-to-end
+replication tests that start a slave with an empty store are in test_replication*.py.
 """
 
 from __future__ import annotations
