@@ -51,29 +51,10 @@ from pymq.transport.channel import Channel
 from pymq.transport.interceptor import Interceptor
 
 if TYPE_CHECKING:
-    from typing import Protocol
-
-    from pymq.broker.offsets import ConsumerOffsetManager
-    from pymq.broker.put_hooks import PutPath
-    from pymq.broker.stats import BrokerStats
+    from pymq.broker.hosts import OffsetsDeliveryHost as PriorityHost
     from pymq.broker.store import MessageStore
     from pymq.broker.topics import TopicConfigManager
-    from pymq.config import BrokerConfig
     from pymq.protocol.route import TopicConfig
-
-    class PriorityHost(Protocol):
-        @property
-        def config(self) -> BrokerConfig: ...
-        @property
-        def store(self) -> MessageStore | None: ...
-        @property
-        def put_path(self) -> PutPath: ...
-        @property
-        def topics(self) -> TopicConfigManager: ...
-        @property
-        def stats(self) -> BrokerStats: ...
-        @property
-        def offsets(self) -> ConsumerOffsetManager: ...
 
 
 log = get_logger("broker.priority")

@@ -27,27 +27,7 @@ from pymq.protocol.record import decode_properties, encode_properties, iter_span
 from pymq.transport.periodic import every
 
 if TYPE_CHECKING:
-    from typing import Protocol
-
-    from pymq.broker.put_hooks import PutPath
-    from pymq.broker.stats import BrokerStats
-    from pymq.broker.store import MessageStore
-    from pymq.broker.topics import TopicConfigManager
-    from pymq.config import BrokerConfig
-
-    class ScheduleHost(Protocol):
-        """What the schedule service uses of the broker (which passes itself; no import of the app)."""
-
-        @property
-        def config(self) -> BrokerConfig: ...
-        @property
-        def store(self) -> MessageStore | None: ...
-        @property
-        def put_path(self) -> PutPath: ...
-        @property
-        def topics(self) -> TopicConfigManager: ...
-        @property
-        def stats(self) -> BrokerStats: ...
+    from pymq.broker.hosts import DeliveryHost as ScheduleHost
 
 
 log = get_logger("broker.schedule")

@@ -61,27 +61,8 @@ from pymq.protocol.record import (
 )
 
 if TYPE_CHECKING:
-    from typing import Protocol
-
-    from pymq.broker.put_hooks import PutPath
-    from pymq.broker.stats import BrokerStats
+    from pymq.broker.hosts import DeliveryHost as TimerHost
     from pymq.broker.store import MessageStore
-    from pymq.broker.topics import TopicConfigManager
-    from pymq.config import BrokerConfig
-
-    class TimerHost(Protocol):
-        """What the timer service uses of the broker."""
-
-        @property
-        def config(self) -> BrokerConfig: ...
-        @property
-        def store(self) -> MessageStore | None: ...
-        @property
-        def put_path(self) -> PutPath: ...
-        @property
-        def topics(self) -> TopicConfigManager: ...
-        @property
-        def stats(self) -> BrokerStats: ...
 
 
 log = get_logger("broker.timer")
