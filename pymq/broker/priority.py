@@ -37,7 +37,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pymq.broker.put_hooks import Segment
+from pymq.broker.put_hooks import Segment, move_records
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.broker.store.results import GetStatus, PutStatus
 from pymq.clock import SYSTEM_CLOCK, Clock
@@ -125,27 +125,21 @@ class PriorityHook:
             return [(topic, queue_id, data)]
         target = level_topic(topic).encode()
         topic_b = topic.encode()
-        out: list[Segment] = []
-        kept_from = 0
-        for pos, size in iter_spans(data):
+        real = target.decode()
+
+        def move(pos: int, size: int) -> Segment | None:
             try:
                 r = parse_record(data, pos, check_crc=True)
             except MessageDecodeError:
-                continue  # the store refuses it where it stands
+                return None  # the store refuses it where it stands
             if r.total_size != size or r.topic != topic_b:
-                continue
+                return None
             rec = reencode(r, target, bytes(r.properties))
             if len(rec) > self.max_message_size:
-                continue
-            if pos > kept_from:
-                out.append((topic, queue_id, data[kept_from:pos]))
-            out.append((target.decode(), queue_id * levels + message_level(r.properties, levels), rec))
-            kept_from = pos + size
-        if not out:
-            return [(topic, queue_id, data)]
-        if kept_from < len(data):
-            out.append((topic, queue_id, data[kept_from:]))
-        return out
+                return None
+            return (real, queue_id * levels + message_level(r.properties, levels), rec)
+
+        return move_records(topic, queue_id, data, move)
 
 
 class PriorityService:

@@ -20,10 +20,11 @@ store, so nothing is validated twice.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from pymq.broker.store.results import PutResult, PutStatus
+from pymq.protocol.record import iter_spans
 
 if TYPE_CHECKING:
     from pymq.broker.store import MessageStore
@@ -31,6 +32,29 @@ if TYPE_CHECKING:
 
 #: (topic, queue id, encoded records)
 Segment = tuple[str, int, bytes]
+
+
+def move_records(topic: str, queue_id: int, data: bytes, move: Callable[[int, int], Segment | None]) -> list[Segment]:
+    """A hook's ``rewrite`` by record: ``move(pos, size)`` gives a record's new segment or None.
+
+    Records left alone stay in runs of the original ``(topic, queue_id)`` in order, so a
+    batch no record of which moves comes back whole (the path then skips re-validation).
+    """
+    out: list[Segment] = []
+    kept_from = 0  # start of the records not moved yet
+    for pos, size in iter_spans(data):
+        moved = move(pos, size)
+        if moved is None:
+            continue
+        if pos > kept_from:
+            out.append((topic, queue_id, data[kept_from:pos]))
+        out.append(moved)
+        kept_from = pos + size
+    if not out:
+        return [(topic, queue_id, data)]
+    if kept_from < len(data):
+        out.append((topic, queue_id, data[kept_from:]))
+    return out
 
 
 class PutRefused(Exception):

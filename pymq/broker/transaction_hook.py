@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pymq.broker.put_hooks import Segment
+from pymq.broker.put_hooks import Segment, move_records
 from pymq.errors import MessageDecodeError
 from pymq.protocol.message import Prop
 from pymq.protocol.record import (
@@ -26,7 +26,6 @@ from pymq.protocol.record import (
     decode_properties,
     encode_properties,
     find_property,
-    iter_spans,
     parse_record,
     reencode,
 )
@@ -78,22 +77,10 @@ class TransactionHook:
     def rewrite(self, topic: str, queue_id: int, data: bytes) -> list[Segment]:
         if topic in TRANSACTION_TOPICS:
             return [(topic, queue_id, data)]
-        out: list[Segment] = []
-        kept_from = 0
         topic_b = topic.encode()
-        for pos, size in iter_spans(data):
-            moved = self._half(data, pos, size, topic, topic_b, queue_id)
-            if moved is None:
-                continue
-            if pos > kept_from:
-                out.append((topic, queue_id, data[kept_from:pos]))
-            out.append(moved)
-            kept_from = pos + size
-        if not out:
-            return [(topic, queue_id, data)]
-        if kept_from < len(data):
-            out.append((topic, queue_id, data[kept_from:]))
-        return out
+        return move_records(
+            topic, queue_id, data, lambda pos, size: self._half(data, pos, size, topic, topic_b, queue_id)
+        )
 
     def _half(self, data: bytes, pos: int, size: int, topic: str, topic_b: bytes, queue_id: int) -> Segment | None:
         """The half-topic segment for the record at ``pos``, or None to leave it alone."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pymq.broker.put_hooks import PutRefused, Segment
+from pymq.broker.put_hooks import PutRefused, Segment, move_records
 from pymq.broker.store.results import PutStatus
 from pymq.errors import MessageDecodeError
 from pymq.protocol.message import Prop
@@ -28,7 +28,6 @@ from pymq.protocol.record import (
     decode_properties,
     encode_properties,
     find_property,
-    iter_spans,
     parse_record,
     reencode,
 )
@@ -107,23 +106,11 @@ class TimerHook:
     def rewrite(self, topic: str, queue_id: int, data: bytes) -> list[Segment]:
         if topic == TIMER_TOPIC:
             return [(topic, queue_id, data)]
-        out: list[Segment] = []
-        kept_from = 0
         topic_b = topic.encode()
         now = self.now_ms()
-        for pos, size in iter_spans(data):
-            moved = self._timed(data, pos, size, topic, topic_b, queue_id, now)
-            if moved is None:
-                continue
-            if pos > kept_from:
-                out.append((topic, queue_id, data[kept_from:pos]))
-            out.append(moved)
-            kept_from = pos + size
-        if not out:
-            return [(topic, queue_id, data)]
-        if kept_from < len(data):
-            out.append((topic, queue_id, data[kept_from:]))
-        return out
+        return move_records(
+            topic, queue_id, data, lambda pos, size: self._timed(data, pos, size, topic, topic_b, queue_id, now)
+        )
 
     def _timed(
         self, data: bytes, pos: int, size: int, topic: str, topic_b: bytes, queue_id: int, now: int
