@@ -16,16 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pymq.broker.put_hooks import PutHook, Segment, move_records
+from pymq.broker.put_hooks import PutHook, Segment, movable_record, move_records
 from pymq.broker.transaction_hook import TransactionHook
-from pymq.errors import MessageDecodeError
 from pymq.protocol.message import Prop
 from pymq.protocol.record import (
-    MAX_PROPERTIES_SIZE,
     decode_properties,
     encode_properties,
     find_property,
-    parse_record,
     reencode,
 )
 from pymq.protocol.record_batch import SplitBatch, any_property_contains
@@ -77,16 +74,8 @@ class DelayHook:
         """The schedule-topic segment for the record at ``pos``, or None to leave it alone."""
         if _DELAY not in data[pos : pos + size]:
             return None
-        try:
-            r = parse_record(data, pos, check_crc=True)
-        except MessageDecodeError:
-            return None  # the store refuses it
-        if (
-            r.total_size != size
-            or r.topic != topic_b
-            or size > self.max_message_size
-            or len(r.properties) > MAX_PROPERTIES_SIZE
-        ):
+        r = movable_record(data, pos, size, topic_b, self.max_message_size)
+        if r is None:
             return None
         raw = find_property(r.properties, _DELAY)
         try:

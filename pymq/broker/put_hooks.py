@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from pymq.broker.store.results import PutResult, PutStatus
-from pymq.protocol.record import iter_spans
+from pymq.errors import MessageDecodeError
+from pymq.protocol.record import MAX_PROPERTIES_SIZE, RecordFields, iter_spans, parse_record
 
 if TYPE_CHECKING:
     from pymq.broker.store import MessageStore
@@ -32,6 +33,20 @@ if TYPE_CHECKING:
 
 #: (topic, queue id, encoded records)
 Segment = tuple[str, int, bytes]
+
+
+def movable_record(data: bytes, pos: int, size: int, topic_b: bytes, max_message_size: int) -> RecordFields | None:
+    """The record at ``pos`` if a hook may move it, else None (the store then judges it where it stands).
+
+    Movable: a whole record with a good CRC, on the batch's own topic, within the size limits.
+    """
+    try:
+        r = parse_record(data, pos, check_crc=True)
+    except MessageDecodeError:
+        return None
+    if r.total_size != size or r.topic != topic_b or size > max_message_size or len(r.properties) > MAX_PROPERTIES_SIZE:
+        return None
+    return r
 
 
 def move_records(topic: str, queue_id: int, data: bytes, move: Callable[[int, int], Segment | None]) -> list[Segment]:

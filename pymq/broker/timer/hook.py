@@ -19,16 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pymq.broker.put_hooks import PutRefused, Segment, move_records
+from pymq.broker.put_hooks import PutRefused, Segment, movable_record, move_records
 from pymq.broker.store.results import PutStatus
-from pymq.errors import MessageDecodeError
 from pymq.protocol.message import Prop
 from pymq.protocol.record import (
-    MAX_PROPERTIES_SIZE,
     decode_properties,
     encode_properties,
     find_property,
-    parse_record,
     reencode,
 )
 from pymq.protocol.record_batch import SplitBatch, any_property_contains
@@ -119,13 +116,8 @@ class TimerHook:
         chunk = data[pos : pos + size]
         if _NEEDLE not in chunk and _MERGE_NEEDLE not in chunk:
             return None
-        try:
-            r = parse_record(data, pos, check_crc=True)
-        except MessageDecodeError:
-            return None  # the store refuses it
-        if r.total_size != size or r.topic != topic_b or size > self.max_message_size:
-            return None
-        if len(r.properties) > MAX_PROPERTIES_SIZE:
+        r = movable_record(data, pos, size, topic_b, self.max_message_size)
+        if r is None:
             return None
         p = decode_properties(r.properties)
         due = delivery_time(p, now)
