@@ -36,6 +36,12 @@ MAX_BACKLOG = 1024
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 WRITE_LOW_WATER = 1024 * 1024
 
+#: Queued output above which a write goes out at once instead of with the rest of the tick.
+COALESCE_MAX_BYTES = 64 * 1024
+
+#: Longest wait of the request-timeout timer: answered requests' deadlines are dropped this often.
+_SWEEP_INTERVAL = 1.0
+
 
 class Connection(asyncio.Protocol):
     """Bytes in, commands out (through ``codec``); requests matched to responses by opaque."""
@@ -77,6 +83,16 @@ class Connection(asyncio.Protocol):
         #: whether the peer ever sent a byte (a silent close hints at a TLS/plaintext mismatch)
         self._got_data = False
         self._loop = asyncio.get_running_loop()
+        #: encoded buffers waiting for this tick's one ``writelines`` (see :meth:`write_command`)
+        self._out: list[Any] = []
+        self._out_bytes = 0
+        #: True while :meth:`data_received` runs its requests (their answers go out at its end)
+        self._reading = False
+        self._flush_scheduled = False
+        #: request deadlines per timeout value, oldest first (see :meth:`_arm_timeouts`)
+        self._deadlines: dict[float, deque[tuple[float, int]]] = {}
+        self._timeout_timer: asyncio.TimerHandle | None = None
+        self._timeout_at = 0.0
 
     # --- asyncio.Protocol ------------------------------------------------------------------------
 
@@ -111,6 +127,15 @@ class Connection(asyncio.Protocol):
             ):
                 return
         flow = self.flow
+        self._reading = True
+        try:
+            self._receive(commands, flow)
+        finally:
+            self._reading = False
+            if self._out:
+                self._write_out()
+
+    def _receive(self, commands: list[Command], flow: FlowControl | None) -> None:
         for cmd in commands:
             if cmd.is_response:
                 fut = self._pending.pop(cmd.opaque, None)
@@ -173,6 +198,11 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.release_partial()
+        self._out = []
+        if self._timeout_timer is not None:
+            self._timeout_timer.cancel()
+            self._timeout_timer = None
+        self._deadlines.clear()
         self._backlog.clear()
         pending, self._pending = self._pending, {}
         if pending:
@@ -216,10 +246,41 @@ class Connection(asyncio.Protocol):
         self._close_callbacks.append(cb)
 
     def write_command(self, cmd: Command) -> None:
-        """Write a command now (responses, oneways); dropped if the connection is gone."""
-        if self.transport is None or self.transport.is_closing():
+        """Write a command (responses, oneways); dropped if the connection is gone.
+
+        Writes are coalesced: the answers to the requests of one read go out in one
+        ``writelines`` at the end of :meth:`data_received`, and writes made elsewhere (tasks,
+        callbacks) go out at once if nothing is queued, else with the rest of this loop tick's
+        writes. One system call per tick instead of one per command is most of the cost of
+        small requests. Order is kept: nothing overtakes a queued buffer.
+        """
+        transport = self.transport
+        if transport is None or transport.is_closing():
             return
-        self.transport.writelines(self._encode(cmd))
+        if self._reading or self._flush_scheduled:
+            parts = self._encode(cmd)
+            self._out.extend(parts)
+            self._out_bytes += sum(map(len, parts))
+            if self._out_bytes >= COALESCE_MAX_BYTES:
+                self._write_out()  # big answers go now: the transport's flow control must see them
+        else:
+            # The first write of a tick goes straight out (no added latency); later writes of
+            # the same tick queue behind it until the flush this schedules.
+            transport.writelines(self._encode(cmd))
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._out:
+            self._write_out()
+
+    def _write_out(self) -> None:
+        out, self._out = self._out, []
+        self._out_bytes = 0
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            transport.writelines(out)
 
     async def _writable(self) -> None:
         """Wait for room in the output buffer; raise if the connection is (or gets) closed."""
@@ -234,7 +295,9 @@ class Connection(asyncio.Protocol):
 
     async def request(self, cmd: Command, timeout: float) -> Command:
         """Send a request and wait for its response."""
-        await self._writable()
+        flow = self.flow
+        if not (self.is_open and (flow is None or flow.writable)):
+            await self._writable()
         opaque = next(_opaques)
         cmd.opaque = opaque
         cmd.flags &= ~FLAG_ONEWAY
@@ -242,18 +305,60 @@ class Connection(asyncio.Protocol):
         if self.signer is not None:
             self.signer(cmd)  # once, over the final code, opaque, fields and body
         self._pending[opaque] = fut
-        timer = self._loop.call_later(timeout, self._expire, opaque, timeout)
+        self._add_deadline(opaque, timeout)
         try:
             self.write_command(cmd)
             return await fut
         finally:
-            timer.cancel()
             self._pending.pop(opaque, None)
 
-    def _expire(self, opaque: int, timeout: float) -> None:
-        fut = self._pending.pop(opaque, None)
-        if fut is not None and not fut.done():
-            fut.set_exception(RequestTimeoutError(f"no response from {self.remote_addr} within {timeout:.3f}s"))
+    # --- request timeouts: one timer per connection, not one per request ---------------------------
+
+    def _add_deadline(self, opaque: int, timeout: float) -> None:
+        """Remember when request ``opaque`` times out.
+
+        Deadlines of one timeout value arrive in order, so each value keeps a deque, oldest
+        first; one timer (armed for the earliest deadline, at most a second ahead) expires
+        what is due and drops the answered heads. A request costs a tuple, not a timer handle.
+        """
+        deadline = self._loop.time() + timeout
+        dq = self._deadlines.get(timeout)
+        if dq is None:
+            dq = self._deadlines[timeout] = deque()
+        dq.append((deadline, opaque))
+        timer = self._timeout_timer
+        if timer is None:
+            self._arm_timeouts(min(deadline, self._loop.time() + _SWEEP_INTERVAL))
+        elif deadline < self._timeout_at:
+            timer.cancel()
+            self._arm_timeouts(deadline)
+
+    def _arm_timeouts(self, when: float) -> None:
+        self._timeout_at = when
+        self._timeout_timer = self._loop.call_at(when, self._expire_due)
+
+    def _expire_due(self) -> None:
+        self._timeout_timer = None
+        now = self._loop.time()
+        pending = self._pending
+        earliest = now + _SWEEP_INTERVAL
+        for timeout, dq in list(self._deadlines.items()):
+            while dq:
+                deadline, opaque = dq[0]
+                fut = pending.get(opaque)
+                if fut is None or fut.done():  # answered (or given up): forget it
+                    dq.popleft()
+                elif deadline <= now:
+                    dq.popleft()
+                    del pending[opaque]
+                    fut.set_exception(RequestTimeoutError(f"no response from {self.remote_addr} within {timeout:.3f}s"))
+                else:
+                    earliest = min(earliest, deadline)
+                    break
+            if not dq:
+                del self._deadlines[timeout]
+        if self._deadlines:
+            self._arm_timeouts(earliest)
 
     async def send_oneway(self, cmd: Command) -> None:
         await self._writable()
@@ -271,6 +376,8 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         if self.transport is not None:
+            if self._out:
+                self._write_out()
             self.transport.close()
 
     def abort(self) -> None:

@@ -1,0 +1,146 @@
+"""Connection's write coalescing and its one request-timeout timer, on a recording fake transport."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from pymq import errors
+from pymq.protocol.command import Command
+from pymq.protocol.frame import FrameDecoder, encode_bytes
+from pymq.transport import Dispatcher
+from pymq.transport.codec import default_codec
+from pymq.transport.connection import COALESCE_MAX_BYTES, Connection
+
+ECHO, BIG = 1, 2
+
+
+class RecordingTransport:
+    """Collects each ``writelines`` call as one list of bytes."""
+
+    def __init__(self) -> None:
+        self.calls: list[bytes] = []
+        self.closed = False
+
+    def writelines(self, bufs: list[Any]) -> None:
+        self.calls.append(b"".join(bytes(b) for b in bufs))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _connection(handlers: dict[int, Any] | None = None) -> tuple[Connection, RecordingTransport]:
+    dispatcher = Dispatcher({ECHO: lambda c, ch: c.response(body=c.body_bytes()), **(handlers or {})})
+    conn = Connection(dispatcher, default_codec(64 << 20), server_side=True)
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    return conn, transport
+
+
+def _requests(code: int, n: int, body: bytes = b"") -> bytes:
+    return b"".join(encode_bytes(Command(code, i + 1, 0, None, {}, body or b"%d" % i)) for i in range(n))
+
+
+def _decoded(chunks: list[bytes]) -> list[Command]:
+    decoder = FrameDecoder(64 << 20)
+    return [cmd for chunk in chunks for cmd in decoder.feed(chunk)]
+
+
+async def test_answers_to_one_read_go_out_in_one_write_in_order() -> None:
+    conn, transport = _connection()
+    conn.data_received(_requests(ECHO, 16))
+    assert len(transport.calls) == 1
+    answers = _decoded(transport.calls)
+    assert [a.opaque for a in answers] == list(range(1, 17))
+    assert [a.body_bytes() for a in answers] == [b"%d" % i for i in range(16)]
+
+
+async def test_large_answers_are_not_held_until_the_end_of_the_read() -> None:
+    """Flow control must see big answers as they are made, not 64 of them at once."""
+    body = b"x" * (COALESCE_MAX_BYTES + 1)
+    conn, transport = _connection({BIG: lambda c, ch: c.response(body=body)})
+    conn.data_received(_requests(BIG, 8))
+    assert len(transport.calls) == 8
+    assert max(len(c) for c in transport.calls) < 2 * len(body)
+    assert [a.opaque for a in _decoded(transport.calls)] == list(range(1, 9))
+
+
+async def test_writes_of_one_tick_outside_a_read_share_a_write() -> None:
+    """The first write goes out at once; the rest of the tick's writes follow in one more call."""
+    conn, transport = _connection()
+    for i in range(5):
+        conn.write_command(Command(ECHO, 100 + i, 1, None, {}, b"r"))
+    assert len(transport.calls) == 1  # the first: no added latency
+    await asyncio.sleep(0)
+    assert len(transport.calls) == 2
+    assert [a.opaque for a in _decoded(transport.calls)] == [100, 101, 102, 103, 104]
+    conn.write_command(Command(ECHO, 200, 1, None, {}, b"r"))  # a new tick: straight out again
+    assert len(transport.calls) == 3
+
+
+async def test_close_sends_what_is_queued_first() -> None:
+    conn, transport = _connection()
+    conn.write_command(Command(ECHO, 1, 1, None, {}, b"a"))
+    conn.write_command(Command(ECHO, 2, 1, None, {}, b"b"))
+    conn.close()
+    assert [a.opaque for a in _decoded(transport.calls)] == [1, 2] and transport.closed
+
+
+async def test_requests_time_out_from_one_timer_and_answered_ones_are_forgotten() -> None:
+    conn, transport = _connection()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    short = [asyncio.ensure_future(conn.request(Command(ECHO, 0, 0, None, {}, b"s"), 0.05)) for _ in range(3)]
+    long = asyncio.ensure_future(conn.request(Command(ECHO, 0, 0, None, {}, b"l"), 30))
+    answered = asyncio.ensure_future(conn.request(Command(ECHO, 0, 0, None, {}, b"a"), 0.05))
+    for _ in range(2):  # the tasks write, then the tick's flush
+        await asyncio.sleep(0)
+    sent = _decoded(transport.calls)
+    assert len(sent) == 5
+    conn.data_received(encode_bytes(sent[4].response(body=b"ok")))  # answer the last one
+    assert (await answered).body_bytes() == b"ok"
+    for fut in short:
+        with pytest.raises(errors.RequestTimeoutError):
+            await fut
+    waited = loop.time() - started
+    assert 0.04 <= waited < 1.0, f"a 50 ms timeout fired after {waited:.3f}s"
+    assert not long.done()
+    # Only the unanswered long request is still remembered.
+    assert sum(len(d) for d in conn._deadlines.values()) == 1
+    conn.connection_lost(None)
+    with pytest.raises(errors.ConnectionClosedError):
+        await long
+    assert not conn._deadlines and conn._timeout_timer is None
+
+
+async def test_a_shorter_timeout_after_a_longer_one_still_fires_on_time() -> None:
+    conn, _transport = _connection()
+    loop = asyncio.get_running_loop()
+    long = asyncio.ensure_future(conn.request(Command(ECHO, 0, 0, None, {}, b"l"), 20))
+    await asyncio.sleep(0)
+    started = loop.time()
+    with pytest.raises(errors.RequestTimeoutError):
+        await conn.request(Command(ECHO, 0, 0, None, {}, b"s"), 0.05)
+    assert loop.time() - started < 0.5
+    long.cancel()
+    conn.connection_lost(None)
