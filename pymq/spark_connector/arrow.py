@@ -63,6 +63,10 @@ def records_to_batch(chunks: Iterable[bytes], broker: str, tags: frozenset[str] 
 
 
 _MAX_SPAN_BYTES = 1 << 31
+# Arrow scalars, not Python values: converting a Python value tries to import optional modules on every call.
+_EMPTY = pa.scalar("", pa.string())
+_ZERO = pa.scalar(0, pa.int32())
+_ONE = pa.scalar(1, pa.int32())
 
 
 def _empty_batch() -> pa.RecordBatch:
@@ -87,8 +91,8 @@ def _columnar(buf: bytes, rows: list[RecordTuple], broker: str, tags: frozenset[
     spans = pa.BinaryArray.from_buffers(pa.binary(), 6 * n, [None, pa.py_buffer(bounds), pa.py_buffer(buf)])
     every = pa.array(range(0, 6 * n, 6), pa.int32())
     bodies = spans.take(every)
-    topics = spans.take(pc.add(every, 2)).cast(pa.string())
-    props = spans.take(pc.add(every, 4)).cast(pa.string())
+    topics = spans.take(pa.array(range(2, 6 * n, 6), pa.int32())).cast(pa.string())
+    props = spans.take(pa.array(range(4, 6 * n, 6), pa.int32())).cast(pa.string())
     if any(f & SYSFLAG_COMPRESSED for f in sys_flags):
         raw = bodies.to_pylist()
         bodies = pa.array(
@@ -105,15 +109,15 @@ def _columnar(buf: bytes, rows: list[RecordTuple], broker: str, tags: frozenset[
     tag_col = _value_of("TAGS", names, values, items.offsets)
     uniq = _value_of("UNIQ_KEY", names, values, items.offsets)
     ids = uniq
-    if uniq.null_count or pc.any(pc.equal(uniq, "")).as_py():  # a record without a unique key: its offset id
+    if uniq.null_count or pc.any(pc.equal(uniq, _EMPTY)).as_py():  # a record without a unique key: its offset id
         ids = pa.array(
             [u or offset_msg_id(h, p) for u, h, p in zip(uniq.to_pylist(), store_hosts, phys, strict=True)], pa.string()
         )
-    keys = _without_empty(pc.split_pattern(pc.fill_null(_value_of("KEYS", names, values, items.offsets), ""), " "))
+    keys = _without_empty(pc.split_pattern(pc.fill_null(_value_of("KEYS", names, values, items.offsets), _EMPTY), " "))
     batch = pa.RecordBatch.from_arrays(
         [
             topics,
-            pc.fill_null(pa.nulls(n, pa.string()), broker),
+            pc.fill_null(pa.nulls(n, pa.string()), pa.scalar(broker, pa.string())),
             pa.array(qids, pa.int32()),
             pa.array(qoffs, pa.int64()),
             ids,
@@ -141,23 +145,23 @@ def _value_of(name: str, names: pa.Array, values: pa.Array, offsets: pa.Array) -
 
     ``names``/``values`` are every row's properties, flat; row ``i`` owns ``offsets[i]:offsets[i+1]``.
     """
-    hit = pc.cast(pc.equal(names, name), pa.int32())
+    hit = pc.cast(pc.equal(names, pa.scalar(name, pa.string())), pa.int32())
     seen = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(hit)])  # hits before each item
     upto = pc.take(seen, offsets)  # hits before each row's first item, and after its last
     after, before = upto[1:], upto[:-1]
-    found = pc.greater(pc.subtract(after, before), 0)
-    pick = pc.if_else(found, pc.subtract(after, 1), pa.scalar(None, pa.int32()))
+    found = pc.greater(pc.subtract(after, before), _ZERO)
+    pick = pc.if_else(found, pc.subtract(after, _ONE), pa.scalar(None, pa.int32()))
     return pc.take(values.filter(pc.cast(hit, pa.bool_())), pick)
 
 
 def _without_empty(lists: pa.ListArray) -> pa.ListArray:
     """``lists`` with the empty strings taken out of every list (keeps the row count)."""
     values = lists.values
-    keep = pc.not_equal(values, "")
+    keep = pc.not_equal(values, _EMPTY)
     if pc.all(keep).as_py():
         return lists
     kept = pc.cumulative_sum(pc.cast(keep, pa.int32()))
-    ends = pc.take(kept, pc.subtract(lists.offsets[1:], 1))
+    ends = pc.take(kept, pc.subtract(lists.offsets[1:], _ONE))
     offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cast(ends, pa.int32())])
     return pa.ListArray.from_arrays(offsets, values.filter(keep))
 
