@@ -182,40 +182,60 @@ class QueueReader:
         the reader's timeout) before its error is raised.
         """
         topic, broker, qid = key
-        offset = start
         patience = self.timeout if unavailable_for is None else unavailable_for
-        while offset < end:
-            cmd = broker_api.pull_message(
-                READER_GROUP, MessageQueue(topic, broker, qid), offset, max_nums=min(MAX_PULL, end - offset), tags=tags
-            )
-            resp = self._run(self._pull_patiently(topic, broker, cmd, patience))
-            nxt = int(resp.ext.get("nextBeginOffset", offset))
-            if resp.code == ResponseCode.SUCCESS:
-                body = resp.body
-                if nxt > end:
-                    # The broker went past the range: a tag filter scans on until it has
-                    # maxMsgNums matches, and removed entries do not count. Drop what is
-                    # at or past ``end`` (the next range reads it).
-                    body = records_before(body, end)
-                yield body, min(nxt, end)
-            elif resp.code == ResponseCode.PULL_OFFSET_MOVED:
-                low = int(resp.ext.get("minOffset", 0))
-                if offset < low:
-                    if fail_on_data_loss:
-                        raise OffsetsLostError(
-                            f"{topic}/{broker}/{qid}: offsets {offset}..{low - 1} were deleted from the broker "
-                            f"(set failOnDataLoss=false to skip them)"
-                        )
-                    nxt = low
-                else:
-                    raise OffsetsLostError(f"{topic}/{broker}/{qid}: offset {offset} is past the queue's end")
-            elif resp.code == ResponseCode.PULL_NOT_FOUND:
-                break  # nothing more (the end was past the max offset)
-            elif resp.code != ResponseCode.PULL_RETRY_IMMEDIATELY:
-                raise error_for_response(resp.code, resp.remark)
-            if nxt <= offset:
-                break
-            offset = nxt
+        mq = MessageQueue(topic, broker, qid)
+
+        def pull_from(at: int) -> asyncio.Task[Command]:
+            # One pull stays in flight while the caller works on the previous answer: the
+            # broker reads and sends the next chunk meanwhile (its answer waits in the socket).
+            cmd = broker_api.pull_message(READER_GROUP, mq, at, max_nums=min(MAX_PULL, end - at), tags=tags)
+            task = self._loop.create_task(self._pull_patiently(topic, broker, cmd, patience))
+            self._run(asyncio.sleep(0))  # runs the task up to its request being written
+            return task
+
+        offset = start
+        in_flight = pull_from(offset) if offset < end else None
+        try:
+            while in_flight is not None:
+                resp = self._run(in_flight)
+                in_flight = None
+                nxt = int(resp.ext.get("nextBeginOffset", offset))
+                body: bytes | memoryview | None = None
+                if resp.code == ResponseCode.SUCCESS:
+                    body = resp.body
+                    if nxt > end:
+                        # The broker went past the range: a tag filter scans on until it has
+                        # maxMsgNums matches, and removed entries do not count. Drop what is
+                        # at or past ``end`` (the next range reads it).
+                        body = records_before(body, end)
+                elif resp.code == ResponseCode.PULL_OFFSET_MOVED:
+                    low = int(resp.ext.get("minOffset", 0))
+                    if offset < low:
+                        if fail_on_data_loss:
+                            raise OffsetsLostError(
+                                f"{topic}/{broker}/{qid}: offsets {offset}..{low - 1} were deleted from the broker "
+                                f"(set failOnDataLoss=false to skip them)"
+                            )
+                        nxt = low
+                    else:
+                        raise OffsetsLostError(f"{topic}/{broker}/{qid}: offset {offset} is past the queue's end")
+                elif resp.code == ResponseCode.PULL_NOT_FOUND:
+                    break  # nothing more (the end was past the max offset)
+                elif resp.code != ResponseCode.PULL_RETRY_IMMEDIATELY:
+                    raise error_for_response(resp.code, resp.remark)
+                if nxt <= offset:
+                    if body is not None:
+                        yield body, min(nxt, end)
+                    break
+                offset = nxt
+                if offset < end:
+                    in_flight = pull_from(offset)
+                if body is not None:
+                    yield body, min(nxt, end)
+        finally:
+            if in_flight is not None and not self._loop.is_closed():
+                in_flight.cancel()
+                self._run(asyncio.gather(in_flight, return_exceptions=True))
 
     async def _pull(self, topic: str, broker: str, cmd: Command) -> Command:
         addr = await self._addr(topic, broker)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -58,3 +59,31 @@ def test_read_range_waits_for_a_restarting_broker(tmp_path: Path, processes: lis
     finally:
         later.join()
     assert sum(len(list(iter_records(body))) for body, _ in chunks) == 30
+
+
+def test_read_range_keeps_one_pull_ahead_and_stops_cleanly(
+    tmp_path: Path, processes: list[DaemonProcess], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small pulls, each asked for before the previous chunk is handed out: every offset once, in order; a
+    caller that stops early leaves no pull behind and the reader keeps working."""
+    monkeypatch.setattr("pymq.client.queue_reader.MAX_PULL", 7)
+    ns = namesrv_process(tmp_path).start()
+    processes.append(ns)
+    broker = broker_process(tmp_path, ns.address, "broker-a").start()
+    processes.append(broker)
+    run(_create_topic(broker.address, "ahead"))
+    key = ("ahead", "broker-a", 0)
+    with Producer(ns.address, "qr-ahead") as p:
+        for i in range(50):
+            p.send(Message("ahead", b"m%d" % i), queue=MessageQueue(*key))
+    with QueueReader(ns.address, timeout=10) as reader:
+        chunks = list(reader.read_range(key, 3, 45))
+        offsets = [r[9] for body, _ in chunks for r in iter_records(body)]
+        assert offsets == list(range(3, 45)) and [nxt for _, nxt in chunks][-1] == 45
+        assert len(chunks) == 6  # 42 records, 7 per pull
+        partial = reader.read_range(key, 0, 50)
+        first, _ = next(partial)
+        partial.close()  # a pull was in flight: cancelled and awaited
+        assert [r[9] for r in iter_records(first)] == list(range(7))
+        assert not [t for t in asyncio.all_tasks(reader._loop) if not t.done()]
+        assert sum(len(list(iter_records(b))) for b, _ in reader.read_range(key, 40, 50)) == 10
