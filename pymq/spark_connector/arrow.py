@@ -39,7 +39,9 @@ ARROW_SCHEMA = pa.schema(
 )
 
 
-def records_to_batch(chunks: Iterable[bytes], broker: str, tags: frozenset[str] | None = None) -> pa.RecordBatch:
+def records_to_batch(
+    chunks: Iterable[bytes | memoryview], broker: str, tags: frozenset[str] | None = None
+) -> pa.RecordBatch:
     """Decode concatenated records (pull response bodies) into one RecordBatch of the source schema.
 
     ``tags``: keep only records whose tag is in the set (the broker filtered by hash already).
@@ -49,7 +51,7 @@ def records_to_batch(chunks: Iterable[bytes], broker: str, tags: frozenset[str] 
         return _empty_batch()
     buf = parts[0] if len(parts) == 1 else b"".join(parts)
     if len(buf) >= _MAX_SPAN_BYTES:  # Arrow's binary offsets are 32-bit
-        return records_to_batch_by_rows([buf], broker, tags)
+        return records_to_batch_by_rows([bytes(buf)], broker, tags)
     try:
         rows = list(iter_records(buf))
     except MessageDecodeError as exc:
@@ -59,7 +61,7 @@ def records_to_batch(chunks: Iterable[bytes], broker: str, tags: frozenset[str] 
     try:
         return _columnar(buf, rows, broker, tags)
     except (pa.ArrowInvalid, _NotColumnar):  # e.g. not UTF-8 where a string is expected: decode with replacement
-        return records_to_batch_by_rows([buf], broker, tags)
+        return records_to_batch_by_rows([bytes(buf)], broker, tags)
 
 
 _MAX_SPAN_BYTES = 1 << 31
@@ -73,7 +75,9 @@ def _empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
 
 
-def _columnar(buf: bytes, rows: list[RecordTuple], broker: str, tags: frozenset[str] | None) -> pa.RecordBatch:
+def _columnar(
+    buf: bytes | memoryview, rows: list[RecordTuple], broker: str, tags: frozenset[str] | None
+) -> pa.RecordBatch:
     """The batch of ``rows`` (:func:`iter_records` of ``buf``), cut out of ``buf`` by Arrow."""
     n = len(rows)
     (_total, _crc, _flag, sys_flags, born, _bh, reconsumes, _prep, qids, qoffs, phys, stored,

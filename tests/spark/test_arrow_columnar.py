@@ -61,6 +61,9 @@ def test_chunks_are_decoded_as_one_and_empty_input_gives_an_empty_batch() -> Non
     two = encode_record(b"t", b"body2", b"", queue_offset=2, physical_offset=9)
     batch = records_to_batch([one, b"", two], "b")
     assert batch.equals(records_to_batch_by_rows([one, two], "b"))
+    # Pull answers arrive as views of the frame buffer.
+    assert records_to_batch([memoryview(one), memoryview(two)], "b").equals(batch)
+    assert records_to_batch([memoryview(one + two)], "b").equals(batch)
     assert [r["queueOffset"] for r in batch.to_pylist()] == [1, 2] and batch.to_pylist()[1]["properties"] == []
     assert records_to_batch([], "b").num_rows == 0 and records_to_batch([b""], "b").schema == arrow.ARROW_SCHEMA
 
@@ -75,6 +78,7 @@ def test_what_the_columnar_decoder_refuses_goes_through_the_row_decoder(raw_prop
     with pytest.raises((pa.ArrowInvalid, arrow._NotColumnar)):
         arrow._columnar(chunk, list(iter_records(chunk)), "b", None)
     assert records_to_batch([chunk], "b").equals(records_to_batch_by_rows([chunk], "b"))
+    assert records_to_batch([memoryview(chunk)], "b").equals(records_to_batch_by_rows([chunk], "b"))
 
 
 def test_not_a_record_is_a_value_error() -> None:
