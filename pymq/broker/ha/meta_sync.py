@@ -13,7 +13,7 @@ transaction positions are consumer offsets of system groups (as RocketMQ keeps t
 the consumer-offset copy carries them; the timer service's delivery state comes with
 GET_TIMER_CHECK_POINT (60, as RocketMQ's SlaveSynchronize.syncTimerCheckPoint) about every
 second (``TIMER_SYNC_INTERVAL``, at-least-once window of a failover) into
-``timer/masterTimerCheckpoint.json`` (see :mod:`pymq.broker.timer.service`, "Takeover").
+``timer/masterTimerCheckpoint.json`` (see :mod:`pymq.broker.timer.takeover`).
 """
 
 from __future__ import annotations
