@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 async def wait_until(
@@ -26,3 +26,14 @@ def wait_until_sync(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+async def wait_until_async(
+    check: Callable[[], Awaitable[bool]], timeout: float = 10.0, interval: float = 0.05, what: str = ""
+) -> None:
+    """:func:`wait_until` for a check that must be awaited (a request to a broker or nameserver)."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+        await asyncio.sleep(interval)
