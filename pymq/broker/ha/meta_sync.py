@@ -30,6 +30,7 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import decode_body
+from pymq.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from pymq.broker.offsets import ConsumerOffsetManager
@@ -80,10 +81,7 @@ class SlaveMetaSync:
 
     async def stop(self) -> None:
         for task in (self._task, self._timer_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(task)
         self._task = self._timer_task = None
 
     async def _run_timer(self) -> None:

@@ -53,6 +53,7 @@ from pymq.protocol.record import (
     parse_record,
     reencode,
 )
+from pymq.tasks import cancel_all
 
 if TYPE_CHECKING:
     from pymq.broker.hosts import DeliveryHost as TimerHost
@@ -164,12 +165,7 @@ class TimerService:
         ]
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks.clear()
+        await cancel_all(self._tasks)
         if self._writing is not None and not self._writing.done():
             await asyncio.wait([self._writing])
         store = self.app.store
