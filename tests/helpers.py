@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable
 
@@ -37,3 +38,14 @@ async def wait_until_async(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
         await asyncio.sleep(interval)
+
+
+async def run_admin(namesrv: str, *args: str, timeout: float = 60) -> tuple[int, str, str]:
+    """``pymq-admin --namesrv NAMESRV ARGS...`` in a child process: (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pymq.cli.admin", "--namesrv", namesrv, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
