@@ -28,6 +28,9 @@ class EndTransactionRequest(Header):
     from_transaction_check: bool = False
     msg_id: str = ""
     transaction_id: str | None = None
+    #: the half message's real topic (RocketMQ 5's field): with ACL on it must be given and the
+    #: account needs PUB on it; the broker ignores an END_TRANSACTION whose topic is not the half's
+    topic: str | None = None
 
 
 @wire_header

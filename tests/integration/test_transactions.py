@@ -483,6 +483,30 @@ async def test_clients_cannot_send_to_the_transaction_timer_and_schedule_topics(
         assert store.max_offset(topic, 0) == 0
 
 
+async def test_end_transaction_naming_another_topic_than_the_halfs_is_ignored(cluster: LocalCluster) -> None:
+    """END_TRANSACTION's topic (what the ACL checks PUB on) must be the half message's real topic:
+    a PUB on some other topic does not end a half message of ``orders``."""
+    tx = cluster.brokers[0].transactions
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
+        half = await producer.send_half(Message("orders", b"mine"))
+
+    def end(topic: str | None) -> str:
+        return tx.end_transaction(
+            EndTransactionRequest(
+                producer_group="tx-p",
+                tran_state_table_offset=half.queue_offset,
+                commit_log_offset=half.commit_log_offsets[0],
+                commit_or_rollback=TRANSACTION_COMMIT_TYPE,
+                topic=topic,
+            )
+        )
+
+    assert end("elsewhere") == "mismatch"
+    assert stored(cluster, "orders") == []
+    assert end("orders") == "commit"
+    assert [m.body for m in stored(cluster, "orders")] == [b"mine"]
+
+
 async def test_a_half_message_cannot_claim_another_ones_origin(cluster: LocalCluster) -> None:
     """TRAN_PREPARED_QUEUE_OFFSET is the broker's own (put-back copies): a producer that sets it
     on its half message must not supersede, and by rolling back resolve, someone else's."""

@@ -156,6 +156,7 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
             from_transaction_check=True,
             msg_id="m",
             transaction_id="m",
+            topic="orders",
         ),
         {
             "producerGroup": "g",
@@ -163,6 +164,7 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
             "commitLogOffset": 400,
             "commitOrRollback": 8,
             "fromTransactionCheck": True,
+            "topic": "orders",
             "msgId": "m",
             "transactionId": "m",
         },
