@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 
 async def wait_until(
@@ -26,3 +27,25 @@ def wait_until_sync(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+async def wait_until_async(
+    check: Callable[[], Awaitable[bool]], timeout: float = 10.0, interval: float = 0.05, what: str = ""
+) -> None:
+    """:func:`wait_until` for a check that must be awaited (a request to a broker or nameserver)."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+        await asyncio.sleep(interval)
+
+
+async def run_admin(namesrv: str, *args: str, timeout: float = 60) -> tuple[int, str, str]:
+    """``pymq-admin --namesrv NAMESRV ARGS...`` in a child process: (exit code, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "pymq.cli.admin", "--namesrv", namesrv, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()

@@ -15,13 +15,20 @@ import asyncio
 import shutil
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from pymq.broker.app import BrokerApp
+from pymq.client import ConsumeFromWhere, PushConsumer, consumer_base
 from pymq.client.namesrv import NamesrvClient, parse_addrs
+from pymq.client.pull_api import PullResult
 from pymq.config import BrokerRole
 from pymq.errors import PymqError
+from pymq.protocol.message import MessageExt
 from pymq.testing import DaemonProcess, LocalCluster
 from pymq.transport.client import RpcClient
+from tests.helpers import wait_until
 
 SLAVE_ID = 1
 
@@ -114,3 +121,77 @@ async def group_addrs(namesrv: str, topic: str, broker_name: str) -> dict[int, s
             return {}
     bd = route.broker(broker_name) if route is not None else None
     return dict(bd.brokerAddrs) if bd else {}
+
+
+# --- consumers watched across a master's absence ------------------------------------------------
+
+
+def record_pull_addrs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The broker address of every pull answer the consumers get from now on, in order."""
+    addrs: list[str] = []
+    real = consumer_base.pull
+
+    async def recording(*args: Any, **kwargs: Any) -> PullResult:
+        result = await real(*args, **kwargs)
+        addrs.append(result.addr)
+        return result
+
+    monkeypatch.setattr(consumer_base, "pull", recording)
+    return addrs
+
+
+def slow_consumer(namesrv: str, group: str, instance: str, topic: str, **options: Any) -> PushConsumer:
+    """A push consumer of ``topic`` from its first offset, two messages a pull and one batch held
+    per queue: most messages are still on the broker when the test takes the master away."""
+    c = PushConsumer(
+        namesrv,
+        group,
+        instance_name=instance,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        pull_batch_size=2,
+        pull_threshold_for_queue=1,
+        **options,
+    )
+    c.subscribe(topic)
+    return c
+
+
+def collect_bodies(c: PushConsumer, seen: list[bytes], pause: float) -> None:
+    """Consume concurrently, appending every body to ``seen`` and taking ``pause`` s a batch."""
+
+    @c.listener
+    async def on(msgs: list[MessageExt]) -> None:
+        seen.extend(m.body for m in msgs)
+        await asyncio.sleep(pause)
+
+
+class OrderlyLog:
+    """Consume orderly, logging the queue offsets consumed per queue id (0.05 s a batch)."""
+
+    def __init__(self, c: PushConsumer) -> None:
+        self.consumer = c
+        self.consumed: dict[int, list[int]] = {}
+        c.orderly_listener(self.on)
+
+    async def on(self, msgs: list[MessageExt]) -> None:
+        for m in msgs:
+            self.consumed.setdefault(m.queue_id, []).append(m.queue_offset)
+        await asyncio.sleep(0.05)
+
+    def total(self) -> int:
+        return sum(len(v) for v in self.consumed.values())
+
+    async def paused(self, topic: str) -> int:
+        """Wait for the consumer's locks on ``topic``'s queues to lapse (the master is gone), then
+        check nothing more is consumed over a second of renewals; returns the count it stopped at."""
+        c = self.consumer
+        await wait_until(
+            lambda: all(not pq.locked for mq, pq in c.process_queues.items() if mq.topic == topic),
+            timeout=10,
+            what="locks lapsed",
+        )
+        await asyncio.sleep(0.3)  # a batch under way when the lock lapsed finishes
+        paused_at = self.total()
+        await asyncio.sleep(1.0)  # several renewals: no lock anywhere, nothing consumed
+        assert self.total() == paused_at
+        return paused_at

@@ -47,6 +47,7 @@ from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.record import find_property, iter_spans, parse_record, reencode
 from pymq.protocol.record_batch import SplitBatch
+from pymq.tasks import cancel_and_wait
 from pymq.transport.channel import Channel
 from pymq.transport.interceptor import Interceptor
 
@@ -176,9 +177,7 @@ class PriorityService:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
             self.persist()
             store = self.app.store
             if store is not None:

@@ -24,6 +24,7 @@ from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.logs import get_logger
 from pymq.protocol.message import Prop
 from pymq.protocol.record import decode_properties, encode_properties, iter_spans, parse_record, reencode
+from pymq.tasks import cancel_all
 from pymq.transport.periodic import every
 
 if TYPE_CHECKING:
@@ -66,12 +67,7 @@ class ScheduleService:
         self._tasks.append(asyncio.ensure_future(every(PERSIST_INTERVAL, self._persist_if_dirty)))
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks.clear()
+        await cancel_all(self._tasks)
         store = self.app.store
         if store is not None:
             # A broker that stops being master stops the service; a later start adds it back.

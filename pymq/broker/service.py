@@ -7,10 +7,10 @@ The schedule service, the nameserver registrar, the periodic scans and replicati
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pymq.tasks import cancel_and_wait
 from pymq.transport.periodic import every
 
 
@@ -35,7 +35,4 @@ class PeriodicService:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)

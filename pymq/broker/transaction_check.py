@@ -33,6 +33,7 @@ from pymq.protocol.command import Command
 from pymq.protocol.message import Prop
 from pymq.protocol.record import offset_msg_id, pack_host
 from pymq.protocol.requests import CheckTransactionStateRequest
+from pymq.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from pymq.broker.consumers import ClientChannel
@@ -64,10 +65,7 @@ class TransactionCheckService:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         self.service.persist_if_changed()
 
     def trigger(self) -> None:

@@ -284,6 +284,8 @@ class TransactionalMessageService:
             r.topic != HALF_TOPIC.encode()
             or r.queue_offset != h.tran_state_table_offset
             or props.get(PGROUP) != h.producer_group
+            # The topic the ACL checked PUB on (when the request names one) must be the half's real topic.
+            or (h.topic is not None and props.get(Prop.REAL_TOPIC) != h.topic)
             # The half queue's own entry must point at it: record-like bytes inside some message's
             # body (a forged physical-offset field included) are no half message.
             or self.store.physical_offset_at(HALF_TOPIC, 0, h.tran_state_table_offset) != h.commit_log_offset
@@ -294,6 +296,7 @@ class TransactionalMessageService:
                 offset=h.commit_log_offset,
                 group=h.producer_group,
                 half_offset=h.tran_state_table_offset,
+                topic=h.topic,
             )
             return "mismatch"
         raw_origin = props.get(ORIGIN_OFFSET, "")

@@ -6,8 +6,8 @@ from typing import Any
 
 import click
 
-from pymq.cli.common import log_options, serve, version_option
-from pymq.cli.security_options import daemon_security_options, daemon_security_overrides
+from pymq.cli.common import daemon_options, serve, version_option
+from pymq.cli.security_options import daemon_security_overrides
 from pymq.config import SMALL_STORE_SIZES, BrokerConfig
 
 
@@ -39,15 +39,7 @@ from pymq.config import SMALL_STORE_SIZES, BrokerConfig
     help="Seconds between registrations with the nameservers (default 30).",
 )
 @click.option("--small-files", is_flag=True, help="Small store files (32 MiB commitlog) for development and tests.")
-@click.option(
-    "--metrics-port",
-    type=int,
-    default=None,
-    help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; needs pymq-rocket[metrics]).",
-)
-@daemon_security_options
-@click.option("--port-file", type=click.Path(dir_okay=False), help="Write host:port here once serving.")
-@log_options
+@daemon_options
 def main(
     config_path: str | None,
     namesrv: str | None,

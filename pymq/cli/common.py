@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import click
 
 from pymq import DISTRIBUTION
+from pymq.cli.security_options import daemon_security_options
 from pymq.errors import ConfigError, StoreLockedError
 from pymq.logs import configure_logging, get_logger
 from pymq.transport.loop import run
@@ -55,6 +56,20 @@ def log_options(f: Callable[..., Any]) -> Callable[..., Any]:
         help="auto: console on a terminal, JSON otherwise.",
     )(f)
     return f
+
+
+def daemon_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """What both daemons take after their own options: ``--metrics-port``, the ACL/TLS options,
+    ``--port-file`` and the log options (in that order in ``--help``)."""
+    f = log_options(f)
+    f = click.option("--port-file", type=click.Path(dir_okay=False), help="Write host:port here once serving.")(f)
+    f = daemon_security_options(f)
+    return click.option(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; needs pymq-rocket[metrics]).",
+    )(f)
 
 
 def setup_logging(level: str, fmt: str) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from pymq.cli.common import log_options, serve, version_option
-from pymq.cli.security_options import daemon_security_options, daemon_security_overrides
+from pymq.cli.common import daemon_options, serve, version_option
+from pymq.cli.security_options import daemon_security_overrides
 from pymq.config import NamesrvConfig
 from pymq.nameserver.app import NamesrvApp
 
@@ -29,15 +29,7 @@ from pymq.nameserver.app import NamesrvApp
     default=None,
     help="Seconds between expiry scans (default 10).",
 )
-@click.option(
-    "--metrics-port",
-    type=int,
-    default=None,
-    help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; needs pymq-rocket[metrics]).",
-)
-@daemon_security_options
-@click.option("--port-file", type=click.Path(dir_okay=False), help="Write host:port here once serving.")
-@log_options
+@daemon_options
 def main(
     config_path: str | None, port_file: str | None, log_level: str | None, log_format: str, **flags: object
 ) -> None:

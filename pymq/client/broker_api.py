@@ -308,8 +308,10 @@ def end_transaction(
     *,
     msg_id: str,
     from_check: bool = False,
+    topic: str | None = None,
 ) -> Command:
-    """END_TRANSACTION (sent oneway): commit or roll back the half message at ``commit_log_offset``."""
+    """END_TRANSACTION (sent oneway): commit or roll back the half message at ``commit_log_offset``;
+    ``topic`` is the half message's real topic (a broker with ACL on needs it, with PUB on it)."""
     header = EndTransactionRequest(
         producer_group=group,
         tran_state_table_offset=half_offset,
@@ -318,6 +320,7 @@ def end_transaction(
         from_transaction_check=from_check,
         msg_id=msg_id,
         transaction_id=msg_id,
+        topic=topic,
     )
     return Command.request(RequestCode.END_TRANSACTION, header.to_ext())
 

@@ -30,6 +30,7 @@ from pymq.protocol.headers import decode_body
 from pymq.protocol.message import MessageExt
 from pymq.protocol.requests import LOCK_OK_MQ_SET
 from pymq.protocol.route import MASTER_ID, MessageQueue
+from pymq.tasks import cancel_and_wait
 
 log = get_logger("client.orderly")
 
@@ -122,10 +123,7 @@ class OrderlyConsumeService:
             self._renew_task = asyncio.ensure_future(self._renew_loop())
 
     async def close(self) -> None:
-        if self._renew_task is not None:
-            self._renew_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renew_task
+        await cancel_and_wait(self._renew_task)
         # Let each queue finish its current batch; offsets are committed, then the locks released.
         for mq, pq in list(self.ctx.process_queues.items()):
             pq.dropped = True

@@ -29,6 +29,7 @@ from pymq.protocol.message import decode_message
 from pymq.protocol.requests import CheckTransactionStateRequest, ConsumerGroupRequest, ResetOffsetRequest
 from pymq.protocol.route import MASTER_ID, MessageQueue, TopicRouteData
 from pymq.protocol.transaction import PGROUP
+from pymq.tasks import cancel_all
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.net import local_ip
@@ -133,12 +134,7 @@ class ClientInstance:
             return
         if self._key is not None:
             self._registry.pop(self._key, None)
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks.clear()
+        await cancel_all(self._tasks)
         await self.rpc.close()
 
     async def _every(self, interval: float, fn: Callable[[], Awaitable[None]]) -> None:

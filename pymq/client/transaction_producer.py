@@ -179,6 +179,7 @@ class TransactionProducer(Producer):
             tx_type,
             msg_id=half.msg_id,
             from_check=from_check,
+            topic=half.message_queue.topic,
         )
         try:
             await self._instance().rpc.invoke_oneway(half.store_addr, cmd)
@@ -217,6 +218,7 @@ class TransactionProducer(Producer):
             tx_type,
             msg_id=header.msg_id or "",
             from_check=True,
+            topic=real_topic or None,
         )
         try:
             await self._instance().rpc.invoke_oneway(broker_addr, cmd)

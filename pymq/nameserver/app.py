@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from pymq.config import NamesrvConfig
@@ -12,6 +11,7 @@ from pymq.logs import get_logger
 from pymq.nameserver.handlers import NamesrvHandlers
 from pymq.nameserver.registry import RouteRegistry
 from pymq.security.daemon import acl_interceptor, listener_tls
+from pymq.tasks import cancel_and_wait
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.limits import limits_from_settings
 from pymq.transport.periodic import every
@@ -78,10 +78,7 @@ class NamesrvApp:
 
     async def close(self) -> None:
         for task in (self._scan_task, self._acl_reload):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(task)
         await self.server.close()
         if self.metrics is not None:
             self.metrics.close()

@@ -50,6 +50,31 @@ class Subscription:
         return cls.parse(str(d["topic"]), d.get("subString"), int(d.get("subVersion", 0)))
 
 
+class SubscriptionCache:
+    """Parsed subscriptions by (topic, expression), so a broker parses an expression once, not per request.
+
+    Emptied once it holds more than ``limit`` (a client sending ever new expressions cannot grow it).
+    """
+
+    __slots__ = ("_subs", "limit")
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._subs: dict[tuple[str, str], Subscription] = {}
+        self.limit = limit
+
+    def __len__(self) -> int:
+        return len(self._subs)
+
+    def get(self, topic: str, expression: str | None) -> Subscription:
+        key = (topic, expression or SUB_ALL)
+        sub = self._subs.get(key)
+        if sub is None:
+            if len(self._subs) > self.limit:
+                self._subs.clear()
+            sub = self._subs[key] = Subscription.parse(topic, expression)
+        return sub
+
+
 def parse_tags(expression: str | None) -> frozenset[str] | None:
     """The set of tags in an expression, or ``None`` when it matches everything."""
     if expression is None:

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pymq.logs import RateLimitedLog, get_logger
-from pymq.protocol.codes import ResponseCode
+from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.security.acl import ANY, PUB, SUB, AclConfig, AclFileError, allows, load_acl
-from pymq.security.permissions import TOPIC, BodyNotUnderstood, needs, requirement
+from pymq.security.permissions import TOPIC, BodyNotUnderstood, ResourceNotNamed, needs, requirement
 from pymq.security.signing import ACCESS_KEY, ReplayGuard, SignatureError, verify
 from pymq.transport.channel import Channel
 from pymq.transport.interceptor import Interceptor
@@ -76,6 +76,9 @@ class AclInterceptor(Interceptor):
             return self._check(request, channel)
         except BodyNotUnderstood as exc:
             return self._refuse(request, channel, "body", f"request body not understood: {exc}")
+        except ResourceNotNamed as exc:
+            remark = f"{exc} ({RequestCode(request.code).name} needs it under ACL)"
+            return self._refuse(request, channel, "unnamed", remark)
         except Exception as exc:  # hostile input must never become a SYSTEM_ERROR with a traceback per request
             return self._refuse(request, channel, "malformed", "malformed request", error=type(exc).__name__)
 

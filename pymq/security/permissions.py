@@ -24,6 +24,7 @@ from pymq.protocol.requests import (
     ConsumerGroupRequest,
     ConsumerSendMsgBackRequest,
     ConsumeStatsRequest,
+    EndTransactionRequest,
     PopMessageRequest,
     PullMessageRequest,
     QueryConsumerOffsetRequest,
@@ -53,6 +54,9 @@ class Requirement:
     fields: tuple[tuple[int, str, int], ...] = ()
     #: resources named in the body (heartbeats, lock requests)
     body: Callable[[Command], list[Need]] | None = None
+    #: wire fields of ``fields`` the request must carry (else refused): a request that could leave
+    #: its resource out would need no permission at all
+    required: frozenset[str] = frozenset()
 
 
 def _text(value: Any) -> str | None:
@@ -75,6 +79,10 @@ def resource(kind: int, name: str, perm: int) -> Need:
 
 class BodyNotUnderstood(ValueError):
     """A body whose resources cannot be told: refused, so a handler never acts on an unchecked part."""
+
+
+class ResourceNotNamed(ValueError):
+    """A request lacking a field its permission check needs (:attr:`Requirement.required`)."""
 
 
 def _list(value: Any, what: str) -> list[Any]:
@@ -189,9 +197,12 @@ REQUIREMENTS: dict[int, Requirement] = {
             (GROUP, _w(ChangeInvisibleTimeRequest, "consumer_group"), SUB),
         )
     ),
-    # transactions: END_TRANSACTION names no topic (the half message's offsets and producer group must
-    # all match on the broker, which only a producer that sent it knows), so any account may send it
-    C.END_TRANSACTION: AUTHENTICATED,
+    # transactions: PUB on the half message's real topic, as RocketMQ 5; the topic is required (it is
+    # optional on the wire, for clients without ACL) and the broker checks it is the half's real topic
+    C.END_TRANSACTION: Requirement(
+        fields=((TOPIC, _w(EndTransactionRequest, "topic"), PUB),),
+        required=frozenset({_w(EndTransactionRequest, "topic")}),
+    ),
     # cluster-wide reads any account may make
     C.GET_TIMER_METRICS: AUTHENTICATED,
     C.GET_ALL_TOPIC_CONFIG: AUTHENTICATED,
@@ -229,13 +240,16 @@ def requirement(code: int) -> Requirement:
 
 def needs(req: Requirement, cmd: Command) -> list[Need]:
     """The topic and group permissions ``cmd`` needs (header fields it lacks are the handler's to
-    refuse); raises BodyNotUnderstood for a body whose resources cannot be read."""
+    refuse, unless :attr:`Requirement.required`: ResourceNotNamed); raises BodyNotUnderstood for a
+    body whose resources cannot be read."""
     out: list[Need] = []
     ext = cmd.ext
     for kind, name, perm in req.fields:
         value = _text(ext.get(name))
         if value:
             out.append(resource(kind, value, perm))
+        elif name in req.required:
+            raise ResourceNotNamed(f"request names no {name}")
     if req.body is not None:
         out += req.body(cmd)
     return out

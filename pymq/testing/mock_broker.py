@@ -70,6 +70,7 @@ class MockBroker:
         self.locks: dict[tuple[str, MessageQueue], str] = {}
         self.sent_back: list[dict[str, Any]] = []
         self._arrived = asyncio.Event()
+        self._closing = False
         self._physical = itertools.count()
         self.dispatcher = Dispatcher({int(code): self._handle for code in RequestCode}, name=f"mock-{name}")
         self.server = RpcServer(self.dispatcher, name=f"mock-{name}")
@@ -97,6 +98,9 @@ class MockBroker:
         return self
 
     async def close(self) -> None:
+        # Answer held long-polling pulls now: each would keep the drain waiting its whole grace.
+        self._closing = True
+        self._arrived.set()
         await self.server.close(grace=0.5)
 
     async def __aenter__(self) -> MockBroker:
@@ -219,7 +223,7 @@ class MockBroker:
         ext = cmd.ext
         queue = self._queue(cmd)
         offset = int(ext.get("queueOffset", 0))
-        if offset >= len(queue) and int(ext.get("suspendTimeoutMillis", 0)) > 0:
+        if offset >= len(queue) and int(ext.get("suspendTimeoutMillis", 0)) > 0 and not self._closing:
             # Long polling: hold the pull until something is sent (or the suspend time is up).
             self._arrived.clear()
             try:

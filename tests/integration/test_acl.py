@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer, PushConsumer
+from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer, PushConsumer, broker_api
 from pymq.client.admin import AdminClient
+from pymq.client.transaction_producer import TransactionProducer, TransactionState
 from pymq.errors import ConfigError, NoPermissionError
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.frame import FrameDecoder, encode_bytes
 from pymq.protocol.record import encode_record
 from pymq.protocol.requests import SendMessageRequest, TopicRequest
+from pymq.protocol.transaction import TRANSACTION_COMMIT_TYPE
 from pymq.security.signing import Credentials, sign, signer
 from pymq.testing import LocalCluster, capture_logs
 from pymq.transport.client import RpcClient
@@ -175,6 +177,37 @@ async def test_unsigned_wrong_replayed_expired_and_underprivileged_requests_are_
         resp = await rpc.invoke(ns, Command.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "orders"}))
         assert (resp.code, resp.remark) == (ResponseCode.NO_PERMISSION, "admin permission required")
     assert cluster.brokers[0].acl.refused >= 7
+
+
+async def test_end_transaction_needs_pub_on_the_half_messages_topic(secured) -> None:
+    """Only an account that may write the half message's topic can end it (RocketMQ 5 checks PUB on
+    END_TRANSACTION's topic): a SUB-only account cannot commit it, with or without naming the topic,
+    and the SDK names it, so the producer's own commit goes through."""
+    cluster, _ = secured
+    broker = cluster.brokers[0]
+    async with TransactionProducer(cluster.namesrv_addr, "tx-acl", lambda m: TransactionState.UNKNOWN, **APP) as tp:
+        half = await tp.send_half(Message("orders", b"held"))
+        async with RpcClient(signer=signer(Credentials("reader", "reader-secret"))) as rpc:
+            for topic, remark in (
+                ("orders", "no PUB permission on topic orders"),
+                (None, "request names no topic (END_TRANSACTION needs it under ACL)"),
+            ):
+                cmd = broker_api.end_transaction(
+                    "tx-acl",
+                    half.queue_offset,
+                    half.commit_log_offsets[0],
+                    TRANSACTION_COMMIT_TYPE,
+                    msg_id=half.msg_id,
+                    topic=topic,
+                )
+                resp = await rpc.invoke(broker.address, cmd)  # not oneway, so the refusal is seen
+                assert (resp.code, resp.remark) == (ResponseCode.NO_PERMISSION, remark)
+        assert broker.store is not None and sum(broker.store.max_offset("orders", q) for q in range(2)) == 0
+        await tp.end_transaction(half, TransactionState.COMMIT)
+        await wait_until(
+            lambda: sum(broker.store.max_offset("orders", q) for q in range(2)) == 1,  # type: ignore[union-attr]
+            what="the producer's own commit",
+        )
 
 
 async def test_acl_file_is_hot_reloaded_and_a_bad_one_keeps_the_rules(secured) -> None:

@@ -3,7 +3,6 @@ stop when stdout is a dead pipe, ``--version`` everywhere, clear errors for bad 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -19,6 +18,7 @@ import pytest
 from pymq import DISTRIBUTION
 from pymq.cli.common import EXIT_CONFIG, EXIT_OK
 from pymq.testing import LocalCluster
+from tests.helpers import run_admin
 
 pytestmark = pytest.mark.integration
 
@@ -145,18 +145,8 @@ def test_consume_rejects_tag_expressions_the_broker_cannot_mean(tags: str) -> No
     assert out.returncode == 2 and "--tags" in out.stderr and "||" in out.stderr
 
 
-async def run_admin(cluster: LocalCluster, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pymq.cli.admin", "--namesrv", cluster.namesrv_addr, *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
 async def test_consume_on_a_missing_topic_says_so(cluster: LocalCluster) -> None:
-    code, out, err = await run_admin(cluster, "consume", "--topic", "nope", "--wait", "1")
+    code, out, err = await run_admin(cluster.namesrv_addr, "consume", "--topic", "nope", "--wait", "1")
     assert code == 1 and out == ""
     assert one_line(err) == "error: topic nope does not exist (create it with pymq-admin topic-create)\n"
 
@@ -164,8 +154,12 @@ async def test_consume_on_a_missing_topic_says_so(cluster: LocalCluster) -> None
 async def test_consume_with_a_good_tag_expression_prints_the_match(cluster: LocalCluster) -> None:
     await cluster.create_topic("orders", 1)
     for tags in ("created", "paid", "other"):
-        assert (await run_admin(cluster, "send", "--topic", "orders", "--body", tags, "--tags", tags))[0] == 0
-    code, out, _ = await run_admin(cluster, "--json", "consume", "--topic", "orders", "--tags", "created || paid")
+        assert (await run_admin(cluster.namesrv_addr, "send", "--topic", "orders", "--body", tags, "--tags", tags))[
+            0
+        ] == 0
+    code, out, _ = await run_admin(
+        cluster.namesrv_addr, "--json", "consume", "--topic", "orders", "--tags", "created || paid"
+    )
     assert code == 0 and sorted(m["tags"] for m in json.loads(out)) == ["created", "paid"]
 
 
@@ -173,12 +167,12 @@ async def test_update_broker_config_parses_values_by_the_settings_type(cluster: 
     """store.delete_when is text ("10", not 10); store.disk_full_ratio a number; a bad number is refused early."""
     broker = cluster.brokers[0]
     code, _, err = await run_admin(
-        cluster, "update-broker-config", "--broker", broker.address,
+        cluster.namesrv_addr, "update-broker-config", "--broker", broker.address,
         "--set", "store.delete_when=10", "--set", "store.disk_full_ratio=0.95",
     )  # fmt: skip
     assert code == 0, err
     assert broker.config.store.delete_when == "10" and broker.config.store.disk_full_ratio == 0.95
     code, _, err = await run_admin(
-        cluster, "update-broker-config", "--broker", broker.address, "--set", "store.disk_full_ratio=lots"
+        cluster.namesrv_addr, "update-broker-config", "--broker", broker.address, "--set", "store.disk_full_ratio=lots"
     )
     assert code == 2 and "store.disk_full_ratio=lots" in err

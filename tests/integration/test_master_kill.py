@@ -4,24 +4,28 @@ committed while it was down."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pymq.client import ConsumeFromWhere, Message, Producer, PushConsumer, consumer_base
-from pymq.client.pull_api import PullResult
+from pymq.client import Message, Producer
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
-from pymq.protocol.message import MessageExt
 from pymq.protocol.requests import QueryConsumerOffsetRequest
 from pymq.protocol.route import MessageQueue
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
-from tests.helpers import wait_until
-from tests.master_slave import group_addrs, master_and_slave_daemons
+from tests.helpers import wait_until, wait_until_async
+from tests.master_slave import (
+    OrderlyLog,
+    collect_bodies,
+    group_addrs,
+    master_and_slave_daemons,
+    record_pull_addrs,
+    slow_consumer,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -51,6 +55,10 @@ async def committed_on(addr: str, group: str, queues: int = 2) -> list[int]:
     return out
 
 
+async def has_committed(addr: str, group: str, offsets: list[int]) -> bool:
+    return await committed_on(addr, group) == offsets
+
+
 async def routed(ns: str, broker: str, ids: set[int]) -> bool:
     return set(await group_addrs(ns, TOPIC, broker)) == ids
 
@@ -70,37 +78,12 @@ async def test_kill_master_consumers_use_the_slave_producers_fail_over_offsets_r
             await producer.send(Message(TOPIC, f"old-{i}".encode()), queue=MessageQueue(TOPIC, "broker-a", i % 2))
     # A held pull on the slave is answered within 1 s once the master is back (not 15).
     a, slave = master_and_slave_daemons(a, processes=processes, slave_env={"PYMQ_LONG_POLLING_MAX_SECONDS": "1"})
-    for _ in range(200):
-        if await routed(ns.address, "broker-a", {0, 1}):
-            break
-        await asyncio.sleep(0.05)
-    assert await routed(ns.address, "broker-a", {0, 1})
+    await wait_until_async(lambda: routed(ns.address, "broker-a", {0, 1}), what="broker-a routed with its slave")
 
-    pulled_from: list[str] = []
-    real_pull = consumer_base.pull
-
-    async def recording(*args: Any, **kwargs: Any) -> PullResult:
-        result = await real_pull(*args, **kwargs)
-        pulled_from.append(result.addr)
-        return result
-
-    monkeypatch.setattr(consumer_base, "pull", recording)
+    pulled_from = record_pull_addrs(monkeypatch)
     seen: list[bytes] = []
-    c = PushConsumer(
-        ns.address,
-        "kg",
-        instance_name="kc",
-        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-        pull_batch_size=2,
-        pull_threshold_for_queue=1,
-        **FAST,
-    )
-    c.subscribe(TOPIC)
-
-    @c.listener
-    async def on(msgs: list[MessageExt]) -> None:
-        seen.extend(m.body for m in msgs)
-        await asyncio.sleep(0.05)
+    c = slow_consumer(ns.address, "kg", "kc", TOPIC, **FAST)
+    collect_bodies(c, seen, pause=0.05)
 
     async with c, Producer(ns.address, "kp2", **FAST) as producer:
         await wait_until(lambda: len(seen) >= 8, timeout=20, what="consuming from the master")
@@ -124,11 +107,9 @@ async def test_kill_master_consumers_use_the_slave_producers_fail_over_offsets_r
         # and new messages on it are consumed from it.
         restarted = DaemonProcess("broker", list(a.args), a.workdir, env=a.env).start()
         processes.append(restarted)
-        for _ in range(300):
-            if await committed_on(restarted.address, "kg") == [30, 30]:
-                break
-            await asyncio.sleep(0.1)
-        assert await committed_on(restarted.address, "kg") == [30, 30]
+        await wait_until_async(
+            lambda: has_committed(restarted.address, "kg", [30, 30]), timeout=30, what="offsets on the restarted master"
+        )
         back_at = len(pulled_from)
         for i in range(10):
             await producer.send(Message(TOPIC, f"back-{i}".encode()), queue=MessageQueue(TOPIC, "broker-a", i % 2))
@@ -151,53 +132,19 @@ async def test_kill_master_orderly_consumer_pauses_and_resumes_on_the_restarted_
         for i in range(40):
             await producer.send(Message(TOPIC, f"o-{i}".encode()), queue=MessageQueue(TOPIC, "broker-a", i % 2))
     a, _ = master_and_slave_daemons(a, processes=processes, slave_env={"PYMQ_LONG_POLLING_MAX_SECONDS": "1"})
-    for _ in range(200):
-        if await routed(ns.address, "broker-a", {0, 1}):
-            break
-        await asyncio.sleep(0.05)
+    await wait_until_async(lambda: routed(ns.address, "broker-a", {0, 1}), what="broker-a routed with its slave")
 
-    consumed: dict[int, list[int]] = {0: [], 1: []}
-    c = PushConsumer(
-        ns.address,
-        "og",
-        instance_name="oc",
-        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-        pull_batch_size=2,
-        pull_threshold_for_queue=1,
-        lock_renew_interval=0.3,
-        lock_valid_seconds=0.9,
-        **FAST,
-    )
-    c.subscribe(TOPIC)
-
-    @c.orderly_listener
-    async def on(msgs: list[MessageExt]) -> None:
-        for m in msgs:
-            consumed[m.queue_id].append(m.queue_offset)
-        await asyncio.sleep(0.05)
-
-    def total() -> int:
-        return len(consumed[0]) + len(consumed[1])
-
+    c = slow_consumer(ns.address, "og", "oc", TOPIC, lock_renew_interval=0.3, lock_valid_seconds=0.9, **FAST)
+    log = OrderlyLog(c)
     async with c:
-        await wait_until(lambda: total() >= 6, timeout=20, what="consuming under the master's locks")
+        await wait_until(lambda: log.total() >= 6, timeout=20, what="consuming under the master's locks")
         a.kill()
-        await wait_until(
-            lambda: all(not pq.locked for mq, pq in c.process_queues.items() if mq.topic == TOPIC),
-            timeout=10,
-            what="locks lapsed",
-        )
-        await asyncio.sleep(0.3)  # a batch under way when the lock lapsed finishes
-        paused_at = total()
-        await asyncio.sleep(1.0)  # three renewals: no lock anywhere, nothing consumed
-        assert total() == paused_at < 40
+        assert await log.paused(TOPIC) < 40  # three renewals: no lock anywhere, nothing consumed
 
         restarted = DaemonProcess("broker", list(a.args), a.workdir, env=a.env).start()
         processes.append(restarted)
-        await wait_until(lambda: total() >= 40, timeout=30, what="consumption resumed on the restarted master")
-        for _ in range(200):
-            if await committed_on(restarted.address, "og") == [20, 20]:
-                break
-            await asyncio.sleep(0.1)
-        assert await committed_on(restarted.address, "og") == [20, 20]
-    assert consumed == {0: list(range(20)), 1: list(range(20))}
+        await wait_until(lambda: log.total() >= 40, timeout=30, what="consumption resumed on the restarted master")
+        await wait_until_async(
+            lambda: has_committed(restarted.address, "og", [20, 20]), timeout=20, what="offsets on the restarted master"
+        )
+    assert log.consumed == {0: list(range(20)), 1: list(range(20))}

@@ -9,19 +9,26 @@ Pulls follow the broker's suggestion to read from the slave when far behind.
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer, PushConsumer, consumer_base
-from pymq.client.pull_api import PullResult
+from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer, PushConsumer
 from pymq.client.queue_reader import QueueReader
 from pymq.protocol.message import MessageExt, iter_messages
 from pymq.testing import LocalCluster, capture_logs
 from tests.helpers import wait_until
-from tests.master_slave import master_and_slave, start_broker, wait_for_group
+from tests.master_slave import (
+    OrderlyLog,
+    collect_bodies,
+    master_and_slave,
+    record_pull_addrs,
+    slow_consumer,
+    start_broker,
+    wait_for_group,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -37,16 +44,7 @@ FAST: dict[str, Any] = {
 @pytest.fixture
 def pulled_from(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The broker address of every pull answer the consumers get, in order."""
-    addrs: list[str] = []
-    real = consumer_base.pull
-
-    async def recording(*args: Any, **kwargs: Any) -> PullResult:
-        result = await real(*args, **kwargs)
-        addrs.append(result.addr)
-        return result
-
-    monkeypatch.setattr(consumer_base, "pull", recording)
-    return addrs
+    return record_pull_addrs(monkeypatch)
 
 
 async def produce(cluster: LocalCluster, n: int, prefix: str, size: int = 0) -> None:
@@ -84,21 +82,8 @@ async def test_push_consumer_reads_from_the_slave_while_the_master_is_away_and_r
     cluster, master, slave = await group_with_slave(tmp_path, 40, long_polling_max_seconds=1.0)
     try:
         seen: list[bytes] = []
-        c = PushConsumer(
-            cluster.namesrv_addr,
-            "g",
-            instance_name="c1",
-            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-            pull_batch_size=2,
-            pull_threshold_for_queue=1,
-            **FAST,
-        )
-        c.subscribe(TOPIC)
-
-        @c.listener
-        async def on(msgs: list[MessageExt]) -> None:
-            seen.extend(m.body for m in msgs)
-            await asyncio.sleep(0.02)
+        c = slow_consumer(cluster.namesrv_addr, "g", "c1", TOPIC, **FAST)
+        collect_bodies(c, seen, pause=0.02)
 
         async with c:
             await wait_until(lambda: len(seen) >= 6, what="some consumed from the master")
@@ -199,45 +184,23 @@ async def test_pulls_follow_the_suggestion_to_the_slave_and_back(tmp_path: Path,
 async def test_orderly_consumer_pauses_without_the_master_and_resumes_when_it_is_back(tmp_path: Path) -> None:
     cluster, master, _ = await group_with_slave(tmp_path, 40)
     try:
-        consumed: dict[int, list[int]] = defaultdict(list)
-        c = PushConsumer(
-            cluster.namesrv_addr,
-            "og",
-            instance_name="o1",
-            consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
-            pull_batch_size=2,
-            pull_threshold_for_queue=1,
-            lock_renew_interval=0.2,
-            lock_valid_seconds=0.6,
-            **FAST,
+        c = slow_consumer(
+            cluster.namesrv_addr, "og", "o1", TOPIC, lock_renew_interval=0.2, lock_valid_seconds=0.6, **FAST
         )
-        c.subscribe(TOPIC)
-
-        @c.orderly_listener
-        async def on(msgs: list[MessageExt]) -> None:
-            for m in msgs:
-                consumed[m.queue_id].append(m.queue_offset)
-            await asyncio.sleep(0.05)
-
-        def total() -> int:
-            return sum(len(v) for v in consumed.values())
+        log = OrderlyLog(c)
+        total = log.total
 
         async with c:
             await wait_until(lambda: total() >= 6, what="some consumed under the master's locks")
             cfg = await stop_master(cluster, master)
-            await wait_until(
-                lambda: all(not pq.locked for pq in c.process_queues.values()), timeout=10, what="locks lapsed"
-            )
-            await asyncio.sleep(0.3)  # a batch under way when the lock lapsed finishes
-            paused_at = total()
-            await asyncio.sleep(1.0)  # several renewals: still no lock, nothing consumed
-            assert total() == paused_at < 40
+            paused_at = await log.paused(TOPIC)
+            assert paused_at < 40
             assert sorted(mq.queueId for mq in c.process_queues if mq.topic == TOPIC) == [0, 1]  # kept, paused
             # A member joining meanwhile is allotted a queue, but the owner does not give it up
             # (no commit, no unlock without the master) and the newcomer cannot lock it.
             c2 = PushConsumer(cluster.namesrv_addr, "og", instance_name="o2", lock_renew_interval=0.2, **FAST)
             c2.subscribe(TOPIC)
-            c2.orderly_listener(on)
+            c2.orderly_listener(log.on)
             with capture_logs("pymq.client") as logs:
                 async with c2:
                     await wait_until(
@@ -252,6 +215,6 @@ async def test_orderly_consumer_pauses_without_the_master_and_resumes_when_it_is
             master = await start_broker(cluster, cfg)
             await wait_until(lambda: total() >= 40, timeout=20, what="consumption resumed")
             await wait_until(lambda: committed(master, "og") == [20, 20], timeout=20, what="offsets on the master")
-        assert {q: offs for q, offs in consumed.items()} == {0: list(range(20)), 1: list(range(20))}
+        assert log.consumed == {0: list(range(20)), 1: list(range(20))}
     finally:
         await cluster.close()

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -15,7 +13,7 @@ from pymq.client import ConsumeFromWhere, Message, MessageQueue, Producer, PullC
 from pymq.errors import MessageIllegalError
 from pymq.protocol.message import MessageExt, Prop
 from pymq.testing import LocalCluster
-from tests.helpers import wait_until
+from tests.helpers import run_admin, wait_until
 
 pytestmark = pytest.mark.integration
 _readers = itertools.count()
@@ -118,29 +116,27 @@ async def test_merged_delay_can_keep_the_last_body(tmp_path: Path) -> None:
         assert len(await read_all(cluster, "debounce", 2, timeout=1.5)) == 1
 
 
-async def admin(cluster: LocalCluster, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pymq.cli.admin", "--namesrv", cluster.namesrv_addr, *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
 async def test_admin_sends_timer_and_merged_messages(tmp_path: Path) -> None:
     async with LocalCluster(tmp_path / "c", broker={"timer_max_delay_ms": 60_000}) as cluster:
         await cluster.create_topic("timed", 1)
         before = int(time.time() * 1000)
-        assert (await admin(cluster, "send", "--topic", "timed", "--body", "later", "--delay-ms", "800"))[0] == 0
+        assert (
+            await run_admin(cluster.namesrv_addr, "send", "--topic", "timed", "--body", "later", "--delay-ms", "800")
+        )[0] == 0
         at = str(before + 1200)
-        assert (await admin(cluster, "send", "--topic", "timed", "--body", "at", "--deliver-at", at))[0] == 0
+        assert (await run_admin(cluster.namesrv_addr, "send", "--topic", "timed", "--body", "at", "--deliver-at", at))[
+            0
+        ] == 0
         for body in ("m1", "m2"):
             args = ("--merge-key", "k", "--merge-window-ms", "5000")  # room for a slow CLI start
-            assert (await admin(cluster, "send", "--topic", "timed", "--body", body, *args))[0] == 0
-        code, _, err = await admin(cluster, "send", "--topic", "timed", "--body", "x", "--delay-ms", "61000")
+            assert (await run_admin(cluster.namesrv_addr, "send", "--topic", "timed", "--body", body, *args))[0] == 0
+        code, _, err = await run_admin(
+            cluster.namesrv_addr, "send", "--topic", "timed", "--body", "x", "--delay-ms", "61000"
+        )
         assert code == 1 and "timer_max_delay_ms" in err
-        code, _, err = await admin(cluster, "send", "--topic", "timed", "--body", "x", "--merge-key", "k")
+        code, _, err = await run_admin(
+            cluster.namesrv_addr, "send", "--topic", "timed", "--body", "x", "--merge-key", "k"
+        )
         assert code == 2 and "--merge-window-ms" in err
         got = await read_all(cluster, "timed", 3)
         assert sorted(m.body for m in got) == [b"at", b"later", b"m1"]
@@ -159,9 +155,9 @@ async def test_pending_timers_are_listed_per_topic(tmp_path: Path) -> None:
         timer = cluster.brokers[0].timer
         assert timer is not None
         await wait_until(lambda: timer.pending_by_topic == {"timed": 3, "other": 1}, what="3 + 1 pending")
-        code, out, err = await admin(cluster, "--json", "timer-list")
+        code, out, err = await run_admin(cluster.namesrv_addr, "--json", "timer-list")
         assert code == 0, err
         assert {r["topic"]: r["pending"] for r in json.loads(out)} == {"timed": 3, "other": 1}
-        code, out, _ = await admin(cluster, "timer-list", "--topic", "timed")
+        code, out, _ = await run_admin(cluster.namesrv_addr, "timer-list", "--topic", "timed")
         assert code == 0 and out.split()[0::3] == ["timed"] and out.split()[2] == "3"
         assert cluster.brokers[0].runtime_info()["timerPending"] == 4

@@ -20,7 +20,7 @@ from pymq.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, Pu
 from pymq.client.admin import AdminClient
 from pymq.client.transaction_producer import TransactionProducer, TransactionState
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
-from tests.helpers import wait_until
+from tests.helpers import run_admin, wait_until
 from tests.integration.test_daemon_clients import create_topic, wait_for_route
 
 pytestmark = pytest.mark.integration
@@ -88,13 +88,9 @@ async def wait_no_pending(namesrv: str, timeout: float = 30) -> None:
 
 
 async def admin_cli(namesrv: str, *args: str) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "pymq.cli.admin", "--namesrv", namesrv, *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+    code, out, err = await run_admin(namesrv, *args)
+    assert code == 0, err
+    return out
 
 
 async def test_commit_lands_then_delivers_and_rollback_never_does(daemons: Daemons) -> None:

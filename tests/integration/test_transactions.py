@@ -466,12 +466,14 @@ async def test_end_transaction_never_commits_a_half_record_forged_inside_a_messa
     assert [m.body for m in stored(cluster, "orders")] == [fake(phys)]
 
 
-@pytest.mark.parametrize("topic", [HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC, "rmq_sys_wheel_timer"])
-async def test_clients_cannot_send_to_the_transaction_and_timer_topics(tmp_path: Path, topic: str) -> None:
-    """A message sent straight to the half (or timer) topic names its own REAL_TOPIC: it would be
-    committed (delivered) to a topic the sender may not write, so such sends are refused."""
+@pytest.mark.parametrize("topic", [HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC, "rmq_sys_wheel_timer", "SCHEDULE_TOPIC_XXXX"])
+async def test_clients_cannot_send_to_the_transaction_timer_and_schedule_topics(tmp_path: Path, topic: str) -> None:
+    """A message sent straight to the half (or timer, or delay-level schedule) topic names its own
+    REAL_TOPIC: it would be committed (delivered) to a topic the sender may not write, so such
+    sends are refused."""
     async with LocalCluster(tmp_path / "c", brokers=1, broker={"auto_create_topic": True}) as c:
-        await c.create_topic(topic, 1)
+        if topic != "SCHEDULE_TOPIC_XXXX":  # the broker's own, always there
+            await c.create_topic(topic, 1)
         async with Producer(c.namesrv_addr, "p") as producer:
             msg = Message(topic, b"x", properties={"REAL_TOPIC": "secret", "REAL_QID": "0", "PGROUP": "evil"})
             with pytest.raises(NoPermissionError, match="forbidden"):
@@ -479,6 +481,30 @@ async def test_clients_cannot_send_to_the_transaction_and_timer_topics(tmp_path:
         store = c.brokers[0].store
         assert store is not None
         assert store.max_offset(topic, 0) == 0
+
+
+async def test_end_transaction_naming_another_topic_than_the_halfs_is_ignored(cluster: LocalCluster) -> None:
+    """END_TRANSACTION's topic (what the ACL checks PUB on) must be the half message's real topic:
+    a PUB on some other topic does not end a half message of ``orders``."""
+    tx = cluster.brokers[0].transactions
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
+        half = await producer.send_half(Message("orders", b"mine"))
+
+    def end(topic: str | None) -> str:
+        return tx.end_transaction(
+            EndTransactionRequest(
+                producer_group="tx-p",
+                tran_state_table_offset=half.queue_offset,
+                commit_log_offset=half.commit_log_offsets[0],
+                commit_or_rollback=TRANSACTION_COMMIT_TYPE,
+                topic=topic,
+            )
+        )
+
+    assert end("elsewhere") == "mismatch"
+    assert stored(cluster, "orders") == []
+    assert end("orders") == "commit"
+    assert [m.body for m in stored(cluster, "orders")] == [b"mine"]
 
 
 async def test_a_half_message_cannot_claim_another_ones_origin(cluster: LocalCluster) -> None:

@@ -189,6 +189,18 @@ def test_refusals_answer_no_permission_with_a_short_reason(
     assert len([r for r in logs if r.get("event", "").startswith("acl_refused")]) == 1
 
 
+def test_end_transaction_needs_pub_on_the_topic_it_names(interceptor: AclInterceptor) -> None:
+    """RocketMQ 5 checks PUB on END_TRANSACTION's topic; under ACL the request must name it (else
+    anyone signed could end a half message of a topic it may not write)."""
+    ext = {"producerGroup": "pg", "tranStateTableOffset": 0, "commitLogOffset": 0, "commitOrRollback": 8}
+    end = RequestCode.END_TRANSACTION
+    assert answer(interceptor, request(end, {**ext, "topic": "orders"}, creds=APP)) is None
+    refused = answer(interceptor, request(end, {**ext, "topic": "audit"}, creds=APP, opaque=2))
+    assert refused == (ResponseCode.NO_PERMISSION, "no PUB permission on topic audit")
+    refused = answer(interceptor, request(end, ext, creds=APP, opaque=3))
+    assert refused == (ResponseCode.NO_PERMISSION, "request names no topic (END_TRANSACTION needs it under ACL)")
+
+
 def test_heartbeat_checks_consumer_groups_and_topics(interceptor: AclInterceptor) -> None:
     def hb(group: str, topic: str, opaque: int) -> Command:
         body = encode_body(

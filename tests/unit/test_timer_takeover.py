@@ -31,7 +31,7 @@ def test_units_filed_late_into_the_firing_slot_pull_the_copied_cursor_back(tmp_p
     47 s, so a slave taking over files it again instead of counting it delivered."""
     svc = service(tmp_path)
     svc.cursor_ms = 50_000
-    svc._firing = [TimerUnit(0, -1, 50_000, 50_200, 0, 100, 0)]
+    svc.firing = [TimerUnit(0, -1, 50_000, 50_200, 0, 100, 0)]
     svc.late = [TimerUnit(40, -1, 50_000, 47_500, 100, 100, 0)]
     assert svc.sync_state()["cursorMs"] == 47_000
     svc.late = []

@@ -54,6 +54,7 @@ async def test_commit_sends_the_half_message_then_a_oneway_end_naming_it(broker:
         "fromTransactionCheck": False,
         "msgId": result.msg_id,
         "transactionId": result.msg_id,
+        "topic": "orders",  # what a broker with ACL checks PUB on
     }
 
 

@@ -13,7 +13,7 @@ transaction positions are consumer offsets of system groups (as RocketMQ keeps t
 the consumer-offset copy carries them; the timer service's delivery state comes with
 GET_TIMER_CHECK_POINT (60, as RocketMQ's SlaveSynchronize.syncTimerCheckPoint) about every
 second (``TIMER_SYNC_INTERVAL``, at-least-once window of a failover) into
-``timer/masterTimerCheckpoint.json`` (see :mod:`pymq.broker.timer.service`, "Takeover").
+``timer/masterTimerCheckpoint.json`` (see :mod:`pymq.broker.timer.takeover`).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import decode_body
+from pymq.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from pymq.broker.offsets import ConsumerOffsetManager
@@ -80,10 +81,7 @@ class SlaveMetaSync:
 
     async def stop(self) -> None:
         for task in (self._task, self._timer_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(task)
         self._task = self._timer_task = None
 
     async def _run_timer(self) -> None:

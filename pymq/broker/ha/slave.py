@@ -16,7 +16,6 @@ The connector takes an optional ``ssl.SSLContext`` (TLS on the HA link).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl as ssl_module
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import decode_body
 from pymq.protocol.record_batch import whole_records_prefix
+from pymq.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from pymq.broker.ha.epoch_file import EpochFile
@@ -94,10 +94,7 @@ class HASlave:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         self.connected = False
 
     async def _run(self) -> None:

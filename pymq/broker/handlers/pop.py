@@ -29,7 +29,7 @@ from pymq.broker.store.results import GetStatus
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
-from pymq.protocol.filter import Subscription
+from pymq.protocol.filter import SubscriptionCache
 from pymq.protocol.headers import decode_body, encode_body
 from pymq.protocol.record import iter_spans, unpack_record
 from pymq.protocol.requests import (
@@ -99,7 +99,7 @@ class PopHandlers:
         self.address = address
         self._rr = 0
         self._full_logged = False
-        self._subs: dict[tuple[str, str], Subscription] = {}
+        self._subs = SubscriptionCache()
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -134,7 +134,7 @@ class PopHandlers:
                 ResponseCode.NO_PERMISSION, f"consumer group {h.consumer_group} is not allowed to consume"
             )
         try:
-            sub = self._subscription(h.topic, h.exp)
+            sub = self._subs.get(h.topic, h.exp)
         except ValueError as exc:
             return cmd.response(ResponseCode.INVALID_PARAMETER, f"header field 'exp': {exc}")
         popped = self._pop(h, tc.readQueueNums, sub.codes or None)
@@ -143,15 +143,6 @@ class PopHandlers:
         if h.poll_time > 0:
             return self._poll(cmd, h, tc.readQueueNums, sub.codes or None, popped.waits)
         return cmd.response(ResponseCode.NO_MESSAGE, "no message to pop")
-
-    def _subscription(self, topic: str, expression: str | None) -> Subscription:
-        key = (topic, expression or "*")
-        sub = self._subs.get(key)
-        if sub is None:
-            if len(self._subs) > 10_000:
-                self._subs.clear()
-            sub = self._subs[key] = Subscription.parse(topic, expression)
-        return sub
 
     def _answer(self, cmd: Command, h: PopMessageRequest, popped: _Popped) -> Command:
         ext = PopMessageResponse.build_ext(

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from pymq.broker.store.results import GetResult, GetStatus
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
-from pymq.protocol.filter import Subscription
+from pymq.protocol.filter import SubscriptionCache
 from pymq.protocol.requests import FLAG_COMMIT_OFFSET, FLAG_SUSPEND, PullMessageRequest, PullMessageResponse
 from pymq.protocol.route import MASTER_ID, perm_readable
 from pymq.transport.channel import Channel
@@ -109,19 +109,10 @@ class PullHandlers:
         self.address = address
         #: a slave serves reads but never commits offsets (they are the master's)
         self.slave = slave
-        self._subs: dict[tuple[str, str], Subscription] = {}
+        self._subs = SubscriptionCache()
 
     def table(self) -> dict[int, Handler]:
         return {RequestCode.PULL_MESSAGE: self.pull}
-
-    def _tag_codes(self, topic: str, expression: str | None) -> frozenset[int] | None:
-        key = (topic, expression or "*")
-        sub = self._subs.get(key)
-        if sub is None:
-            if len(self._subs) > 10_000:
-                self._subs.clear()
-            sub = self._subs[key] = Subscription.parse(topic, expression)
-        return sub.codes or None
 
     def pull(self, cmd: Command, channel: Channel) -> HandlerResult:
         h = PullMessageRequest.from_ext(cmd.ext)
@@ -152,7 +143,7 @@ class PullHandlers:
         if client_id is not None:
             # Who pulls a queue is who owns it: consumer-progress shows it per queue.
             self.consumers.pull_owners[(group, topic, queue_id)] = client_id
-        codes = self._tag_codes(topic, h.subscription)
+        codes = self._subs.get(topic, h.subscription).codes or None
         if sys_flag & FLAG_COMMIT_OFFSET and not self.slave and h.commit_offset >= 0:
             self.offsets.commit(group, topic, queue_id, h.commit_offset)
         read = _Read(group, topic, queue_id, offset, max_nums, h.max_msg_bytes, codes, sg)

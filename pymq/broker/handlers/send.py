@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from pymq.broker.delay_hook import SCHEDULE_TOPIC
 from pymq.broker.group_commit import GroupCommit
 from pymq.broker.store.results import PutResult, PutStatus
 from pymq.broker.timer.hook import TIMER_TOPIC
@@ -55,7 +56,7 @@ EMPTY_BODY_REMARK = "empty message body: a send must carry at least one encoded 
 
 #: topics only the broker writes (as RocketMQ's NOT_ALLOWED_SEND_TOPIC_SET): a record sent there
 #: names its own REAL_TOPIC, and would be committed or delivered past the sender's permissions
-NOT_ALLOWED_SEND_TOPICS = TRANSACTION_TOPICS | {TIMER_TOPIC}
+NOT_ALLOWED_SEND_TOPICS = TRANSACTION_TOPICS | {TIMER_TOPIC, SCHEDULE_TOPIC}
 
 #: the broker's put path: (topic, queue id, records) -> one result per record
 PutMessages = Callable[[str, int, Buffer], list[PutResult]]

@@ -17,30 +17,29 @@ flushing, warming and cleanup run on their own threads.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pymq.broker.store import queue_ends
+from pymq.broker.store import replica_ops
 from pymq.broker.store.appender import Appender, rejected_results
 from pymq.broker.store.checkpoint import Checkpoint
 from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup, try_disk_ratio
 from pymq.broker.store.commitlog import CommitLog
 from pymq.broker.store.consume_queue import CQ_ENTRY_SIZE, ConsumeQueue
+from pymq.broker.store.dir_lock import DirLock, fsync_dir
 from pymq.broker.store.dispatcher import Dispatcher
 from pymq.broker.store.flush import CommitLogFlusher, FlushCallback, LogicsFlusher, Warmer
 from pymq.broker.store.index import IndexService
-from pymq.broker.store.map_pool import MapPool
+from pymq.broker.store.queue_table import QueueTable
 from pymq.broker.store.reader import find_by_key, read_queue
 from pymq.broker.store.recovery import RecoveryReport, recover
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutStatus
 from pymq.config import FlushDiskType, StoreConfig
-from pymq.errors import DiskFullError, StoreError, StoreLockedError
+from pymq.errors import DiskFullError, StoreError
 from pymq.logs import RateLimitedLog, get_logger
-from pymq.protocol.record import BLANK_SIZE, is_blank_marker, pack_host, record_store_timestamp
+from pymq.protocol.record import pack_host, record_store_timestamp
 from pymq.protocol.record_batch import SplitBatch, count_records
 
 log = get_logger("broker.store")
@@ -61,16 +60,16 @@ class MessageStore:
         host, _, port = store_host.rpartition(":")
         self.store_host = pack_host(host, int(port or 0))
         self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_file_size)
-        self.queues: dict[tuple[str, int], ConsumeQueue] = {}
-        #: consume-queue files are mapped through this (lazily, no descriptor, LRU-bounded)
-        self.map_pool = MapPool(config.consume_queue_max_mapped_files)
-        #: queues written since the last logics flush (a flush pass syncs only these)
-        self.dirty_queues: set[ConsumeQueue] = set()
+        self.queue_table = QueueTable(self.root, config)
+        #: the table's own dict, pool and set (services, metrics and tests read them here)
+        self.queues = self.queue_table.queues
+        self.map_pool = self.queue_table.map_pool
+        self.dirty_queues = self.queue_table.dirty
         #: the commitlog (min, end) the restored queue ends were recorded with (None: none restored)
         self.restored_range: tuple[int, int] | None = None
         self.index = IndexService(self.root / "index", config.index_hash_slots, config.index_max_entries)
         #: builds consume-queue and index entries for every record the commitlog takes
-        self.dispatcher = Dispatcher(self.queue_for, self.index)
+        self.dispatcher = Dispatcher(self.queue_table.queue_for, self.index)
         self.appender = Appender(
             self.commitlog, self.dispatcher, store_host=self.store_host, max_message_size=config.max_message_size
         )
@@ -98,7 +97,7 @@ class MessageStore:
         self.put_count = 0
         self.put_bytes = 0
         self.get_count = 0
-        self._lock_fd = -1
+        self._dir_lock = DirLock(self.root)
         self._flusher: CommitLogFlusher | None = None
         self._logics_flusher: LogicsFlusher | None = None
         self._cleaner: CleanupService | None = None
@@ -109,12 +108,12 @@ class MessageStore:
 
     def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self._acquire_lock()
+        self._dir_lock.acquire()
         try:
             abort = self.root / "abort"
             abnormal = abort.exists()
             self.checkpoint = Checkpoint(self.root / "checkpoint")
-            self._load_queues(abnormal)
+            self.restored_range = self.queue_table.load(abnormal=abnormal, clean_end=self.checkpoint.clean_end)
             self.index_rolled_back = self.index.load()
             self.recovery = recover(self, abnormal=abnormal)
             r = self.recovery
@@ -136,7 +135,7 @@ class MessageStore:
             self.checkpoint.flushed_phys = self.commitlog.max_offset
             self.checkpoint.flush()
             abort.touch()
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
             self.running = True
             self.started_at = time.time()
             self.disk_full = disk_ratio(self) > self.config.disk_full_ratio
@@ -156,7 +155,7 @@ class MessageStore:
             self._logics_flusher.start()
             self._cleaner.start()
         except BaseException:
-            self._release_lock()
+            self._dir_lock.release()
             raise
 
     def _stop_services(self) -> bool:
@@ -182,18 +181,14 @@ class MessageStore:
             self.checkpoint.flushed_phys = self.commitlog.max_offset
             self.checkpoint.flush()
             self.index.close()
-            queue_ends.save(
-                self.root,
-                (self.commitlog.min_offset, self.commitlog.max_offset),
-                ((t, q, cq.min_offset, cq.max_offset) for (t, q), cq in self.queues.items()),
-            )
+            self.queue_table.save_ends((self.commitlog.min_offset, self.commitlog.max_offset))
             for cq in self.queues.values():
                 cq.close()
             self.commitlog.close()
             self.checkpoint.close()
         (self.root / "abort").unlink(missing_ok=True)
-        _fsync_dir(self.root)
-        self._release_lock()
+        fsync_dir(self.root)
+        self._dir_lock.release()
         log.info("store_shutdown_clean", commitlog_end=self.checkpoint.clean_end)
 
     def halt(self) -> None:
@@ -210,66 +205,11 @@ class MessageStore:
                 cq.close()
             self.commitlog.mfq.abandon()
             self.checkpoint.close()
-        self._release_lock()
-
-    def _acquire_lock(self) -> None:
-        path = self.root / "lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise StoreLockedError(
-                f"store directory {self.root} is in use by another process (lock file {path})"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, str(os.getpid()).encode())
-        self._lock_fd = fd
-
-    def _release_lock(self) -> None:
-        if self._lock_fd >= 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-            os.close(self._lock_fd)
-            self._lock_fd = -1
-
-    def _load_queues(self, abnormal: bool) -> None:
-        # After a clean shutdown its record of the queues' ends saves mapping every queue file.
-        taken = queue_ends.take(self.root)
-        ends: queue_ends.QueueEnds = {}
-        if taken is not None and not abnormal and taken[0][1] == self.checkpoint.clean_end:
-            self.restored_range = taken[0]
-            ends = taken[1]
-        base = self.root / "consumequeue"
-        if not base.exists():
-            return
-        entries = self.config.consume_queue_file_entries
-        for topic_dir in sorted(base.iterdir()):
-            if not topic_dir.is_dir():
-                continue
-            for qdir in sorted(topic_dir.iterdir()):
-                if not qdir.name.isdigit() or not qdir.is_dir():
-                    continue
-                key = (topic_dir.name, int(qdir.name))
-                cq = ConsumeQueue(key[0], key[1], qdir, entries, pool=self.map_pool, dirty=self.dirty_queues)
-                known = ends.get(key)
-                if known is None or not cq.restore(*known):
-                    cq.recover()
-                self.queues[key] = cq
+        self._dir_lock.release()
 
     def queue_for(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = self.queues.get((topic, queue_id))
-        if cq is None:
-            directory = self.root / "consumequeue" / topic / str(queue_id)
-            cq = ConsumeQueue(
-                topic,
-                queue_id,
-                directory,
-                self.config.consume_queue_file_entries,
-                pool=self.map_pool,
-                dirty=self.dirty_queues,
-            )
-            self.queues[(topic, queue_id)] = cq
-        return cq
+        """The queue, made (with no file yet) if it does not exist."""
+        return self.queue_table.queue_for(topic, queue_id)
 
     # --- writing --------------------------------------------------------------------------------------------
 
@@ -284,14 +224,7 @@ class MessageStore:
     def start_at(self, offset: int) -> None:
         """Make an empty commitlog begin at file boundary ``offset`` (a new slave of a master whose
         oldest data starts there); the next :meth:`append_raw` must come at ``offset``."""
-        with self.lock, self.file_lock, self.logics_lock:
-            cl = self.commitlog
-            if cl.max_offset != 0 or any(cq.max_offset for cq in self.queues.values()):
-                raise StoreError("only an empty store can be moved to another start offset")
-            if offset % cl.file_size:
-                raise StoreError(f"a commitlog starts at a file boundary, not at {offset}")
-            if offset:
-                cl.mfq.truncate(-1)  # drops the empty first file; append_raw creates the one at offset
+        replica_ops.start_at(self, offset)
 
     def put_messages(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> list[PutResult]:
         """Append the encoded records in ``data`` to queue ``(topic, queue_id)``; one result per record.
@@ -347,7 +280,7 @@ class MessageStore:
             stored = stored_bytes = 0
             for i, (topic, queue_id, data) in enumerate(todo):
                 if atomic:
-                    starts.append((topic, queue_id, self.queue_for(topic, queue_id).max_offset))
+                    starts.append((topic, queue_id, self.queue_table.queue_for(topic, queue_id).max_offset))
                 try:
                     results = appender.put(topic, queue_id, data, store_ts, splits[i] if splits else None)
                 except StoreError as exc:
@@ -484,34 +417,11 @@ class MessageStore:
         the end); otherwise :class:`StoreError` and nothing changes. Returns the bytes dropped.
         Replication decides when (see :mod:`pymq.broker.ha.epochs`); the store only does it.
         """
-        with self.lock, self.file_lock, self.logics_lock:
-            cl = self.commitlog
-            end = cl.max_offset
-            if offset == end:
-                return 0
-            if offset > end or offset < cl.min_offset:
-                raise StoreError(f"cannot truncate the commitlog to {offset}: its data is [{cl.min_offset}, {end})")
-            if not self._is_boundary(offset):
-                raise StoreError(f"cannot truncate the commitlog to {offset}: no record starts there")
-            cl.mfq.truncate(offset)
-            dropped_cq = sum(cq.truncate_beyond(offset) for cq in self.queues.values())
-            dropped_index = self.index.truncate_from(offset)
-            self.checkpoint.flushed_phys = min(self.checkpoint.flushed_phys, offset)
-            self._checked_files = -1  # re-measure the disk at the next write
-        log.warning(
-            "store_truncated",
-            offset=offset,
-            dropped_bytes=end - offset,
-            dropped_cq_entries=dropped_cq,
-            dropped_index_entries=dropped_index,
-        )
-        return end - offset
+        return replica_ops.truncate_to(self, offset)
 
-    def _is_boundary(self, offset: int) -> bool:
-        if offset % self.commitlog.file_size == 0 or self.commitlog.read_record(offset) is not None:
-            return True
-        view = self.commitlog.view(offset, BLANK_SIZE)
-        return view is not None and is_blank_marker(view)
+    def recheck_disk(self) -> None:
+        """Measure disk use again at the next write (files were removed under the store lock)."""
+        self._checked_files = -1
 
     def _notify_arrivals(self, arrived: set[tuple[str, int]]) -> None:
         listeners = self._arrival_listeners
@@ -713,14 +623,6 @@ class MessageStore:
             if mf is None or mf.wrote_pos == 0:
                 return 0
             return record_store_timestamp(mf.mm, 0)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["CQ_ENTRY_SIZE", "GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus"]

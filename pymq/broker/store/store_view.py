@@ -69,3 +69,14 @@ class RecoveryView(StoreCore, Protocol):
     restored_range: tuple[int, int] | None
 
     def queue_for(self, topic: str, queue_id: int) -> ConsumeQueue: ...
+
+
+class ReplicaView(StoreCore, Protocol):
+    """What replication's start_at and truncate_to (replica_ops) use: all three locks, the queues, the index."""
+
+    lock: threading.RLock
+    logics_lock: threading.Lock
+    queues: dict[tuple[str, int], ConsumeQueue]
+    index: IndexService
+
+    def recheck_disk(self) -> None: ...

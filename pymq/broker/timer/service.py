@@ -21,14 +21,7 @@ lags the clock by more than the wheel can hold (after long downtime it catches u
 Progress is checkpointed every second (:mod:`.checkpoint`); after a crash, slots since the
 checkpoint are delivered again (at-least-once).
 
-**Takeover** (a promoted slave, issue 16): a slave keeps no timer files; it copies its master's
-delivery state (GET_TIMER_CHECK_POINT: cursor, filing offsets, merge index) into
-``masterTimerCheckpoint.json`` about every second. A service starting without a checkpoint of
-its own but with that copy files the timer topic again from its first entry, skipping what
-the old master had delivered: a plain timer the master had filed (below its filing offset)
-in a slot before its cursor; a merged-delay message below the master's filing offset unless
-it is the first message of a window still open in the copied merge index. What the master
-delivered after the last copy is delivered again (at-least-once, about a second's worth).
+**Takeover** (a promoted slave, issue 16): see :mod:`.takeover`.
 """
 
 from __future__ import annotations
@@ -45,6 +38,7 @@ from pymq.broker.store.consume_queue import BLANK_SIZE, CQ_ENTRY, CQ_ENTRY_SIZE
 from pymq.broker.store.results import PutStatus
 from pymq.broker.timer.checkpoint import TimerCheckpoint
 from pymq.broker.timer.hook import MERGE_QUEUE, PLAIN_QUEUE, TIMER_PROPERTIES, TIMER_TOPIC, TimerHook
+from pymq.broker.timer.takeover import MERGE_SEP, Takeover, master_state
 from pymq.broker.timer.timer_log import FLAG_MERGE, TimerUnit
 from pymq.broker.timer.timer_store import TimerFiles
 from pymq.clock import SYSTEM_CLOCK, Clock
@@ -59,10 +53,10 @@ from pymq.protocol.record import (
     parse_record,
     reencode,
 )
+from pymq.tasks import cancel_all
 
 if TYPE_CHECKING:
     from pymq.broker.hosts import DeliveryHost as TimerHost
-    from pymq.broker.store import MessageStore
 
 
 log = get_logger("broker.timer")
@@ -77,7 +71,6 @@ RETRY_DELAY = 1.0
 DELIVER_CHUNK = 1024
 #: longest sleep while a slot still has units to deliver
 LATE_POLL = 0.1
-_MERGE_SEP = "\x01"
 
 
 class TimerService:
@@ -90,10 +83,10 @@ class TimerService:
         self.keep_last = cfg.timer_merge_keep == "last"
         self.root = Path(cfg.store.store_dir) / "timer"
         self.checkpoint_path = self.root / "timerCheckpoint.json"
-        #: a slave's copy of its master's delivery state (see "Takeover" above)
+        #: a slave's copy of its master's delivery state (see :mod:`.takeover`)
         self.master_checkpoint_path = self.root / "masterTimerCheckpoint.json"
         #: while taking over: the master's state whose delivered units the enqueuer skips
-        self.takeover: TimerCheckpoint | None = None
+        self.takeover: Takeover | None = None
         #: the put hook (install it on the put path before the service starts)
         self.hook = TimerHook(self.max_delay_ms, clock.time_ms)
         self.files: TimerFiles | None = None
@@ -104,7 +97,7 @@ class TimerService:
         self.walked: int | None = None
         self.late: list[TimerUnit] = []
         #: the units of the slot being fired, not delivered yet (the same list while the slot fires)
-        self._firing: list[TimerUnit] = []
+        self.firing: list[TimerUnit] = []
         #: merged delay: "<topic>\x01<key>" -> [deliver_ms, last phys, last size, merged count]
         self.merge: dict[str, list[int]] = {}
         #: real topic -> timers filed and not yet delivered
@@ -128,16 +121,7 @@ class TimerService:
         own = await asyncio.to_thread(TimerCheckpoint.load, self.checkpoint_path)
         self.takeover = None
         if own is None:
-            self.takeover = await asyncio.to_thread(TimerCheckpoint.load, self.master_checkpoint_path)
-            if self.takeover is not None and self.takeover.cursor_ms < 0:
-                self.takeover = None
-            if self.takeover is not None:
-                # What this store lacks of the master's (a failover) was never filed here: file it as new.
-                offs = self.takeover.queue_offsets
-                for q in (PLAIN_QUEUE, MERGE_QUEUE):
-                    offs[q] = min(offs.get(q, 0), store.max_offset(TIMER_TOPIC, q))
-            if self.takeover is None and _has_timer_entries(store):
-                log.warning("timer_takeover_without_master_checkpoint")  # past-due timers go out again
+            self.takeover = await Takeover.load(self.master_checkpoint_path, store)
         ck = own or TimerCheckpoint()
         files = TimerFiles(self.root, self._slots(), self.precision_ms, self.app.config.timer_log_file_size)
         undone = await asyncio.to_thread(files.load, ck.timer_log_pos, ck.segment_max_slot)
@@ -157,12 +141,13 @@ class TimerService:
         self.cursor_ms = ck.cursor_ms if ck.cursor_ms >= 0 else now_slot
         if self.takeover is not None:
             # Filing starts over at the timer topic's first entry (queue offsets 0), delivery at the master's cursor.
-            self.cursor_ms = self.takeover.cursor_ms
+            master = self.takeover.master
+            self.cursor_ms = master.cursor_ms
             log.info(
                 "timer_takeover",
-                master_cursor_ms=self.takeover.cursor_ms,
-                master_queue_offsets=self.takeover.queue_offsets,
-                open_merges=len(self.takeover.merge),
+                master_cursor_ms=master.cursor_ms,
+                master_queue_offsets=master.queue_offsets,
+                open_merges=len(master.merge),
             )
         log.info(
             "timer_service_started",
@@ -180,12 +165,7 @@ class TimerService:
         ]
 
     async def stop(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
-        self._tasks.clear()
+        await cancel_all(self._tasks)
         if self._writing is not None and not self._writing.done():
             await asyncio.wait([self._writing])
         store = self.app.store
@@ -290,45 +270,24 @@ class TimerService:
                 topics = [_real_topic(store.commitlog.read_record(e[0])) for e in entries] if qid == PLAIN_QUEUE else []
             take = self.takeover
             for i, (phys, size, deliver_ms) in enumerate(entries):
-                if take is not None and offset + i < take.queue_offsets.get(qid, 0):
+                if take is not None and take.filed_by_master(qid, offset + i):
                     if size != BLANK_SIZE and size > 0:
-                        self._take_over(take, qid, deliver_ms, phys, size, topics[i] if topics else "")
+                        take.refile(self, qid, deliver_ms, phys, size, topics[i] if topics else "")
                 elif size != BLANK_SIZE and size > 0:
                     if qid == PLAIN_QUEUE:
-                        self._file(deliver_ms, phys, size, 0)
-                        self._count(topics[i], 1)
+                        self.file_unit(deliver_ms, phys, size, 0)
+                        self.count_pending(topics[i], 1)
                     else:
                         self._file_merged(deliver_ms, phys, size)
                 self.queue_offsets[qid] = offset + i + 1
             moved += n
         take = self.takeover
-        if take is not None and all(self.queue_offsets.get(q, 0) >= o for q, o in take.queue_offsets.items()):
+        if take is not None and take.done(self.queue_offsets):
             self.takeover = None
             log.info("timer_takeover_done", pending=sum(self.pending_by_topic.values()), merges=len(self.merge))
         return moved
 
-    def _take_over(self, take: TimerCheckpoint, qid: int, deliver_ms: int, phys: int, size: int, topic: str) -> None:
-        """File an entry the old master had filed, unless it delivered it already."""
-        files = self.files
-        assert files is not None
-        if qid == PLAIN_QUEUE:
-            if files.wheel.slot_of(deliver_ms) >= take.cursor_ms:
-                self._file(deliver_ms, phys, size, 0)
-                self._count(topic, 1)
-            return
-        key = self._merge_key_at(phys)
-        if key is None:
-            if files.wheel.slot_of(deliver_ms) >= take.cursor_ms:
-                self._file(deliver_ms, phys, size, 0)
-            return
-        window = take.merge.get(key)
-        # Only the first message of a window still open at the copy is filed (later ones merged into it).
-        if window is not None and window[0] == deliver_ms and key not in self.merge:
-            self.merge[key] = list(window)
-            self._file(deliver_ms, phys, size, FLAG_MERGE)
-            self._count(key.partition(_MERGE_SEP)[0], 1)
-
-    def _file(self, deliver_ms: int, phys: int, size: int, flags: int) -> None:
+    def file_unit(self, deliver_ms: int, phys: int, size: int, flags: int) -> None:
         files = self.files
         assert files is not None
         slot = max(files.wheel.slot_of(deliver_ms), self.cursor_ms)
@@ -338,9 +297,9 @@ class TimerService:
             self.late.append(TimerUnit(pos, -1, slot, deliver_ms, phys, size, flags))
 
     def _file_merged(self, deliver_ms: int, phys: int, size: int) -> None:
-        key = self._merge_key_at(phys)
+        key = self.merge_key_at(phys)
         if key is None:
-            self._file(deliver_ms, phys, size, 0)  # no readable key: an ordinary timer
+            self.file_unit(deliver_ms, phys, size, 0)  # no readable key: an ordinary timer
             return
         entry = self.merge.get(key)
         if entry is not None:  # the window is open: merge into it (the first keeps its time)
@@ -348,10 +307,10 @@ class TimerService:
             entry[3] += 1
             return
         self.merge[key] = [deliver_ms, phys, size, 1]
-        self._file(deliver_ms, phys, size, FLAG_MERGE)
-        self._count(key.partition(_MERGE_SEP)[0], 1)
+        self.file_unit(deliver_ms, phys, size, FLAG_MERGE)
+        self.count_pending(key.partition(MERGE_SEP)[0], 1)
 
-    def _count(self, topic: str, n: int) -> None:
+    def count_pending(self, topic: str, n: int) -> None:
         if topic:
             left = self.pending_by_topic.get(topic, 0) + n
             if left > 0:
@@ -359,7 +318,7 @@ class TimerService:
             else:
                 self.pending_by_topic.pop(topic, None)
 
-    def _merge_key_at(self, phys: int) -> str | None:
+    def merge_key_at(self, phys: int) -> str | None:
         store = self.app.store
         assert store is not None
         view = store.read_record(phys)
@@ -370,7 +329,7 @@ class TimerService:
         props = decode_properties(parse_record(rec).properties)
         key = props.get(Prop.MERGE_KEY)
         topic = props.get(Prop.REAL_TOPIC)
-        return None if not key or not topic else topic + _MERGE_SEP + key
+        return None if not key or not topic else topic + MERGE_SEP + key
 
     # --- dequeue --------------------------------------------------------------------------------------------
 
@@ -389,11 +348,11 @@ class TimerService:
             self.walked = slot
             if pending or self.late:
                 empty_run = 0
-                self._firing = pending
+                self.firing = pending
                 try:
                     await self._fire_slot(pending)
                 finally:
-                    self._firing = []
+                    self.firing = []
             else:
                 empty_run += 1
                 if empty_run % 1000 == 0:
@@ -448,7 +407,7 @@ class TimerService:
                 for (u, _), res in zip(chunk, results, strict=False):
                     if res.status == PutStatus.PUT_OK:
                         self.delivered += 1
-                        self._count(topic, -1)
+                        self.count_pending(topic, -1)
                     else:
                         log.warning("timer_delivery_failed", topic=topic, status=res.status.name, reason=res.reason)
                         failed.append(u)
@@ -466,7 +425,7 @@ class TimerService:
         props = decode_properties(r.properties)
         count = 0
         if u.flags & FLAG_MERGE:
-            key = props.get(Prop.REAL_TOPIC, "") + _MERGE_SEP + props.get(Prop.MERGE_KEY, "")
+            key = props.get(Prop.REAL_TOPIC, "") + MERGE_SEP + props.get(Prop.MERGE_KEY, "")
             entry = self.merge.pop(key, None)
             count = entry[3] if entry else 1
             if self.keep_last and entry is not None and entry[1] != u.phys:
@@ -487,7 +446,7 @@ class TimerService:
         tc = self.app.topics.get(topic)
         if tc is None:
             log.warning("timer_message_topic_gone", topic=topic, offset=u.phys)
-            self._count(topic, -1)
+            self.count_pending(topic, -1)
             return None
         qid = int(qid_raw) if qid_raw.isdigit() else 0
         if qid >= tc.writeQueueNums:
@@ -502,19 +461,8 @@ class TimerService:
         return {"timingCount": {t: {"count": n, "timeStamp": now} for t, n in sorted(self.pending_by_topic.items())}}
 
     def sync_state(self) -> dict[str, Any]:
-        """GET_TIMER_CHECK_POINT's body: what a slave needs to take delivery over (see "Takeover")."""
-        cursor = self.cursor_ms if self.files is not None or self.cursor_ms > 0 else -1
-        floor = min((u.deliver_ms for u in (*self._firing, *self.late)), default=None)
-        if floor is not None and cursor >= 0:
-            # Units filed late into the slot being fired are due before it: a taker-over must not
-            # count them delivered (it skips units due before the cursor).
-            cursor = min(cursor, floor - floor % self.precision_ms)
-        return TimerCheckpoint(
-            queue_offsets=dict(self.queue_offsets),
-            cursor_ms=cursor,
-            merge={k: list(v) for k, v in self.merge.items()},
-            pending_by_topic={t: n for t, n in self.pending_by_topic.items() if n > 0},
-        ).to_json()
+        """GET_TIMER_CHECK_POINT's body: what a slave needs to take delivery over (see :mod:`.takeover`)."""
+        return master_state(self)
 
     def status(self) -> dict[str, Any]:
         return {
@@ -530,10 +478,6 @@ def _write_checkpoint(files: TimerFiles, ck: TimerCheckpoint, path: Path) -> Non
     """Flush the timer files, then write the checkpoint (a worker thread)."""
     files.flush()
     ck.save(path)
-
-
-def _has_timer_entries(store: MessageStore) -> bool:
-    return any(store.max_offset(TIMER_TOPIC, q) > 0 for q in (PLAIN_QUEUE, MERGE_QUEUE))
 
 
 def _deliver_ms(u: TimerUnit) -> int:
