@@ -33,6 +33,9 @@ from pymq.protocol.record import (
     unpack_host,
 )
 
+# every test runs with the C accelerator and with the pure-Python record code
+pytestmark = pytest.mark.usefixtures("record_impl")
+
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 prop_chars = st.characters(exclude_characters="\x01\x02", exclude_categories=["Cs"])

@@ -1,0 +1,37 @@
+"""Types of the optional C accelerator (pymq/_speedups.c); only pymq.protocol.record and record_batch call it."""
+
+from collections.abc import Callable
+from types import NotImplementedType
+from typing import Any
+
+from pymq.protocol.record import Buffer, RecordTuple
+
+LAYOUT: dict[str, int | str]
+#: 1 when the CRC is zlib's (found at build), 0 when it is the extension's own table
+HAVE_ZLIB: int
+
+def split_batch(
+    data: bytes,
+    topic_field: bytes,
+    max_size: int,
+    reject_reason: Callable[[bytes, int, int, int, bytes, int], str],
+) -> tuple[list[int], list[int], list[int], list[tuple[int, int, str]]] | NotImplementedType: ...
+def any_property_contains(
+    data: bytes, positions: list[int], sizes: list[int], props_ats: list[int], needle: bytes
+) -> bool | NotImplementedType: ...
+def patch_broker_blocks(
+    buf: Buffer,
+    positions: list[int],
+    queue_id: int,
+    first_queue_offset: int,
+    base: int,
+    store_timestamp: int,
+    store_host: bytes,
+) -> NotImplementedType | None: ...
+def unpack_record(buf: bytes | bytearray | memoryview, pos: int) -> RecordTuple | NotImplementedType: ...
+def unpack_records(
+    buf: bytes | bytearray | memoryview,
+) -> tuple[list[RecordTuple], Exception | None] | NotImplementedType: ...
+def crc32(data: Any, value: int = 0) -> int: ...
+def crc32_table(data: Any, value: int = 0) -> int: ...
+def set_decode_error(cls: type[Exception]) -> None: ...
