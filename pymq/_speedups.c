@@ -351,6 +351,119 @@ static PyObject *patch_broker_blocks(PyObject *self, PyObject *const *args, Py_s
     Py_RETURN_NONE;
 }
 
+/* --- property_codes ---------------------------------------------------------------------------- */
+
+/* Properties are "key\x01value\x02..."; an item is what lies between two \x02 separators. */
+static inline int item_has_key(const unsigned char *item, Py_ssize_t len, const char *key, Py_ssize_t klen) {
+    return len >= klen && memcmp(item, key, (size_t)klen) == 0;
+}
+
+/* Append (crc32(word, prefix_crc), phys) to entries. */
+static int add_index_entry(PyObject *entries, uint32_t prefix_crc, const unsigned char *w, Py_ssize_t len,
+                           PyObject *phys) {
+    PyObject *h = PyLong_FromUnsignedLong((unsigned long)crc32_of(prefix_crc, w, len));
+    if (h == NULL) return -1;
+    PyObject *t = PyTuple_New(2);
+    if (t == NULL) {
+        Py_DECREF(h);
+        return -1;
+    }
+    PyTuple_SET_ITEM(t, 0, h);
+    PyTuple_SET_ITEM(t, 1, Py_NewRef(phys));
+    int rc = PyList_Append(entries, t);
+    Py_DECREF(t);
+    return rc;
+}
+
+/* One record's properties d[0:n]: its tags code, and its index entries appended (unique keys
+ * first, the last one first, then the KEYS words in order), as Dispatcher.codes orders them. */
+static int record_codes(const unsigned char *d, Py_ssize_t n, uint32_t prefix_crc, PyObject *phys, PyObject *entries,
+                        uint32_t *tags_code) {
+    *tags_code = 0;
+    /* forward: the tags code (the last TAGS item wins) */
+    for (Py_ssize_t at = 0; at <= n;) {
+        const unsigned char *sep = memchr(d + at, 0x02, (size_t)(n - at));
+        Py_ssize_t end = sep ? sep - d : n;
+        if (item_has_key(d + at, end - at, "TAGS\x01", 5)) *tags_code = crc32_of(0, d + at + 5, end - at - 5);
+        at = end + 1;
+    }
+    /* backward: unique keys, the last first */
+    for (Py_ssize_t end = n; end >= 0;) {
+        Py_ssize_t at = end;
+        while (at > 0 && d[at - 1] != 0x02) at--;
+        if (end - at > 9 && item_has_key(d + at, end - at, "UNIQ_KEY\x01", 9)) {
+            if (add_index_entry(entries, prefix_crc, d + at + 9, end - at - 9, phys) < 0) return -1;
+        }
+        end = at - 1;
+    }
+    /* forward: the KEYS words, empty ones skipped */
+    for (Py_ssize_t at = 0; at <= n;) {
+        const unsigned char *sep = memchr(d + at, 0x02, (size_t)(n - at));
+        Py_ssize_t end = sep ? sep - d : n;
+        if (item_has_key(d + at, end - at, "KEYS\x01", 5)) {
+            for (Py_ssize_t w = at + 5; w < end;) {
+                const unsigned char *sp = memchr(d + w, ' ', (size_t)(end - w));
+                Py_ssize_t wend = sp ? sp - d : end;
+                if (wend > w && add_index_entry(entries, prefix_crc, d + w, wend - w, phys) < 0) return -1;
+                w = wend + 1;
+            }
+        }
+        at = end + 1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(property_codes_doc,
+             "property_codes(data, positions, sizes, props_ats, phys, prefix_crc) -> (tags_codes, index_entries)\n"
+             "Dispatcher.codes for each record of a split batch: its TAGS crc32 (0 without), and (crc32(key,\n"
+             "prefix_crc), phys[i]) per unique key and KEYS word. NotImplemented for arguments it does not handle.");
+
+static PyObject *property_codes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "property_codes takes 6 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0], *positions = args[1], *sizes = args[2], *props_ats = args[3], *phys = args[4];
+    int64_t prefix_crc;
+    if (!PyBytes_CheckExact(data) || !PyList_CheckExact(positions) || !PyList_CheckExact(sizes) ||
+        !PyList_CheckExact(props_ats) || !PyList_CheckExact(phys) || !as_i64(args[5], &prefix_crc) ||
+        prefix_crc < 0 || prefix_crc > 0xFFFFFFFFLL)
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t count = PyList_GET_SIZE(positions);
+    if (PyList_GET_SIZE(sizes) != count || PyList_GET_SIZE(props_ats) != count || PyList_GET_SIZE(phys) != count)
+        Py_RETURN_NOTIMPLEMENTED;
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    /* Check every record's properties lie within data before building anything. */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t pos, size, props_at;
+        if (!as_ssize(PyList_GET_ITEM(positions, i), &pos) || !as_ssize(PyList_GET_ITEM(sizes, i), &size) ||
+            !as_ssize(PyList_GET_ITEM(props_ats, i), &props_at) || pos < 0 || size < 0 || pos > n ||
+            size > n - pos || props_at < 0 || props_at > pos + size)
+            Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *codes = PyList_New(count), *entries = PyList_New(0);
+    if (codes == NULL || entries == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t pos = PyLong_AsSsize_t(PyList_GET_ITEM(positions, i));
+        Py_ssize_t size = PyLong_AsSsize_t(PyList_GET_ITEM(sizes, i));
+        Py_ssize_t props_at = PyLong_AsSsize_t(PyList_GET_ITEM(props_ats, i));
+        uint32_t tags_code = 0;
+        if (props_at < pos + size &&
+            record_codes(d + props_at, pos + size - props_at, (uint32_t)prefix_crc, PyList_GET_ITEM(phys, i), entries,
+                         &tags_code) < 0)
+            goto fail;
+        PyObject *c = PyLong_FromUnsignedLong((unsigned long)tags_code);
+        if (c == NULL) goto fail;
+        PyList_SET_ITEM(codes, i, c);
+    }
+    return Py_BuildValue("(NN)", codes, entries);
+fail:
+    Py_XDECREF(codes);
+    Py_XDECREF(entries);
+    return NULL;
+}
+
 /* --- unpack_record / unpack_records ------------------------------------------------------------ */
 
 /* The record at pos as record.unpack_record's tuple; NULL with decode_error set if it is not one. */
@@ -484,6 +597,7 @@ static PyMethodDef methods[] = {
      any_property_contains_doc},
     {"patch_broker_blocks", (PyCFunction)(void (*)(void))patch_broker_blocks, METH_FASTCALL,
      patch_broker_blocks_doc},
+    {"property_codes", (PyCFunction)(void (*)(void))property_codes, METH_FASTCALL, property_codes_doc},
     {"unpack_record", (PyCFunction)(void (*)(void))unpack_record, METH_FASTCALL, unpack_record_doc},
     {"unpack_records", unpack_records, METH_O, unpack_records_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},

@@ -28,6 +28,9 @@ def patch_broker_blocks(
     store_timestamp: int,
     store_host: bytes,
 ) -> NotImplementedType | None: ...
+def property_codes(
+    data: bytes, positions: list[int], sizes: list[int], props_ats: list[int], phys: list[int], prefix_crc: int
+) -> tuple[list[int], list[tuple[int, int]]] | NotImplementedType: ...
 def unpack_record(buf: bytes | bytearray | memoryview, pos: int) -> RecordTuple | NotImplementedType: ...
 def unpack_records(
     buf: bytes | bytearray | memoryview,

@@ -147,6 +147,24 @@ def any_property_contains_py(data: bytes, split: SplitBatch, needle: bytes) -> b
     return False
 
 
+def property_codes(
+    data: bytes, positions: list[int], sizes: list[int], props_ats: list[int], phys: list[int], prefix_crc: int
+) -> tuple[list[int], list[tuple[int, int]]] | None:
+    """The store dispatcher's property rule over a batch, in C; None without the accelerator.
+
+    For each record ``i`` (properties ``data[props_ats[i] : positions[i] + sizes[i]]``): its
+    tags code (crc32 of the last ``TAGS`` value, 0 without one), and an index entry
+    ``(crc32(key, prefix_crc), phys[i])`` per ``UNIQ_KEY`` value (the last first) and per
+    non-empty ``KEYS`` word. :meth:`pymq.broker.store.dispatcher.Dispatcher.codes` is the
+    rule's reference (the tests compare the two); it runs where this returns None.
+    """
+    speedups = _record.speedups
+    if speedups is None:
+        return None
+    codes = speedups.property_codes(data, positions, sizes, props_ats, phys, prefix_crc)
+    return None if codes is NotImplemented else codes
+
+
 def _batch_rejection(data: bytes, pos: int, end: int, body_end: int, topic_field: bytes, max_size: int) -> str:
     """Why a record whose lengths or topic do not check out is refused (the slow path)."""
     if body_end < pos + BODY_POS or body_end + 4 > end:

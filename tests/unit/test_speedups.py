@@ -277,3 +277,57 @@ def test_the_decoders_hand_odd_buffers_to_the_python_code() -> None:
     as_ints = memoryview(data + bytes(-len(data) % 4)).cast("I")
     assert outcome(record.unpack_record, as_ints, 0) == outcome(record.unpack_record_py, as_ints, 0)
     assert outcome(list, record.iter_records(as_ints)) == outcome(list, record.iter_records_py(as_ints))
+
+
+# --- the dispatcher's property rule ---------------------------------------------------------------------
+
+_KEY_NAMES = st.sampled_from([b"UNIQ_KEY", b"TAGS", b"KEYS", b"OTHER", b"UNIQ_KEYX", b"TAG", b""])
+_KEY_WORDS = st.lists(st.sampled_from([b"a", b"bb", b"", b"k 1"]), max_size=4).map(b" ".join)
+_ITEMS = st.one_of(
+    st.tuples(_KEY_NAMES, st.binary(max_size=12)),
+    st.tuples(st.just(b"KEYS"), _KEY_WORDS),
+)
+
+
+@st.composite
+def raw_properties(draw: st.DrawFn) -> bytes:
+    """Properties as a producer (or a hostile one) may send them: any order, repeats, odd separators."""
+    items = draw(st.lists(_ITEMS, max_size=6))
+    seps = [draw(st.sampled_from([b"\x01", b"\x01", b""])) for _ in items]
+    out = b"\x02".join(k + s + v.replace(b"\x02", b"") for (k, v), s in zip(items, seps, strict=True))
+    return out + draw(st.sampled_from([b"\x02", b"", b"\x02\x02"]))
+
+
+def reference_codes(data: bytes, split: record_batch.SplitBatch, phys: list[int], prefix_crc: int) -> Any:
+    """What Dispatcher.dispatch's Python loop computes: tags codes and (hash, phys) index entries."""
+    from pymq.broker.store.dispatcher import Dispatcher
+
+    codes = Dispatcher(lambda t, q: None, None).codes  # type: ignore[arg-type,return-value]
+    tags_codes, entries = [], []
+    for pos, size, props_at, at in zip(split.positions, split.sizes, split.props_ats, phys, strict=True):
+        code, keys = codes(data[props_at : pos + size])
+        tags_codes.append(code)
+        entries += [(zlib.crc32(k, prefix_crc), at) for k in keys or ()]
+    return tags_codes, entries
+
+
+@SETTINGS
+@given(props=st.lists(raw_properties(), max_size=5), topic=st.sampled_from([b"T", b"TopicA"]))
+def test_property_codes_follow_the_dispatcher(props: list[bytes], topic: bytes) -> None:
+    data = b"".join(encode_record(b"T", b"body", p) for p in props)
+    split = record_batch.split_batch_py(data, topic_field(b"T"), 4 << 20)
+    phys = [1000 + p for p in split.positions]
+    prefix_crc = zlib.crc32(topic + b"#")
+    fast = record_batch.property_codes(data, split.positions, split.sizes, split.props_ats, phys, prefix_crc)
+    if _speedups is None or record.speedups is None:
+        assert fast is None
+    else:
+        assert fast == reference_codes(data, split, phys, prefix_crc)
+
+
+def test_property_codes_hand_odd_arguments_back() -> None:
+    data = encode_record(b"T", b"body", b"TAGS\x01a\x02")
+    # out of range, mismatched lengths, a prefix that is no crc: None (the dispatcher's own loop runs)
+    assert record_batch.property_codes(data, [0], [len(data) + 1], [90], [0], 0) is None
+    assert record_batch.property_codes(data, [0], [len(data)], [90], [], 0) is None
+    assert record_batch.property_codes(data, [0], [len(data)], [90], [0], -1) is None
