@@ -555,6 +555,68 @@ fail:
     return NULL;
 }
 
+/* --- encode_record ----------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(encode_record_doc,
+             "encode_record(topic, body, properties, flag, sys_flag, born_timestamp, born_host, reconsume_times,\n"
+             "              prepared_tx_offset, queue_id, queue_offset, physical_offset, store_timestamp, store_host)\n"
+             "record.encode_record with every argument positional; NotImplemented for anything it does not handle\n"
+             "(non-bytes, ints out of their field's range, hosts not of 8 bytes, lengths the Python code refuses).");
+
+static PyObject *encode_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 14) {
+        PyErr_SetString(PyExc_TypeError, "encode_record takes 14 arguments");
+        return NULL;
+    }
+    PyObject *topic = args[0], *body = args[1], *props = args[2], *born_host = args[6], *store_host = args[13];
+    /* the int fields in argument order, each with the index of the argument and its width in bytes */
+    static const int int_args[] = {3, 4, 5, 7, 8, 9, 10, 11, 12};
+    static const int int_widths[] = {4, 4, 8, 4, 8, 4, 8, 8, 8};
+    int64_t v[9];
+    if (!PyBytes_CheckExact(topic) || !PyBytes_CheckExact(body) || !PyBytes_CheckExact(props) ||
+        !PyBytes_CheckExact(born_host) || PyBytes_GET_SIZE(born_host) != 8 || !PyBytes_CheckExact(store_host) ||
+        PyBytes_GET_SIZE(store_host) != 8)
+        Py_RETURN_NOTIMPLEMENTED;
+    for (int i = 0; i < 9; i++) {
+        if (!as_i64(args[int_args[i]], &v[i]) || (int_widths[i] == 4 && (v[i] < INT32_MIN || v[i] > INT32_MAX)))
+            Py_RETURN_NOTIMPLEMENTED;
+    }
+    Py_ssize_t tlen = PyBytes_GET_SIZE(topic), blen = PyBytes_GET_SIZE(body), plen = PyBytes_GET_SIZE(props);
+    if (tlen > 0xFFFF || plen > MAX_PROPERTIES_SIZE || blen > INT32_MAX - FIXED_SIZE - 4 - tlen - plen)
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t total = FIXED_SIZE + blen + 2 + tlen + 2 + plen;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    unsigned char *r = (unsigned char *)PyBytes_AS_STRING(out);
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(body);
+    wr_u32(r, (uint32_t)total);
+    wr_u32(r + 4, MAGIC);
+    wr_u32(r + 8, crc32_of(0, b, blen));
+    wr_u32(r + 12, (uint32_t)v[0]);      /* flag */
+    wr_u32(r + 16, (uint32_t)v[1]);      /* sys_flag */
+    wr_u64(r + 20, (uint64_t)v[2]);      /* born_timestamp */
+    memcpy(r + 28, PyBytes_AS_STRING(born_host), 8);
+    wr_u32(r + 36, (uint32_t)v[3]);      /* reconsume_times */
+    wr_u64(r + 40, (uint64_t)v[4]);      /* prepared_tx_offset */
+    wr_u32(r + 48, (uint32_t)v[5]);      /* queue_id */
+    wr_u64(r + 52, (uint64_t)v[6]);      /* queue_offset */
+    wr_u64(r + 60, (uint64_t)v[7]);      /* physical_offset */
+    wr_u64(r + 68, (uint64_t)v[8]);      /* store_timestamp */
+    memcpy(r + 76, PyBytes_AS_STRING(store_host), 8);
+    wr_u32(r + BODY_LEN_POS, (uint32_t)blen);
+    unsigned char *p = r + BODY_POS;
+    memcpy(p, b, (size_t)blen);
+    p += blen;
+    p[0] = (unsigned char)(tlen >> 8);
+    p[1] = (unsigned char)tlen;
+    memcpy(p + 2, PyBytes_AS_STRING(topic), (size_t)tlen);
+    p += 2 + tlen;
+    p[0] = (unsigned char)(plen >> 8);
+    p[1] = (unsigned char)plen;
+    memcpy(p + 2, PyBytes_AS_STRING(props), (size_t)plen);
+    return out;
+}
+
 /* --- crc32 and the error class ----------------------------------------------------------------- */
 
 PyDoc_STRVAR(crc32_doc, "crc32(data, value=0) -> int\nThe CRC split_batch checks bodies with (zlib's if it was found at build).");
@@ -597,6 +659,7 @@ static PyMethodDef methods[] = {
      any_property_contains_doc},
     {"patch_broker_blocks", (PyCFunction)(void (*)(void))patch_broker_blocks, METH_FASTCALL,
      patch_broker_blocks_doc},
+    {"encode_record", (PyCFunction)(void (*)(void))encode_record, METH_FASTCALL, encode_record_doc},
     {"property_codes", (PyCFunction)(void (*)(void))property_codes, METH_FASTCALL, property_codes_doc},
     {"unpack_record", (PyCFunction)(void (*)(void))unpack_record, METH_FASTCALL, unpack_record_doc},
     {"unpack_records", unpack_records, METH_O, unpack_records_doc},

@@ -28,6 +28,22 @@ def patch_broker_blocks(
     store_timestamp: int,
     store_host: bytes,
 ) -> NotImplementedType | None: ...
+def encode_record(
+    topic: bytes,
+    body: bytes,
+    properties: bytes,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    reconsume_times: int,
+    prepared_tx_offset: int,
+    queue_id: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    store_host: bytes,
+) -> bytes | NotImplementedType: ...
 def property_codes(
     data: bytes, positions: list[int], sizes: list[int], props_ats: list[int], phys: list[int], prefix_crc: int
 ) -> tuple[list[int], list[tuple[int, int]]] | NotImplementedType: ...

@@ -219,6 +219,39 @@ def encode_record(
     store_host: bytes = EMPTY_HOST,
 ) -> bytes:
     """Encode one record. Producers leave the broker-assigned block at zero."""
+    if speedups is not None:
+        record = speedups.encode_record(
+            topic, body, properties, flag, sys_flag, born_timestamp, born_host, reconsume_times,
+            prepared_tx_offset, queue_id, queue_offset, physical_offset, store_timestamp, store_host,
+        )  # fmt: skip
+        if isinstance(record, bytes):
+            return record
+    return encode_record_py(
+        topic, body, properties, flag=flag, sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
+        reconsume_times=reconsume_times, prepared_tx_offset=prepared_tx_offset, queue_id=queue_id,
+        queue_offset=queue_offset, physical_offset=physical_offset, store_timestamp=store_timestamp,
+        store_host=store_host,
+    )  # fmt: skip
+
+
+def encode_record_py(
+    topic: bytes,
+    body: bytes,
+    properties: bytes,
+    *,
+    flag: int = 0,
+    sys_flag: int = 0,
+    born_timestamp: int = 0,
+    born_host: bytes = EMPTY_HOST,
+    reconsume_times: int = 0,
+    prepared_tx_offset: int = 0,
+    queue_id: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+    store_timestamp: int = 0,
+    store_host: bytes = EMPTY_HOST,
+) -> bytes:
+    """:func:`encode_record` in pure Python (the reference for the accelerator)."""
     if len(topic) > 0xFFFF:
         raise LocalProtocolError("topic too long")
     if len(properties) > MAX_PROPERTIES_SIZE:

@@ -331,3 +331,37 @@ def test_property_codes_hand_odd_arguments_back() -> None:
     assert record_batch.property_codes(data, [0], [len(data) + 1], [90], [0], 0) is None
     assert record_batch.property_codes(data, [0], [len(data)], [90], [], 0) is None
     assert record_batch.property_codes(data, [0], [len(data)], [90], [0], -1) is None
+
+
+# --- the client's encode --------------------------------------------------------------------------------
+
+_I32 = st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from([2**31, -(2**31) - 1, True]))
+_I64 = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([2**63, -(2**63) - 1]))
+_HOSTS = st.sampled_from([HOST, b"", b"1234567", b"123456789", bytearray(HOST)])
+_BODIES = st.one_of(
+    st.binary(max_size=200), st.binary(max_size=10).map(bytearray), st.binary(max_size=10).map(memoryview)
+)
+
+
+@SETTINGS
+@given(
+    topic=st.one_of(st.binary(max_size=20), st.just(b"t" * 0x10000)),
+    body=st.one_of(
+        st.binary(max_size=200), st.binary(max_size=10).map(bytearray), st.binary(max_size=10).map(memoryview)
+    ),
+    props=st.one_of(st.binary(max_size=50), st.just(b"p" * 32768)),
+    ints=st.tuples(_I32, _I32, _I64, _I32, _I64, _I32, _I64, _I64, _I64),
+    hosts=st.tuples(_HOSTS, _HOSTS),
+)
+def test_encode_record_agrees(
+    topic: bytes, body: bytes, props: bytes, ints: tuple[int, ...], hosts: tuple[bytes, bytes]
+) -> None:
+    flag, sys_flag, born_ts, reconsume, prepared, qid, qoff, phys, store_ts = ints
+    kwargs = dict(
+        flag=flag, sys_flag=sys_flag, born_timestamp=born_ts, born_host=hosts[0], reconsume_times=reconsume,
+        prepared_tx_offset=prepared, queue_id=qid, queue_offset=qoff, physical_offset=phys,
+        store_timestamp=store_ts, store_host=hosts[1],
+    )  # fmt: skip
+    assert outcome(lambda: record.encode_record(topic, body, props, **kwargs)) == outcome(
+        lambda: record.encode_record_py(topic, body, props, **kwargs)
+    )
