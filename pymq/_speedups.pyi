@@ -7,6 +7,8 @@ from typing import Any
 from pymq.protocol.record import Buffer, RecordTuple
 
 LAYOUT: dict[str, int | str]
+#: the store's index file layout the build was made for (pymq.broker.store.index checks it)
+INDEX_LAYOUT: dict[str, int | str]
 #: 1 when the CRC is zlib's (found at build), 0 when it is the extension's own table
 HAVE_ZLIB: int
 
@@ -28,6 +30,15 @@ def patch_broker_blocks(
     store_timestamp: int,
     store_host: bytes,
 ) -> NotImplementedType | None: ...
+def index_put(
+    buf: Any,
+    entries_base: int,
+    slots_base: int,
+    slots: int,
+    count: int,
+    entries: list[tuple[int, int]],
+    tdiff: int,
+) -> int | NotImplementedType: ...
 def encode_record(
     topic: bytes,
     body: bytes,

@@ -75,3 +75,34 @@ def test_both_implementations_store_the_same_bytes(
     # the requests did exercise refusals and the delay hook
     flat = [r.status.name for answer in answers[0] for r in answer]
     assert "MESSAGE_ILLEGAL" in flat and "PUT_OK" in flat
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [(1, 10), (9, 11), (17, 12), (0xFFFFFFFF, 13)] * 30,  # chains in one slot, and a rollover
+        [(1, 10), (2**32, 11), (3, 12)],  # a hash beyond u32: the Python loop's struct.error
+        [(1, 10), (-1, 11)],
+        [(1, 10), (2, 2**63)],
+        [(1, 10), [2, 11]],  # a list, not a tuple: still the Python loop's answer
+    ],
+)
+def test_index_entries_are_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entries: list) -> None:
+    from pymq.broker.store.index import IndexService
+
+    outcomes, files = [], []
+    for name, accelerator in (("c", record.speedups), ("python", None)):
+        monkeypatch.setattr(record, "speedups", accelerator)
+        index = IndexService(tmp_path / name, 8, 64)
+        index.load()
+        try:
+            index.put_many(entries, 1_764_000_000_000)
+            outcomes.append("ok")
+        except Exception as exc:
+            outcomes.append(f"{type(exc).__name__}: {exc}")
+        found = index.lookup(b"x", 0, 2**62, 100)  # the lookups walk what was written
+        index.close()
+        files.append((found, {p.name: p.read_bytes() for p in sorted((tmp_path / name).iterdir())}))
+    assert outcomes[0] == outcomes[1]
+    assert files[0][0] == files[1][0]
+    assert list(files[0][1].values()) == list(files[1][1].values()) and files[0][1]

@@ -365,3 +365,10 @@ def test_encode_record_agrees(
     assert outcome(lambda: record.encode_record(topic, body, props, **kwargs)) == outcome(
         lambda: record.encode_record_py(topic, body, props, **kwargs)
     )
+
+
+def test_the_accelerator_was_built_for_this_index_layout() -> None:
+    from pymq.broker.store.index import _SLOT, ENTRY, ENTRY_SIZE
+
+    expected = {"ENTRY": ENTRY.format, "ENTRY_SIZE": ENTRY_SIZE, "SLOT": _SLOT.format}
+    assert _speedups is None or expected == _speedups.INDEX_LAYOUT
