@@ -434,31 +434,43 @@ static PyObject *property_codes(PyObject *self, PyObject *const *args, Py_ssize_
         Py_RETURN_NOTIMPLEMENTED;
     const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(data);
     Py_ssize_t n = PyBytes_GET_SIZE(data);
-    /* Check every record's properties lie within data before building anything. */
+    /* The spans, checked to lie within data, copied before anything is allocated (an allocation may
+     * run a collection, and a finalizer could change the lists); phys likewise, as a tuple. */
+    Py_ssize_t *spans = PyMem_New(Py_ssize_t, 2 * (size_t)(count ? count : 1));
+    if (spans == NULL) return PyErr_NoMemory();
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_ssize_t pos, size, props_at;
         if (!as_ssize(PyList_GET_ITEM(positions, i), &pos) || !as_ssize(PyList_GET_ITEM(sizes, i), &size) ||
             !as_ssize(PyList_GET_ITEM(props_ats, i), &props_at) || pos < 0 || size < 0 || pos > n ||
-            size > n - pos || props_at < 0 || props_at > pos + size)
+            size > n - pos || props_at < 0 || props_at > pos + size) {
+            PyMem_Free(spans);
             Py_RETURN_NOTIMPLEMENTED;
+        }
+        spans[2 * i] = props_at;
+        spans[2 * i + 1] = pos + size;
     }
-    PyObject *codes = PyList_New(count), *entries = PyList_New(0);
+    PyObject *phys_items = PyList_AsTuple(phys), *codes = NULL, *entries = NULL;
+    if (phys_items == NULL || PyTuple_GET_SIZE(phys_items) != count) goto fail;
+    codes = PyList_New(count);
+    entries = PyList_New(0);
     if (codes == NULL || entries == NULL) goto fail;
     for (Py_ssize_t i = 0; i < count; i++) {
-        Py_ssize_t pos = PyLong_AsSsize_t(PyList_GET_ITEM(positions, i));
-        Py_ssize_t size = PyLong_AsSsize_t(PyList_GET_ITEM(sizes, i));
-        Py_ssize_t props_at = PyLong_AsSsize_t(PyList_GET_ITEM(props_ats, i));
+        Py_ssize_t props_at = spans[2 * i], end = spans[2 * i + 1];
         uint32_t tags_code = 0;
-        if (props_at < pos + size &&
-            record_codes(d + props_at, pos + size - props_at, (uint32_t)prefix_crc, PyList_GET_ITEM(phys, i), entries,
-                         &tags_code) < 0)
+        if (props_at < end && record_codes(d + props_at, end - props_at, (uint32_t)prefix_crc,
+                                           PyTuple_GET_ITEM(phys_items, i), entries, &tags_code) < 0)
             goto fail;
         PyObject *c = PyLong_FromUnsignedLong((unsigned long)tags_code);
         if (c == NULL) goto fail;
         PyList_SET_ITEM(codes, i, c);
     }
+    PyMem_Free(spans);
+    Py_DECREF(phys_items);
     return Py_BuildValue("(NN)", codes, entries);
 fail:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "property_codes: phys changed size");
+    PyMem_Free(spans);
+    Py_XDECREF(phys_items);
     Py_XDECREF(codes);
     Py_XDECREF(entries);
     return NULL;
