@@ -376,6 +376,22 @@ def test_unique_ids() -> None:
     assert UniqueIdGenerator("not-an-ip").next_id().startswith("7F000001")
 
 
+def test_unique_ids_follow_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids of one millisecond share their head; each is prefix + ms since the month's start + counter."""
+    import calendar
+
+    from pymq.protocol import message
+
+    gen = UniqueIdGenerator("10.0.0.1")
+    prefix = gen._prefix  # ip, pid, random: the first 20 characters
+    month_start = calendar.timegm((2026, 11, 1, 0, 0, 0, 0, 0, 0)) * 1000
+    next_month = calendar.timegm((2026, 12, 1, 0, 0, 0, 0, 0, 0)) * 1000
+    for now_ms, counter in [(month_start + 5, 0), (month_start + 5, 1), (month_start + 6, 2), (next_month, 3)]:
+        monkeypatch.setattr(message.time, "time", lambda now_ms=now_ms: now_ms / 1000)
+        start = month_start if now_ms < next_month else next_month
+        assert gen.next_id() == f"{prefix}{now_ms - start:08X}{counter:04X}"
+
+
 @pytest.mark.parametrize(
     ("expr", "want"),
     [
