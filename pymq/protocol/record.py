@@ -114,16 +114,31 @@ def speedups_layout() -> dict[str, int | str]:
         "BROKER_BLOCK_OFFSET": BROKER_BLOCK_OFFSET,
         "BLANK_SIZE": BLANK_SIZE,
         "MAX_PROPERTIES_SIZE": MAX_PROPERTIES_SIZE,
-        "ABI_VERSION": 1,
+        # bumped with the C file's ABI_VERSION whenever a function is added or changes its contract
+        "ABI_VERSION": 2,
     }
 
 
+#: what the record, batch and index code call
+SPEEDUPS_FUNCTIONS = (
+    "any_property_contains",
+    "encode_record",
+    "index_put",
+    "patch_broker_blocks",
+    "property_codes",
+    "set_decode_error",
+    "split_batch",
+    "unpack_record",
+    "unpack_records",
+)
+
 if speedups is not None:
-    if speedups_layout() != speedups.LAYOUT:
+    missing = [name for name in SPEEDUPS_FUNCTIONS if not hasattr(speedups, name)]
+    if speedups_layout() != speedups.LAYOUT or missing:
         # A stale build (the C file or this module changed since): loud, not silently different bytes.
         raise ImportError(
-            f"pymq._speedups was built for another record layout ({speedups.LAYOUT} != {speedups_layout()}): "
-            "rebuild it (pip install -e .) or set PYMQ_NO_SPEEDUPS=1"
+            f"pymq._speedups was built for another record layout or version ({speedups.LAYOUT}, "
+            f"missing {missing}; expected {speedups_layout()}): rebuild it (pip install -e .) or set PYMQ_NO_SPEEDUPS=1"
         )
     speedups.set_decode_error(MessageDecodeError)
 

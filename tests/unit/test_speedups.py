@@ -63,6 +63,23 @@ def test_the_switch_forces_the_fallback() -> None:
     assert out.stdout.strip() == "True"
 
 
+def test_a_stale_build_is_refused_loudly() -> None:
+    """A build for another layout or version (a .so left from before a pull) stops the import, naming the fix."""
+    code = (
+        "import sys, types\n"
+        "stale = types.ModuleType('pymq._speedups')\n"
+        "stale.LAYOUT = {'ABI_VERSION': 0}\n"
+        "sys.modules['pymq._speedups'] = stale\n"
+        "try:\n"
+        "    import pymq.protocol.record\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYMQ_NO_SPEEDUPS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True)
+    assert "rebuild it (pip install -e .)" in out.stdout
+
+
 # --- inputs ----------------------------------------------------------------------------------------------
 
 
