@@ -53,3 +53,16 @@ def free_ports():
                 s.close()
 
     return take
+
+
+# --- the record accelerator (issue 19) -----------------------------------------------------------------------
+
+
+@pytest.fixture(params=["speedups", "pure-python"])
+def record_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test twice: with pymq._speedups (when built and not switched off) and with the Python bodies."""
+    if request.param == "pure-python":
+        from pymq.protocol import record
+
+        monkeypatch.setattr(record, "speedups", None)
+    return str(request.param)

@@ -438,6 +438,9 @@ class UniqueIdGenerator:
         self._lock = threading.Lock()
         self._month_start_ms = 0
         self._next_month_ms = 0
+        #: (ms, the id up to the counter) of the last call: ids of one millisecond share it
+        #: (one tuple, swapped whole, so concurrent callers never mix two milliseconds)
+        self._head: tuple[int, str] = (-1, "")
 
     def _roll_month(self, now_ms: int) -> None:
         t = time.gmtime(now_ms / 1000)
@@ -450,6 +453,8 @@ class UniqueIdGenerator:
         if now >= self._next_month_ms:
             with self._lock:
                 self._roll_month(now)
-        elapsed = (now - self._month_start_ms) & 0xFFFFFFFF
         c = next(self._counter) & 0xFFFF
-        return f"{self._prefix}{elapsed:08X}{c:04X}"
+        head = self._head
+        if head[0] != now:  # the prefix and elapsed time are formatted once per millisecond
+            head = self._head = (now, f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}")
+        return f"{head[1]}{c:04X}"

@@ -31,6 +31,7 @@ The end of a commitlog file that cannot hold the next record carries a blank mar
 from __future__ import annotations
 
 import mmap
+import os
 import socket
 import struct
 import zlib
@@ -86,6 +87,60 @@ MAX_PROPERTIES_SIZE = 32767
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 EMPTY_HOST = b"\x00" * 8
+
+# --- the optional C accelerator ---------------------------------------------------------------------------
+# pymq._speedups (pymq/_speedups.c) runs the per-record loops of this module and of record_batch
+# in C when it was built at install; PYMQ_NO_SPEEDUPS=1 forces the pure-Python bodies, which stay
+# the reference: the C functions give byte-identical results and errors (tests run both) and
+# answer NotImplemented for arguments outside what they handle, and the Python body runs then.
+try:
+    from pymq import _speedups as _speedups
+except ImportError:  # built without a compiler: pure Python
+    _speedups = None  # type: ignore[assignment]
+#: the accelerator in use, or None (tests swap it out to run the pure-Python bodies)
+speedups = None if os.environ.get("PYMQ_NO_SPEEDUPS", "") not in ("", "0") else _speedups
+
+
+def speedups_layout() -> dict[str, int | str]:
+    """The layout constants the accelerator must have been built with (its ``LAYOUT``)."""
+    return {
+        "MAGIC": MAGIC,
+        "BLANK_MAGIC": BLANK_MAGIC,
+        "FIXED": FIXED.format,
+        "BODY_POS": BODY_POS,
+        "BODY_LEN_POS": BODY_LEN_POS,
+        "MIN_RECORD_SIZE": MIN_RECORD_SIZE,
+        "BROKER_BLOCK": BROKER_BLOCK.format,
+        "BROKER_BLOCK_OFFSET": BROKER_BLOCK_OFFSET,
+        "BLANK_SIZE": BLANK_SIZE,
+        "MAX_PROPERTIES_SIZE": MAX_PROPERTIES_SIZE,
+        # bumped with the C file's ABI_VERSION whenever a function is added or changes its contract
+        "ABI_VERSION": 2,
+    }
+
+
+#: what the record, batch and index code call
+SPEEDUPS_FUNCTIONS = (
+    "any_property_contains",
+    "encode_record",
+    "index_put",
+    "patch_broker_blocks",
+    "property_codes",
+    "set_decode_error",
+    "split_batch",
+    "unpack_record",
+    "unpack_records",
+)
+
+if speedups is not None:
+    missing = [name for name in SPEEDUPS_FUNCTIONS if not hasattr(speedups, name)]
+    if speedups_layout() != speedups.LAYOUT or missing:
+        # A stale build (the C file or this module changed since): loud, not silently different bytes.
+        raise ImportError(
+            f"pymq._speedups was built for another record layout or version ({speedups.LAYOUT}, "
+            f"missing {missing}; expected {speedups_layout()}): rebuild it (pip install -e .) or set PYMQ_NO_SPEEDUPS=1"
+        )
+    speedups.set_decode_error(MessageDecodeError)
 
 
 def pack_host(host: str, port: int) -> bytes:
@@ -179,6 +234,39 @@ def encode_record(
     store_host: bytes = EMPTY_HOST,
 ) -> bytes:
     """Encode one record. Producers leave the broker-assigned block at zero."""
+    if speedups is not None:
+        record = speedups.encode_record(
+            topic, body, properties, flag, sys_flag, born_timestamp, born_host, reconsume_times,
+            prepared_tx_offset, queue_id, queue_offset, physical_offset, store_timestamp, store_host,
+        )  # fmt: skip
+        if isinstance(record, bytes):
+            return record
+    return encode_record_py(
+        topic, body, properties, flag=flag, sys_flag=sys_flag, born_timestamp=born_timestamp, born_host=born_host,
+        reconsume_times=reconsume_times, prepared_tx_offset=prepared_tx_offset, queue_id=queue_id,
+        queue_offset=queue_offset, physical_offset=physical_offset, store_timestamp=store_timestamp,
+        store_host=store_host,
+    )  # fmt: skip
+
+
+def encode_record_py(
+    topic: bytes,
+    body: bytes,
+    properties: bytes,
+    *,
+    flag: int = 0,
+    sys_flag: int = 0,
+    born_timestamp: int = 0,
+    born_host: bytes = EMPTY_HOST,
+    reconsume_times: int = 0,
+    prepared_tx_offset: int = 0,
+    queue_id: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+    store_timestamp: int = 0,
+    store_host: bytes = EMPTY_HOST,
+) -> bytes:
+    """:func:`encode_record` in pure Python (the reference for the accelerator)."""
     if len(topic) > 0xFFFF:
         raise LocalProtocolError("topic too long")
     if len(properties) > MAX_PROPERTIES_SIZE:
@@ -369,10 +457,19 @@ RecordTuple = tuple[int, int, int, int, int, bytes, int, int, int, int, int, int
 def unpack_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> RecordTuple:
     """The fixed fields and slice bounds of the record at ``pos``, its lengths checked.
 
-    The decoders' fast path (one ``struct`` call, no object): the body is
+    The decoders' fast path (no object but the tuple): the body is
     ``buf[body_at : topic_at - 2]``, the topic ``buf[topic_at : props_at - 2]`` and the
     properties ``buf[props_at : end]``. Raises :class:`MessageDecodeError` if it is not a record.
     """
+    if speedups is not None:
+        fields = speedups.unpack_record(buf, pos)
+        if isinstance(fields, tuple):
+            return fields
+    return unpack_record_py(buf, pos)
+
+
+def unpack_record_py(buf: bytes | bytearray | memoryview, pos: int = 0) -> RecordTuple:
+    """:func:`unpack_record` in pure Python (the reference for the accelerator)."""
     n = len(buf)
     if n - pos < MIN_RECORD_SIZE:
         raise MessageDecodeError(f"truncated record at {pos}: {n - pos} bytes left")
@@ -397,14 +494,30 @@ def unpack_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> RecordTu
 
 
 def iter_records(buf: bytes | bytearray | memoryview) -> Iterator[RecordTuple]:
-    """:func:`unpack_record` for each of concatenated records (a pull body), until a blank marker or the end."""
+    """:func:`unpack_record` for each of concatenated records (a pull body), until a blank marker or the end.
+
+    A record that is not one raises :class:`MessageDecodeError` after the ones before it were yielded.
+    """
+    if speedups is not None:
+        unpacked = speedups.unpack_records(buf)
+        if unpacked is not NotImplemented:
+            records, error = unpacked
+            yield from records
+            if error is not None:
+                raise error
+            return
+    yield from iter_records_py(buf)
+
+
+def iter_records_py(buf: bytes | bytearray | memoryview) -> Iterator[RecordTuple]:
+    """:func:`iter_records` in pure Python (the reference for the accelerator)."""
     pos = 0
     n = len(buf)
     unpack_head = HEAD.unpack_from
     while n - pos >= BLANK_SIZE:
         if unpack_head(buf, pos)[1] == BLANK_MAGIC:
             return
-        fields = unpack_record(buf, pos)
+        fields = unpack_record_py(buf, pos)
         yield fields
         pos = fields[16]
 

@@ -17,6 +17,7 @@ from itertools import repeat
 from typing import NamedTuple
 
 from pymq.errors import ProtocolError
+from pymq.protocol import record as _record
 from pymq.protocol.record import (
     BLANK_MAGIC,
     BLANK_MARKER,
@@ -49,6 +50,9 @@ class SplitBatch(NamedTuple):
     rejected: list[tuple[int, int, str]]
 
 
+_new_split = tuple.__new__
+
+
 def split_batch(data: bytes, topic_field: bytes, max_size: int) -> SplitBatch:
     """Validate a producer's batch for one topic, record by record, in one pass.
 
@@ -59,6 +63,16 @@ def split_batch(data: bytes, topic_field: bytes, max_size: int) -> SplitBatch:
     ``max_size``), properties size and body CRC check out. A header that cannot be
     trusted ends the batch: the rest cannot be split into records.
     """
+    speedups = _record.speedups
+    if speedups is not None:
+        split = speedups.split_batch(data, topic_field, max_size, _batch_rejection)
+        if split is not NotImplemented:
+            return _new_split(SplitBatch, split)
+    return split_batch_py(data, topic_field, max_size)
+
+
+def split_batch_py(data: bytes, topic_field: bytes, max_size: int) -> SplitBatch:
+    """:func:`split_batch` in pure Python (the reference for the accelerator)."""
     spans: list[int] = []  # pos, size, props_at per valid record, flat: one list operation each
     rejected: list[tuple[int, int, str]] = []
     tlen2 = len(topic_field)
@@ -113,6 +127,16 @@ def split_batch(data: bytes, topic_field: bytes, max_size: int) -> SplitBatch:
 
 def any_property_contains(data: bytes, split: SplitBatch, needle: bytes) -> bool:
     """Whether the properties of any valid record of ``split`` contain ``needle`` (bodies are not searched)."""
+    speedups = _record.speedups
+    if speedups is not None:
+        found = speedups.any_property_contains(data, split[0], split[1], split[2], needle)
+        if found is not NotImplemented:
+            return found is True
+    return any_property_contains_py(data, split, needle)
+
+
+def any_property_contains_py(data: bytes, split: SplitBatch, needle: bytes) -> bool:
+    """:func:`any_property_contains` in pure Python (the reference for the accelerator)."""
     positions, sizes, props_ats = split.positions, split.sizes, split.props_ats
     if len(positions) == 1:  # single sends
         return data.find(needle, props_ats[0], positions[0] + sizes[0]) >= 0
@@ -121,6 +145,24 @@ def any_property_contains(data: bytes, split: SplitBatch, needle: bytes) -> bool
         if find(needle, props_at, pos + size) >= 0:
             return True
     return False
+
+
+def property_codes(
+    data: bytes, positions: list[int], sizes: list[int], props_ats: list[int], phys: list[int], prefix_crc: int
+) -> tuple[list[int], list[tuple[int, int]]] | None:
+    """The store dispatcher's property rule over a batch, in C; None without the accelerator.
+
+    For each record ``i`` (properties ``data[props_ats[i] : positions[i] + sizes[i]]``): its
+    tags code (crc32 of the last ``TAGS`` value, 0 without one), and an index entry
+    ``(crc32(key, prefix_crc), phys[i])`` per ``UNIQ_KEY`` value (the last first) and per
+    non-empty ``KEYS`` word. :meth:`pymq.broker.store.dispatcher.Dispatcher.codes` is the
+    rule's reference (the tests compare the two); it runs where this returns None.
+    """
+    speedups = _record.speedups
+    if speedups is None:
+        return None
+    codes = speedups.property_codes(data, positions, sizes, props_ats, phys, prefix_crc)
+    return None if codes is NotImplemented else codes
 
 
 def _batch_rejection(data: bytes, pos: int, end: int, body_end: int, topic_field: bytes, max_size: int) -> str:
@@ -150,8 +192,27 @@ def patch_broker_blocks(
     """Write the broker-assigned block of records copied to ``positions`` of ``buf`` (a mapped file).
 
     Their queue offsets run from ``first_queue_offset``; their physical offsets are
-    ``base + position``. One C-level loop (map) instead of a Python one.
+    ``base + position``.
     """
+    speedups = _record.speedups
+    if speedups is not None and (
+        speedups.patch_broker_blocks(buf, positions, queue_id, first_queue_offset, base, store_timestamp, store_host)
+        is not NotImplemented
+    ):
+        return
+    patch_broker_blocks_py(buf, positions, queue_id, first_queue_offset, base, store_timestamp, store_host)
+
+
+def patch_broker_blocks_py(
+    buf: Buffer,
+    positions: list[int],
+    queue_id: int,
+    first_queue_offset: int,
+    base: int,
+    store_timestamp: int,
+    store_host: bytes,
+) -> None:
+    """:func:`patch_broker_blocks` in pure Python: one C-level loop (map) instead of a Python one."""
     if len(positions) == 1:  # single sends
         w = positions[0]
         BROKER_BLOCK.pack_into(

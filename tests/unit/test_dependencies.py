@@ -45,9 +45,24 @@ def ours(name: str) -> bool:
 
 
 def test_protocol_imports_nothing_of_ours_but_errors() -> None:
-    """pymq.protocol depends only on itself and pymq.errors (no I/O layers)."""
-    bad = offenders(modules("protocol"), lambda i: ours(i) and not i.startswith(("pymq.protocol.", "pymq.errors.")))
+    """pymq.protocol depends only on itself, pymq.errors and the C accelerator (a leaf extension)."""
+    bad = offenders(
+        modules("protocol"),
+        lambda i: ours(i) and not i.startswith(("pymq.protocol.", "pymq.errors.")) and i != "pymq._speedups",
+    )
     assert bad == []
+
+
+def test_only_the_record_module_imports_the_accelerator() -> None:
+    """pymq._speedups knows the record layout: only pymq.protocol.record loads it (record_batch uses it from there)."""
+    assert (
+        offenders(
+            {m: i for m, i in modules().items() if m != "pymq.protocol.record"},
+            lambda i: i.startswith("pymq._speedups"),
+        )
+        == []
+    )
+    assert "pymq._speedups" in modules()["pymq.protocol.record"]
 
 
 def test_protocol_does_no_io() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pickle
 import zlib
 
+import pytest
+
 from pymq.client.simple_consumer import _received
 from pymq.protocol.message import MessageExt, Prop, decode_message, iter_messages
 from pymq.protocol.record import (
@@ -23,6 +25,9 @@ PUBLIC = (
     "store_timestamp", "reconsume_times", "prepared_tx_offset", "store_size", "body_crc", "broker_name",
     "properties", "born_host", "store_host", "tags", "keys", "msg_id", "offset_msg_id", "delay_level",
 )  # fmt: skip
+
+# every test runs with the C accelerator and with the pure-Python record code
+pytestmark = pytest.mark.usefixtures("record_impl")
 
 
 def _record(i: int, *, compressed: bool = False) -> bytes:

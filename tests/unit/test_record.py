@@ -33,6 +33,9 @@ from pymq.protocol.record import (
     unpack_host,
 )
 
+# every test runs with the C accelerator and with the pure-Python record code
+pytestmark = pytest.mark.usefixtures("record_impl")
+
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 prop_chars = st.characters(exclude_characters="\x01\x02", exclude_categories=["Cs"])
@@ -371,6 +374,22 @@ def test_unique_ids() -> None:
     assert re.fullmatch(r"[0-9A-F]{32}", ids[0]) and re.fullmatch(r"[0-9A-F]{32}", ids[-1])
     assert ids[0].startswith("0A000001")
     assert UniqueIdGenerator("not-an-ip").next_id().startswith("7F000001")
+
+
+def test_unique_ids_follow_the_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ids of one millisecond share their head; each is prefix + ms since the month's start + counter."""
+    import calendar
+
+    from pymq.protocol import message
+
+    gen = UniqueIdGenerator("10.0.0.1")
+    prefix = gen._prefix  # ip, pid, random: the first 20 characters
+    month_start = calendar.timegm((2026, 11, 1, 0, 0, 0, 0, 0, 0)) * 1000
+    next_month = calendar.timegm((2026, 12, 1, 0, 0, 0, 0, 0, 0)) * 1000
+    for now_ms, counter in [(month_start + 5, 0), (month_start + 5, 1), (month_start + 6, 2), (next_month, 3)]:
+        monkeypatch.setattr(message.time, "time", lambda now_ms=now_ms: now_ms / 1000)
+        start = month_start if now_ms < next_month else next_month
+        assert gen.next_id() == f"{prefix}{now_ms - start:08X}{counter:04X}"
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,9 @@ from pymq.protocol.record_batch import (
     split_batch,
 )
 
+# every test runs with the C accelerator and with the pure-Python record code
+pytestmark = pytest.mark.usefixtures("record_impl")
+
 HOST = pack_host("10.0.0.1", 10911)
 
 

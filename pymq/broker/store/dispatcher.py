@@ -21,11 +21,13 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from pymq.broker.store.consume_queue import CQ_ENTRY
 from pymq.errors import StoreError
 from pymq.logs import RateLimitedLog, get_logger
+from pymq.protocol.record_batch import property_codes
 
 if TYPE_CHECKING:
     from pymq.broker.store.commitlog import StoredRef
@@ -155,6 +157,19 @@ class Dispatcher:
         rule = self.tags_rules.get(topic)
         crc32 = zlib.crc32
         prefix_crc = crc32(self._prefix(topic))
+        if rule is None:
+            # The accelerator's copy of codes() for the whole batch (None without it).
+            fast = property_codes(data, positions, sizes, props_ats, phys, prefix_crc)  # type: ignore[arg-type]
+            if fast is not None:
+                tags_codes, hashed = fast
+                if len(tags_codes) == 1:
+                    cq.append(CQ_ENTRY.pack(phys[0], sizes[0], tags_codes[0]), first_queue_offset)
+                elif tags_codes:
+                    flat = chain.from_iterable(zip(phys, sizes, tags_codes, strict=True))
+                    cq.append(_cq_packer(len(tags_codes)).pack(*flat), first_queue_offset)
+                if hashed:
+                    self.put_index(hashed, store_ts)
+                return
         if len(phys) == 1:  # single sends: no lists to build
             at, size = phys[0], sizes[0]
             props = data[props_ats[0] : positions[0] + size]

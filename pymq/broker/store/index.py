@@ -32,6 +32,7 @@ from pathlib import Path
 from pymq.broker.store.mapped_file import MappedFile, remove_leftovers
 from pymq.errors import StoreError
 from pymq.logs import get_logger
+from pymq.protocol import record as _record
 
 log = get_logger("broker.store.index")
 
@@ -42,6 +43,19 @@ ENTRY_SIZE = ENTRY.size  # 20
 _SLOT = struct.Struct("<i")
 _ZERO_ENTRY = bytes(ENTRY_SIZE)
 _NATIVE_SLOTS = sys.byteorder == "little"
+
+# The C accelerator (pymq._speedups, loaded by the record module) writes entries in put_many;
+# it must have been built for this layout.
+if (
+    _record.speedups is not None
+    and {
+        "ENTRY": ENTRY.format,
+        "ENTRY_SIZE": ENTRY_SIZE,
+        "SLOT": _SLOT.format,
+    }
+    != _record.speedups.INDEX_LAYOUT
+):
+    raise ImportError("pymq._speedups was built for another index layout: rebuild it (pip install -e .)")
 
 
 def key_hash(topic_key: bytes) -> int:
@@ -162,6 +176,14 @@ class IndexFile:
             self.begin_ts = store_ts
             self.begin_phys = todo[0][1]
         tdiff = (store_ts - self.begin_ts) // 1000
+        speedups = _record.speedups
+        if speedups is not None:
+            new_count = speedups.index_put(mm, self.entries_base, HEADER_SIZE, slots, count, todo, tdiff)
+            if new_count is not NotImplemented:
+                self.count = new_count
+                self.end_ts = store_ts
+                self.end_phys = todo[-1][1]
+                return len(todo)
         pack_entry = ENTRY.pack_into
         pos = self.entries_base + count * ENTRY_SIZE
         # Slots always hold entry numbers below the count (load rolls back any beyond it); a

@@ -1,0 +1,67 @@
+"""Types of the optional C accelerator (pymq/_speedups.c); only pymq.protocol.record and record_batch call it."""
+
+from collections.abc import Callable
+from types import NotImplementedType
+from typing import Any
+
+from pymq.protocol.record import Buffer, RecordTuple
+
+LAYOUT: dict[str, int | str]
+#: the store's index file layout the build was made for (pymq.broker.store.index checks it)
+INDEX_LAYOUT: dict[str, int | str]
+#: 1 when the CRC is zlib's (found at build), 0 when it is the extension's own table
+HAVE_ZLIB: int
+
+def split_batch(
+    data: bytes,
+    topic_field: bytes,
+    max_size: int,
+    reject_reason: Callable[[bytes, int, int, int, bytes, int], str],
+) -> tuple[list[int], list[int], list[int], list[tuple[int, int, str]]] | NotImplementedType: ...
+def any_property_contains(
+    data: bytes, positions: list[int], sizes: list[int], props_ats: list[int], needle: bytes
+) -> bool | NotImplementedType: ...
+def patch_broker_blocks(
+    buf: Buffer,
+    positions: list[int],
+    queue_id: int,
+    first_queue_offset: int,
+    base: int,
+    store_timestamp: int,
+    store_host: bytes,
+) -> NotImplementedType | None: ...
+def index_put(
+    buf: Any,
+    entries_base: int,
+    slots_base: int,
+    slots: int,
+    count: int,
+    entries: list[tuple[int, int]],
+    tdiff: int,
+) -> int | NotImplementedType: ...
+def encode_record(
+    topic: bytes,
+    body: bytes,
+    properties: bytes,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    reconsume_times: int,
+    prepared_tx_offset: int,
+    queue_id: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    store_host: bytes,
+) -> bytes | NotImplementedType: ...
+def property_codes(
+    data: bytes, positions: list[int], sizes: list[int], props_ats: list[int], phys: list[int], prefix_crc: int
+) -> tuple[list[int], list[tuple[int, int]]] | NotImplementedType: ...
+def unpack_record(buf: bytes | bytearray | memoryview, pos: int) -> RecordTuple | NotImplementedType: ...
+def unpack_records(
+    buf: bytes | bytearray | memoryview,
+) -> tuple[list[RecordTuple], Exception | None] | NotImplementedType: ...
+def crc32(data: Any, value: int = 0) -> int: ...
+def crc32_table(data: Any, value: int = 0) -> int: ...
+def set_decode_error(cls: type[Exception]) -> None: ...

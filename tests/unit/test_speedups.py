@@ -1,0 +1,391 @@
+"""The C accelerator (pymq._speedups) against the pure-Python record code: same bytes, same errors.
+
+Every accelerated function keeps its Python body (``*_py``) as the reference; these tests feed
+both the same inputs, well-formed and hostile (truncated, bad lengths, bad magic, bad CRC,
+huge sizes, wrong topics), and compare results and exceptions. The other record tests run
+with and without the accelerator (their ``impl`` fixture).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pymq.protocol import record, record_batch
+from pymq.protocol.record import encode_properties, encode_record, pack_host, topic_field
+
+try:
+    from pymq import _speedups
+except ImportError:  # no compiler at install: only the pure-Python half can run here
+    _speedups = None  # type: ignore[assignment]
+
+HOST = pack_host("10.0.0.1", 10911)
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def outcome(fn: Callable[..., Any], *args: Any) -> tuple[str, Any]:
+    """A call's result, or its exception's type and message, for comparing two implementations."""
+    try:
+        return "ok", fn(*args)
+    except Exception as exc:
+        return "error", (type(exc), str(exc))
+
+
+def test_the_accelerator_is_built_where_a_compiler_is() -> None:
+    """``pip install -e .`` compiles it on a machine with a C compiler (as every CI machine has).
+
+    Without one, the functions below compare the Python bodies with themselves (they still run).
+    """
+    if shutil.which("cc") or shutil.which("gcc"):
+        assert _speedups is not None
+        assert os.environ.get("PYMQ_NO_SPEEDUPS") or record.speedups is _speedups
+
+
+def test_the_accelerator_was_built_for_this_record_layout() -> None:
+    assert _speedups is None or record.speedups_layout() == _speedups.LAYOUT
+
+
+def test_the_switch_forces_the_fallback() -> None:
+    code = "from pymq.protocol import record; print(record.speedups is None)"
+    env = {**os.environ, "PYMQ_NO_SPEEDUPS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True)
+    assert out.stdout.strip() == "True"
+
+
+def test_a_stale_build_is_refused_loudly() -> None:
+    """A build for another layout or version (a .so left from before a pull) stops the import, naming the fix."""
+    code = (
+        "import sys, types\n"
+        "stale = types.ModuleType('pymq._speedups')\n"
+        "stale.LAYOUT = {'ABI_VERSION': 0}\n"
+        "sys.modules['pymq._speedups'] = stale\n"
+        "try:\n"
+        "    import pymq.protocol.record\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYMQ_NO_SPEEDUPS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=True)
+    assert "rebuild it (pip install -e .)" in out.stdout
+
+
+# --- inputs ----------------------------------------------------------------------------------------------
+
+
+@st.composite
+def records(draw: st.DrawFn, topic: bytes = b"T") -> bytes:
+    props = draw(
+        st.sampled_from(
+            [
+                b"",
+                encode_properties({"UNIQ_KEY": "ABC", "TAGS": "a"}),
+                encode_properties({"DELAY": "3", "KEYS": "k1 k2"}),
+                None,  # beyond MAX_PROPERTIES_SIZE
+            ]
+        )
+    )
+    body = draw(st.binary(max_size=64))
+    rec_topic = draw(st.sampled_from([topic, topic, b"Other"]))
+    if props is None:
+        return oversize_record(rec_topic, body)
+    return encode_record(
+        rec_topic,
+        body,
+        props,
+        flag=draw(st.integers(-(2**31), 2**31 - 1)),
+        born_timestamp=draw(st.integers(0, 2**62)),
+        born_host=HOST,
+        queue_id=draw(st.integers(0, 7)),
+        queue_offset=draw(st.integers(0, 2**40)),
+        physical_offset=draw(st.integers(0, 2**40)),
+        store_timestamp=draw(st.integers(0, 2**42)),
+        store_host=HOST,
+    )
+
+
+def oversize_record(topic: bytes, body: bytes) -> bytes:
+    """A record whose properties exceed MAX_PROPERTIES_SIZE (encode_record refuses to make one)."""
+    rec = bytearray(encode_record(topic, body, b"")[:-2] + struct.pack(">H", 32800) + b"X" * 32800)
+    struct.pack_into(">i", rec, 0, len(rec))
+    return bytes(rec)
+
+
+#: header fields worth breaking: size, magic, crc, body_len (and a byte of the body or lengths)
+_FIELDS = [(0, ">i"), (4, ">I"), (8, ">I"), (84, ">i")]
+_HOSTILE_INTS = [0, 1, -1, 91, 92, 93, 2**31 - 1, -(2**31), 0x706D7131, 0xCBD43194]
+
+
+@st.composite
+def hostile_buffers(draw: st.DrawFn) -> bytes:
+    """Concatenated records, then a few of: a field set to a hostile value, a flipped byte, a cut, junk."""
+    recs = draw(st.lists(records(), min_size=0, max_size=5))
+    buf = bytearray(b"".join(recs))
+    starts = [sum(len(r) for r in recs[:i]) for i in range(len(recs))]
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(["field", "flip", "cut", "junk", "blank"]))
+        if kind == "field" and starts:
+            at = draw(st.sampled_from(starts))
+            off, fmt = draw(st.sampled_from(_FIELDS))
+            value = draw(st.sampled_from(_HOSTILE_INTS))
+            if fmt == ">I":
+                value &= 0xFFFFFFFF
+            elif value > 2**31 - 1:
+                value -= 2**32
+            if at + off + 4 <= len(buf):  # not cut away
+                struct.pack_into(fmt, buf, at + off, value)
+        elif kind == "flip" and buf:
+            i = draw(st.integers(0, len(buf) - 1))
+            buf[i] ^= draw(st.integers(1, 255))
+        elif kind == "cut" and buf:
+            del buf[draw(st.integers(0, len(buf) - 1)) :]
+        elif kind == "junk":
+            buf += draw(st.binary(max_size=100))
+        elif kind == "blank":
+            buf += struct.pack(">iI", 64, 0xCBD43194) + bytes(draw(st.integers(0, 60)))
+    return bytes(buf)
+
+
+# --- the CRC ----------------------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(data=st.binary(max_size=3000), start=st.integers(0, 2**32 - 1))
+def test_crc32_is_zlibs(data: bytes, start: int) -> None:
+    """Both of the extension's CRCs (zlib's if found at build, its own table) are zlib.crc32."""
+    if _speedups is not None:
+        assert _speedups.crc32(data, start) == zlib.crc32(data, start)
+        assert _speedups.crc32_table(data, start) == zlib.crc32(data, start)
+
+
+# --- the batch path -------------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(data=hostile_buffers(), max_size=st.sampled_from([92, 200, 4 << 20]))
+def test_split_batch_agrees(data: bytes, max_size: int) -> None:
+    tf = topic_field(b"T")
+    assert outcome(record_batch.split_batch, data, tf, max_size) == outcome(
+        record_batch.split_batch_py, data, tf, max_size
+    )
+
+
+def test_split_batch_agrees_on_the_refusals() -> None:
+    tf = topic_field(b"T")
+    good = encode_record(b"T", b"body", b"TAGS\x01a\x02")
+    bad_crc = bytearray(good)
+    bad_crc[90] ^= 1
+    huge = struct.pack(">i", 2**31 - 1) + good[4:]
+    for data in [
+        good + bytes(bad_crc) + good,
+        good + encode_record(b"Other", b"x", b"") + good,
+        good + oversize_record(b"T", b"x") + good,
+        good + good[:50],
+        good + huge,
+        good * 3,
+        b"",
+    ]:
+        for max_size in (100, 4 << 20):
+            c = record_batch.split_batch(data, tf, max_size)
+            assert c == record_batch.split_batch_py(data, tf, max_size)
+            assert type(c) is record_batch.SplitBatch
+    # arguments outside the C loop's domain go to the Python body
+    assert outcome(record_batch.split_batch, memoryview(good), tf, 4 << 20) == outcome(
+        record_batch.split_batch_py, memoryview(good), tf, 4 << 20
+    )
+
+
+@SETTINGS
+@given(data=hostile_buffers(), needle=st.sampled_from([b"DELAY\x01", b"TAGS\x01", b"", b"\x02", b"zz"]))
+def test_any_property_contains_agrees(data: bytes, needle: bytes) -> None:
+    split = record_batch.split_batch_py(data, topic_field(b"T"), 4 << 20)
+    assert record_batch.any_property_contains(data, split, needle) == record_batch.any_property_contains_py(
+        data, split, needle
+    )
+
+
+@pytest.mark.parametrize(
+    "split",
+    [
+        record_batch.SplitBatch([0], [10], [-5], []),
+        record_batch.SplitBatch([0, 5], [1000, 3], [2, 100], []),
+        record_batch.SplitBatch([0], [2**70], [0], []),
+        record_batch.SplitBatch([0, 1], [10], [0], []),
+    ],
+)
+def test_any_property_contains_agrees_on_odd_splits(split: record_batch.SplitBatch) -> None:
+    data = b"abcDELAY\x01xyz" * 3
+    assert outcome(record_batch.any_property_contains, data, split, b"DELAY\x01") == outcome(
+        record_batch.any_property_contains_py, data, split, b"DELAY\x01"
+    )
+
+
+@SETTINGS
+@given(
+    positions=st.lists(st.integers(-300, 400), max_size=6),
+    queue_id=st.sampled_from([0, 7, 2**31 - 1, 2**31, -(2**31) - 1]),
+    first=st.sampled_from([0, 5, 2**63 - 3, 2**63]),
+    base=st.sampled_from([0, 1 << 30, -10, 2**63 - 100]),
+    host=st.sampled_from([HOST, b"short", HOST + b"x"]),
+)
+def test_patch_broker_blocks_agrees(positions: list[int], queue_id: int, first: int, base: int, host: bytes) -> None:
+    start = os.urandom(512)
+    results = []
+    for patch in (record_batch.patch_broker_blocks, record_batch.patch_broker_blocks_py):
+        buf = bytearray(start)
+        results.append((outcome(patch, buf, positions, queue_id, first, base, 1234567, host), bytes(buf)))
+    # identical bytes written and identical errors (the C function hands odd arguments to the Python body)
+    assert results[0] == results[1]
+
+
+def test_patch_broker_blocks_writes_a_mapped_file_as_the_python_code_does() -> None:
+    recs = [encode_record(b"T", bytes([i]) * 30, b"") for i in range(5)]
+    data = b"".join(recs)
+    positions = [sum(len(r) for r in recs[:i]) for i in range(5)]
+    out = []
+    for patch in (record_batch.patch_broker_blocks, record_batch.patch_broker_blocks_py):
+        mm = mmap.mmap(-1, 4096)
+        mm[: len(data)] = data
+        patch(mm, positions, 3, 100, 1 << 30, 1_700_000_000_000, HOST)
+        out.append(bytes(mm))
+        mm.close()
+    assert out[0] == out[1]
+    assert [record.unpack_record(out[0], p)[9] for p in positions] == [100, 101, 102, 103, 104]
+
+
+# --- the decoders ---------------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(data=hostile_buffers(), pos=st.integers(-200, 400))
+def test_unpack_record_agrees(data: bytes, pos: int) -> None:
+    assert outcome(record.unpack_record, data, pos) == outcome(record.unpack_record_py, data, pos)
+    mv = memoryview(data)
+    assert outcome(record.unpack_record, mv, pos) == outcome(record.unpack_record_py, mv, pos)
+
+
+@SETTINGS
+@given(data=hostile_buffers(), wrap=st.sampled_from([bytes, bytearray, memoryview]))
+def test_iter_records_agrees(data: bytes, wrap: Callable[[bytes], Any]) -> None:
+    def collect(it: Callable[[Any], Any]) -> tuple[list[Any], Any]:
+        got: list[Any] = []
+        try:
+            for f in it(wrap(data)):
+                got.append(f)
+        except Exception as exc:
+            return got, (type(exc), str(exc))
+        return got, None
+
+    assert collect(record.iter_records) == collect(record.iter_records_py)
+
+
+def test_the_decoders_hand_odd_buffers_to_the_python_code() -> None:
+    data = encode_record(b"T", b"body", b"")
+    as_ints = memoryview(data + bytes(-len(data) % 4)).cast("I")
+    assert outcome(record.unpack_record, as_ints, 0) == outcome(record.unpack_record_py, as_ints, 0)
+    assert outcome(list, record.iter_records(as_ints)) == outcome(list, record.iter_records_py(as_ints))
+
+
+# --- the dispatcher's property rule ---------------------------------------------------------------------
+
+_KEY_NAMES = st.sampled_from([b"UNIQ_KEY", b"TAGS", b"KEYS", b"OTHER", b"UNIQ_KEYX", b"TAG", b""])
+_KEY_WORDS = st.lists(st.sampled_from([b"a", b"bb", b"", b"k 1"]), max_size=4).map(b" ".join)
+_ITEMS = st.one_of(
+    st.tuples(_KEY_NAMES, st.binary(max_size=12)),
+    st.tuples(st.just(b"KEYS"), _KEY_WORDS),
+)
+
+
+@st.composite
+def raw_properties(draw: st.DrawFn) -> bytes:
+    """Properties as a producer (or a hostile one) may send them: any order, repeats, odd separators."""
+    items = draw(st.lists(_ITEMS, max_size=6))
+    seps = [draw(st.sampled_from([b"\x01", b"\x01", b""])) for _ in items]
+    out = b"\x02".join(k + s + v.replace(b"\x02", b"") for (k, v), s in zip(items, seps, strict=True))
+    return out + draw(st.sampled_from([b"\x02", b"", b"\x02\x02"]))
+
+
+def reference_codes(data: bytes, split: record_batch.SplitBatch, phys: list[int], prefix_crc: int) -> Any:
+    """What Dispatcher.dispatch's Python loop computes: tags codes and (hash, phys) index entries."""
+    from pymq.broker.store.dispatcher import Dispatcher
+
+    codes = Dispatcher(lambda t, q: None, None).codes  # type: ignore[arg-type,return-value]
+    tags_codes, entries = [], []
+    for pos, size, props_at, at in zip(split.positions, split.sizes, split.props_ats, phys, strict=True):
+        code, keys = codes(data[props_at : pos + size])
+        tags_codes.append(code)
+        entries += [(zlib.crc32(k, prefix_crc), at) for k in keys or ()]
+    return tags_codes, entries
+
+
+@SETTINGS
+@given(props=st.lists(raw_properties(), max_size=5), topic=st.sampled_from([b"T", b"TopicA"]))
+def test_property_codes_follow_the_dispatcher(props: list[bytes], topic: bytes) -> None:
+    data = b"".join(encode_record(b"T", b"body", p) for p in props)
+    split = record_batch.split_batch_py(data, topic_field(b"T"), 4 << 20)
+    phys = [1000 + p for p in split.positions]
+    prefix_crc = zlib.crc32(topic + b"#")
+    fast = record_batch.property_codes(data, split.positions, split.sizes, split.props_ats, phys, prefix_crc)
+    if _speedups is None or record.speedups is None:
+        assert fast is None
+    else:
+        assert fast == reference_codes(data, split, phys, prefix_crc)
+
+
+def test_property_codes_hand_odd_arguments_back() -> None:
+    data = encode_record(b"T", b"body", b"TAGS\x01a\x02")
+    # out of range, mismatched lengths, a prefix that is no crc: None (the dispatcher's own loop runs)
+    assert record_batch.property_codes(data, [0], [len(data) + 1], [90], [0], 0) is None
+    assert record_batch.property_codes(data, [0], [len(data)], [90], [], 0) is None
+    assert record_batch.property_codes(data, [0], [len(data)], [90], [0], -1) is None
+
+
+# --- the client's encode --------------------------------------------------------------------------------
+
+_I32 = st.one_of(st.integers(-(2**31), 2**31 - 1), st.sampled_from([2**31, -(2**31) - 1, True]))
+_I64 = st.one_of(st.integers(-(2**63), 2**63 - 1), st.sampled_from([2**63, -(2**63) - 1]))
+_HOSTS = st.sampled_from([HOST, b"", b"1234567", b"123456789", bytearray(HOST)])
+_BODIES = st.one_of(
+    st.binary(max_size=200), st.binary(max_size=10).map(bytearray), st.binary(max_size=10).map(memoryview)
+)
+
+
+@SETTINGS
+@given(
+    topic=st.one_of(st.binary(max_size=20), st.just(b"t" * 0x10000)),
+    body=st.one_of(
+        st.binary(max_size=200), st.binary(max_size=10).map(bytearray), st.binary(max_size=10).map(memoryview)
+    ),
+    props=st.one_of(st.binary(max_size=50), st.just(b"p" * 32768)),
+    ints=st.tuples(_I32, _I32, _I64, _I32, _I64, _I32, _I64, _I64, _I64),
+    hosts=st.tuples(_HOSTS, _HOSTS),
+)
+def test_encode_record_agrees(
+    topic: bytes, body: bytes, props: bytes, ints: tuple[int, ...], hosts: tuple[bytes, bytes]
+) -> None:
+    flag, sys_flag, born_ts, reconsume, prepared, qid, qoff, phys, store_ts = ints
+    kwargs = dict(
+        flag=flag, sys_flag=sys_flag, born_timestamp=born_ts, born_host=hosts[0], reconsume_times=reconsume,
+        prepared_tx_offset=prepared, queue_id=qid, queue_offset=qoff, physical_offset=phys,
+        store_timestamp=store_ts, store_host=hosts[1],
+    )  # fmt: skip
+    assert outcome(lambda: record.encode_record(topic, body, props, **kwargs)) == outcome(
+        lambda: record.encode_record_py(topic, body, props, **kwargs)
+    )
+
+
+def test_the_accelerator_was_built_for_this_index_layout() -> None:
+    from pymq.broker.store.index import _SLOT, ENTRY, ENTRY_SIZE
+
+    expected = {"ENTRY": ENTRY.format, "ENTRY_SIZE": ENTRY_SIZE, "SLOT": _SLOT.format}
+    assert _speedups is None or expected == _speedups.INDEX_LAYOUT
