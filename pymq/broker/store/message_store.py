@@ -152,6 +152,8 @@ class MessageStore:
                 last.enable_warming(last.wrote_pos)
             self._warmer = Warmer(self)
             self._warmer.start()
+            # New consume-queue files from now on are made on a thread (recovery made its own).
+            self.map_pool.start_maker(self.lock)
             self._flusher.start()
             self._logics_flusher.start()
             self._cleaner.start()
@@ -165,6 +167,7 @@ class MessageStore:
             return False
         with self.lock:
             self.running = False
+        self.map_pool.stop_maker()
         for svc in (self._warmer, self._cleaner, self._logics_flusher, self._flusher):
             if svc is not None:
                 svc.stop()
@@ -175,6 +178,7 @@ class MessageStore:
         if not self._stop_services():
             return
         with self.lock, self.file_lock, self.logics_lock:
+            self.map_pool.settle()  # consume-queue files still being made: now
             self.commitlog.flush()
             self.checkpoint.physic_ts = self.last_store_ts
             self._flush_logics_locked()
@@ -255,6 +259,11 @@ class MessageStore:
                 if known is None or not cq.restore(*known):
                     cq.recover()
                 self.queues[key] = cq
+
+    def settle_queue_files(self) -> int:
+        """Make now every consume-queue file still being made on the maker thread; returns how many."""
+        with self.lock:
+            return self.map_pool.settle()
 
     def queue_for(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self.queues.get((topic, queue_id))
@@ -539,8 +548,15 @@ class MessageStore:
             return
         self._flusher.request(offset, callback)
 
-    def flush_logics(self, *, index: bool = True) -> None:
-        """Sync consume queues (and index files unless ``index`` is False), then the checkpoint."""
+    def flush_logics(self, *, index: bool = True, settle: bool = True) -> None:
+        """Sync consume queues (and index files unless ``index`` is False), then the checkpoint.
+
+        ``settle``: first make the consume-queue files still being made, on this thread under
+        the store lock (the periodic flush passes False: it leaves them to the maker thread and
+        syncs them next time).
+        """
+        if settle:
+            self.settle_queue_files()
         with self.logics_lock:
             self._flush_logics_locked(index)
 
@@ -550,17 +566,23 @@ class MessageStore:
         # Only queues written since the last pass (the writer adds them; set.pop is atomic).
         dirty = self.dirty_queues
         flushed: list[ConsumeQueue] = []
+        #: queues with entries in a file still being made (file_maker): synced by a later pass
+        unmade: list[ConsumeQueue] = []
         try:
             while dirty:
                 cq = dirty.pop()
                 flushed.append(cq)
-                cq.flush()
+                if not cq.flush():
+                    unmade.append(cq)
         except BaseException:
             dirty.update(flushed)  # retried next pass
             raise
+        dirty.update(unmade)
         if index:
             self.checkpoint.index_ts = self.index.flush()
-        self.checkpoint.logics_ts = logics_ts
+        if not unmade:
+            # (otherwise the checkpoint keeps claiming less: recovery re-dispatches the unmade entries)
+            self.checkpoint.logics_ts = logics_ts
         self.checkpoint.flush()
 
     # --- reading --------------------------------------------------------------------------------------------
