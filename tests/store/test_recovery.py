@@ -11,7 +11,8 @@ import pytest
 from pymq.broker.delay_hook import SCHEDULE_TOPIC
 from pymq.broker.store import MessageStore, PutStatus, file_maker
 from pymq.broker.store.index import HEADER_SIZE
-from pymq.errors import StoreLockedError
+from pymq.broker.store.map_pool import PooledMappedFile
+from pymq.errors import StoreError, StoreLockedError
 from pymq.protocol.record import parse_record
 from tests.store.conftest import PutPathFactory, StoreFactory
 from tests.store.storeutil import keyed, read_queue, record
@@ -287,3 +288,27 @@ def test_entries_of_files_still_being_made_are_redispatched(
     rep = store.recovery
     assert rep is not None and rep.abnormal and rep.redispatched_cq == 5
     _assert_intact(store, before + late)
+
+
+def test_a_file_that_cannot_be_made_at_shutdown_leaves_a_crash_behind(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a pending consume-queue file cannot be made at shutdown, the shutdown is not marked
+    clean (no queue ends, abort file kept): the next start re-dispatches its entries."""
+    store = new_store()
+    maker = store.map_pool.maker
+    assert maker is not None
+    monkeypatch.setattr(maker, "submit", lambda mf: None)
+    results = store.put_messages("T", 0, b"".join(keyed(j, size=300) for j in range(3)))
+
+    def refuse(self: PooledMappedFile) -> tuple[memoryview, int]:
+        raise StoreError("no room")
+
+    monkeypatch.setattr(PooledMappedFile, "create_mapping", refuse)
+    store.shutdown()
+    assert (store.root / "abort").exists() and not (store.root / "queue_ends").exists()
+    monkeypatch.undo()
+    store = new_store()
+    rep = store.recovery
+    assert rep is not None and rep.abnormal and rep.redispatched_cq == 3
+    _assert_intact(store, results)

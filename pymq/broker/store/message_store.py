@@ -178,27 +178,38 @@ class MessageStore:
         if not self._stop_services():
             return
         with self.lock, self.file_lock, self.logics_lock:
-            self.map_pool.settle()  # consume-queue files still being made: now
+            try:
+                self.map_pool.settle()  # consume-queue files still being made: now
+                clean = True
+            except StoreError as exc:
+                # Their entries cannot reach disk: shut down as after a crash (the abort file
+                # stays, logics_ts does not cover them), so the next start re-dispatches them.
+                log.error("consume_queue_files_not_made", reason=str(exc), pending=len(self.map_pool.pending))
+                clean = False
             self.commitlog.flush()
             self.checkpoint.physic_ts = self.last_store_ts
             self._flush_logics_locked()
-            self.checkpoint.clean_end = self.commitlog.max_offset
+            if clean:
+                self.checkpoint.clean_end = self.commitlog.max_offset
             self.checkpoint.flushed_phys = self.commitlog.max_offset
             self.checkpoint.flush()
             self.index.close()
-            queue_ends.save(
-                self.root,
-                (self.commitlog.min_offset, self.commitlog.max_offset),
-                ((t, q, cq.min_offset, cq.max_offset) for (t, q), cq in self.queues.items()),
-            )
+            if clean:
+                queue_ends.save(
+                    self.root,
+                    (self.commitlog.min_offset, self.commitlog.max_offset),
+                    ((t, q, cq.min_offset, cq.max_offset) for (t, q), cq in self.queues.items()),
+                )
             for cq in self.queues.values():
                 cq.close()
             self.commitlog.close()
             self.checkpoint.close()
-        (self.root / "abort").unlink(missing_ok=True)
+        if clean:
+            (self.root / "abort").unlink(missing_ok=True)
         _fsync_dir(self.root)
         self._release_lock()
-        log.info("store_shutdown_clean", commitlog_end=self.checkpoint.clean_end)
+        if clean:
+            log.info("store_shutdown_clean", commitlog_end=self.checkpoint.clean_end)
 
     def halt(self) -> None:
         """Stop the way a crash would: no final flush, abort file left, files unmapped, lock released.
