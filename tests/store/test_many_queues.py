@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from pymq.broker.store.map_pool import FD_LESS
+from tests.helpers import wait_until_sync
 from tests.store.conftest import StoreFactory
 from tests.store.storeutil import record
 
@@ -111,13 +111,6 @@ def test_a_view_outlives_its_files_eviction(new_store: StoreFactory) -> None:
     assert bytes(raw) == bytes(cq.read_entries(0, 1)) and len(raw) == 20  # still the mapping it came from
 
 
-def _wait_until(cond, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-
-
 def test_new_queue_files_are_made_off_the_writers_thread(new_store: StoreFactory) -> None:
     """A new queue's first entries wait in memory (readable) while the maker thread creates its file."""
     store = new_store(consume_queue_flush_interval_ms=3_600_000)
@@ -132,7 +125,7 @@ def test_new_queue_files_are_made_off_the_writers_thread(new_store: StoreFactory
         assert mf.pending is not None and not mf.path.exists()
         got = store.get_messages("g", "N", 0, 0)
         assert got.message_count == 1 and b"first" in bytes(got.buffers[0])
-    _wait_until(lambda: not pool.pending)
+    wait_until_sync(lambda: not pool.pending, timeout=30, what="the maker thread")
     assert mf.mapped and mf.path.exists() and maker.made >= 1
     store.put_messages("N", 0, record("N", b"second"))
     store.flush_logics(settle=False)
