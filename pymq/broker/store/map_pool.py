@@ -113,7 +113,9 @@ class PooledMappedFile(MappedFile):
         self.made: tuple[memoryview, int] | None = None
         maker = pool.maker
         if create and maker is not None:
-            super().__init__(path, size, create=True, lazy=True)
+            # (create=False: the check that the file does not exist yet is the maker's, off the
+            # writer's thread; a lookup in a directory the maker is adding to waits for it)
+            super().__init__(path, size, create=False, lazy=True)
             self.pending = bytearray()
             pool.pending.add(self)
             maker.submit(self)
@@ -158,6 +160,8 @@ class PooledMappedFile(MappedFile):
 
     def create_mapping(self) -> tuple[memoryview, int]:
         """Create the file (its directory too), map it and prefault its first page; no store lock needed."""
+        if self.path.exists():
+            raise StoreError(f"cannot create {self.path}: it exists")
         fd = self._open(True)
         try:
             mm, address = map_fd(fd, self.size, self.path)
