@@ -295,8 +295,10 @@ class ConsumeQueue:
 
     def flush(self) -> bool:
         """Sync the written entries; False if some are in a file still being made (not on disk yet)."""
+        # Looked at before syncing: a file the maker adopts meanwhile was skipped by this sync.
+        unmade = any(getattr(mf, "pending", None) is not None for mf in self.mfq.files)
         self.mfq.flush()
-        return not any(getattr(mf, "pending", None) is not None for mf in self.mfq.files)
+        return not unmade
 
     def close(self) -> None:
         self.mfq.close()
