@@ -1,7 +1,7 @@
 """New consume-queue files made on a thread, so that a queue's first write does not wait for the disk.
 
 Creating a file costs directory updates (``mkdir`` for a new queue, then ``open(O_CREAT)``,
-``posix_fallocate`` and ``rename``): 0.3–2 ms of file-system work on this VM, which on the
+``posix_fallocate`` and ``rename``): 0.3-2 ms of file-system work on this VM, which on the
 writer's thread (the broker's event loop) stalled every first touch of a new queue.
 Instead, a new pooled file (:class:`~pymq.broker.store.map_pool.PooledMappedFile`) starts
 *pending*: its entries go to a small in-memory buffer, readable like the mapping would be,

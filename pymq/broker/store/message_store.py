@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pymq.broker.store import queue_ends, read_ahead
+from pymq.broker.store import queue_ends, residency
 from pymq.broker.store.appender import Appender, rejected_results
 from pymq.broker.store.checkpoint import Checkpoint
 from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup, try_disk_ratio
@@ -34,7 +34,6 @@ from pymq.broker.store.dispatcher import Dispatcher
 from pymq.broker.store.flush import CommitLogFlusher, FlushCallback, LogicsFlusher, Warmer
 from pymq.broker.store.index import IndexService
 from pymq.broker.store.map_pool import MapPool
-from pymq.broker.store.read_ahead import ReadAhead
 from pymq.broker.store.reader import find_by_key, read_queue
 from pymq.broker.store.recovery import RecoveryReport, recover
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutStatus
@@ -62,6 +61,8 @@ class MessageStore:
         host, _, port = store_host.rpartition(":")
         self.store_host = pack_host(host, int(port or 0))
         self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_file_size)
+        #: which commitlog blocks are in memory (cold pulls are prefaulted off the loop)
+        self.residency = residency.Residency(self.commitlog.mfq)
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         #: consume-queue files are mapped through this (lazily, no descriptor, LRU-bounded)
         self.map_pool = MapPool(config.consume_queue_max_mapped_files)
@@ -104,8 +105,6 @@ class MessageStore:
         self._logics_flusher: LogicsFlusher | None = None
         self._cleaner: CleanupService | None = None
         self._warmer: Warmer | None = None
-        #: maps the commitlog ahead of cold pulls (None: not running, or not available here)
-        self.read_ahead: ReadAhead | None = None
         self._arrival_listeners: list[ArrivalListener] = []
 
     # --- lifecycle ------------------------------------------------------------------------------------------
@@ -157,9 +156,6 @@ class MessageStore:
             self._warmer.start()
             # New consume-queue files from now on are made on a thread (recovery made its own).
             self.map_pool.start_maker(self.lock)
-            if read_ahead.AVAILABLE:
-                self.read_ahead = ReadAhead(self.commitlog.mfq)
-                self.read_ahead.start()
             self._flusher.start()
             self._logics_flusher.start()
             self._cleaner.start()
@@ -174,8 +170,7 @@ class MessageStore:
         with self.lock:
             self.running = False
         self.map_pool.stop_maker()
-        ra, self.read_ahead = self.read_ahead, None
-        for svc in (ra, self._warmer, self._cleaner, self._logics_flusher, self._flusher):
+        for svc in (self._warmer, self._cleaner, self._logics_flusher, self._flusher):
             if svc is not None:
                 svc.stop()
         return True
@@ -631,12 +626,26 @@ class MessageStore:
             if offset > max_off:
                 next_offset = min_off if min_off == 0 else max_off
                 return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_off, max_off)
-            got = read_queue(self.commitlog, cq, offset, max_count, max_bytes, tag_codes, min_off, max_off)
-            ra = self.read_ahead
-            if ra is not None and got.max_physical_offset_read:
-                # A reader far behind the writer: its next range is mapped on a thread (read_ahead.py).
-                ra.hint((group, topic, queue_id), got.max_physical_offset_read, self.commitlog.max_offset)
-            return got
+            return read_queue(self.commitlog, cq, offset, max_count, max_bytes, tag_codes, min_off, max_off)
+
+    def pages_missing(self, got: GetResult) -> bool:
+        """Whether some commitlog pages of a read are not in memory: then :meth:`prefault` it off the loop.
+
+        Only reads ending more than ``residency.COLD_LAG`` behind the commitlog end are looked
+        at (the tail was just written); for those, one dict lookup, and a ``mincore`` per MiB
+        not checked in the last seconds (see :mod:`pymq.broker.store.residency`).
+        """
+        return bool(got.buffers) and self.residency.missing(
+            got.min_physical_offset_read, got.max_physical_offset_read, self.commitlog.max_offset
+        )
+
+    def prefault(self, got: GetResult) -> None:
+        """Bring a read's commitlog pages into memory and map them (any thread, no lock: blocks on the disk)."""
+        self.residency.prefault(got.min_physical_offset_read, got.max_physical_offset_read)
+
+    def prefault_after(self, got: GetResult) -> None:
+        """Like :meth:`prefault`, for the next MiBs after a read (run it while the read is answered)."""
+        self.residency.prefault_after(got.max_physical_offset_read)
 
     def read_commitlog(self, offset: int, size: int) -> list[memoryview]:
         """Up to ``size`` commitlog bytes from ``offset``, one view per file (what replication ships)."""
