@@ -6,7 +6,8 @@
 #   bash benchmarks/run_all.sh [OUT_DIR]        # default /tmp/pymq-bench-all
 #
 # Needs: .venv with '.[dev]'; for the peers, redis-server and /tmp/peers/venv as
-# ../shared/bench/peers/README.md says (skipped when missing). Takes about 20 minutes.
+# ../shared/bench/peers/README.md says (skipped when missing). Takes about 25 minutes. Ends with
+# one summary table (benchmarks/summarize.py), also written to OUT_DIR/summary.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/pymq-bench-all}
@@ -38,11 +39,19 @@ rate=$($py -c "import json;print(int(json.load(open('$out/prod-batch.json'))['ms
 run e2e-half    $bench e2e --embedded --quiet --json --rate "$rate" --duration 10 --batch-size 64
 run orderly     $bench consumer --embedded --quiet --json --count 50000 --orderly --queues 8
 run sendback    $bench consumer --embedded --quiet --json --count 20000 --fail-first
+run prod-conc8-sync  $bench producer --embedded --quiet --json --count 20000 --concurrency 8 --flush SYNC_FLUSH
+run prod-conc8-async $bench producer --embedded --quiet --json --count 20000 --concurrency 8 --flush ASYNC_FLUSH
 peer_round after
 run store       $py benchmarks/store_bench.py --repeat 3 --json
 run decode      $py benchmarks/decode_bench.py --json
 run timer       $py benchmarks/timer_bench.py --pending 1000000 --burst 10000 --json
-run scale       $py benchmarks/scale_bench.py --queues 10000 --topics 10 --json
-run cold-read   $py benchmarks/cold_read_check.py --mb 1024 --json
+# Scale (issue 19): 10,000 queues over 10 topics (first touches, steady puts, restart time with
+# 10,000 queue files, clean and after a crash); a cold backlog after dropping its pages from
+# the page cache (posix_fadvise DONTNEED on the store's own files: needs no privilege),
+# read as fast as possible and by a consumer held to 300 MB/s.
+run scale       $py benchmarks/scale_bench.py --queues 10000 --topics 10 --dir "$out/scale-store" --json
+run cold-read   $py benchmarks/cold_read_check.py --mb 1024 --dir "$out/cold-store" --json
+run cold-read-paced $py benchmarks/cold_read_check.py --mb 1024 --pace 300 --dir "$out/cold-store" --json
 if command -v java >/dev/null; then run spark $py benchmarks/spark_bench.py --json; fi
+$py benchmarks/summarize.py "$out" | tee "$out/summary.md"
 echo "results in $out"

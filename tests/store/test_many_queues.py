@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pymq.broker.store.map_pool import FD_LESS
+from tests.helpers import wait_until_sync
 from tests.store.conftest import StoreFactory
 from tests.store.storeutil import record
 
@@ -38,12 +39,14 @@ def test_lru_unmaps_clean_files_and_remaps_on_read(new_store: StoreFactory) -> N
     store = new_store(consume_queue_max_mapped_files=4, consume_queue_flush_interval_ms=3_600_000)
     for q in range(12):
         store.put_messages("T", q, record("T", b"m%d" % q))
+    store.settle_queue_files()  # (new files are made by the maker thread: all of them now)
     pool = store.map_pool
     # Written but not yet synced: nothing may be unmapped.
     assert len(pool) == 12 and pool.evictions == 0
     store.flush_logics()
     assert not store.dirty_queues
-    store.put_messages("U", 0, record("U", b"u"))  # maps one more: the oldest clean ones go
+    store.put_messages("U", 0, record("U", b"u"))
+    store.settle_queue_files()  # maps one more: the oldest clean ones go
     assert len(pool) <= 4 and pool.evictions >= 9
     for q in range(12):
         got = store.get_messages("g", "T", q, 0)
@@ -102,6 +105,50 @@ def test_a_view_outlives_its_files_eviction(new_store: StoreFactory) -> None:
     store.flush_logics()
     raw = cq.read_entries(0, 1)
     mf = cq.mfq.files[0]
-    store.put_messages("T", 1, record("T", b"second"))  # maps another file: the first one goes
+    store.put_messages("T", 1, record("T", b"second"))
+    store.settle_queue_files()  # maps another file: the first one goes
     assert not mf.mapped and store.map_pool.evictions >= 1
     assert bytes(raw) == bytes(cq.read_entries(0, 1)) and len(raw) == 20  # still the mapping it came from
+
+
+def test_new_queue_files_are_made_off_the_writers_thread(new_store: StoreFactory) -> None:
+    """A new queue's first entries wait in memory (readable) while the maker thread creates its file."""
+    store = new_store(consume_queue_flush_interval_ms=3_600_000)
+    pool = store.map_pool
+    maker = pool.maker
+    if maker is None:  # (off Linux files are made at once)
+        assert not FD_LESS
+        return
+    with maker.cond:  # the maker cannot take the file before we looked at it
+        store.put_messages("N", 0, record("N", b"first"))
+        (mf,) = store.queues[("N", 0)].mfq.files
+        assert mf.pending is not None and not mf.path.exists()
+        got = store.get_messages("g", "N", 0, 0)
+        assert got.message_count == 1 and b"first" in bytes(got.buffers[0])
+    wait_until_sync(lambda: not pool.pending, timeout=30, what="the maker thread")
+    assert mf.mapped and mf.path.exists() and maker.made >= 1
+    store.put_messages("N", 0, record("N", b"second"))
+    store.flush_logics(settle=False)
+    assert not store.dirty_queues
+    with open(mf.path, "rb") as f:  # both entries on disk, in the made file
+        assert f.read(40) == bytes(mf.view()[:40]) and bytes(mf.view()[20:40]) != bytes(20)
+    assert bytes(store.get_messages("g", "N", 0, 0).buffers[0]).count(b"first") == 1
+
+
+def test_pending_files_are_made_by_truncation_and_cancelled_by_deletion(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = new_store()
+    maker = store.map_pool.maker
+    if maker is None:
+        return
+    monkeypatch.setattr(maker, "submit", lambda mf: None)  # the thread never sees them
+    store.put_messages("N", 0, b"".join(record("N", b"m%d" % i) for i in range(3)))
+    store.put_messages("D", 0, record("D"))
+    cq = store.queues[("N", 0)]
+    assert len(store.map_pool.pending) == 2
+    cq.truncate_to(2)  # anything but appending and reading makes the file first
+    assert cq.mfq.files[0].mapped and cq.mfq.files[0].path.exists() and cq.max_offset == 2
+    store.delete_topic("D")
+    assert store.map_pool.pending == set() and not (store.root / "consumequeue" / "D").exists()
+    store.shutdown()

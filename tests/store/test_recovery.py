@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from pymq.broker.delay_hook import SCHEDULE_TOPIC
-from pymq.broker.store import MessageStore, PutStatus
+from pymq.broker.store import MessageStore, PutStatus, file_maker
 from pymq.broker.store.index import HEADER_SIZE
-from pymq.errors import StoreLockedError
+from pymq.broker.store.map_pool import PooledMappedFile
+from pymq.errors import StoreError, StoreLockedError
 from pymq.protocol.record import parse_record
 from tests.store.conftest import PutPathFactory, StoreFactory
 from tests.store.storeutil import keyed, read_queue, record
@@ -41,6 +42,13 @@ def _assert_intact(store: MessageStore, results: list) -> None:  # type: ignore[
         assert rec is not None
         uniq = parse_record(rec).properties.split(b"\x02")[0][9:].decode()
         assert [bytes(x) for x in store.query_by_key("T", uniq)] == [bytes(rec)]
+
+
+def _crash(store: MessageStore) -> None:
+    """What kill -9 leaves once the maker thread made the new queues' files (a millisecond after
+    their first entries; ``test_entries_of_files_still_being_made_are_redispatched`` covers the rest)."""
+    store.settle_queue_files()
+    store.halt()
 
 
 def _commitlog_file(store: MessageStore, offset: int) -> Path:
@@ -74,7 +82,7 @@ def test_abnormal_restart_keeps_everything(new_store: StoreFactory) -> None:
     store = new_store()
     results = _fill(store, 100)
     end = store.commitlog.max_offset
-    store.halt()
+    _crash(store)
     assert (store.root / "abort").exists()
     store = new_store()
     rep = store.recovery
@@ -112,7 +120,7 @@ def test_torn_tail_is_truncated_and_never_served(new_store: StoreFactory, tail) 
     results = _fill(store, 20, queues=1)
     end = store.commitlog.max_offset
     junk = tail(store, results)
-    store.halt()
+    _crash(store)
     _patch_file(_commitlog_file(store, end), end % FILE, junk)
     store = new_store()
     rep = store.recovery
@@ -129,7 +137,7 @@ def test_consume_queue_entries_past_the_commitlog_end_are_dropped(new_store: Sto
     """Records lost from the commitlog tail take their consume-queue entries with them."""
     store = new_store()
     results = _fill(store, 20, queues=1)
-    store.halt()
+    _crash(store)
     lost = results[-3:]
     path = _commitlog_file(store, lost[0].physical_offset)
     _patch_file(path, lost[0].physical_offset % FILE, bytes(sum(r.size for r in lost)))
@@ -145,7 +153,7 @@ def test_missing_consume_queue_and_index_entries_are_redispatched(new_store: Sto
     """A crash between the commitlog write and the queue/index writes is repaired by re-dispatch."""
     store = new_store(index_max_entries=1000)
     results = _fill(store, 30, queues=1)
-    store.halt()
+    _crash(store)
     cq_file = store.root / "consumequeue" / "T" / "0" / f"{16 * 20:020d}"  # entries 16..31
     _patch_file(cq_file, (25 - 16) * 20, bytes(5 * 20))  # entries 25..29 never written
     index_file = next((store.root / "index").iterdir())
@@ -168,7 +176,7 @@ def test_torn_consume_queue_entries_are_repaired(new_store: StoreFactory) -> Non
     """Recent consume-queue entries are checked against the commitlog: a hole or a torn entry is fixed."""
     store = new_store()
     results = _fill(store, 30, queues=1)
-    store.halt()
+    _crash(store)
     cq_file = store.root / "consumequeue" / "T" / "0" / f"{16 * 20:020d}"
     _patch_file(cq_file, (20 - 16) * 20, bytes(20))  # a hole: entry 20
     _patch_file(cq_file, (22 - 16) * 20 + 8, struct.pack(">i", 7))  # a wrong size: entry 22
@@ -183,7 +191,7 @@ def test_delayed_message_is_redispatched_with_its_delivery_time(new_put_path: Pu
     path = new_put_path()
     store = path.store
     res = path.put("T", 0, record("T", b"later", delay=2, uniq="D"))[0]
-    store.halt()
+    _crash(store)
     cq_file = store.root / "consumequeue" / SCHEDULE_TOPIC / "1" / f"{0:020d}"
     _patch_file(cq_file, 0, bytes(20))
     store = new_put_path().store
@@ -201,7 +209,7 @@ def test_leftover_preallocated_file_after_a_crash(new_store: StoreFactory) -> No
     results = _fill(store, 25, queues=1)
     nxt = store.commitlog.mfq.next_file or store.commitlog.mfq.preallocate_next()
     assert nxt is not None
-    store.halt()
+    _crash(store)
     assert (store.root / "commitlog" / nxt.path.name).exists()
     store = new_store()
     _assert_intact(store, results)
@@ -224,12 +232,12 @@ def test_index_uncounted_entries_restore_the_slots(new_store: StoreFactory) -> N
     """Entries past the header count are undone at load, restoring each slot's previous head."""
     store = new_store(index_max_entries=1000)
     store.put_messages("T", 0, b"".join(record("T", b"x", keys=[f"k{i}"]) for i in range(20)))
-    store.halt()
+    _crash(store)
     path = next((store.root / "index").iterdir())
     before = path.read_bytes()
     store = new_store(index_max_entries=1000)
     assert store.recovery is not None and store.recovery.rolled_back_index == 0
-    store.halt()
+    _crash(store)
     raw = bytearray(before)
     struct.pack_into("<i", raw, 36, 11)  # pretend the batch's last 10 entries were never counted
     path.write_bytes(bytes(raw))
@@ -248,7 +256,7 @@ def test_index_file_killed_before_its_header_is_dropped(new_store: StoreFactory)
     """An index file created but never written (kill -9 right after creation) is dropped, and its keys re-indexed."""
     store = new_store(index_max_entries=1000)
     store.put_messages("T", 0, b"".join(record("T", b"x", keys=[f"k{i}"]) for i in range(5)))
-    store.halt()
+    _crash(store)
     path = next((store.root / "index").iterdir())
     path.write_bytes(bytes(path.stat().st_size))  # right size, nothing written: the header is all zeros
     store = new_store(index_max_entries=1000)
@@ -256,3 +264,51 @@ def test_index_file_killed_before_its_header_is_dropped(new_store: StoreFactory)
     assert not path.exists() or path.read_bytes()[:40] != bytes(40)
     for i in range(5):
         assert len(store.query_by_key("T", f"k{i}")) == 1
+
+
+def test_entries_of_files_still_being_made_are_redispatched(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash while new queues' files are still being made (their entries only in memory) loses
+    nothing: the logics flush held the checkpoint back, and recovery re-dispatches the entries."""
+    store = new_store()
+    before = _fill(store, 30)
+    store.flush_logics()  # the queues so far are on disk, the checkpoint covers them
+    maker = store.map_pool.maker
+    assert maker is not None
+    monkeypatch.setattr(maker, "submit", lambda mf: setattr(mf, "making", file_maker.QUEUED))  # never made
+    late = store.put_messages("T", 7, b"".join(keyed(j, size=300) for j in range(100, 105)))
+    assert store.map_pool.pending and [r.queue_offset for r in read_queue(store, "T", 7)] == list(range(5))
+    logics_ts = store.checkpoint.logics_ts
+    store.flush_logics(settle=False)  # the periodic pass: must not claim the pending entries
+    assert store.queues[("T", 7)] in store.dirty_queues and store.checkpoint.logics_ts == logics_ts
+    store.halt()
+    assert not (store.root / "consumequeue" / "T" / "7").exists()
+    store = new_store()
+    rep = store.recovery
+    assert rep is not None and rep.abnormal and rep.redispatched_cq == 5
+    _assert_intact(store, before + late)
+
+
+def test_a_file_that_cannot_be_made_at_shutdown_leaves_a_crash_behind(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If a pending consume-queue file cannot be made at shutdown, the shutdown is not marked
+    clean (no queue ends, abort file kept): the next start re-dispatches its entries."""
+    store = new_store()
+    maker = store.map_pool.maker
+    assert maker is not None
+    monkeypatch.setattr(maker, "submit", lambda mf: None)
+    results = store.put_messages("T", 0, b"".join(keyed(j, size=300) for j in range(3)))
+
+    def refuse(self: PooledMappedFile) -> tuple[memoryview, int]:
+        raise StoreError("no room")
+
+    monkeypatch.setattr(PooledMappedFile, "create_mapping", refuse)
+    store.shutdown()
+    assert (store.root / "abort").exists() and not (store.root / "queue_ends").exists()
+    monkeypatch.undo()
+    store = new_store()
+    rep = store.recovery
+    assert rep is not None and rep.abnormal and rep.redispatched_cq == 3
+    _assert_intact(store, results)

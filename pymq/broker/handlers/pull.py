@@ -18,6 +18,7 @@ consumer that caught up back to the master.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -147,13 +148,26 @@ class PullHandlers:
         if sys_flag & FLAG_COMMIT_OFFSET and not self.slave and h.commit_offset >= 0:
             self.offsets.commit(group, topic, queue_id, h.commit_offset)
         read = _Read(group, topic, queue_id, offset, max_nums, h.max_msg_bytes, codes, sg)
-        resp = self._read(cmd, read)
+        resp, result = self._read_result(cmd, read)
         if resp.code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND and suspend_ms > 0:
             timeout = min(suspend_ms / 1000, self.config.long_polling_max_seconds)
             return self._hold(cmd, read, timeout)
+        if resp.code == ResponseCode.SUCCESS and self.store.pages_missing(result):
+            return self._answer_when_in_memory(resp, result)
+        return resp
+
+    async def _answer_when_in_memory(self, resp: Command, result: GetResult) -> Command:
+        # A cold backlog: the transport's copy of these slices would wait for the disk on the
+        # loop, page by page. Bring the pages in on a worker thread first (store/residency.py).
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.store.prefault, result)
+        loop.run_in_executor(None, self.store.prefault_after, result)  # the next MiBs, while this goes out
         return resp
 
     def _read(self, cmd: Command, r: _Read) -> Command:
+        return self._read_result(cmd, r)[0]
+
+    def _read_result(self, cmd: Command, r: _Read) -> tuple[Command, GetResult]:
         result = self.store.get_messages(r.group, r.topic, r.queue_id, r.offset, r.max_nums, r.max_bytes, r.codes)
         suggest = self._suggest(result, r.group_config) if self.config.slave_read_enable else MASTER_ID
         ext = PullMessageResponse.build_ext(
@@ -165,8 +179,8 @@ class PullHandlers:
         code = pull_code(result, r.offset)
         if code == ResponseCode.SUCCESS:
             self.stats.record_get(r.topic, result.message_count, result.total_size)
-            return cmd.response(code, None, ext, result.buffers)
-        return cmd.response(code, result.status.name, ext)
+            return cmd.response(code, None, ext, result.buffers), result
+        return cmd.response(code, result.status.name, ext), result
 
     def _suggest(self, result: GetResult, group_config: SubscriptionGroupConfig) -> int:
         """Which broker of the group the consumer should pull from next (``slave_read_enable`` on)."""

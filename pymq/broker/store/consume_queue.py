@@ -106,7 +106,7 @@ class ConsumeQueue:
             self.dirty.add(self)
         while view:
             mf = self.mfq.writable_file(pos)
-            mm = mf.view()
+            mm = mf.buffer()  # a new file's pending buffer while it is being made (file_maker)
             if mf.file_from + mf.wrote_pos != pos:
                 # A new queue's first file starts on a file boundary: pad up to ``pos``.
                 pad_from = mf.file_from + mf.wrote_pos
@@ -124,7 +124,7 @@ class ConsumeQueue:
 
     # --- reading ------------------------------------------------------------------------------------------
 
-    def read_entries(self, offset: int, max_entries: int) -> bytes | memoryview:
+    def read_entries(self, offset: int, max_entries: int) -> bytes | bytearray | memoryview:
         """Raw entries from ``offset``, at most ``max_entries``, never crossing a file end."""
         pos = offset * CQ_ENTRY_SIZE
         mf = self.mfq.find(pos)
@@ -134,7 +134,7 @@ class ConsumeQueue:
         end = min(mf.wrote_pos, start + max_entries * CQ_ENTRY_SIZE)
         if end <= start:
             return b""
-        return mf.view()[start:end]
+        return mf.buffer()[start:end]
 
     def entry(self, offset: int) -> tuple[int, int, int] | None:
         raw = self.read_entries(offset, 1)
@@ -293,8 +293,12 @@ class ConsumeQueue:
                 hi = mid
         self.min_offset = lo
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Sync the written entries; False if some are in a file still being made (not on disk yet)."""
+        # Looked at before syncing: a file the maker adopts meanwhile was skipped by this sync.
+        unmade = any(getattr(mf, "pending", None) is not None for mf in self.mfq.files)
         self.mfq.flush()
+        return not unmade
 
     def close(self) -> None:
         self.mfq.close()

@@ -136,7 +136,8 @@ class LogicsFlusher(threading.Thread):
             # and every slot write after it faults again; recovery rebuilds a crashed tail anyway.
             index = now - last_index >= INDEX_FLUSH_INTERVAL
             try:
-                self.store.flush_logics(index=index)
+                # (files still being made are the maker thread's: never made here under the store lock)
+                self.store.flush_logics(index=index, settle=False)
             except Exception:
                 log.exception("logics_flush_failed")
             if index:

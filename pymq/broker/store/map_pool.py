@@ -22,11 +22,13 @@ import errno
 import mmap
 import os
 import resource
+import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from pymq.broker.store import mapped_file
+from pymq.broker.store import file_maker, mapped_file
+from pymq.broker.store.file_maker import FileMaker
 from pymq.broker.store.mapped_file import MappedFile
 from pymq.errors import StoreError
 
@@ -92,14 +94,33 @@ def map_fd(fd: int, size: int, path: Path) -> tuple[memoryview, int]:
 
 
 class PooledMappedFile(MappedFile):
-    """A consume-queue file: mapped on first use (:meth:`view`), unmappable by its :class:`MapPool`."""
+    """A consume-queue file: mapped on first use (:meth:`view`), unmappable by its :class:`MapPool`.
 
-    __slots__ = ("pool",)
+    A new file may start *pending* (see :mod:`pymq.broker.store.file_maker`): not on disk
+    yet, its bytes ``[0, wrote_pos)`` held in ``pending`` until the maker thread adopts it.
+    """
+
+    __slots__ = ("made", "making", "pending", "pool")
 
     def __init__(self, path: Path, size: int, *, create: bool, lazy: bool = False, pool: MapPool) -> None:
         self.pool = pool
         self.mm = None  # type: ignore[assignment]  # not mapped (yet)
-        super().__init__(path, size, create=create, lazy=lazy)
+        #: the entries written while the file is being made (None: not pending)
+        self.pending: bytearray | None = None
+        #: the maker's state for this file (file_maker.QUEUED ...; 0: not with the maker)
+        self.making = 0
+        #: the mapping the maker made, until adopted
+        self.made: tuple[memoryview, int] | None = None
+        maker = pool.maker
+        if create and maker is not None:
+            # (create=False: the check that the file does not exist yet is the maker's, off the
+            # writer's thread; a lookup in a directory the maker is adding to waits for it)
+            super().__init__(path, size, create=False, lazy=True)
+            self.pending = bytearray()
+            pool.pending.add(self)
+            maker.submit(self)
+        else:
+            super().__init__(path, size, create=create, lazy=lazy)
 
     def _map(self, create: bool) -> None:
         if not FD_LESS:
@@ -122,10 +143,71 @@ class PooledMappedFile(MappedFile):
         if mm is None:
             if self.closed:
                 raise StoreError(f"{self.path} is closed")
-            self._map(False)
+            if self.pending is not None:
+                self.make_now()
+            else:
+                self._map(False)
             return self.mm
         self.pool.touch(self)
         return mm
+
+    def buffer(self) -> mmap.mmap | bytearray:
+        """What appending and reading use: the pending buffer while the file is made, else :meth:`view`."""
+        pending = self.pending
+        return pending if pending is not None else self.view()
+
+    # --- made off the writer's thread (file_maker) -----------------------------------------------------
+
+    def create_mapping(self) -> tuple[memoryview, int]:
+        """Create the file (its directory too), map it and prefault its first page; no store lock needed."""
+        if self.path.exists():
+            raise StoreError(f"cannot create {self.path}: it exists")
+        fd = self._open(True)
+        try:
+            mm, address = map_fd(fd, self.size, self.path)
+        except BaseException:
+            self.path.unlink(missing_ok=True)
+            raise
+        finally:
+            os.close(fd)
+        mapped_file.populate(address, min(self.size, mapped_file.PAGE_SIZE))
+        return mm, address
+
+    def adopt(self) -> None:
+        """Move the pending entries into the made mapping and use it from now on (under the store lock)."""
+        made, pending = self.made, self.pending
+        if made is None or pending is None or self.closed:
+            return
+        mm, address = made
+        self.made = None
+        mm[: len(pending)] = pending
+        self.address = address
+        self.mm = mm  # type: ignore[assignment]
+        self.pending = None  # (after mm: a flusher that sees no pending sees the mapping)
+        self.making = 0
+        self.pool.pending.discard(self)
+        self.pool.add(self)
+
+    def make_now(self) -> None:
+        """Make and adopt a pending file on the caller's thread (holding the store lock)."""
+        maker = self.pool.maker_thread
+        if maker is not None:
+            maker.claim(self)  # waits if the thread is making it right now
+        if self.made is None:
+            self.made = self.create_mapping()
+        self.adopt()
+
+    def _cancel(self) -> None:
+        """Closing a pending file: its buffered entries are dropped (what a crash would lose)."""
+        maker = self.pool.maker_thread
+        if maker is not None:
+            with maker.cond:
+                while self.making == file_maker.MAKING:
+                    maker.cond.wait()
+                self.making = file_maker.CANCELLED
+        self.made = None  # (the mapping goes with its last reference; the file stays, empty)
+        self.pending = None
+        self.pool.pending.discard(self)
 
     @property
     def mapped(self) -> bool:
@@ -147,6 +229,8 @@ class PooledMappedFile(MappedFile):
             self.fd = -1
 
     def flush(self) -> int:
+        if self.pending is not None:
+            return self.flushed_pos  # not on disk yet (the logics flush holds its checkpoint back)
         target = self.wrote_pos
         if target > self.flushed_pos and not self.closed:
             mm = self.mm  # holds the mapping while it is synced
@@ -176,11 +260,13 @@ class PooledMappedFile(MappedFile):
         if self.closed:
             return
         self.closed = True
+        if self.pending is not None:
+            self._cancel()
         self.pool.forget(self)
         self.unmap()
 
     def __repr__(self) -> str:
-        state = "mapped" if self.mm is not None else "unmapped"
+        state = "pending" if self.pending is not None else "mapped" if self.mm is not None else "unmapped"
         return f"<PooledMappedFile {self.path.name} wrote={self.wrote_pos}/{self.size} {state}>"
 
 
@@ -199,6 +285,12 @@ class MapPool:
                 cap = min(cap, max(16, soft // 4))
         self.cap = max(1, cap)
         self._lru: OrderedDict[PooledMappedFile, None] = OrderedDict()
+        #: makes new files off the writer's thread while set (see file_maker; None: made at once)
+        self.maker: FileMaker | None = None
+        #: the maker thread, kept after it stopped so that pending files can still be claimed
+        self.maker_thread: FileMaker | None = None
+        #: files not on disk yet
+        self.pending: set[PooledMappedFile] = set()
         #: files mapped / unmapped by the pool so far (stats, tests)
         self.maps = 0
         self.evictions = 0
@@ -208,6 +300,25 @@ class MapPool:
 
     def new_file(self, path: Path, size: int, *, create: bool, lazy: bool = False) -> PooledMappedFile:
         return PooledMappedFile(path, size, create=create, lazy=lazy, pool=self)
+
+    def start_maker(self, store_lock: threading.RLock) -> None:
+        """Make new files on a thread from now on (Linux: the maps need no descriptor)."""
+        if FD_LESS:
+            self.maker = self.maker_thread = FileMaker(store_lock)
+            self.maker.start()
+
+    def stop_maker(self) -> None:
+        """Stop making files on the thread; files still pending stay so until :meth:`settle`."""
+        maker, self.maker = self.maker, None
+        if maker is not None:
+            maker.stop()
+
+    def settle(self) -> int:
+        """Make every pending file now, on the caller's thread (holding the store lock); returns how many."""
+        files = sorted(self.pending, key=lambda mf: mf.path)
+        for mf in files:
+            mf.make_now()
+        return len(files)
 
     def add(self, mf: PooledMappedFile) -> None:
         self._lru[mf] = None

@@ -51,6 +51,13 @@ _madvise = _libc_function("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c
 _populate_ok = _madvise is not None
 
 
+def populate(address: int, length: int) -> bool:
+    """Prefault ``length`` bytes of a shared mapping for writing (MADV_POPULATE_WRITE); False if refused."""
+    if not _populate_ok or not address:
+        return False
+    return bool(_madvise(address, length, _MADV_POPULATE_WRITE) == 0)
+
+
 def _address(mm: mmap.mmap) -> int:
     """The mapping's start address (the temporary buffer export is released at once)."""
     c = ctypes.c_char.from_buffer(mm)
@@ -165,7 +172,14 @@ class MappedFile:
         open_path = path.with_name(path.name + TMP_SUFFIX) if create else path
         flags = os.O_RDWR | (os.O_CREAT | os.O_TRUNC if create else 0)
         try:
-            fd = os.open(open_path, flags, 0o644)
+            try:
+                fd = os.open(open_path, flags, 0o644)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                # A new queue's directory is made with its first file (off the loop: file_maker).
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(open_path, flags, 0o644)
         except OSError as exc:
             error = DiskFullError if exc.errno in _NO_SPACE else StoreError
             raise error(f"cannot open {open_path}: {exc}") from exc
@@ -206,6 +220,10 @@ class MappedFile:
 
     def view(self) -> mmap.mmap:
         """The mapping (a pooled file maps itself here when it is not mapped)."""
+        return self.mm
+
+    def buffer(self) -> mmap.mmap | bytearray:
+        """The bytes to append to and read from (a pooled file being made answers its pending buffer)."""
         return self.mm
 
     @property
@@ -418,7 +436,6 @@ class MappedFileQueue:
                     # Made for another position (cannot happen while the warmer runs): drop it.
                     self.next_file = None
                     nf.destroy()
-                self.directory.mkdir(parents=True, exist_ok=True)
                 mf = self.new_file(self.directory / file_name(start), self.file_size, create=True)
                 if self.warm:
                     mf.enable_warming(0)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pymq.broker.store import replica_ops
+from pymq.broker.store import replica_ops, residency
 from pymq.broker.store.appender import Appender, rejected_results
 from pymq.broker.store.checkpoint import Checkpoint
 from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup, try_disk_ratio
@@ -60,6 +60,8 @@ class MessageStore:
         host, _, port = store_host.rpartition(":")
         self.store_host = pack_host(host, int(port or 0))
         self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_file_size)
+        #: which commitlog blocks are in memory (cold pulls are prefaulted off the loop)
+        self.residency = residency.Residency(self.commitlog.mfq)
         self.queue_table = QueueTable(self.root, config)
         #: the table's own dict, pool and set (services, metrics and tests read them here)
         self.queues = self.queue_table.queues
@@ -151,6 +153,8 @@ class MessageStore:
                 last.enable_warming(last.wrote_pos)
             self._warmer = Warmer(self)
             self._warmer.start()
+            # New consume-queue files from now on are made on a thread (recovery made its own).
+            self.map_pool.start_maker(self.lock)
             self._flusher.start()
             self._logics_flusher.start()
             self._cleaner.start()
@@ -164,6 +168,7 @@ class MessageStore:
             return False
         with self.lock:
             self.running = False
+        self.map_pool.stop_maker()
         for svc in (self._warmer, self._cleaner, self._logics_flusher, self._flusher):
             if svc is not None:
                 svc.stop()
@@ -174,22 +179,34 @@ class MessageStore:
         if not self._stop_services():
             return
         with self.lock, self.file_lock, self.logics_lock:
+            try:
+                self.map_pool.settle()  # consume-queue files still being made: now
+                clean = True
+            except StoreError as exc:
+                # Their entries cannot reach disk: shut down as after a crash (the abort file
+                # stays, logics_ts does not cover them), so the next start re-dispatches them.
+                log.error("consume_queue_files_not_made", reason=str(exc), pending=len(self.map_pool.pending))
+                clean = False
             self.commitlog.flush()
             self.checkpoint.physic_ts = self.last_store_ts
             self._flush_logics_locked()
-            self.checkpoint.clean_end = self.commitlog.max_offset
+            if clean:
+                self.checkpoint.clean_end = self.commitlog.max_offset
             self.checkpoint.flushed_phys = self.commitlog.max_offset
             self.checkpoint.flush()
             self.index.close()
-            self.queue_table.save_ends((self.commitlog.min_offset, self.commitlog.max_offset))
+            if clean:
+                self.queue_table.save_ends((self.commitlog.min_offset, self.commitlog.max_offset))
             for cq in self.queues.values():
                 cq.close()
             self.commitlog.close()
             self.checkpoint.close()
-        (self.root / "abort").unlink(missing_ok=True)
+        if clean:
+            (self.root / "abort").unlink(missing_ok=True)
         fsync_dir(self.root)
         self._dir_lock.release()
-        log.info("store_shutdown_clean", commitlog_end=self.checkpoint.clean_end)
+        if clean:
+            log.info("store_shutdown_clean", commitlog_end=self.checkpoint.clean_end)
 
     def halt(self) -> None:
         """Stop the way a crash would: no final flush, abort file left, files unmapped, lock released.
@@ -206,6 +223,11 @@ class MessageStore:
             self.commitlog.mfq.abandon()
             self.checkpoint.close()
         self._dir_lock.release()
+
+    def settle_queue_files(self) -> int:
+        """Make now every consume-queue file still being made on the maker thread; returns how many."""
+        with self.lock:
+            return self.map_pool.settle()
 
     def queue_for(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The queue, made (with no file yet) if it does not exist."""
@@ -449,8 +471,15 @@ class MessageStore:
             return
         self._flusher.request(offset, callback)
 
-    def flush_logics(self, *, index: bool = True) -> None:
-        """Sync consume queues (and index files unless ``index`` is False), then the checkpoint."""
+    def flush_logics(self, *, index: bool = True, settle: bool = True) -> None:
+        """Sync consume queues (and index files unless ``index`` is False), then the checkpoint.
+
+        ``settle``: first make the consume-queue files still being made, on this thread under
+        the store lock (the periodic flush passes False: it leaves them to the maker thread and
+        syncs them next time).
+        """
+        if settle:
+            self.settle_queue_files()
         with self.logics_lock:
             self._flush_logics_locked(index)
 
@@ -460,17 +489,23 @@ class MessageStore:
         # Only queues written since the last pass (the writer adds them; set.pop is atomic).
         dirty = self.dirty_queues
         flushed: list[ConsumeQueue] = []
+        #: queues with entries in a file still being made (file_maker): synced by a later pass
+        unmade: list[ConsumeQueue] = []
         try:
             while dirty:
                 cq = dirty.pop()
                 flushed.append(cq)
-                cq.flush()
+                if not cq.flush():
+                    unmade.append(cq)
         except BaseException:
             dirty.update(flushed)  # retried next pass
             raise
+        dirty.update(unmade)
         if index:
             self.checkpoint.index_ts = self.index.flush()
-        self.checkpoint.logics_ts = logics_ts
+        if not unmade:
+            # (otherwise the checkpoint keeps claiming less: recovery re-dispatches the unmade entries)
+            self.checkpoint.logics_ts = logics_ts
         self.checkpoint.flush()
 
     # --- reading --------------------------------------------------------------------------------------------
@@ -502,6 +537,25 @@ class MessageStore:
                 next_offset = min_off if min_off == 0 else max_off
                 return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_off, max_off)
             return read_queue(self.commitlog, cq, offset, max_count, max_bytes, tag_codes, min_off, max_off)
+
+    def pages_missing(self, got: GetResult) -> bool:
+        """Whether some commitlog pages of a read are not in memory: then :meth:`prefault` it off the loop.
+
+        Only reads ending more than ``residency.COLD_LAG`` behind the commitlog end are looked
+        at (the tail was just written); for those, one dict lookup, and a ``mincore`` per MiB
+        not checked in the last seconds (see :mod:`pymq.broker.store.residency`).
+        """
+        return bool(got.buffers) and self.residency.missing(
+            got.min_physical_offset_read, got.max_physical_offset_read, self.commitlog.max_offset
+        )
+
+    def prefault(self, got: GetResult) -> None:
+        """Bring a read's commitlog pages into memory and map them (any thread, no lock: blocks on the disk)."""
+        self.residency.prefault(got.min_physical_offset_read, got.max_physical_offset_read)
+
+    def prefault_after(self, got: GetResult) -> None:
+        """Like :meth:`prefault`, for the next MiBs after a read (run it while the read is answered)."""
+        self.residency.prefault_after(got.max_physical_offset_read)
 
     def read_commitlog(self, offset: int, size: int) -> list[memoryview]:
         """Up to ``size`` commitlog bytes from ``offset``, one view per file (what replication ships)."""

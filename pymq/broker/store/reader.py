@@ -43,6 +43,7 @@ def read_queue(
     run_file = None
     run_start = run_end = 0
     max_phys_read = 0
+    first_phys = -1
     while count < max_count and next_offset < max_off and next_offset - offset < scan_limit:
         raw = cq.read_entries(next_offset, min(scan_limit - (next_offset - offset), max_off - next_offset))
         if not raw:
@@ -77,6 +78,8 @@ def read_queue(
             count += 1
             total += size
             max_phys_read = phys + size
+            if first_phys < 0:
+                first_phys = phys
         if stop:
             break
     if run_file is not None:
@@ -89,7 +92,7 @@ def read_queue(
         status = GetStatus.MESSAGE_WAS_REMOVING
     else:
         status = GetStatus.OFFSET_FOUND_NULL
-    return GetResult(status, next_offset, min_off, max_off, buffers, count, total, max_phys_read)
+    return GetResult(status, next_offset, min_off, max_off, buffers, count, total, max_phys_read, max(first_phys, 0))
 
 
 def find_by_key(

@@ -63,3 +63,5 @@ class GetResult:
     total_size: int = 0
     #: commitlog offset after the last record read (lag estimates, slave-read suggestion)
     max_physical_offset_read: int = 0
+    #: commitlog offset of the first record read (what MessageStore.pages_missing looks at)
+    min_physical_offset_read: int = 0

@@ -36,7 +36,7 @@ class StoreCore(Protocol):
 class FlushView(StoreCore, Protocol):
     """What the flush threads and the warmer use."""
 
-    def flush_logics(self, *, index: bool = True) -> None: ...
+    def flush_logics(self, *, index: bool = True, settle: bool = True) -> None: ...
 
 
 class DiskView(Protocol):
