@@ -158,17 +158,41 @@ class Producer:
         if not msg.topic:
             raise ClientError("message topic is empty")
 
-    def _encode(self, msg: Message) -> tuple[bytes, str]:
-        """The record bytes and the unique id of one message."""
+    def _encode(self, msg: Message, topic: bytes | None = None, born_ts: int = 0) -> tuple[bytes, str]:
+        """The record bytes and the unique id of one message.
+
+        ``topic`` (the message's topic, encoded) and ``born_ts`` may be given once for a whole batch.
+        """
         assert self._ids is not None
         uniq = self._ids.next_id()
-        body = bytes(msg.body)
+        body = msg.body
+        if type(body) is not bytes:
+            body = bytes(body)
         sys_flag = 0
         if len(body) > self.compress_threshold:
             packed = zlib.compress(body, self.compress_level)
             if len(packed) < len(body):
                 body = packed
                 sys_flag |= SYSFLAG_COMPRESSED
+        if msg.tags or msg.keys or msg.delay_level > 0 or msg.properties:
+            props = self._properties(msg, uniq)
+        else:  # the common case: the unique key is the only property
+            props = b"UNIQ_KEY\x01" + uniq.encode() + b"\x02"
+        record = encode_record(
+            topic if topic is not None else msg.topic.encode(),
+            body,
+            props,
+            flag=msg.flag,
+            sys_flag=sys_flag,
+            born_timestamp=born_ts or int(time.time() * 1000),
+            born_host=self._born_host,
+        )
+        if len(record) > self.max_message_size:
+            raise MessageTooLargeError(f"encoded message of {len(record)} bytes exceeds {self.max_message_size}")
+        return record, uniq
+
+    @staticmethod
+    def _properties(msg: Message, uniq: str) -> bytes:
         parts = [b"UNIQ_KEY\x01", uniq.encode(), b"\x02"]
         if msg.tags:
             parts += [b"TAGS\x01", _prop_value(msg.tags), b"\x02"]
@@ -182,18 +206,7 @@ class Producer:
             if k in (Prop.UNIQ_KEY, Prop.TAGS, Prop.KEYS, Prop.DELAY):
                 continue
             parts += [_prop_value(k), b"\x01", _prop_value(str(v)), b"\x02"]
-        record = encode_record(
-            msg.topic.encode(),
-            body,
-            b"".join(parts),
-            flag=msg.flag,
-            sys_flag=sys_flag,
-            born_timestamp=int(time.time() * 1000),
-            born_host=self._born_host,
-        )
-        if len(record) > self.max_message_size:
-            raise MessageTooLargeError(f"encoded message of {len(record)} bytes exceeds {self.max_message_size}")
-        return record, uniq
+        return b"".join(parts)
 
     # --- routing ------------------------------------------------------------------------------------------
 
@@ -276,6 +289,8 @@ class Producer:
         event = before_send(self.hooks, self.group, messages, "batch") if self.hooks else None
         try:
             topic = messages[0].topic
+            topic_b = topic.encode()
+            born_ts = int(time.time() * 1000)
             records = []
             ids = []
             for m in messages:
@@ -284,7 +299,7 @@ class Producer:
                 if m.delay_level > 0:
                     raise ClientError("delayed messages cannot be sent in a batch")
                 self._check(m)
-                rec, uniq = self._encode(m)
+                rec, uniq = self._encode(m, topic_b, born_ts)
                 records.append(rec)
                 ids.append(uniq)
             total = sum(len(r) for r in records)
