@@ -28,18 +28,26 @@ async def _create_topic(addr: str, topic: str) -> None:
         await rpc.invoke_ok(addr, Command.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
 
 
-def test_read_range_waits_for_a_restarting_broker(tmp_path: Path, processes: list[DaemonProcess]) -> None:
-    """A range on a stopped broker is read once the broker is back (on a new port); given less patience than
-    the restart takes, the reader gives up with an 'unavailable' error. min_max can skip such queues."""
+def _one_queue_with(
+    tmp_path: Path, processes: list[DaemonProcess], topic: str, count: int
+) -> tuple[DaemonProcess, DaemonProcess, tuple[str, str, int]]:
+    """A nameserver and broker-a (real processes) whose one-queue ``topic`` holds ``count`` messages."""
     ns = namesrv_process(tmp_path).start()
     processes.append(ns)
     broker = broker_process(tmp_path, ns.address, "broker-a").start()
     processes.append(broker)
-    run(_create_topic(broker.address, "back"))
-    key = ("back", "broker-a", 0)
-    with Producer(ns.address, "qr-test") as p:
-        for i in range(30):
-            p.send(Message("back", b"m%d" % i), queue=MessageQueue(*key))
+    run(_create_topic(broker.address, topic))
+    key = (topic, "broker-a", 0)
+    with Producer(ns.address, f"qr-{topic}") as p:
+        for i in range(count):
+            p.send(Message(topic, b"m%d" % i), queue=MessageQueue(*key))
+    return ns, broker, key
+
+
+def test_read_range_waits_for_a_restarting_broker(tmp_path: Path, processes: list[DaemonProcess]) -> None:
+    """A range on a stopped broker is read once the broker is back (on a new port); given less patience than
+    the restart takes, the reader gives up with an 'unavailable' error. min_max can skip such queues."""
+    ns, broker, key = _one_queue_with(tmp_path, processes, "back", 30)
     broker.stop()
     with QueueReader(ns.address, timeout=5) as reader:
         with pytest.raises(UNAVAILABLE):
@@ -67,15 +75,7 @@ def test_read_range_keeps_one_pull_ahead_and_stops_cleanly(
     """Small pulls, each asked for before the previous chunk is handed out: every offset once, in order; a
     caller that stops early leaves no pull behind and the reader keeps working."""
     monkeypatch.setattr("pymq.client.queue_reader.MAX_PULL", 7)
-    ns = namesrv_process(tmp_path).start()
-    processes.append(ns)
-    broker = broker_process(tmp_path, ns.address, "broker-a").start()
-    processes.append(broker)
-    run(_create_topic(broker.address, "ahead"))
-    key = ("ahead", "broker-a", 0)
-    with Producer(ns.address, "qr-ahead") as p:
-        for i in range(50):
-            p.send(Message("ahead", b"m%d" % i), queue=MessageQueue(*key))
+    ns, _broker, key = _one_queue_with(tmp_path, processes, "ahead", 50)
     with QueueReader(ns.address, timeout=10) as reader:
         chunks = list(reader.read_range(key, 3, 45))
         offsets = [r[9] for body, _ in chunks for r in iter_records(body)]
