@@ -19,7 +19,9 @@ from typing import Any
 def load(out: Path, name: str) -> dict[str, Any] | None:
     try:
         text = (out / f"{name}.json").read_text()
-        return json.loads(text) if text.strip() else None
+        # The peers' driver prints its servers' "started" lines before its JSON.
+        start = text.find("{")
+        return json.loads(text[start:]) if start >= 0 else None
     except (OSError, ValueError):
         return None
 
