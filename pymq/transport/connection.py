@@ -320,11 +320,15 @@ class Connection(asyncio.Protocol):
         Deadlines of one timeout value arrive in order, so each value keeps a deque, oldest
         first; one timer (armed for the earliest deadline, at most a second ahead) expires
         what is due and drops the answered heads. A request costs a tuple, not a timer handle.
+        Timeouts are grouped by their value in 10 ms steps: callers pass what is left of a
+        budget (a float that differs on every call), and a deque per exact value would cost
+        one deque per request. Within a group a deadline may fire up to 10 ms late.
         """
         deadline = self._loop.time() + timeout
-        dq = self._deadlines.get(timeout)
+        group = round(timeout, 2)
+        dq = self._deadlines.get(group)
         if dq is None:
-            dq = self._deadlines[timeout] = deque()
+            dq = self._deadlines[group] = deque()
         dq.append((deadline, opaque))
         timer = self._timeout_timer
         if timer is None:

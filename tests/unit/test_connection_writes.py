@@ -144,3 +144,17 @@ async def test_a_shorter_timeout_after_a_longer_one_still_fires_on_time() -> Non
     assert loop.time() - started < 0.5
     long.cancel()
     conn.connection_lost(None)
+
+
+async def test_timeouts_that_differ_by_microseconds_share_one_deadline_queue() -> None:
+    """Callers pass what is left of a budget: a new float each time, but not a new queue each time."""
+    conn, _transport = _connection()
+    futs = [
+        asyncio.ensure_future(conn.request(Command(ECHO, 0, 0, None, {}, b"x"), 3.0 - i * 1e-6)) for i in range(200)
+    ]
+    await asyncio.sleep(0)
+    assert len(conn._deadlines) == 1 and sum(len(d) for d in conn._deadlines.values()) == 200
+    for f in futs:
+        f.cancel()
+    await asyncio.gather(*futs, return_exceptions=True)
+    conn.connection_lost(None)
