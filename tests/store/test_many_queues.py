@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pymq.broker.store.map_pool import FD_LESS
+from pymq.broker.store.map_pool import FD_LESS, PooledMappedFile
+from pymq.errors import StoreError
 from tests.helpers import wait_until_sync
 from tests.store.conftest import StoreFactory
 from tests.store.storeutil import record
@@ -147,8 +148,62 @@ def test_pending_files_are_made_by_truncation_and_cancelled_by_deletion(
     store.put_messages("D", 0, record("D"))
     cq = store.queues[("N", 0)]
     assert len(store.map_pool.pending) == 2
-    cq.truncate_to(2)  # anything but appending and reading makes the file first
-    assert cq.mfq.files[0].mapped and cq.mfq.files[0].path.exists() and cq.max_offset == 2
+    cq.truncate_to(2)  # trimmed in memory: truncation never creates a file (that could fail halfway)
+    (mf,) = cq.mfq.files
+    assert mf.pending is not None and not mf.path.exists() and cq.max_offset == 2 and mf.wrote_pos == 40
+    assert store.get_messages("g", "N", 0, 0).message_count == 2
     store.delete_topic("D")
-    assert store.map_pool.pending == set() and not (store.root / "consumequeue" / "D").exists()
-    store.shutdown()
+    assert store.map_pool.pending == {mf} and not (store.root / "consumequeue" / "D").exists()
+    store.shutdown()  # makes the pending file
+    assert mf.path.exists()
+    again = new_store()
+    assert again.get_messages("g", "N", 0, 0).message_count == 2 and again.queues[("N", 0)].max_offset == 2
+
+
+def test_a_queues_files_reach_the_disk_in_order_when_making_one_fails(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The maker retries a failed file before any later one: a queue never has a later file on disk
+    without the earlier ones, so a crash then loses no acknowledged entry."""
+    store = new_store(consume_queue_file_entries=4, consume_queue_flush_interval_ms=3_600_000)
+    maker = store.map_pool.maker
+    if maker is None:
+        return
+    made: list[str] = []
+    failed: list[str] = []
+    create = PooledMappedFile.create_mapping
+
+    def flaky(self: PooledMappedFile) -> tuple[memoryview, int]:
+        if self.path.parent.parent.name == "Q" and not failed:
+            failed.append(self.path.name)
+            raise StoreError("no space left on device (test)")
+        result = create(self)
+        if self.path.parent.parent.name == "Q":
+            made.append(self.path.name)
+        return result
+
+    monkeypatch.setattr(PooledMappedFile, "create_mapping", flaky)
+    with maker.cond:  # three pending files of one queue, queued in order
+        store.put_messages("Q", 0, b"".join(record("Q", b"m%d" % i) for i in range(10)))
+        assert len(store.queues[("Q", 0)].mfq.files) == 3
+    wait_until_sync(lambda: not store.map_pool.pending, timeout=30, what="the maker thread")
+    assert made == sorted(made) and made[0] == failed[0], (failed, made)
+    store.halt()  # a crash: recovery rebuilds what was not flushed, from the first file on
+    again = new_store(consume_queue_file_entries=4)
+    got = again.get_messages("g", "Q", 0, 0, 32)
+    assert got.message_count == 10 and again.queues[("Q", 0)].min_offset == 0
+
+
+def test_making_a_pending_file_now_makes_its_queues_earlier_pending_files_first(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = new_store(consume_queue_file_entries=4)
+    maker = store.map_pool.maker
+    if maker is None:
+        return
+    monkeypatch.setattr(maker, "submit", lambda mf: None)  # the thread never sees them
+    store.put_messages("Q", 0, b"".join(record("Q", b"m%d" % i) for i in range(10)))
+    first, second, third = store.queues[("Q", 0)].mfq.files
+    third.view()  # e.g. a repair writing into the last file
+    assert first.path.exists() and second.path.exists() and third.path.exists()
+    assert not store.map_pool.pending

@@ -12,8 +12,11 @@ page without any store lock (the system calls release the GIL), then, under the 
 Until then nothing of the file is on disk: the logics flush skips pending files and holds
 back the checkpoint's ``logics_ts`` (recovery after a crash then re-dispatches their entries
 from the commitlog); shutdown makes every pending file first (:meth:`~pymq.broker.store.map_pool.MapPool.settle`).
-Anything but appending and reading (truncation, recovery) makes the file at once, on the
-caller's thread (:meth:`~pymq.broker.store.map_pool.PooledMappedFile.view`).
+Truncation trims or drops a pending file in memory. Anything else that needs the file itself
+(recovery repairs, cleanup) makes it at once, on the caller's thread
+(:meth:`~pymq.broker.store.map_pool.PooledMappedFile.view`), the queue's earlier pending files
+first. A queue's files always reach the disk in order (a failed file is retried before any
+later one): recovery rebuilds a queue from its first file on, and a gap would lose entries.
 """
 
 from __future__ import annotations
@@ -92,11 +95,16 @@ class FileMaker(threading.Thread):
             try:
                 mf.made = mf.create_mapping()
             except Exception as exc:
-                # e.g. a full disk: the entries stay buffered (and readable); retried later.
+                # e.g. a full disk: the entries stay buffered (and readable); the same file is
+                # retried first. Files are made strictly in the order they were queued, so a
+                # queue's later file never reaches the disk before an earlier one (recovery
+                # rebuilds a queue from its first file on: a gap would lose or refuse entries).
                 self._limited.log("warning", "consume_queue_file_creation_failed", path=str(mf.path), reason=str(exc))
+                self._adopt(made)  # what was made before it is not held back by the failure
                 with self.cond:
-                    mf.making = QUEUED
-                    self._queue.append(mf)
+                    if mf.making == MAKING:
+                        mf.making = QUEUED
+                        self._queue.appendleft(mf)
                     self.cond.notify_all()
                     self.cond.wait(1.0)
                 continue

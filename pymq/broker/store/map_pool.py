@@ -189,13 +189,25 @@ class PooledMappedFile(MappedFile):
         self.pool.add(self)
 
     def make_now(self) -> None:
-        """Make and adopt a pending file on the caller's thread (holding the store lock)."""
-        maker = self.pool.maker_thread
-        if maker is not None:
-            maker.claim(self)  # waits if the thread is making it right now
-        if self.made is None:
-            self.made = self.create_mapping()
-        self.adopt()
+        """Make and adopt a pending file on the caller's thread (holding the store lock).
+
+        The same queue's earlier pending files are made first: a queue's files reach the disk
+        in order (see :mod:`pymq.broker.store.file_maker`).
+        """
+        queue_dir, name = self.path.parent, self.path.name
+        earlier = sorted(
+            (mf for mf in self.pool.pending if mf.path.parent == queue_dir and mf.path.name < name),
+            key=lambda mf: mf.path.name,
+        )
+        for mf in [*earlier, self]:
+            if mf.pending is None:
+                continue  # adopted meanwhile
+            maker = self.pool.maker_thread
+            if maker is not None:
+                maker.claim(mf)  # waits if the thread is making it right now
+            if mf.made is None:
+                mf.made = mf.create_mapping()
+            mf.adopt()
 
     def _cancel(self) -> None:
         """Closing a pending file: its buffered entries are dropped (what a crash would lose)."""

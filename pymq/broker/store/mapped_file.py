@@ -499,14 +499,24 @@ class MappedFileQueue:
         keep = []
         dropped = 0
         for mf in self.files:
+            # A consume-queue file still being made (file_maker) is only its pending buffer:
+            # it is trimmed or dropped in memory, never created here (which could fail halfway).
+            pending: bytearray | None = getattr(mf, "pending", None)
             if mf.file_from > offset:
-                dropped += data_extent(mf.view(), 0, mf.size)
+                if pending is not None:
+                    dropped += data_extent(pending, 0, len(pending))  # type: ignore[arg-type]
+                else:
+                    dropped += data_extent(mf.view(), 0, mf.size)
                 mf.destroy()
                 continue
             keep.append(mf)
             if offset < mf.file_to:
                 end = offset - mf.file_from
-                dropped += zero_tail(mf.view(), end, mf.size)
+                if pending is not None:
+                    dropped += data_extent(pending, end, len(pending)) if end < len(pending) else 0  # type: ignore[arg-type]
+                    del pending[end:]
+                else:
+                    dropped += zero_tail(mf.view(), end, mf.size)
                 mf.wrote_pos = end
                 mf.flushed_pos = min(mf.flushed_pos, end)
         self.files = keep

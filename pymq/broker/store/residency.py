@@ -123,4 +123,4 @@ class Residency:
         fresh[block] = now
         if len(fresh) > MAX_BLOCKS:
             for old in list(fresh)[: MAX_BLOCKS // 2]:
-                del fresh[old]
+                fresh.pop(old, None)  # (prefault and prefault_after may prune at the same time)
