@@ -151,6 +151,23 @@ class PooledMappedFile(MappedFile):
         self.pool.touch(self)
         return mm
 
+    # A pending file (being made on the maker thread) is only its buffer: truncation trims or
+    # drops it in memory and never creates the file (which could fail halfway through an undo).
+
+    def data_bytes(self) -> int:
+        pending = self.pending
+        return super().data_bytes() if pending is None else mapped_file.data_extent(pending, 0, len(pending))  # type: ignore[arg-type]
+
+    def trim(self, end: int) -> int:
+        pending = self.pending
+        if pending is None:
+            return super().trim(end)
+        dropped = mapped_file.data_extent(pending, end, len(pending)) if end < len(pending) else 0  # type: ignore[arg-type]
+        del pending[end:]
+        self.wrote_pos = end
+        self.flushed_pos = min(self.flushed_pos, end)
+        return dropped
+
     def buffer(self) -> mmap.mmap | bytearray:
         """What appending and reading use: the pending buffer while the file is made, else :meth:`view`."""
         pending = self.pending

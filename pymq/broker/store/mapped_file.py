@@ -349,6 +349,17 @@ class MappedFile:
             pass
         os.close(self.fd)
 
+    def data_bytes(self) -> int:
+        """Bytes of data the file holds (up to its last non-zero byte before an all-zero chunk)."""
+        return data_extent(self.view(), 0, self.size)
+
+    def trim(self, end: int) -> int:
+        """Make ``end`` the end of the data (the rest zeroed); returns the bytes of data dropped."""
+        dropped = zero_tail(self.view(), end, self.size)
+        self.wrote_pos = end
+        self.flushed_pos = min(self.flushed_pos, end)
+        return dropped
+
     def destroy(self) -> None:
         self.close()
         self.path.unlink(missing_ok=True)
@@ -499,26 +510,13 @@ class MappedFileQueue:
         keep = []
         dropped = 0
         for mf in self.files:
-            # A consume-queue file still being made (file_maker) is only its pending buffer:
-            # it is trimmed or dropped in memory, never created here (which could fail halfway).
-            pending: bytearray | None = getattr(mf, "pending", None)
             if mf.file_from > offset:
-                if pending is not None:
-                    dropped += data_extent(pending, 0, len(pending))  # type: ignore[arg-type]
-                else:
-                    dropped += data_extent(mf.view(), 0, mf.size)
+                dropped += mf.data_bytes()
                 mf.destroy()
                 continue
             keep.append(mf)
             if offset < mf.file_to:
-                end = offset - mf.file_from
-                if pending is not None:
-                    dropped += data_extent(pending, end, len(pending)) if end < len(pending) else 0  # type: ignore[arg-type]
-                    del pending[end:]
-                else:
-                    dropped += zero_tail(mf.view(), end, mf.size)
-                mf.wrote_pos = end
-                mf.flushed_pos = min(mf.flushed_pos, end)
+                dropped += mf.trim(offset - mf.file_from)
         self.files = keep
         return dropped
 
