@@ -30,6 +30,9 @@ from pymq.errors import StoreError
 from pymq.logs import RateLimitedLog, get_logger
 
 if TYPE_CHECKING:
+    from pymq.broker.store.checkpoint import Checkpoint
+    from pymq.broker.store.consume_queue import ConsumeQueue
+    from pymq.broker.store.index import IndexService
     from pymq.broker.store.store_view import FlushView
 
 log = get_logger("broker.store.flush")
@@ -187,3 +190,32 @@ class Warmer(threading.Thread):
     def stop(self) -> None:
         self._stop_event.set()
         self.join(timeout=30)
+
+
+def flush_logics_pass(
+    dirty: set[ConsumeQueue], index: IndexService | None, checkpoint: Checkpoint, logics_ts: int
+) -> None:
+    """Sync the queues written since the last pass (and the index if given), then the checkpoint.
+
+    ``logics_ts`` is the store time read before the syncs: the checkpoint only ever claims
+    what was synced. The writer adds to ``dirty`` meanwhile (``set.pop`` is atomic).
+    """
+    flushed: list[ConsumeQueue] = []
+    #: queues with entries in a file still being made (file_maker): synced by a later pass
+    unmade: list[ConsumeQueue] = []
+    try:
+        while dirty:
+            cq = dirty.pop()
+            flushed.append(cq)
+            if not cq.flush():
+                unmade.append(cq)
+    except BaseException:
+        dirty.update(flushed)  # retried next pass
+        raise
+    dirty.update(unmade)
+    if index is not None:
+        checkpoint.index_ts = index.flush()
+    if not unmade:
+        # (otherwise the checkpoint keeps claiming less: recovery re-dispatches the unmade entries)
+        checkpoint.logics_ts = logics_ts
+    checkpoint.flush()

@@ -30,10 +30,10 @@ from pymq.broker.store.commitlog import CommitLog
 from pymq.broker.store.consume_queue import CQ_ENTRY_SIZE, ConsumeQueue
 from pymq.broker.store.dir_lock import DirLock, fsync_dir
 from pymq.broker.store.dispatcher import Dispatcher
-from pymq.broker.store.flush import CommitLogFlusher, FlushCallback, LogicsFlusher, Warmer
+from pymq.broker.store.flush import CommitLogFlusher, FlushCallback, LogicsFlusher, Warmer, flush_logics_pass
 from pymq.broker.store.index import IndexService
 from pymq.broker.store.queue_table import QueueTable
-from pymq.broker.store.reader import find_by_key, read_queue
+from pymq.broker.store.reader import find_by_key, offset_by_time, read_queue, store_time_at
 from pymq.broker.store.recovery import RecoveryReport, recover
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutStatus
 from pymq.config import FlushDiskType, StoreConfig
@@ -484,29 +484,7 @@ class MessageStore:
             self._flush_logics_locked(index)
 
     def _flush_logics_locked(self, index: bool = True) -> None:
-        # Store times first, syncs second: the checkpoint only ever claims what was synced.
-        logics_ts = self.last_store_ts
-        # Only queues written since the last pass (the writer adds them; set.pop is atomic).
-        dirty = self.dirty_queues
-        flushed: list[ConsumeQueue] = []
-        #: queues with entries in a file still being made (file_maker): synced by a later pass
-        unmade: list[ConsumeQueue] = []
-        try:
-            while dirty:
-                cq = dirty.pop()
-                flushed.append(cq)
-                if not cq.flush():
-                    unmade.append(cq)
-        except BaseException:
-            dirty.update(flushed)  # retried next pass
-            raise
-        dirty.update(unmade)
-        if index:
-            self.checkpoint.index_ts = self.index.flush()
-        if not unmade:
-            # (otherwise the checkpoint keeps claiming less: recovery re-dispatches the unmade entries)
-            self.checkpoint.logics_ts = logics_ts
-        self.checkpoint.flush()
+        flush_logics_pass(self.dirty_queues, self.index if index else None, self.checkpoint, self.last_store_ts)
 
     # --- reading --------------------------------------------------------------------------------------------
 
@@ -578,32 +556,13 @@ class MessageStore:
         """The first queue offset whose record was stored at or after ``timestamp`` (max offset if none)."""
         with self.lock:
             cq = self.queues.get((topic, queue_id))
-            if cq is None:
-                return 0
-            lo, hi = cq.min_offset, cq.max_offset
-            cl_min = self.commitlog.min_offset
-            while lo < hi:
-                mid = (lo + hi) // 2
-                e = cq.entry(mid)
-                if e is None or e[1] == 0x7FFFFFFF or e[0] < cl_min:
-                    lo = mid + 1
-                    continue
-                rec = self.commitlog.view(e[0], e[1])
-                if rec is None or record_store_timestamp(rec, 0) < timestamp:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            return lo
+            return offset_by_time(cq, self.commitlog, timestamp) if cq is not None else 0
 
     def store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
         """Store timestamp of the record at a queue offset (0 if gone)."""
         with self.lock:
             cq = self.queues.get((topic, queue_id))
-            e = cq.entry(offset) if cq is not None else None
-            if e is None or e[1] == 0x7FFFFFFF:
-                return 0
-            rec = self.commitlog.view(e[0], e[1])
-            return record_store_timestamp(rec, 0) if rec is not None else 0
+            return store_time_at(cq, self.commitlog, offset) if cq is not None else 0
 
     def physical_offset_at(self, topic: str, queue_id: int, offset: int) -> int | None:
         """The commitlog offset the queue's entry at ``offset`` points to (None if there is none)."""

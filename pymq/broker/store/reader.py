@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from pymq.broker.store.consume_queue import CQ_ENTRY
 from pymq.broker.store.results import GetResult, GetStatus
-from pymq.protocol.record import find_property, parse_record
+from pymq.protocol.record import find_property, parse_record, record_store_timestamp
 
 if TYPE_CHECKING:
     from pymq.broker.store.commitlog import CommitLog
@@ -136,3 +136,33 @@ def _record_has_key(props: bytes, key: bytes) -> bool:
         return True
     keys = find_property(props, b"KEYS\x01")
     return keys is not None and key in keys.split(b" ")
+
+
+# --- by time ------------------------------------------------------------------------------------------------
+
+
+def offset_by_time(cq: ConsumeQueue, commitlog: CommitLog, timestamp: int) -> int:
+    """The first offset of ``cq`` whose record was stored at or after ``timestamp`` (its max offset if none)."""
+    lo, hi = cq.min_offset, cq.max_offset
+    cl_min = commitlog.min_offset
+    while lo < hi:
+        mid = (lo + hi) // 2
+        e = cq.entry(mid)
+        if e is None or e[1] == 0x7FFFFFFF or e[0] < cl_min:
+            lo = mid + 1
+            continue
+        rec = commitlog.view(e[0], e[1])
+        if rec is None or record_store_timestamp(rec, 0) < timestamp:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def store_time_at(cq: ConsumeQueue, commitlog: CommitLog, offset: int) -> int:
+    """Store timestamp of the record at ``offset`` of ``cq`` (0 if gone)."""
+    e = cq.entry(offset)
+    if e is None or e[1] == 0x7FFFFFFF:
+        return 0
+    rec = commitlog.view(e[0], e[1])
+    return record_store_timestamp(rec, 0) if rec is not None else 0
