@@ -44,7 +44,7 @@ if os.environ.get("GC2_STATS"):
             for k in ("reg", "kick", "start", "done", "loop"): st[k].clear()
     g.GroupCommit.wait, g.GroupCommit._kick, g.GroupCommit._synced = wait, kick, synced
     orun = fl.CommitLogFlusher.run
-    oflush = fl.CommitLogFlusher._flush_once
+    oflush = fl.CommitLogFlusher._sync_once
     def flush_once(self, force):
         with self._cond:
             pass
@@ -57,7 +57,7 @@ if os.environ.get("GC2_STATS"):
     ocond_req = fl.CommitLogFlusher.request
     def request(self, offset, callback):
         ocond_req(self, offset, callback)
-    fl.CommitLogFlusher._flush_once = flush_once
+    fl.CommitLogFlusher._sync_once = flush_once
     # capture targets being flushed: wrap run's swap by patching _requests list access is hard; use request offsets
     _pending = []
     def request2(self, offset, callback):
@@ -70,4 +70,4 @@ if os.environ.get("GC2_STATS"):
             self._cur_targets_pending = []
         return flush_once(self, force)
     fl.CommitLogFlusher.request = request2
-    fl.CommitLogFlusher._flush_once = flush_once2
+    fl.CommitLogFlusher._sync_once = flush_once2

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pymq.broker.store.consume_queue import ConsumeQueue
     from pymq.broker.store.dispatcher import Dispatcher
     from pymq.broker.store.index import IndexService
+    from pymq.broker.store.shared_lock import SharedLock
     from pymq.config import StoreConfig
 
 
@@ -29,7 +30,7 @@ class StoreCore(Protocol):
     commitlog: CommitLog
     checkpoint: Checkpoint
     #: held while syncing the commitlog, and by whoever deletes or closes its files
-    file_lock: threading.Lock
+    file_lock: SharedLock
     last_store_ts: int
 
 
