@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,15 +31,32 @@ def test_tag_counts_example_runs_with_a_group_per_query(pymq_cluster, tmp_path: 
             p.send(Message("ex-orders", b"order-%d" % i, tags="AB"[i % 2]))
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     args = ["--namesrv", ns, "--topic", "ex-orders", "--counts-topic", "ex-counts", "--out", str(tmp_path / "out")]
-    run = subprocess.run(
-        [sys.executable, str(EXAMPLE), *args, "--group", "ex", "--seconds", "25"],
-        env=env, capture_output=True, text=True, timeout=240,
+    # Run until both queries have committed every position (what a user watching the lag
+    # would wait for), then Ctrl-C it: the example must stop its queries and exit cleanly.
+    # --seconds bounds it should the queries never catch up.
+    proc = subprocess.Popen(
+        [sys.executable, str(EXAMPLE), *args, "--group", "ex", "--seconds", "120"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "counting tags of 'ex-orders'" in run.stdout
-    with QueueReader(ns) as reader:
-        queues = reader.queues(["ex-orders"])
-        ends = {q: hi for q, (_, hi) in reader.min_max(queues).items()}
-        for group in ("ex-parquet", "ex-pymq"):
-            assert {q: reader.committed(group, q) for q in queues} == ends, group
+    try:
+        with QueueReader(ns) as reader:
+            queues = reader.queues(["ex-orders"])
+            ends = {q: hi for q, (_, hi) in reader.min_max(queues).items()}
+
+            def committed() -> dict[str, dict]:
+                return {g: {q: reader.committed(g, q) for q in queues} for g in ("ex-parquet", "ex-pymq")}
+
+            deadline = time.monotonic() + 180
+            while committed() != {"ex-parquet": ends, "ex-pymq": ends}:
+                assert proc.poll() is None, f"the example exited early: {proc.communicate()[1][-3000:]}"
+                assert time.monotonic() < deadline, f"not caught up: {committed()} != {ends}"
+                time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    assert "counting tags of 'ex-orders'" in out
     assert sum(ends.values()) == 30
