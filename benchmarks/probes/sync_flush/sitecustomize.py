@@ -64,6 +64,27 @@ if os.environ.get("GC2_STATS"):
         fut.add_done_callback(lambda _f: waits.append(pc() - t))
         return fut
 
+    kicks: list[float] = []  # request sent -> a worker claims (wake-up of a flush thread)
+    o_request = fl.CommitLogFlusher.request
+
+    def request(self, offset, callback):  # type: ignore[no-untyped-def]
+        t = pc()
+        o_request(self, offset, callback)
+        self._probe_requested = getattr(self, "_probe_requested", [])
+        self._probe_requested.append(t)
+
+    o_take = fl.CommitLogFlusher._sync_once
+
+    def sync_once(self, force):  # type: ignore[no-untyped-def]
+        req = getattr(self, "_probe_requested", None)
+        if force and req:
+            t = pc()
+            kicks.extend(t - x for x in req)
+            req.clear()
+        return o_take(self, force)
+
+    fl.CommitLogFlusher.request = request
+    fl.CommitLogFlusher._sync_once = sync_once
     o_synced = gc.GroupCommit._synced
 
     def synced(self, target, ok):  # type: ignore[no-untyped-def]
@@ -85,10 +106,15 @@ if os.environ.get("GC2_STATS"):
         n = len(syncs)
         with open(os.environ["GC2_STATS"], "a") as f:
             f.write(
-                f"syncs {n} claim->msync {med([s - c for c, s, _e, _ in syncs]):.0f}us "
+                f"syncs {n} request->worker {med(kicks):.0f}us claim->msync {med([s - c for c, s, _e, _ in syncs]):.0f}us "
                 f"msync {med([e - s for _c, s, e, _ in syncs]):.0f}us done->loop {med(hop):.0f}us "
                 f"append->answer {med(waits):.0f}us sends/sync {len(waits) / max(n, 1):.1f} "
                 f"overlapped {overlapped[0] / max(n, 1):.0%}\n"
             )
-        syncs.clear(), answers.clear(), waits.clear()
+        syncs.clear(), answers.clear(), waits.clear(), kicks.clear()
         overlapped[0] = 0
+
+if os.environ.get("GC2_SWITCH"):
+    import sys
+
+    sys.setswitchinterval(float(os.environ["GC2_SWITCH"]))
