@@ -160,7 +160,18 @@ class PutPath:
             return self.store.put_batches([(topic, queue_id, data)])[0]
         store = self.store
         split = store.split(topic, data)
-        if not self._anyone_wants(data, split):  # the usual send: the batch as it came, split already made
+        positions = split.positions
+        if len(positions) == 1:  # the usual send: _anyone_wants inline
+            scan = self._scan
+            wanted = scan is not None and scan(data, split.props_ats[0], positions[0] + split.sizes[0]) is not None
+            if not wanted:
+                for hook in self._asked:
+                    if hook.wants(data, split):
+                        wanted = True
+                        break
+        else:
+            wanted = self._anyone_wants(data, split)
+        if not wanted:  # no hook wants it: the batch as it came, split already made
             return store.put_batches([(topic, queue_id, data)], splits=[split])[0]
         segments: list[Segment] | None = None
         try:
