@@ -125,13 +125,18 @@ class Dispatcher:
         except Exception as exc:
             self._answer_error(channel, cmd, exc, started, afters)
             return
-        if result.__class__ is Command and not afters:  # the usual inline answer: _answer's work, one call less
+        if result.__class__ is Command:  # the usual inline answer: _answer's work, one call less
             if not cmd.flags & FLAG_ONEWAY:
                 result.opaque = cmd.opaque
                 try:
                     channel.write_command(result)
                 except LocalProtocolError as exc:
                     self._answer_error(channel, cmd, exc, started, afters)
+                    return
+            if afters:
+                seconds = asyncio.get_running_loop().time() - started
+                for after in afters:
+                    after(cmd, channel, result, seconds)
         elif result is None or isinstance(result, Command):
             self._answer(channel, cmd, result, started, afters)
         elif isinstance(result, asyncio.Future):
