@@ -56,7 +56,7 @@ async def main():
             "no-listeners": lambda: setattr(store, "_arrival_listeners", []),
             "no-hooks": lambda: setattr(app.put_path, "hooks", ()),
             "no-index": lambda: setattr(store.appender.dispatcher, "put_index", lambda *a: None),
-            "no-stats": lambda: setattr(app.stats, "record_put", lambda *a: None),
+            "no-stats": lambda: (setattr(app.stats, "record_put", lambda *a: None), setattr(app.stats, "record_put_one", lambda *a: None)),
         }
         saved = {"_arrival_listeners": store._arrival_listeners, "hooks": app.put_path.hooks}
         res = {k: 1e9 for k in variants}
@@ -66,7 +66,7 @@ async def main():
                 store._arrival_listeners = saved["_arrival_listeners"]; app.put_path.hooks = saved["hooks"]
                 for attr in ("put_index",):
                     store.appender.dispatcher.__dict__.pop(attr, None)
-                app.stats.__dict__.pop("record_put", None)
+                app.stats.__dict__.pop("record_put", None); app.stats.__dict__.pop("record_put_one", None)
                 apply()
                 t0 = time.perf_counter(); run(10000); res[name] = min(res[name], (time.perf_counter() - t0) / 10000 * 1e6)
         for k, v in res.items(): print(f"{k:14} {v:6.2f} us")

@@ -170,9 +170,10 @@ class SendHandlers:
                 None,
                 {_QUEUE_ID: r.queue_id, _QUEUE_OFFSET: r.queue_offset, _COMMIT_LOG_OFFSETS: [r.physical_offset]},
             )
+            self.stats.record_put_one(topic, r.size)
         else:
             resp = self.build_response(cmd, queue_id, results)
-        self.stats.record_put(topic, results)
+            self.stats.record_put(topic, results)
         if (self.sync_flush or self.config.role is _SYNC_MASTER) and resp.code == ResponseCode.SUCCESS and results:
             end = max(r.physical_offset + r.size for r in results)
             if self.config.role is _SYNC_MASTER and self.wait_replicated is not None:
