@@ -304,7 +304,13 @@ class Connection(asyncio.Protocol):
     async def request(self, cmd: Command, timeout: float) -> Command:
         """Send a request and wait for its response."""
         flow = self.flow
-        if not (self.is_open and (flow is None or flow.writable)):
+        transport = self.transport
+        if (  # not is_open, or no room: inline, this runs per request
+            transport is None
+            or self.closed.done()
+            or transport.is_closing()
+            or (flow is not None and not flow.writable)
+        ):
             await self._writable()
         opaque = next(_opaques)
         cmd.opaque = opaque
