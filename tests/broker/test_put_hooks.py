@@ -127,6 +127,9 @@ def test_the_one_scan_answers_what_each_hooks_wants_answers() -> None:
     """Hooks declaring ``property_needles`` are answered by the path's one search: it must agree."""
     hooks = _needle_hooks()
     path = PutPath(FakeStore(), hooks)  # type: ignore[arg-type]
+    rewrites: list[str] = []
+    for hook in hooks:  # a spy: which hooks the path let rewrite
+        hook.rewrite = lambda *seg, _h=hook, _r=hook.rewrite: rewrites.append(type(_h).__name__) or _r(*seg)
     props = [
         b"",
         b"UNIQ_KEY\x01ABC\x02TAGS\x01t\x02",
@@ -144,6 +147,9 @@ def test_the_one_scan_answers_what_each_hooks_wants_answers() -> None:
                 split = FakeStore().split("T", data)
                 expected = any(h.wants(data, split) for h in hooks)
                 assert path._anyone_wants(data, split) is expected, (p, body, data)
+                rewrites.clear()
+                path.put("T", 0, data)  # (singles take put's inline copy of the scan)
+                assert bool(rewrites) is expected, (p, body, data)
                 answers.append(expected)
     assert answers.count(True) == 4 * 2 * 2  # four property sets with needles, two bodies, two valid shapes
 
