@@ -59,6 +59,9 @@ class DelayHook:
             level = 1
         return delivery_time(store_ts, level, self.delay_levels_ms)
 
+    #: ``wants`` is exactly "a record's properties contain this" (the put path scans once for all hooks)
+    property_needles = (_DELAY,)
+
     def wants(self, data: bytes, split: SplitBatch) -> bool:
         return any_property_contains(data, split, _DELAY)
 

@@ -118,7 +118,10 @@ class PriorityHook:
         return self.active
 
     def wants(self, data: bytes, split: SplitBatch) -> bool:
-        return self.refresh() and not self.passing
+        # refresh() only when the topic table changed: this runs on every put
+        if self.topics.data_version["counter"] != self._seen:
+            self.refresh()
+        return self.active and not self.passing
 
     def rewrite(self, topic: str, queue_id: int, data: bytes) -> list[Segment]:
         levels = priority_levels(self.topics.get(topic))

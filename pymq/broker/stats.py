@@ -34,6 +34,12 @@ class BrokerStats:
         self.put_total += ok
         self.put_failed += len(results) - ok
 
+    def record_put_one(self, topic: str, size: int) -> None:
+        """:meth:`record_put` for one stored message (the usual single send)."""
+        self.put_msgs[topic] += 1
+        self.put_bytes[topic] += size
+        self.put_total += 1
+
     def record_get(self, topic: str, count: int, size: int) -> None:
         self.get_msgs[topic] += count
         self.get_bytes[topic] += size

@@ -68,6 +68,9 @@ class TransactionHook:
     def install(self, store: MessageStore) -> None:
         self.max_message_size = store.appender.max_message_size
 
+    #: ``wants`` is exactly "a record's properties contain this" (the put path scans once for all hooks)
+    property_needles = (_TRAN,)
+
     def wants(self, data: bytes, split: SplitBatch) -> bool:
         return any_property_contains(data, split, _TRAN)
 

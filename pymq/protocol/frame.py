@@ -43,6 +43,8 @@ DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024 + 1024 * 1024
 
 _PREFIX = struct.Struct(">II")
 _PREFIX_SIZE = _PREFIX.size
+_pack_prefix = _PREFIX.pack
+_unpackb = msgpack.unpackb
 
 
 def _body_parts(body: Body) -> tuple[list[Buffer], int]:
@@ -98,17 +100,14 @@ class FrameDecoder:
     afterwards: leftover bytes move to a fresh buffer.
     """
 
-    __slots__ = ("_broken", "_buf", "max_frame_size")
+    __slots__ = ("_broken", "_buf", "buffered", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size
         self._buf = bytearray()
         self._broken = False
-
-    @property
-    def buffered(self) -> int:
-        """Bytes received but not yet part of a complete frame."""
-        return len(self._buf)
+        #: bytes received but not yet part of a complete frame (an attribute: read per read)
+        self.buffered = 0
 
     def feed(self, data: Buffer) -> list[Command]:
         if self._broken:
@@ -118,53 +117,86 @@ class FrameDecoder:
             src: Buffer = self._buf
         else:
             src = data
-        try:
-            commands, consumed = self._parse(src)
-        except Exception:
-            self._broken = True
-            self._buf = bytearray()
-            raise
-        if consumed == len(src):
-            self._buf = bytearray()
-        elif consumed or src is not self._buf:
-            # Fresh buffer: views handed out above keep the old one alive and unchanged.
-            self._buf = bytearray(memoryview(src)[consumed:])
-        return commands
-
-    def _parse(self, src: Buffer) -> tuple[list[Command], int]:
+        # The frame loop is inline (no call per read): this runs once per read of every connection.
         n = len(src)
         pos = 0
         out: list[Command] = []
-        mv = memoryview(src)
-        unpack_prefix = _PREFIX.unpack_from
-        max_size = self.max_frame_size
-        while n - pos >= _PREFIX_SIZE:
-            frame_len, header_len = unpack_prefix(src, pos)
-            if frame_len > max_size:
-                raise FrameTooLargeError(f"frame of {frame_len} bytes exceeds the maximum {max_size}")
-            if frame_len < 4 or header_len > frame_len - 4:
-                raise RemoteProtocolError(f"bad frame lengths: frame {frame_len}, header {header_len}")
-            end = pos + 4 + frame_len
-            if end > n:
-                break
-            header_start = pos + _PREFIX_SIZE
-            body_start = header_start + header_len
-            code, opaque, flags, remark, ext = _decode_header(mv[header_start:body_start])
-            out.append(Command(code, opaque, flags, remark, ext, mv[body_start:end]))
-            pos = end
-        return out, pos
+        try:
+            mv = memoryview(src)
+            unpack_prefix = _PREFIX.unpack_from
+            max_size = self.max_frame_size
+            while n - pos >= _PREFIX_SIZE:
+                frame_len, header_len = unpack_prefix(src, pos)
+                if frame_len > max_size:
+                    raise FrameTooLargeError(f"frame of {frame_len} bytes exceeds the maximum {max_size}")
+                if frame_len < 4 or header_len > frame_len - 4:
+                    raise RemoteProtocolError(f"bad frame lengths: frame {frame_len}, header {header_len}")
+                end = pos + 4 + frame_len
+                if end > n:
+                    break
+                header_start = pos + _PREFIX_SIZE
+                body_start = header_start + header_len
+                # The well-formed header inline; anything else is judged, and its error named,
+                # by _decode_header.
+                try:
+                    header = _unpackb(mv[header_start:body_start], strict_map_key=False)
+                except Exception:
+                    header = None
+                if (
+                    header.__class__ is list
+                    and len(header) == 5
+                    and header[0].__class__ is int
+                    and header[1].__class__ is int
+                    and header[2].__class__ is int
+                    and (header[3] is None or header[3].__class__ is str)
+                    and (header[4] is None or header[4].__class__ is dict)
+                ):
+                    out.append(Command(header[0], header[1], header[2], header[3], header[4], mv[body_start:end]))
+                else:
+                    code, opaque, flags, remark, ext = _decode_header(mv[header_start:body_start])
+                    out.append(Command(code, opaque, flags, remark, ext, mv[body_start:end]))
+                pos = end
+        except Exception:
+            self._broken = True
+            self._buf = bytearray()
+            self.buffered = 0
+            raise
+        if pos == n:
+            if src is self._buf:
+                self._buf = bytearray()
+        elif pos or src is not self._buf:
+            # Fresh buffer: views handed out above keep the old one alive and unchanged.
+            self._buf = bytearray(memoryview(src)[pos:])
+        self.buffered = len(self._buf)
+        return out
 
 
 class FrameCodec:
-    """This frame format as a transport codec: a decoder per connection, ``encode`` per command."""
+    """This frame format as a transport codec: a decoder per connection, ``encode`` per command.
 
-    __slots__ = ("max_frame_size",)
+    A codec serves the connections of one event loop (a server's, or a client's), so it keeps
+    one msgpack packer for its headers instead of making one per command (as ``packb`` does).
+    """
+
+    __slots__ = ("_pack", "max_frame_size")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
         self.max_frame_size = max_frame_size
+        self._pack = msgpack.Packer(use_bin_type=True).pack
 
     def decoder(self) -> FrameDecoder:
         return FrameDecoder(self.max_frame_size)
 
     def encode(self, cmd: Command) -> list[Buffer]:
-        return encode(cmd)
+        """:func:`encode` with this codec's packer, one call for the usual one-buffer body."""
+        try:
+            header = self._pack([cmd.code, cmd.opaque, cmd.flags, cmd.remark, cmd.ext or None])
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise LocalProtocolError(f"cannot encode header of {cmd!r}: {exc}") from exc
+        body = cmd.body
+        if body.__class__ is bytes or body.__class__ is memoryview or body.__class__ is bytearray:
+            size = len(body)
+            head = _pack_prefix(4 + len(header) + size, len(header)) + header
+            return [head, body] if size else [head]
+        parts, body_len = _body_parts(body)
+        return [_pack_prefix(4 + len(header) + body_len, len(header)) + header, *parts]

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from pymq.errors import LocalProtocolError, RemoteError
 from pymq.logs import get_logger
 from pymq.protocol.codes import ResponseCode
-from pymq.protocol.command import Command
+from pymq.protocol.command import FLAG_ONEWAY, Command
 from pymq.transport.channel import Channel, ServerChannel
 from pymq.transport.interceptor import Interceptor
 
@@ -125,7 +125,19 @@ class Dispatcher:
         except Exception as exc:
             self._answer_error(channel, cmd, exc, started, afters)
             return
-        if result is None or isinstance(result, Command):
+        if result.__class__ is Command:  # the usual inline answer: _answer's work, one call less
+            if not cmd.flags & FLAG_ONEWAY:
+                result.opaque = cmd.opaque
+                try:
+                    channel.write_command(result)
+                except LocalProtocolError as exc:
+                    self._answer_error(channel, cmd, exc, started, afters)
+                    return
+            if afters:
+                seconds = asyncio.get_running_loop().time() - started
+                for after in afters:
+                    after(cmd, channel, result, seconds)
+        elif result is None or isinstance(result, Command):
             self._answer(channel, cmd, result, started, afters)
         elif isinstance(result, asyncio.Future):
             # A plain future (e.g. a SYNC_FLUSH group commit): answered from its done callback.

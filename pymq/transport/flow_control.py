@@ -18,21 +18,27 @@ import asyncio
 
 
 class FlowControl:
-    __slots__ = ("_backlog_full", "_pause_reading", "_reading_paused", "_transport", "_writable", "read_paused")
+    __slots__ = (
+        "_backlog_full",
+        "_pause_reading",
+        "_reading_paused",
+        "_transport",
+        "_writable",
+        "read_paused",
+        "writable",
+    )
 
     def __init__(self, transport: asyncio.Transport, *, pause_reading_when_blocked: bool) -> None:
         self._transport = transport
         self._pause_reading = pause_reading_when_blocked
         self._writable = asyncio.Event()
         self._writable.set()
+        #: whether the output buffer has room (the event's state as a plain attribute: read per request)
+        self.writable = True
         #: the peer is not reading our responses: park new requests (server side only)
         self.read_paused = False
         self._backlog_full = False
         self._reading_paused = False
-
-    @property
-    def writable(self) -> bool:
-        return self._writable.is_set()
 
     @property
     def reading(self) -> bool:
@@ -43,12 +49,14 @@ class FlowControl:
         await self._writable.wait()
 
     def pause_writing(self) -> None:
+        self.writable = False
         self._writable.clear()
         if self._pause_reading:
             self.read_paused = True
             self._update_reading()
 
     def resume_writing(self) -> None:
+        self.writable = True
         self._writable.set()
         if self.read_paused:
             self.read_paused = False
@@ -72,4 +80,5 @@ class FlowControl:
 
     def connection_lost(self) -> None:
         # Wake writers so they see the closed connection instead of waiting forever.
+        self.writable = True
         self._writable.set()

@@ -114,3 +114,54 @@ def test_hooks_chain_over_the_previous_hooks_segments() -> None:
     assert [r.topic for r in res] == ["T", SCHEDULE_TOPIC, "UPPER"]
     res = path.put("T", 3, rec("T", b"UPy"))
     assert store.calls[1] == [("UPPER", 9, rec("T", b"UPy"))] and res[0].topic == "UPPER"
+
+
+def _needle_hooks() -> list[Any]:
+    from pymq.broker.timer.hook import TimerHook
+    from pymq.broker.transaction_hook import TransactionHook
+
+    return [TransactionHook(), TimerHook(86_400_000, lambda: 0), DelayHook(LEVELS)]
+
+
+def test_the_one_scan_answers_what_each_hooks_wants_answers() -> None:
+    """Hooks declaring ``property_needles`` are answered by the path's one search: it must agree."""
+    hooks = _needle_hooks()
+    path = PutPath(FakeStore(), hooks)  # type: ignore[arg-type]
+    rewrites: list[str] = []
+    for hook in hooks:  # a spy: which hooks the path let rewrite
+        hook.rewrite = lambda *seg, _h=hook, _r=hook.rewrite: rewrites.append(type(_h).__name__) or _r(*seg)
+    props = [
+        b"",
+        b"UNIQ_KEY\x01ABC\x02TAGS\x01t\x02",
+        b"DELAY\x012\x02",
+        b"TIMER_DELAY_MS\x01100\x02",
+        b"MERGE_WINDOW_MS\x0150\x02MERGE_KEY\x01k\x02",
+        b"TRAN_MSG\x01true\x02",
+        b"KEYS\x01TIMER\x02",  # near misses: no needle
+    ]
+    answers = []
+    for p in props:
+        for body in (b"plain", b"DELAY\x011\x02 TIMER_ TRAN_MSG\x01 in the body"):
+            # single records, batches, and a needle only in a record the store refuses (other topic)
+            for data in (rec("T", body, p), rec("T", b"x") + rec("T", body, p), rec("T", b"x") + rec("U", body, p)):
+                split = FakeStore().split("T", data)
+                expected = any(h.wants(data, split) for h in hooks)
+                assert path._anyone_wants(data, split) is expected, (p, body, data)
+                rewrites.clear()
+                path.put("T", 0, data)  # (singles take put's inline copy of the scan)
+                assert bool(rewrites) is expected, (p, body, data)
+                answers.append(expected)
+    assert answers.count(True) == 4 * 2 * 2  # four property sets with needles, two bodies, two valid shapes
+
+
+def test_hooks_without_needles_are_still_asked_and_hooks_can_be_replaced() -> None:
+    store = FakeStore()
+    path = PutPath(store, [*_needle_hooks(), Upper()])  # type: ignore[arg-type]
+    res = path.put("T", 1, rec("T", b"UPz"))
+    assert res[0].topic == "UPPER"
+    installed = path.hooks
+    path.hooks = installed[:-1]  # without Upper
+    res = path.put("T", 1, rec("T", b"UPz"))
+    assert res[0].topic == "T"
+    res = path.put("T", 1, rec("T", b"later", b"DELAY\x011\x02"))
+    assert res[0].topic == SCHEDULE_TOPIC

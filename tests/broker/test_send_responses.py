@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from pymq.broker.handlers.send import SendHandlers
+from pymq.broker.stats import BrokerStats
 from pymq.broker.store import PutResult, PutStatus
+from pymq.broker.subscription_groups import SubscriptionGroupManager
+from pymq.broker.topics import TopicConfigManager
+from pymq.config import BrokerConfig
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
+from pymq.protocol.route import PERM_READ, TopicConfig
 
 
 def test_disk_full_send_answers_service_not_available() -> None:
@@ -15,3 +23,64 @@ def test_disk_full_send_answers_service_not_available() -> None:
         cmd, 0, [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="disk full: writes refused until cleanup")]
     )
     assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and "disk full" in (resp.remark or "")
+
+
+def _handlers(tmp_path: Path, results: list[PutResult]) -> tuple[SendHandlers, list[tuple[str, int]]]:
+    config = BrokerConfig.model_validate({"port": 0, "store": {"store_dir": str(tmp_path / "store")}})
+    topics = TopicConfigManager(tmp_path / "topics.json")
+    topics.upsert(TopicConfig("T", 4, 4))
+    topics.upsert(TopicConfig("RO", 4, 4, perm=PERM_READ))
+    puts: list[tuple[str, int]] = []
+
+    def put(topic: str, queue_id: int, body: Any) -> list[PutResult]:
+        puts.append((topic, queue_id))
+        return results
+
+    handlers = SendHandlers(
+        store=None,  # type: ignore[arg-type]  # ASYNC_FLUSH: the store is only the group commit's
+        put_messages=put,
+        topics=topics,
+        subscription_groups=SubscriptionGroupManager(tmp_path / "groups.json"),
+        stats=BrokerStats(),
+        config=config,
+        address="127.0.0.1:1",
+    )
+    return handlers, puts
+
+
+def test_a_stored_single_send_answers_what_build_response_answers(tmp_path: Path) -> None:
+    """The handler builds a stored single send's answer inline: the same as build_response's."""
+    ok = [PutResult(PutStatus.PUT_OK, 17, 4096, 1200, 0, "T", 2)]
+    handlers, puts = _handlers(tmp_path, ok)
+    cmd = Command(RequestCode.SEND_MESSAGE, 9, 0, None, {"topic": "T", "queueId": 2}, b"record")
+    resp = handlers.send(cmd, None)  # type: ignore[arg-type]
+    ref = SendHandlers.build_response(cmd, 2, ok)
+    assert isinstance(resp, Command) and puts == [("T", 2)]
+    assert (resp.code, resp.opaque, resp.flags, resp.remark, resp.ext) == (
+        ref.code,
+        ref.opaque,
+        ref.flags,
+        ref.remark,
+        ref.ext,
+    )
+    assert resp.ext == {"queueId": 2, "queueOffset": 17, "commitLogOffsets": [4096]}
+    assert handlers.stats.put_msgs["T"] == 1 and handlers.stats.put_bytes["T"] == 1200
+
+
+def test_sends_off_the_usual_path_get_the_full_checks_in_order(tmp_path: Path) -> None:
+    ok = [PutResult(PutStatus.PUT_OK, 0, 100, 0, 0, "T", 0)]
+    handlers, puts = _handlers(tmp_path, ok)
+
+    def send(ext: dict[str, Any]) -> Command:
+        resp = handlers.send(Command(RequestCode.SEND_MESSAGE, 1, 0, None, ext, b"record"), None)  # type: ignore[arg-type]
+        assert isinstance(resp, Command)
+        return resp
+
+    assert send({"topic": "RMQ_SYS_TRANS_HALF_TOPIC", "queueId": 0}).code == ResponseCode.NO_PERMISSION
+    assert send({"topic": "NOPE", "queueId": 0}).code == ResponseCode.TOPIC_NOT_EXIST
+    assert send({"topic": "RO", "queueId": 0}).code == ResponseCode.NO_PERMISSION
+    resp = send({"topic": "T", "queueId": 4})
+    assert resp.code == ResponseCode.INVALID_PARAMETER and "queueId" in (resp.remark or "")
+    assert puts == []
+    assert send({"topic": "T", "queueId": -1}).code == ResponseCode.SUCCESS  # the broker picks a queue
+    assert len(puts) == 1 and puts[0][0] == "T" and 0 <= puts[0][1] < 4

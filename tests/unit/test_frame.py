@@ -15,6 +15,7 @@ from pymq.protocol.frame import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
     Command,
+    FrameCodec,
     FrameDecoder,
     encode,
     encode_bytes,
@@ -282,3 +283,23 @@ def test_byte_by_byte_feeding() -> None:
         out += dec.feed(stream[i : i + 1])
     assert [c.code for c in out] == [1, 2, 3, 4]
     assert [bytes(c.body) for c in out] == [bytes([i]) * i for i in range(1, 5)]
+
+
+@SETTINGS
+@given(commands())
+def test_the_codec_encodes_what_encode_does(cmd: Command) -> None:
+    """FrameCodec.encode (its own packer, one-buffer bodies inline) gives encode()'s bytes and parts."""
+    codec = FrameCodec()
+    parts = codec.encode(cmd)
+    assert b"".join(bytes(p) for p in parts) == encode_bytes(cmd)
+    assert len(parts) == len(encode(cmd)) and all(len(p) for p in parts[1:])
+
+
+def test_the_codec_survives_an_unencodable_header() -> None:
+    codec = FrameCodec()
+    with pytest.raises(LocalProtocolError):
+        codec.encode(Command(1, ext={"x": object()}))
+    with pytest.raises(LocalProtocolError):
+        codec.encode(Command(1, ext={"x": 2**70}))
+    ok = Command(2, 7, ext={"a": 1}, body=[b"x", b"", b"yz"])
+    assert b"".join(bytes(p) for p in codec.encode(ok)) == encode_bytes(ok)

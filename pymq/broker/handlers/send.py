@@ -21,11 +21,11 @@ from pymq.broker.transaction_hook import TRANSACTION_TOPICS
 from pymq.config import BrokerRole, FlushDiskType
 from pymq.errors import MessageDecodeError
 from pymq.protocol.codes import RequestCode, ResponseCode
-from pymq.protocol.command import Buffer, Command
+from pymq.protocol.command import FLAG_RESPONSE, Buffer, Command
 from pymq.protocol.message import Prop
 from pymq.protocol.record import decode_properties, encode_properties, parse_record, reencode
 from pymq.protocol.requests import RETRY_PREFIX, SendMessageRequest, SendMessageResponse, dlq_topic
-from pymq.protocol.route import PERM_READ_WRITE, perm_writable
+from pymq.protocol.route import PERM_READ_WRITE, PERM_WRITE, perm_writable
 from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler, HandlerResult
 
@@ -64,6 +64,11 @@ PutMessages = Callable[[str, int, Buffer], list[PutResult]]
 #: pymq.broker.ha.acks.REPLICATED or TIMED_OUT), or None when no slave is in sync
 WaitReplicated = Callable[[int], "asyncio.Future[int] | None"]
 _SYNC_MASTER = BrokerRole.SYNC_MASTER
+_PUT_OK = PutStatus.PUT_OK
+_SUCCESS = int(ResponseCode.SUCCESS)
+_QUEUE_ID = SendMessageResponse.WIRE["queue_id"]
+_QUEUE_OFFSET = SendMessageResponse.WIRE["queue_offset"]
+_COMMIT_LOG_OFFSETS = SendMessageResponse.WIRE["commit_log_offsets"]
 
 
 class SendHandlers:
@@ -106,9 +111,10 @@ class SendHandlers:
     def table(self) -> dict[int, Handler]:
         return {RequestCode.SEND_MESSAGE: self.send, RequestCode.SEND_BATCH_MESSAGE: self.send}
 
-    def check_topic(self, cmd: Command) -> tuple[str, int] | Command:
+    def check_topic(self, cmd: Command, header: SendMessageRequest | None = None) -> tuple[str, int] | Command:
         """The (topic, queue id) to store into, or an error response."""
-        header = SendMessageRequest.from_ext(cmd.ext)
+        if header is None:
+            header = SendMessageRequest.from_ext(cmd.ext)
         topic = header.topic
         queue_id = header.queue_id
         if topic in NOT_ALLOWED_SEND_TOPICS:
@@ -135,18 +141,44 @@ class SendHandlers:
         return topic, queue_id
 
     def send(self, cmd: Command, channel: Channel) -> HandlerResult:
-        checked = self.check_topic(cmd)
-        if isinstance(checked, Command):
-            return checked
-        topic, queue_id = checked
+        header = SendMessageRequest.from_ext(cmd.ext)
+        topic = header.topic
+        queue_id = header.queue_id
+        # The usual send passes every check of check_topic at once: a writable topic this broker
+        # has, a queue in range, not a broker-only topic. Anything else gets the full check
+        # (auto-creation, a random queue, the error answers), in its order.
+        tc = self.topics.topics.get(topic)
+        if (
+            tc is None
+            or not tc.perm & PERM_WRITE
+            or not 0 <= queue_id < tc.writeQueueNums
+            or topic in NOT_ALLOWED_SEND_TOPICS
+        ):
+            checked = self.check_topic(cmd, header)
+            if isinstance(checked, Command):
+                return checked
+            topic, queue_id = checked
         body: Buffer = cmd.body  # type: ignore[assignment]  # a received request's body is one buffer
         if not len(body):
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, EMPTY_BODY_REMARK)
         if topic.startswith(RETRY_PREFIX):
             topic, queue_id, body = self.dead_letter_if_exhausted(topic, queue_id, body)
         results = self.put_messages(topic, queue_id, body)
-        resp = self.build_response(cmd, queue_id, results)
-        self.stats.record_put(topic, results)
+        if len(results) == 1 and results[0].status is _PUT_OK:
+            # A single send stored: build_response's answer, built here (its ext's wire names
+            # looked up once, not a build_ext call per send).
+            r = results[0]
+            resp = Command(
+                _SUCCESS,
+                cmd.opaque,
+                FLAG_RESPONSE,
+                None,
+                {_QUEUE_ID: r.queue_id, _QUEUE_OFFSET: r.queue_offset, _COMMIT_LOG_OFFSETS: [r.physical_offset]},
+            )
+            self.stats.record_put_one(topic, r.size)
+        else:
+            resp = self.build_response(cmd, queue_id, results)
+            self.stats.record_put(topic, results)
         if (self.sync_flush or self.config.role is _SYNC_MASTER) and resp.code == ResponseCode.SUCCESS and results:
             end = max(r.physical_offset + r.size for r in results)
             if self.config.role is _SYNC_MASTER and self.wait_replicated is not None:

@@ -97,6 +97,9 @@ class TimerHook:
         except ValueError:
             return store_ts
 
+    #: ``wants`` is exactly "a record's properties contain one of these" (the put path scans once for all hooks)
+    property_needles = (_NEEDLE, _MERGE_NEEDLE)
+
     def wants(self, data: bytes, split: SplitBatch) -> bool:
         return any_property_contains(data, split, _NEEDLE) or any_property_contains(data, split, _MERGE_NEEDLE)
 
