@@ -176,12 +176,19 @@ async def test_slave_copies_topics_offsets_delay_offsets_and_groups(tmp_path: Pa
         assert not slave.schedule._started  # a slave runs no schedule service
 
         def copied() -> bool:
+            # One sync pass copies topics, offsets, delay offsets, then groups, with an await
+            # between each: wait for the last of them, not only the first two.
             tc = slave.topics.get("t")
-            return tc is not None and tc.readQueueNums == 3 and slave.offsets.query("g", "t", 1) == 42
+            g = slave.subscription_groups.groups.get("g")
+            return (
+                tc is not None
+                and tc.readQueueNums == 3
+                and slave.offsets.query("g", "t", 1) == 42
+                and g is not None
+                and g.retryMaxTimes == 5
+            )
 
         await wait_until(copied, 10)
-        g = slave.subscription_groups.groups.get("g")
-        assert g is not None and g.retryMaxTimes == 5
         await wait_until(lambda: (read_json(slave.schedule.path) or {}).get("offsetTable") == {"3": 7}, 10)
         # Changes on the master follow within an interval.
         master.offsets.commit("g", "t", 1, 50)
