@@ -12,6 +12,7 @@ from pathlib import Path
 
 
 from pymq.broker.app import BrokerApp
+from pymq.broker.store.arrivals import ArrivalListeners
 from pymq.config import BrokerConfig
 from pymq.logs import configure_logging
 from pymq.client import broker_api
@@ -58,17 +59,17 @@ async def main():
         store = app.store
         variants = {
             "all": lambda: None,
-            "no-listeners": lambda: setattr(store, "_arrival_listeners", []),
+            "no-listeners": lambda: setattr(store, "arrivals", ArrivalListeners()),
             "no-hooks": lambda: setattr(app.put_path, "hooks", ()),
             "no-index": lambda: setattr(store.appender.dispatcher, "put_index", lambda *a: None),
             "no-stats": lambda: (setattr(app.stats, "record_put", lambda *a: None), setattr(app.stats, "record_put_one", lambda *a: None)),
         }
-        saved = {"_arrival_listeners": store._arrival_listeners, "hooks": app.put_path.hooks}
+        saved = {"arrivals": store.arrivals, "hooks": app.put_path.hooks}
         res = {k: 1e9 for k in variants}
         run(3000)
         for _ in range(5):
             for name, apply in variants.items():
-                store._arrival_listeners = saved["_arrival_listeners"]; app.put_path.hooks = saved["hooks"]
+                store.arrivals = saved["arrivals"]; app.put_path.hooks = saved["hooks"]
                 for attr in ("put_index",):
                     store.appender.dispatcher.__dict__.pop(attr, None)
                 app.stats.__dict__.pop("record_put", None); app.stats.__dict__.pop("record_put_one", None)

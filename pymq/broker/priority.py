@@ -85,6 +85,11 @@ def level_topic(topic: str) -> str:
     return PRIORITY_PREFIX + topic
 
 
+def is_level_topic(topic: str) -> bool:
+    """Whether ``topic`` is the internal level topic of a priority topic (the service's arrivals)."""
+    return topic.startswith(PRIORITY_PREFIX)
+
+
 def message_level(props: bytes, levels: int) -> int:
     raw = find_property(props, _PRIORITY) if props else None
     try:
@@ -174,7 +179,7 @@ class PriorityService:
         self._loop = asyncio.get_running_loop()
         store = self.app.store
         assert store is not None
-        store.add_arrival_listener(self._on_arrival)
+        store.add_arrival_listener(self._on_arrival, is_level_topic)
         self._task = asyncio.ensure_future(self._persist_loop())
 
     async def stop(self) -> None:

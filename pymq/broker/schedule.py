@@ -60,7 +60,8 @@ class ScheduleService:
             self.offsets[int(level)] = int(off)
         store = self.app.store
         assert store is not None
-        store.add_arrival_listener(self._on_arrival)
+        # only the schedule topic's arrivals (the store asks once per topic)
+        store.add_arrival_listener(self._on_arrival, SCHEDULE_TOPIC.__eq__)
         for level in range(1, len(self.delays_ms) + 1):
             self._wakeups[level] = asyncio.Event()
             self._tasks.append(asyncio.ensure_future(self._deliver_level(level)))

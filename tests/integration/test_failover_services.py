@@ -12,8 +12,10 @@ from typing import Any
 import pytest
 
 from pymq.broker.app import BrokerApp
-from pymq.broker.priority import PRIORITY_ATTRIBUTE
+from pymq.broker.delay_hook import SCHEDULE_TOPIC
+from pymq.broker.priority import PRIORITY_ATTRIBUTE, level_topic
 from pymq.broker.store.config_files import read_json
+from pymq.broker.timer.hook import TIMER_TOPIC
 from pymq.client import Message, MessageExt, Producer, SimpleConsumer
 from pymq.client.admin import AdminClient
 from pymq.client.admin_replication import promote_slave
@@ -269,18 +271,30 @@ async def test_switching_back_and_forth_runs_the_services_on_one_broker_without_
         await cluster.create_topic("timed", 1)
         b = await add_slave(cluster, a, tmp_path, slave_sync_interval_seconds=0.2)
         assert a.store is not None and b.store is not None
-        listeners = {a: len(a.store._arrival_listeners), b: len(b.store._arrival_listeners)}
+        listeners = {a: len(a.store.arrivals.listeners), b: len(b.store.arrivals.listeners)}
         async with AdminClient(cluster.namesrv_addr) as admin:
             for new, old in ((b, a), (a, b), (b, a)):
                 await wait_until(lambda old=old, new=new: caught_up(old, new), 10)  # type: ignore[misc]
                 await promote_slave(admin, a.config.broker_name, new.address)
                 assert runs_master_services(new) and runs_none(old)
         # the master has its services' listeners once each, the slave none of them
-        assert len(a.store._arrival_listeners) == listeners[b] and len(b.store._arrival_listeners) == listeners[a]
+        assert len(a.store.arrivals.listeners) == listeners[b] and len(b.store.arrivals.listeners) == listeners[a]
         for broker, want in ((a, 0), (b, 1)):
             assert broker.timer is not None and broker.store is not None
             own = (broker.timer._on_arrival, broker.priority._on_arrival, broker.schedule._on_arrival)
-            assert [broker.store._arrival_listeners.count(fn) for fn in own] == [want] * 3
+            assert [broker.store.arrivals.listeners.count(fn) for fn in own] == [want] * 3
+        # a put calls its topic's listeners only: long polling (and a master's HA wake-up) for
+        # every topic, each master service for its own internal topic
+        assert b.replication is not None and b.replication.master is not None and a.store is not None
+        every = {b.pull_hold.notify, b.replication.master.on_arrival}
+        assert set(b.store.arrivals.of_topic("timed")) == every
+        for topic, fn in (
+            (SCHEDULE_TOPIC, b.schedule._on_arrival),
+            (TIMER_TOPIC, b.timer._on_arrival),
+            (level_topic("timed"), b.priority._on_arrival),
+        ):
+            assert set(b.store.arrivals.of_topic(topic)) == every | {fn}
+            assert a.store.arrivals.of_topic(topic) == (a.pull_hold.notify,)
         async with Producer(cluster.namesrv_addr) as p:
             await p.send_delayed(Message("timed", b"x"), delay_ms=300)
         got = await read_all(cluster, "timed", 1)

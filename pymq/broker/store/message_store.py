@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from pymq.broker.store import replica_ops, residency
 from pymq.broker.store.appender import Appender, rejected_results
+from pymq.broker.store.arrivals import ArrivalListener, ArrivalListeners, TopicFilter
 from pymq.broker.store.checkpoint import Checkpoint
 from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup, try_disk_ratio
 from pymq.broker.store.commitlog import CommitLog
@@ -50,8 +51,6 @@ log = get_logger("broker.store")
 DISK_CHECK_BYTES = 16 * 1024 * 1024
 #: Why writes are refused while the disk is full (the send's remark; clients may match "disk full").
 DISK_FULL_REASON = "disk full: writes refused until cleanup"
-
-ArrivalListener = Callable[[str, int, int], None]
 
 
 class MessageStore:
@@ -106,7 +105,8 @@ class MessageStore:
         self._logics_flusher: LogicsFlusher | None = None
         self._cleaner: CleanupService | None = None
         self._warmer: Warmer | None = None
-        self._arrival_listeners: list[ArrivalListener] = []
+        #: arrival listeners by topic (see add_arrival_listener)
+        self.arrivals = ArrivalListeners()
 
     # --- lifecycle ------------------------------------------------------------------------------------------
 
@@ -237,13 +237,16 @@ class MessageStore:
 
     # --- writing --------------------------------------------------------------------------------------------
 
-    def add_arrival_listener(self, listener: ArrivalListener) -> None:
-        """``listener(topic, queue_id, max_offset)`` after messages land in a queue (writer's thread)."""
-        self._arrival_listeners.append(listener)
+    def add_arrival_listener(self, listener: ArrivalListener, topics: TopicFilter | None = None) -> None:
+        """``listener(topic, queue_id, max_offset)`` after messages land in a queue (writer's thread).
+
+        ``topics``: only for topics it accepts (asked once per topic, so it must depend on the
+        name only); None: every topic. A put calls just the listeners of its topic.
+        """
+        self.arrivals.add(listener, topics)
 
     def remove_arrival_listener(self, listener: ArrivalListener) -> None:
-        if listener in self._arrival_listeners:
-            self._arrival_listeners.remove(listener)
+        self.arrivals.remove(listener)
 
     def start_at(self, offset: int) -> None:
         """Make an empty commitlog begin at file boundary ``offset`` (a new slave of a master whose
@@ -371,8 +374,15 @@ class MessageStore:
                 or mfq.next_file is not self._checked_next
             ):
                 self._check_disk()
-        if stored and self._arrival_listeners:
-            self._notify_arrivals({(topic, queue_id)})
+        if stored:
+            listeners = self.arrivals.by_topic.get(topic)
+            if listeners is None:
+                listeners = self.arrivals.resolve(topic)
+            if listeners:
+                # The queue's end after this put: the appender's last offset when all were stored.
+                end = results[-1].queue_offset + 1 if len(results) == stored else self.max_offset(topic, queue_id)
+                for listener in listeners:
+                    listener(topic, queue_id, end)
         return results
 
     def _check_disk(self) -> None:
@@ -448,10 +458,12 @@ class MessageStore:
         self._checked_files = -1
 
     def _notify_arrivals(self, arrived: set[tuple[str, int]]) -> None:
-        listeners = self._arrival_listeners
-        if arrived and listeners:
-            queues = self.queues
-            for key in arrived:
+        """Call each queue's topic listeners with its end (several batches or replicated records)."""
+        of_topic = self.arrivals.of_topic
+        queues = self.queues
+        for key in arrived:
+            listeners = of_topic(key[0])
+            if listeners:
                 cq = queues.get(key)
                 end = cq.max_offset if cq is not None else 0
                 if end:
@@ -588,6 +600,7 @@ class MessageStore:
         with self.lock, self.file_lock, self.logics_lock:
             for key in [k for k in self.queues if k[0] == topic]:
                 self.queues.pop(key).destroy()
+            self.arrivals.forget(topic)
 
     # --- cleanup --------------------------------------------------------------------------------------------
 

@@ -157,7 +157,7 @@ class TimerService:
             pending_merges=len(self.merge),
         )
         self._started = True
-        store.add_arrival_listener(self._on_arrival)
+        store.add_arrival_listener(self._on_arrival, TIMER_TOPIC.__eq__)  # the timer topic's arrivals only
         self._tasks = [
             asyncio.ensure_future(self._enqueue_loop()),
             asyncio.ensure_future(self._dequeue_loop()),
