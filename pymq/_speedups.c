@@ -88,7 +88,75 @@ static uint32_t crc32_table_of(uint32_t crc, const unsigned char *p, Py_ssize_t 
     return ~crc;
 }
 
+/* Carry-less multiplication folding (Intel's "Fast CRC Computation for Generic Polynomials Using
+ * PCLMULQDQ", the bit-reflected constants of its CRC-32 example): four 16-byte lanes fold 64 bytes a
+ * round, then into one lane, then down to 32 bits with a Barrett reduction. Several times zlib 1.2's
+ * speed on the 1 KiB bodies of a batch. Only on x86-64 built with GCC or clang, and only where the
+ * CPU has PCLMULQDQ and SSE4.1 (checked at import); the rest of the bytes go to zlib or the table. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_CLMUL_CODE 1
+#include <immintrin.h>
+
+static int use_clmul = 0;
+
+__attribute__((target("pclmul,sse4.1"))) static inline __m128i fold16(__m128i x, __m128i k, __m128i next) {
+    return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next);
+}
+
+/* The CRC register (inverted, as inside zlib) after n bytes, n >= 64 and a multiple of 16. */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul_blocks(uint32_t reg, const unsigned char *p,
+                                                                           Py_ssize_t n) {
+    const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
+    const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
+    const __m128i poly_mu = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
+    const __m128i low32 = _mm_setr_epi32(-1, 0, -1, 0);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)p), x2 = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 32)), x4 = _mm_loadu_si128((const __m128i *)(p + 48));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)reg));
+    p += 64;
+    n -= 64;
+    while (n >= 64) {
+        x1 = fold16(x1, k1k2, _mm_loadu_si128((const __m128i *)p));
+        x2 = fold16(x2, k1k2, _mm_loadu_si128((const __m128i *)(p + 16)));
+        x3 = fold16(x3, k1k2, _mm_loadu_si128((const __m128i *)(p + 32)));
+        x4 = fold16(x4, k1k2, _mm_loadu_si128((const __m128i *)(p + 48)));
+        p += 64;
+        n -= 64;
+    }
+    x1 = fold16(x1, k3k4, x2);
+    x1 = fold16(x1, k3k4, x3);
+    x1 = fold16(x1, k3k4, x4);
+    while (n >= 16) {
+        x1 = fold16(x1, k3k4, _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+    /* 128 -> 64 bits, then 64 -> 32 (Barrett) */
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), _mm_clmulepi64_si128(x1, k3k4, 0x10));
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), k5, 0x00), x2);
+    x2 = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), poly_mu, 0x10), low32);
+    x1 = _mm_xor_si128(x1, _mm_clmulepi64_si128(x2, poly_mu, 0x00));
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
+static uint32_t crc32_rest(uint32_t crc, const unsigned char *p, Py_ssize_t n);
+
 static uint32_t crc32_of(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
+#ifdef HAVE_CLMUL_CODE
+    if (use_clmul && n >= 64) {
+        Py_ssize_t blocks = n & ~(Py_ssize_t)15;
+        crc = ~crc32_clmul_blocks(~crc, p, blocks);
+        p += blocks;
+        n -= blocks;
+    }
+#endif
+    return crc32_rest(crc, p, n);
+}
+
+static uint32_t crc32_rest(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
 #ifdef HAVE_ZLIB
     while (n > 0) {
         uInt chunk = n > (Py_ssize_t)0x40000000 ? 0x40000000u : (uInt)n;
@@ -995,6 +1063,10 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     crc_init();
+#ifdef HAVE_CLMUL_CODE
+    __builtin_cpu_init();
+    use_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
     if (!(s_topic = PyUnicode_InternFromString("topic")) || !(s_body = PyUnicode_InternFromString("body")) ||
         !(s_tags = PyUnicode_InternFromString("tags")) || !(s_keys = PyUnicode_InternFromString("keys")) ||
         !(s_properties = PyUnicode_InternFromString("properties")) ||
@@ -1012,6 +1084,15 @@ PyMODINIT_FUNC PyInit__speedups(void) {
                                            INDEX_ENTRY_SIZE, "SLOT", INDEX_SLOT_FORMAT);
     if (index_layout == NULL || PyModule_AddObject(m, "INDEX_LAYOUT", index_layout) < 0) {
         Py_XDECREF(index_layout);
+        Py_XDECREF(layout);
+        Py_DECREF(m);
+        return NULL;
+    }
+#ifdef HAVE_CLMUL_CODE
+    if (PyModule_AddIntConstant(m, "HAVE_CLMUL", use_clmul) < 0) {
+#else
+    if (PyModule_AddIntConstant(m, "HAVE_CLMUL", 0) < 0) {
+#endif
         Py_XDECREF(layout);
         Py_DECREF(m);
         return NULL;

@@ -168,6 +168,22 @@ def test_crc32_is_zlibs(data: bytes, start: int) -> None:
         assert _speedups.crc32_table(data, start) == zlib.crc32(data, start)
 
 
+def test_crc32_folding_edges() -> None:
+    """Every length around the folded (PCLMULQDQ) path's 64- and 16-byte steps, at unaligned starts.
+
+    The folding runs where the CPU has PCLMULQDQ (``HAVE_CLMUL``), on the whole 16-byte blocks of
+    inputs of 64 bytes and more; the tail goes to zlib or the table.
+    """
+    if _speedups is None:
+        return
+    data = memoryview(os.urandom(70_000))
+    for n in [*range(0, 300), 1023, 1024, 1025, 65536, 65536 + 15, 69_990]:
+        for skew in (0, 1, 7):
+            chunk = data[skew : skew + n]
+            for start in (0, 0xFFFFFFFF, 0x12345678):
+                assert _speedups.crc32(chunk, start) == zlib.crc32(chunk, start), (n, skew, start)
+
+
 # --- the batch path -------------------------------------------------------------------------------------
 
 
