@@ -716,6 +716,56 @@ static PyObject *index_put(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return PyLong_FromLongLong(count);
 }
 
+/* --- cq_entries (the store's consume-queue entries; their layout is pymq/broker/store/consume_queue.py's) */
+
+#define CQ_ENTRY_FORMAT ">qiq"
+#define CQ_ENTRY_SIZE 20
+
+PyDoc_STRVAR(cq_entries_doc,
+             "cq_entries(phys, sizes, tags_codes) -> bytes\n"
+             "The consume-queue entries (commitlog offset, size, tags code) of a batch, packed back to back.\n"
+             "NotImplemented for anything it does not handle (not three lists of one length, an item not an int\n"
+             "that fits its field).");
+
+static PyObject *cq_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "cq_entries takes 3 arguments");
+        return NULL;
+    }
+    PyObject *phys = args[0], *sizes = args[1], *codes = args[2];
+    if (!PyList_CheckExact(phys) || !PyList_CheckExact(sizes) || !PyList_CheckExact(codes)) Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t count = PyList_GET_SIZE(phys);
+    if (PyList_GET_SIZE(sizes) != count || PyList_GET_SIZE(codes) != count ||
+        count > PY_SSIZE_T_MAX / CQ_ENTRY_SIZE)
+        Py_RETURN_NOTIMPLEMENTED;
+    /* checked before the bytes are allocated (an allocation may run code that changes the lists) */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t a, b, c;
+        if (!as_i64(PyList_GET_ITEM(phys, i), &a) || !as_i64(PyList_GET_ITEM(sizes, i), &b) ||
+            !as_i64(PyList_GET_ITEM(codes, i), &c) || b < INT32_MIN || b > INT32_MAX)
+            Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * CQ_ENTRY_SIZE);
+    if (out == NULL) return NULL;
+    if (PyList_GET_SIZE(phys) != count || PyList_GET_SIZE(sizes) != count || PyList_GET_SIZE(codes) != count) {
+        Py_DECREF(out);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++, p += CQ_ENTRY_SIZE) {
+        int64_t a, b, c;
+        if (!as_i64(PyList_GET_ITEM(phys, i), &a) || !as_i64(PyList_GET_ITEM(sizes, i), &b) ||
+            !as_i64(PyList_GET_ITEM(codes, i), &c) || b < INT32_MIN || b > INT32_MAX) {
+            Py_DECREF(out);
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        wr_u64(p, (uint64_t)a);
+        wr_u32(p + 8, (uint32_t)b);
+        wr_u64(p + 12, (uint64_t)c);
+    }
+    return out;
+}
+
 /* --- encode_record ----------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(encode_record_doc,
@@ -1046,6 +1096,7 @@ static PyMethodDef methods[] = {
     {"patch_broker_blocks", (PyCFunction)(void (*)(void))patch_broker_blocks, METH_FASTCALL,
      patch_broker_blocks_doc},
     {"index_put", (PyCFunction)(void (*)(void))index_put, METH_FASTCALL, index_put_doc},
+    {"cq_entries", (PyCFunction)(void (*)(void))cq_entries, METH_FASTCALL, cq_entries_doc},
     {"encode_record", (PyCFunction)(void (*)(void))encode_record, METH_FASTCALL, encode_record_doc},
     {"encode_batch", (PyCFunction)(void (*)(void))encode_batch, METH_FASTCALL, encode_batch_doc},
     {"property_codes", (PyCFunction)(void (*)(void))property_codes, METH_FASTCALL, property_codes_doc},
@@ -1084,6 +1135,13 @@ PyMODINIT_FUNC PyInit__speedups(void) {
                                            INDEX_ENTRY_SIZE, "SLOT", INDEX_SLOT_FORMAT);
     if (index_layout == NULL || PyModule_AddObject(m, "INDEX_LAYOUT", index_layout) < 0) {
         Py_XDECREF(index_layout);
+        Py_XDECREF(layout);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyObject *cq_layout = Py_BuildValue("{s:s,s:i}", "ENTRY", CQ_ENTRY_FORMAT, "ENTRY_SIZE", CQ_ENTRY_SIZE);
+    if (cq_layout == NULL || PyModule_AddObject(m, "CQ_LAYOUT", cq_layout) < 0) {
+        Py_XDECREF(cq_layout);
         Py_XDECREF(layout);
         Py_DECREF(m);
         return NULL;

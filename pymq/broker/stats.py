@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict, deque
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pymq.broker.store.results import PutResult
+
+
+_STATUS = attrgetter("status")
+_SIZE = attrgetter("size")
 
 
 class BrokerStats:
@@ -23,12 +28,11 @@ class BrokerStats:
         self._samples: deque[tuple[float, int, int]] = deque(maxlen=61)
 
     def record_put(self, topic: str, results: list[PutResult]) -> None:
-        ok = 0
-        size = 0
-        for r in results:
-            if r.status == 0:
-                ok += 1
-                size += r.size
+        statuses = list(map(_STATUS, results))
+        ok = statuses.count(0)
+        # all stored (a batch's usual case): no Python loop over the results
+        all_ok = ok == len(statuses)
+        size = sum(map(_SIZE, results)) if all_ok else sum(r.size for r in results if r.status == 0)
         self.put_msgs[topic] += ok
         self.put_bytes[topic] += size
         self.put_total += ok

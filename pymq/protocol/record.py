@@ -122,6 +122,7 @@ def speedups_layout() -> dict[str, int | str]:
 #: what the record, batch and index code call
 SPEEDUPS_FUNCTIONS = (
     "any_property_contains",
+    "cq_entries",
     "encode_batch",
     "encode_record",
     "index_put",

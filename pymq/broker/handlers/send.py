@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from pymq.broker.delay_hook import SCHEDULE_TOPIC
@@ -64,6 +65,8 @@ PutMessages = Callable[[str, int, Buffer], list[PutResult]]
 #: pymq.broker.ha.acks.REPLICATED or TIMED_OUT), or None when no slave is in sync
 WaitReplicated = Callable[[int], "asyncio.Future[int] | None"]
 _SYNC_MASTER = BrokerRole.SYNC_MASTER
+_STATUS = attrgetter("status")
+_PHYSICAL_OFFSET = attrgetter("physical_offset")
 
 
 class SendHandlers:
@@ -189,12 +192,15 @@ class SendHandlers:
                     queue_id=r.queue_id, queue_offset=r.queue_offset, commit_log_offsets=[r.physical_offset]
                 ),
             )
-        first_fail = next((r for r in results if r.status != ok), None)
+        statuses = list(map(_STATUS, results))
+        first_fail = None if statuses.count(ok) == len(statuses) else next(r for r in results if r.status != ok)
         ext = SendMessageResponse.build_ext(
             queue_id=results[0].queue_id if results and results[0].status == ok else queue_id,
-            queue_offset=next((r.queue_offset for r in results if r.status == ok), -1),
-            commit_log_offsets=[r.physical_offset for r in results],
-            statuses=None if first_fail is None else [int(r.status) for r in results],
+            queue_offset=results[0].queue_offset
+            if first_fail is None
+            else next((r.queue_offset for r in results if r.status == ok), -1),
+            commit_log_offsets=list(map(_PHYSICAL_OFFSET, results)),
+            statuses=None if first_fail is None else [int(s) for s in statuses],
         )
         if first_fail is None:
             return cmd.response(ResponseCode.SUCCESS, ext=ext)
