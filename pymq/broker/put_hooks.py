@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from pymq.broker.store.results import PutResult, PutStatus
+from pymq.broker.store.results import PutResult, PutResults, PutStatus
 from pymq.errors import MessageDecodeError
 from pymq.protocol.record import MAX_PROPERTIES_SIZE, RecordFields, iter_spans, parse_record
 
@@ -106,7 +106,7 @@ class PutPath:
         for hook in self.hooks:
             hook.install(store)
 
-    def put(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> list[PutResult]:
+    def put(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> PutResults:
         """Store the records of ``data`` for ``(topic, queue_id)``; one result per record, in order."""
         if not isinstance(data, bytes):
             data = bytes(data)

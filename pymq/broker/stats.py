@@ -7,10 +7,10 @@ from collections import defaultdict, deque
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from pymq.broker.store.results import PutStatus
+from pymq.broker.store.results import PutStatus, StoredRun
 
 if TYPE_CHECKING:
-    from pymq.broker.store.results import PutResult
+    from pymq.broker.store.results import PutResults
 
 
 _STATUS = attrgetter("status")
@@ -29,7 +29,12 @@ class BrokerStats:
         # (monotonic time, put_total, get_total) samples for rates
         self._samples: deque[tuple[float, int, int]] = deque(maxlen=61)
 
-    def record_put(self, topic: str, results: list[PutResult]) -> None:
+    def record_put(self, topic: str, results: PutResults) -> None:
+        if type(results) is StoredRun:  # a batch stored whole: its columns, no object per record
+            self.put_msgs[topic] += len(results)
+            self.put_bytes[topic] += sum(results.sizes)
+            self.put_total += len(results)
+            return
         statuses = list(map(_STATUS, results))
         ok = statuses.count(PutStatus.PUT_OK)  # (identity first: faster than counting 0)
         # all stored (a batch's usual case): no Python loop over the results

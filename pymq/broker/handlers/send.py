@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from pymq.broker.delay_hook import SCHEDULE_TOPIC
 from pymq.broker.group_commit import GroupCommit
-from pymq.broker.store.results import PutResult, PutStatus
+from pymq.broker.store.results import PutResults, PutStatus, StoredRun
 from pymq.broker.timer.hook import TIMER_TOPIC
 from pymq.broker.topics import validate_topic_name
 from pymq.broker.transaction_hook import TRANSACTION_TOPICS
@@ -60,7 +60,7 @@ EMPTY_BODY_REMARK = "empty message body: a send must carry at least one encoded 
 NOT_ALLOWED_SEND_TOPICS = TRANSACTION_TOPICS | {TIMER_TOPIC, SCHEDULE_TOPIC}
 
 #: the broker's put path: (topic, queue id, records) -> one result per record
-PutMessages = Callable[[str, int, Buffer], list[PutResult]]
+PutMessages = Callable[[str, int, Buffer], PutResults]
 #: SYNC_MASTER: a future for "enough slaves hold everything below this offset" (resolved with
 #: pymq.broker.ha.acks.REPLICATED or TIMED_OUT), or None when no slave is in sync
 WaitReplicated = Callable[[int], "asyncio.Future[int] | None"]
@@ -180,7 +180,16 @@ class SendHandlers:
         return target, 0, reencode(r, target.encode(), encode_properties(props))
 
     @staticmethod
-    def build_response(cmd: Command, queue_id: int, results: list[PutResult]) -> Command:
+    def build_response(cmd: Command, queue_id: int, results: PutResults) -> Command:
+        if type(results) is StoredRun:  # a batch stored whole: its columns, no object per record
+            return cmd.response(
+                ResponseCode.SUCCESS,
+                ext=SendMessageResponse.build_ext(
+                    queue_id=results.queue_id,
+                    queue_offset=results.first_queue_offset,
+                    commit_log_offsets=results.physical_offsets,
+                ),
+            )
         if not results:  # nothing was stored, so nothing succeeded (never "SUCCESS at offset -1")
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, EMPTY_BODY_REMARK)
         ok = PutStatus.PUT_OK
