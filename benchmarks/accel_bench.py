@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from pymq.broker.store.dispatcher import Dispatcher
+from pymq.broker.store.dispatcher import Dispatcher, pack_entries
 from pymq.broker.store.index import IndexFile, index_file_size
 from pymq.protocol import record
 from pymq.protocol.batch_encode import encode_batch
@@ -88,6 +88,7 @@ def cases(records: int, body_size: int) -> dict[str, Callable[[], Any]]:
         "any_property_contains": lambda: any_property_contains(batch, split, b"DELAY\x01"),
         "patch_broker_blocks": lambda: patch_broker_blocks(target, split.positions, 1, 100, 1 << 30, 1, HOST),
         "dispatch codes": dispatch_codes,
+        "consume-queue entries": lambda: pack_entries(phys, split.sizes, [0] * len(phys)),
         "index put_many": index_put,
         "iter_records (decode)": lambda: list(iter_records(pulled)),
         "iter_messages (decode)": lambda: list(iter_messages(pulled)),
