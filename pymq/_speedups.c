@@ -13,6 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -858,39 +859,84 @@ static int empty_container(PyObject *o) {
     return -1;
 }
 
+/* The message class (pymq.protocol.message.Message, registered by batch_encode.py) and where its slots
+ * are: for an instance of exactly that class the fields are read from their slots (what its member
+ * descriptors would return) instead of through getattr, 7 lookups a message. */
+static PyTypeObject *message_type = NULL;
+enum { F_TOPIC, F_BODY, F_TAGS, F_KEYS, F_PROPERTIES, F_FLAG, F_DELAY_LEVEL, N_FIELDS };
+static Py_ssize_t field_offsets[N_FIELDS];
+static PyObject **field_names[N_FIELDS] = {&s_topic, &s_body, &s_tags, &s_keys, &s_properties, &s_flag, &s_delay_level};
+
+/* A new reference to field f of m; NULL (an error set or, for an empty slot, not) if it cannot be read. */
+static inline PyObject *message_field(PyObject *m, int fast, int f) {
+    if (fast) {
+        PyObject *v = *(PyObject **)((char *)m + field_offsets[f]);
+        return v == NULL ? NULL : Py_NewRef(v);
+    }
+    return PyObject_GetAttr(m, *field_names[f]);
+}
+
+PyDoc_STRVAR(set_message_class_doc,
+             "set_message_class(cls) -> bool\n"
+             "encode_batch reads the fields of exact instances of cls from their slots; True if cls has an object slot\n"
+             "(a member descriptor) for each field encode_batch reads, else False (getattr is used).");
+
+static PyObject *set_message_class(PyObject *self, PyObject *cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "a class is required");
+        return NULL;
+    }
+    Py_ssize_t offsets[N_FIELDS];
+    for (int f = 0; f < N_FIELDS; f++) {
+        PyObject *d = PyDict_GetItemWithError(((PyTypeObject *)cls)->tp_dict, *field_names[f]);
+        if (d == NULL && PyErr_Occurred()) return NULL;
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX ||
+            ((PyMemberDescrObject *)d)->d_common.d_type != (PyTypeObject *)cls) {
+            Py_CLEAR(message_type);
+            Py_RETURN_FALSE;
+        }
+        offsets[f] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    memcpy(field_offsets, offsets, sizeof(offsets));
+    Py_XSETREF(message_type, (PyTypeObject *)Py_NewRef(cls));
+    Py_RETURN_TRUE;
+}
+
 /* Check one message and take what the writing pass needs; 0 if it is outside the handled case. */
 static int take_batch_item(PyObject *m, PyObject *topic, int64_t max_size, int64_t compress_threshold,
                            batch_item *it) {
     PyObject *o;
     int ok;
+    const int fast = message_type != NULL && Py_TYPE(m) == message_type;
     /* topic: the batch's (an exact str, equal) */
-    if ((o = PyObject_GetAttr(m, s_topic)) == NULL) return 0;
+    if ((o = message_field(m, fast, F_TOPIC)) == NULL) return 0;
     ok = o == topic || (PyUnicode_CheckExact(o) && PyUnicode_Compare(o, topic) == 0);
     Py_DECREF(o);
     if (!ok) return 0;
     /* delay_level: an exact int, not above 0 (a delayed message cannot be batched) */
     int64_t v;
-    if ((o = PyObject_GetAttr(m, s_delay_level)) == NULL) return 0;
+    if ((o = message_field(m, fast, F_DELAY_LEVEL)) == NULL) return 0;
     ok = as_i64(o, &v) && v <= 0;
     Py_DECREF(o);
     if (!ok) return 0;
     /* keys and properties: empty */
-    if ((o = PyObject_GetAttr(m, s_keys)) == NULL) return 0;
+    if ((o = message_field(m, fast, F_KEYS)) == NULL) return 0;
     ok = empty_container(o) == 1;
     Py_DECREF(o);
     if (!ok) return 0;
-    if ((o = PyObject_GetAttr(m, s_properties)) == NULL) return 0;
+    if ((o = message_field(m, fast, F_PROPERTIES)) == NULL) return 0;
     ok = empty_container(o) == 1;
     Py_DECREF(o);
     if (!ok) return 0;
     /* flag: an exact int of 32 bits */
-    if ((o = PyObject_GetAttr(m, s_flag)) == NULL) return 0;
+    if ((o = message_field(m, fast, F_FLAG)) == NULL) return 0;
     ok = as_i64(o, &v) && v >= INT32_MIN && v <= INT32_MAX;
     Py_DECREF(o);
     if (!ok) return 0;
     it->flag = (int32_t)v;
     /* tags: None, or an exact str whose UTF-8 has no separator byte */
-    if ((o = PyObject_GetAttr(m, s_tags)) == NULL) return 0;
+    if ((o = message_field(m, fast, F_TAGS)) == NULL) return 0;
     if (o == Py_None || (PyUnicode_CheckExact(o) && PyUnicode_GET_LENGTH(o) == 0)) {
         Py_DECREF(o);
         it->tags = NULL;
@@ -906,7 +952,7 @@ static int take_batch_item(PyObject *m, PyObject *topic, int64_t max_size, int64
         it->tag = t;
     }
     /* body: exact bytes, not empty, within the size limit and the compression threshold */
-    if ((o = PyObject_GetAttr(m, s_body)) == NULL) {
+    if ((o = message_field(m, fast, F_BODY)) == NULL) {
         Py_CLEAR(it->tags);
         return 0;
     }
@@ -1099,6 +1145,7 @@ static PyMethodDef methods[] = {
     {"cq_entries", (PyCFunction)(void (*)(void))cq_entries, METH_FASTCALL, cq_entries_doc},
     {"encode_record", (PyCFunction)(void (*)(void))encode_record, METH_FASTCALL, encode_record_doc},
     {"encode_batch", (PyCFunction)(void (*)(void))encode_batch, METH_FASTCALL, encode_batch_doc},
+    {"set_message_class", set_message_class, METH_O, set_message_class_doc},
     {"property_codes", (PyCFunction)(void (*)(void))property_codes, METH_FASTCALL, property_codes_doc},
     {"unpack_record", (PyCFunction)(void (*)(void))unpack_record, METH_FASTCALL, unpack_record_doc},
     {"unpack_records", unpack_records, METH_O, unpack_records_doc},

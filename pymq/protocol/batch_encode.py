@@ -18,7 +18,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pymq.protocol import record
+from pymq.protocol.message import Message
 from pymq.protocol.record import MAX_PROPERTIES_SIZE, encode_record, encoded_size
+
+if record.speedups is not None:
+    # The C code reads the fields of exact Message instances from their slots (no getattr per field).
+    record.speedups.set_message_class(Message)
 
 _UNIQ = b"UNIQ_KEY\x01"
 _TAGS = b"TAGS\x01"

@@ -129,6 +129,7 @@ SPEEDUPS_FUNCTIONS = (
     "patch_broker_blocks",
     "property_codes",
     "set_decode_error",
+    "set_message_class",
     "split_batch",
     "unpack_record",
     "unpack_records",

@@ -187,3 +187,19 @@ async def test_a_plain_batch_takes_the_one_pass_path(monkeypatch: pytest.MonkeyP
     p._encode_batch((Message("orders", b"a", keys="k"),), "orders")  # keys: the general path
     assert calls == [2, 0]
     assert encode_batch([Message("orders", b"a")], *args_for(), itertools.count()) is not None
+
+
+class TaggedMessage(Message):
+    """A subclass: the C code reads its fields through getattr, not from Message's slots."""
+
+
+def test_subclasses_and_plain_messages_encode_alike() -> None:
+    """Exact Message instances are read from their slots in C, others by attribute: the same bytes."""
+    plain = [Message("orders", b"body %d" % i, tags="t") for i in range(5)]
+    sub = [TaggedMessage("orders", b"body %d" % i, tags="t") for i in range(5)]
+    mixed = [plain[0], sub[1], plain[2], sub[3], plain[4]]
+    answers = [encode_batch(batch, *args_for(), itertools.count()) for batch in (plain, sub, mixed)]
+    assert answers[0] is not None and answers[0] == answers[1] == answers[2]
+    broken = Message.__new__(Message)  # no field set: the batch is not handled, nothing is taken
+    counter = itertools.count()
+    assert encode_batch([plain[0], broken], *args_for(), counter) is None and next(counter) == 0
