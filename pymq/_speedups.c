@@ -158,6 +158,9 @@ static uint32_t crc32_of(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
 }
 
 static uint32_t crc32_rest(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
+    /* Short inputs (keys, tags, the tail after folding): the table loop, ~40 ns quicker than zlib 1.2's
+     * setup for 32 bytes (the index hashes a unique key of 32 per record). */
+    if (n < 64) return crc32_table_of(crc, p, n);
 #ifdef HAVE_ZLIB
     while (n > 0) {
         uInt chunk = n > (Py_ssize_t)0x40000000 ? 0x40000000u : (uInt)n;
