@@ -12,6 +12,7 @@ store's memcpy into fresh mapped pages, whose page faults swing its batch figure
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import time
@@ -20,10 +21,11 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from pymq.broker.store.dispatcher import Dispatcher
+from pymq.broker.store.dispatcher import Dispatcher, pack_entries
 from pymq.broker.store.index import IndexFile, index_file_size
 from pymq.protocol import record
-from pymq.protocol.message import iter_messages
+from pymq.protocol.batch_encode import encode_batch
+from pymq.protocol.message import Message, iter_messages
 from pymq.protocol.record import encode_properties, encode_record, iter_records, pack_host, topic_field
 from pymq.protocol.record_batch import any_property_contains, patch_broker_blocks, split_batch
 
@@ -49,6 +51,8 @@ def cases(records: int, body_size: int) -> dict[str, Callable[[], Any]]:
     target = bytearray(len(batch))
     phys = [1 << 30 | p for p in split.positions]
     dispatcher = Dispatcher(lambda t, q: None, None)  # type: ignore[arg-type,return-value]
+    messages = [Message("bench", b) for b in bodies]
+    counter = itertools.count()
     pulled = b"".join(encode_record(b"bench", b, props, queue_offset=i, store_host=HOST) for i, b in enumerate(bodies))
 
     # an index file on an in-memory buffer (the store's default slot count), rewound before each batch
@@ -77,10 +81,14 @@ def cases(records: int, body_size: int) -> dict[str, Callable[[], Any]]:
 
     return {
         "encode_record x N (client)": lambda: [encode_record(b"bench", b, props, born_host=HOST) for b in bodies],
+        "encode_batch (client, ids)": lambda: encode_batch(
+            messages, "bench", b"bench", 1_764_000_000_000, HOST, 4 << 20, 4096, "0A0000010B1A18B4AAC200D2F1A3", counter
+        ),
         "split_batch": lambda: split_batch(batch, tf, 4 << 20),
         "any_property_contains": lambda: any_property_contains(batch, split, b"DELAY\x01"),
         "patch_broker_blocks": lambda: patch_broker_blocks(target, split.positions, 1, 100, 1 << 30, 1, HOST),
         "dispatch codes": dispatch_codes,
+        "consume-queue entries": lambda: pack_entries(phys, split.sizes, [0] * len(phys)),
         "index put_many": index_put,
         "iter_records (decode)": lambda: list(iter_records(pulled)),
         "iter_messages (decode)": lambda: list(iter_messages(pulled)),

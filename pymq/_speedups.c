@@ -13,11 +13,12 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <string.h>
 
 /* Bumped (here and in record.py's speedups_layout) when a function is added or changes its contract. */
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 
 #define MAGIC 0x706D7131u
 #define BLANK_MAGIC 0xCBD43194u
@@ -88,7 +89,78 @@ static uint32_t crc32_table_of(uint32_t crc, const unsigned char *p, Py_ssize_t 
     return ~crc;
 }
 
+/* Carry-less multiplication folding (Intel's "Fast CRC Computation for Generic Polynomials Using
+ * PCLMULQDQ", the bit-reflected constants of its CRC-32 example): four 16-byte lanes fold 64 bytes a
+ * round, then into one lane, then down to 32 bits with a Barrett reduction. Several times zlib 1.2's
+ * speed on the 1 KiB bodies of a batch. Only on x86-64 built with GCC or clang, and only where the
+ * CPU has PCLMULQDQ and SSE4.1 (checked at import); the rest of the bytes go to zlib or the table. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_CLMUL_CODE 1
+#include <immintrin.h>
+
+static int use_clmul = 0;
+
+__attribute__((target("pclmul,sse4.1"))) static inline __m128i fold16(__m128i x, __m128i k, __m128i next) {
+    return _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x, k, 0x00), _mm_clmulepi64_si128(x, k, 0x11)), next);
+}
+
+/* The CRC register (inverted, as inside zlib) after n bytes, n >= 64 and a multiple of 16. */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul_blocks(uint32_t reg, const unsigned char *p,
+                                                                           Py_ssize_t n) {
+    const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
+    const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);
+    const __m128i k5 = _mm_set_epi64x(0, 0x163cd6124LL);
+    const __m128i poly_mu = _mm_set_epi64x(0x1f7011641LL, 0x1db710641LL);
+    const __m128i low32 = _mm_setr_epi32(-1, 0, -1, 0);
+    __m128i x1 = _mm_loadu_si128((const __m128i *)p), x2 = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 32)), x4 = _mm_loadu_si128((const __m128i *)(p + 48));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)reg));
+    p += 64;
+    n -= 64;
+    while (n >= 64) {
+        x1 = fold16(x1, k1k2, _mm_loadu_si128((const __m128i *)p));
+        x2 = fold16(x2, k1k2, _mm_loadu_si128((const __m128i *)(p + 16)));
+        x3 = fold16(x3, k1k2, _mm_loadu_si128((const __m128i *)(p + 32)));
+        x4 = fold16(x4, k1k2, _mm_loadu_si128((const __m128i *)(p + 48)));
+        p += 64;
+        n -= 64;
+    }
+    x1 = fold16(x1, k3k4, x2);
+    x1 = fold16(x1, k3k4, x3);
+    x1 = fold16(x1, k3k4, x4);
+    while (n >= 16) {
+        x1 = fold16(x1, k3k4, _mm_loadu_si128((const __m128i *)p));
+        p += 16;
+        n -= 16;
+    }
+    /* 128 -> 64 bits, then 64 -> 32 (Barrett) */
+    x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), _mm_clmulepi64_si128(x1, k3k4, 0x10));
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), k5, 0x00), x2);
+    x2 = _mm_and_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), poly_mu, 0x10), low32);
+    x1 = _mm_xor_si128(x1, _mm_clmulepi64_si128(x2, poly_mu, 0x00));
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+#endif
+
+static uint32_t crc32_rest(uint32_t crc, const unsigned char *p, Py_ssize_t n);
+
 static uint32_t crc32_of(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
+#ifdef HAVE_CLMUL_CODE
+    if (use_clmul && n >= 64) {
+        Py_ssize_t blocks = n & ~(Py_ssize_t)15;
+        crc = ~crc32_clmul_blocks(~crc, p, blocks);
+        p += blocks;
+        n -= blocks;
+    }
+#endif
+    return crc32_rest(crc, p, n);
+}
+
+static uint32_t crc32_rest(uint32_t crc, const unsigned char *p, Py_ssize_t n) {
+    /* Short inputs (keys, tags, the tail after folding): the table loop, ~40 ns quicker than zlib 1.2's
+     * setup for 32 bytes (the index hashes a unique key of 32 per record). */
+    if (n < 64) return crc32_table_of(crc, p, n);
 #ifdef HAVE_ZLIB
     while (n > 0) {
         uInt chunk = n > (Py_ssize_t)0x40000000 ? 0x40000000u : (uInt)n;
@@ -648,6 +720,56 @@ static PyObject *index_put(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return PyLong_FromLongLong(count);
 }
 
+/* --- cq_entries (the store's consume-queue entries; their layout is pymq/broker/store/consume_queue.py's) */
+
+#define CQ_ENTRY_FORMAT ">qiq"
+#define CQ_ENTRY_SIZE 20
+
+PyDoc_STRVAR(cq_entries_doc,
+             "cq_entries(phys, sizes, tags_codes) -> bytes\n"
+             "The consume-queue entries (commitlog offset, size, tags code) of a batch, packed back to back.\n"
+             "NotImplemented for anything it does not handle (not three lists of one length, an item not an int\n"
+             "that fits its field).");
+
+static PyObject *cq_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "cq_entries takes 3 arguments");
+        return NULL;
+    }
+    PyObject *phys = args[0], *sizes = args[1], *codes = args[2];
+    if (!PyList_CheckExact(phys) || !PyList_CheckExact(sizes) || !PyList_CheckExact(codes)) Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t count = PyList_GET_SIZE(phys);
+    if (PyList_GET_SIZE(sizes) != count || PyList_GET_SIZE(codes) != count ||
+        count > PY_SSIZE_T_MAX / CQ_ENTRY_SIZE)
+        Py_RETURN_NOTIMPLEMENTED;
+    /* checked before the bytes are allocated (an allocation may run code that changes the lists) */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t a, b, c;
+        if (!as_i64(PyList_GET_ITEM(phys, i), &a) || !as_i64(PyList_GET_ITEM(sizes, i), &b) ||
+            !as_i64(PyList_GET_ITEM(codes, i), &c) || b < INT32_MIN || b > INT32_MAX)
+            Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, count * CQ_ENTRY_SIZE);
+    if (out == NULL) return NULL;
+    if (PyList_GET_SIZE(phys) != count || PyList_GET_SIZE(sizes) != count || PyList_GET_SIZE(codes) != count) {
+        Py_DECREF(out);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++, p += CQ_ENTRY_SIZE) {
+        int64_t a, b, c;
+        if (!as_i64(PyList_GET_ITEM(phys, i), &a) || !as_i64(PyList_GET_ITEM(sizes, i), &b) ||
+            !as_i64(PyList_GET_ITEM(codes, i), &c) || b < INT32_MIN || b > INT32_MAX) {
+            Py_DECREF(out);
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        wr_u64(p, (uint64_t)a);
+        wr_u32(p + 8, (uint32_t)b);
+        wr_u64(p + 12, (uint64_t)c);
+    }
+    return out;
+}
+
 /* --- encode_record ----------------------------------------------------------------------------- */
 
 PyDoc_STRVAR(encode_record_doc,
@@ -710,6 +832,276 @@ static PyObject *encode_record(PyObject *self, PyObject *const *args, Py_ssize_t
     return out;
 }
 
+/* --- encode_batch (the producer's batch of plain messages) -------------------------------------- */
+
+/* Interned attribute names of the messages encode_batch reads (made once, at import). */
+static PyObject *s_topic, *s_body, *s_tags, *s_keys, *s_properties, *s_flag, *s_delay_level;
+
+#define UNIQ_PREFIX "UNIQ_KEY\x01"
+#define UNIQ_PREFIX_LEN 9
+#define TAGS_PREFIX "TAGS\x01"
+#define TAGS_PREFIX_LEN 5
+#define ID_COUNTER_DIGITS 4
+
+/* One message of a batch between the checking pass and the writing pass (references owned). */
+typedef struct {
+    PyObject *body;
+    PyObject *tags; /* NULL: no TAGS property */
+    const char *tag;
+    Py_ssize_t tag_len;
+    int32_t flag;
+} batch_item;
+
+/* Whether a message attribute is "empty" the way the producer's truthiness tests see it, for the
+ * types handled here: None, or an exact str, list or dict of length 0. -1: not handled. */
+static int empty_container(PyObject *o) {
+    if (o == Py_None) return 1;
+    if (PyUnicode_CheckExact(o)) return PyUnicode_GET_LENGTH(o) == 0 ? 1 : -1;
+    if (PyList_CheckExact(o)) return PyList_GET_SIZE(o) == 0 ? 1 : -1;
+    if (PyDict_CheckExact(o)) return PyDict_GET_SIZE(o) == 0 ? 1 : -1;
+    return -1;
+}
+
+/* The message class (pymq.protocol.message.Message, registered by batch_encode.py) and where its slots
+ * are: for an instance of exactly that class the fields are read from their slots (what its member
+ * descriptors would return) instead of through getattr, 7 lookups a message. */
+static PyTypeObject *message_type = NULL;
+enum { F_TOPIC, F_BODY, F_TAGS, F_KEYS, F_PROPERTIES, F_FLAG, F_DELAY_LEVEL, N_FIELDS };
+static Py_ssize_t field_offsets[N_FIELDS];
+static PyObject **field_names[N_FIELDS] = {&s_topic, &s_body, &s_tags, &s_keys, &s_properties, &s_flag, &s_delay_level};
+
+/* A new reference to field f of m; NULL (an error set or, for an empty slot, not) if it cannot be read. */
+static inline PyObject *message_field(PyObject *m, int fast, int f) {
+    if (fast) {
+        PyObject *v = *(PyObject **)((char *)m + field_offsets[f]);
+        return v == NULL ? NULL : Py_NewRef(v);
+    }
+    return PyObject_GetAttr(m, *field_names[f]);
+}
+
+PyDoc_STRVAR(set_message_class_doc,
+             "set_message_class(cls) -> bool\n"
+             "encode_batch reads the fields of exact instances of cls from their slots; True if cls has an object slot\n"
+             "(a member descriptor) for each field encode_batch reads, else False (getattr is used).");
+
+static PyObject *set_message_class(PyObject *self, PyObject *cls) {
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "a class is required");
+        return NULL;
+    }
+    Py_ssize_t offsets[N_FIELDS];
+    for (int f = 0; f < N_FIELDS; f++) {
+        PyObject *d = PyDict_GetItemWithError(((PyTypeObject *)cls)->tp_dict, *field_names[f]);
+        if (d == NULL && PyErr_Occurred()) return NULL;
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX ||
+            ((PyMemberDescrObject *)d)->d_common.d_type != (PyTypeObject *)cls) {
+            Py_CLEAR(message_type);
+            Py_RETURN_FALSE;
+        }
+        offsets[f] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    memcpy(field_offsets, offsets, sizeof(offsets));
+    Py_XSETREF(message_type, (PyTypeObject *)Py_NewRef(cls));
+    Py_RETURN_TRUE;
+}
+
+/* Check one message and take what the writing pass needs; 0 if it is outside the handled case. */
+static int take_batch_item(PyObject *m, PyObject *topic, int64_t max_size, int64_t compress_threshold,
+                           batch_item *it) {
+    PyObject *o;
+    int ok;
+    const int fast = message_type != NULL && Py_TYPE(m) == message_type;
+    /* topic: the batch's (an exact str, equal) */
+    if ((o = message_field(m, fast, F_TOPIC)) == NULL) return 0;
+    ok = o == topic || (PyUnicode_CheckExact(o) && PyUnicode_Compare(o, topic) == 0);
+    Py_DECREF(o);
+    if (!ok) return 0;
+    /* delay_level: an exact int, not above 0 (a delayed message cannot be batched) */
+    int64_t v;
+    if ((o = message_field(m, fast, F_DELAY_LEVEL)) == NULL) return 0;
+    ok = as_i64(o, &v) && v <= 0;
+    Py_DECREF(o);
+    if (!ok) return 0;
+    /* keys and properties: empty */
+    if ((o = message_field(m, fast, F_KEYS)) == NULL) return 0;
+    ok = empty_container(o) == 1;
+    Py_DECREF(o);
+    if (!ok) return 0;
+    if ((o = message_field(m, fast, F_PROPERTIES)) == NULL) return 0;
+    ok = empty_container(o) == 1;
+    Py_DECREF(o);
+    if (!ok) return 0;
+    /* flag: an exact int of 32 bits */
+    if ((o = message_field(m, fast, F_FLAG)) == NULL) return 0;
+    ok = as_i64(o, &v) && v >= INT32_MIN && v <= INT32_MAX;
+    Py_DECREF(o);
+    if (!ok) return 0;
+    it->flag = (int32_t)v;
+    /* tags: None, or an exact str whose UTF-8 has no separator byte */
+    if ((o = message_field(m, fast, F_TAGS)) == NULL) return 0;
+    if (o == Py_None || (PyUnicode_CheckExact(o) && PyUnicode_GET_LENGTH(o) == 0)) {
+        Py_DECREF(o);
+        it->tags = NULL;
+        it->tag = NULL;
+        it->tag_len = 0;
+    } else {
+        const char *t = PyUnicode_CheckExact(o) ? PyUnicode_AsUTF8AndSize(o, &it->tag_len) : NULL;
+        if (t == NULL || memchr(t, 1, (size_t)it->tag_len) != NULL || memchr(t, 2, (size_t)it->tag_len) != NULL) {
+            Py_DECREF(o);
+            return 0;
+        }
+        it->tags = o;
+        it->tag = t;
+    }
+    /* body: exact bytes, not empty, within the size limit and the compression threshold */
+    if ((o = message_field(m, fast, F_BODY)) == NULL) {
+        Py_CLEAR(it->tags);
+        return 0;
+    }
+    Py_ssize_t blen = PyBytes_CheckExact(o) ? PyBytes_GET_SIZE(o) : 0;
+    if (blen == 0 || blen > max_size || blen > compress_threshold) {
+        Py_DECREF(o);
+        Py_CLEAR(it->tags);
+        return 0;
+    }
+    it->body = o;
+    return 1;
+}
+
+static void release_batch_items(batch_item *items, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_XDECREF(items[i].body);
+        Py_XDECREF(items[i].tags);
+    }
+    PyMem_Free(items);
+}
+
+static const char HEX_UPPER[] = "0123456789ABCDEF";
+
+PyDoc_STRVAR(encode_batch_doc,
+             "encode_batch(messages, topic, topic_bytes, born_timestamp, born_host, max_size, compress_threshold,\n"
+             "             id_head, counter) -> (records, ids)\n"
+             "batch_encode.encode_batch: the records of plain messages (no keys, no properties, no delay, bodies\n"
+             "not above compress_threshold) concatenated, each with a UNIQ_KEY of id_head + next(counter) & 0xFFFF\n"
+             "in 4 hex digits. Everything is checked before the counter is touched; NotImplemented (nothing\n"
+             "consumed) for anything it does not handle.");
+
+static PyObject *encode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "encode_batch takes 9 arguments");
+        return NULL;
+    }
+    PyObject *messages = args[0], *topic = args[1], *topic_b = args[2], *born_host = args[4], *head = args[7];
+    PyObject *counter = args[8];
+    int64_t born_ts, max_size, threshold;
+    if (!PyList_CheckExact(messages) || !PyUnicode_CheckExact(topic) || PyUnicode_GET_LENGTH(topic) == 0 ||
+        !PyBytes_CheckExact(topic_b) || PyBytes_GET_SIZE(topic_b) > 0xFFFF || !as_i64(args[3], &born_ts) ||
+        !PyBytes_CheckExact(born_host) || PyBytes_GET_SIZE(born_host) != 8 || !as_i64(args[5], &max_size) ||
+        !as_i64(args[6], &threshold) || !PyUnicode_CheckExact(head) || !PyUnicode_IS_ASCII(head) ||
+        !PyIter_Check(counter))
+        Py_RETURN_NOTIMPLEMENTED;
+    const Py_ssize_t n = PyList_GET_SIZE(messages);
+    const Py_ssize_t head_len = PyUnicode_GET_LENGTH(head), id_len = head_len + ID_COUNTER_DIGITS;
+    const Py_ssize_t tlen = PyBytes_GET_SIZE(topic_b);
+    if (n == 0 || id_len > 1024) Py_RETURN_NOTIMPLEMENTED;
+    batch_item *items = PyMem_Calloc((size_t)n, sizeof(batch_item));
+    if (items == NULL) return PyErr_NoMemory();
+    PyObject *out = NULL, *ids = NULL;
+    /* pass 1: check every message and size the records (nothing consumed yet) */
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!take_batch_item(PyList_GET_ITEM(messages, i), topic, max_size, threshold, &items[i])) {
+            PyErr_Clear();
+            goto not_handled;
+        }
+        int64_t plen = UNIQ_PREFIX_LEN + id_len + 1 + (items[i].tags ? TAGS_PREFIX_LEN + items[i].tag_len + 1 : 0);
+        int64_t size = FIXED_SIZE + PyBytes_GET_SIZE(items[i].body) + 2 + tlen + 2 + plen;
+        if (plen > MAX_PROPERTIES_SIZE || size > max_size || size > INT32_MAX) goto not_handled;
+        total += size;
+        if (total > max_size) goto not_handled;
+    }
+    /* pass 2: write the records and their ids */
+    out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    ids = PyList_New(n);
+    if (out == NULL || ids == NULL) goto fail;
+    unsigned char *r = (unsigned char *)PyBytes_AS_STRING(out);
+    const unsigned char *host = (const unsigned char *)PyBytes_AS_STRING(born_host);
+    const unsigned char *head_chars = PyUnicode_1BYTE_DATA(head);
+    const unsigned char *tp = (const unsigned char *)PyBytes_AS_STRING(topic_b);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        batch_item *it = &items[i];
+        PyObject *c = PyIter_Next(counter);
+        if (c == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
+            goto fail;
+        }
+        unsigned long long cv = PyLong_Check(c) ? PyLong_AsUnsignedLongLongMask(c) : (unsigned long long)-1;
+        int bad = !PyLong_Check(c) || PyErr_Occurred();
+        Py_DECREF(c);
+        if (bad) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the id counter must yield ints");
+            goto fail;
+        }
+        unsigned cnt = (unsigned)(cv & 0xFFFF);
+        PyObject *id = PyUnicode_New(id_len, 127);
+        if (id == NULL) goto fail;
+        unsigned char *idc = PyUnicode_1BYTE_DATA(id);
+        memcpy(idc, head_chars, (size_t)head_len);
+        idc[head_len] = (unsigned char)HEX_UPPER[(cnt >> 12) & 0xF];
+        idc[head_len + 1] = (unsigned char)HEX_UPPER[(cnt >> 8) & 0xF];
+        idc[head_len + 2] = (unsigned char)HEX_UPPER[(cnt >> 4) & 0xF];
+        idc[head_len + 3] = (unsigned char)HEX_UPPER[cnt & 0xF];
+        PyList_SET_ITEM(ids, i, id);
+
+        const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(it->body);
+        Py_ssize_t blen = PyBytes_GET_SIZE(it->body);
+        Py_ssize_t plen = UNIQ_PREFIX_LEN + id_len + 1 + (it->tags ? TAGS_PREFIX_LEN + it->tag_len + 1 : 0);
+        Py_ssize_t size = FIXED_SIZE + blen + 2 + tlen + 2 + plen;
+        memset(r + 12, 0, FIXED_SIZE - 12);
+        wr_u32(r, (uint32_t)size);
+        wr_u32(r + 4, MAGIC);
+        wr_u32(r + 8, crc32_of(0, b, blen));
+        wr_u32(r + 12, (uint32_t)it->flag);
+        wr_u64(r + 20, (uint64_t)born_ts);
+        memcpy(r + 28, host, 8);
+        wr_u32(r + BODY_LEN_POS, (uint32_t)blen);
+        unsigned char *p = r + BODY_POS;
+        memcpy(p, b, (size_t)blen);
+        p += blen;
+        p[0] = (unsigned char)(tlen >> 8);
+        p[1] = (unsigned char)tlen;
+        memcpy(p + 2, tp, (size_t)tlen);
+        p += 2 + tlen;
+        p[0] = (unsigned char)(plen >> 8);
+        p[1] = (unsigned char)plen;
+        p += 2;
+        memcpy(p, UNIQ_PREFIX, UNIQ_PREFIX_LEN);
+        p += UNIQ_PREFIX_LEN;
+        memcpy(p, idc, (size_t)id_len);
+        p += id_len;
+        *p++ = 2;
+        if (it->tags) {
+            memcpy(p, TAGS_PREFIX, TAGS_PREFIX_LEN);
+            p += TAGS_PREFIX_LEN;
+            memcpy(p, it->tag, (size_t)it->tag_len);
+            p += it->tag_len;
+            *p++ = 2;
+        }
+        r = p;
+    }
+    release_batch_items(items, n);
+    return Py_BuildValue("(NN)", out, ids);
+not_handled:
+    release_batch_items(items, n);
+    Py_RETURN_NOTIMPLEMENTED;
+fail:
+    release_batch_items(items, n);
+    Py_XDECREF(out);
+    Py_XDECREF(ids);
+    return NULL;
+}
+
 /* --- crc32 and the error class ----------------------------------------------------------------- */
 
 PyDoc_STRVAR(crc32_doc, "crc32(data, value=0) -> int\nThe CRC split_batch checks bodies with (zlib's if it was found at build).");
@@ -753,7 +1145,10 @@ static PyMethodDef methods[] = {
     {"patch_broker_blocks", (PyCFunction)(void (*)(void))patch_broker_blocks, METH_FASTCALL,
      patch_broker_blocks_doc},
     {"index_put", (PyCFunction)(void (*)(void))index_put, METH_FASTCALL, index_put_doc},
+    {"cq_entries", (PyCFunction)(void (*)(void))cq_entries, METH_FASTCALL, cq_entries_doc},
     {"encode_record", (PyCFunction)(void (*)(void))encode_record, METH_FASTCALL, encode_record_doc},
+    {"encode_batch", (PyCFunction)(void (*)(void))encode_batch, METH_FASTCALL, encode_batch_doc},
+    {"set_message_class", set_message_class, METH_O, set_message_class_doc},
     {"property_codes", (PyCFunction)(void (*)(void))property_codes, METH_FASTCALL, property_codes_doc},
     {"unpack_record", (PyCFunction)(void (*)(void))unpack_record, METH_FASTCALL, unpack_record_doc},
     {"unpack_records", unpack_records, METH_O, unpack_records_doc},
@@ -769,6 +1164,15 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     crc_init();
+#ifdef HAVE_CLMUL_CODE
+    __builtin_cpu_init();
+    use_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
+    if (!(s_topic = PyUnicode_InternFromString("topic")) || !(s_body = PyUnicode_InternFromString("body")) ||
+        !(s_tags = PyUnicode_InternFromString("tags")) || !(s_keys = PyUnicode_InternFromString("keys")) ||
+        !(s_properties = PyUnicode_InternFromString("properties")) ||
+        !(s_flag = PyUnicode_InternFromString("flag")) || !(s_delay_level = PyUnicode_InternFromString("delay_level")))
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     PyObject *layout = Py_BuildValue(
@@ -781,6 +1185,22 @@ PyMODINIT_FUNC PyInit__speedups(void) {
                                            INDEX_ENTRY_SIZE, "SLOT", INDEX_SLOT_FORMAT);
     if (index_layout == NULL || PyModule_AddObject(m, "INDEX_LAYOUT", index_layout) < 0) {
         Py_XDECREF(index_layout);
+        Py_XDECREF(layout);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyObject *cq_layout = Py_BuildValue("{s:s,s:i}", "ENTRY", CQ_ENTRY_FORMAT, "ENTRY_SIZE", CQ_ENTRY_SIZE);
+    if (cq_layout == NULL || PyModule_AddObject(m, "CQ_LAYOUT", cq_layout) < 0) {
+        Py_XDECREF(cq_layout);
+        Py_XDECREF(layout);
+        Py_DECREF(m);
+        return NULL;
+    }
+#ifdef HAVE_CLMUL_CODE
+    if (PyModule_AddIntConstant(m, "HAVE_CLMUL", use_clmul) < 0) {
+#else
+    if (PyModule_AddIntConstant(m, "HAVE_CLMUL", 0) < 0) {
+#endif
         Py_XDECREF(layout);
         Py_DECREF(m);
         return NULL;

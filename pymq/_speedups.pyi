@@ -1,6 +1,6 @@
 """Types of the optional C accelerator (pymq/_speedups.c); only pymq.protocol.record and record_batch call it."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import NotImplementedType
 from typing import Any
 
@@ -9,8 +9,12 @@ from pymq.protocol.record import Buffer, RecordTuple
 LAYOUT: dict[str, int | str]
 #: the store's index file layout the build was made for (pymq.broker.store.index checks it)
 INDEX_LAYOUT: dict[str, int | str]
+#: the consume-queue entry layout the build was made for (pymq.broker.store.dispatcher checks it)
+CQ_LAYOUT: dict[str, int | str]
 #: 1 when the CRC is zlib's (found at build), 0 when it is the extension's own table
 HAVE_ZLIB: int
+#: 1 when the CRC folds 16-byte blocks with PCLMULQDQ (x86-64 with the instruction, checked at import)
+HAVE_CLMUL: int
 
 def split_batch(
     data: bytes,
@@ -55,6 +59,19 @@ def encode_record(
     store_timestamp: int,
     store_host: bytes,
 ) -> bytes | NotImplementedType: ...
+def encode_batch(
+    messages: list[Any],
+    topic: str,
+    topic_bytes: bytes,
+    born_timestamp: int,
+    born_host: bytes,
+    max_size: int,
+    compress_threshold: int,
+    id_head: str,
+    counter: Iterator[int],
+) -> tuple[bytes, list[str]] | NotImplementedType: ...
+def set_message_class(cls: type) -> bool: ...
+def cq_entries(phys: list[int], sizes: list[int], tags_codes: list[int]) -> bytes | NotImplementedType: ...
 def property_codes(
     data: bytes, positions: list[int], sizes: list[int], props_ats: list[int], phys: list[int], prefix_crc: int
 ) -> tuple[list[int], list[tuple[int, int]]] | NotImplementedType: ...

@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from pymq.broker.store.results import PutResult, PutStatus
+from pymq.broker.store.results import PutResult, PutResults, PutStatus
 from pymq.errors import MessageDecodeError
 from pymq.protocol.record import MAX_PROPERTIES_SIZE, RecordFields, iter_spans, parse_record
 from pymq.protocol.record_batch import any_property_contains
@@ -152,7 +152,7 @@ class PutPath:
                 return True
         return False
 
-    def put(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> list[PutResult]:
+    def put(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> PutResults:
         """Store the records of ``data`` for ``(topic, queue_id)``; one result per record, in order."""
         if not isinstance(data, bytes):
             data = bytes(data)

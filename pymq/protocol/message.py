@@ -448,7 +448,27 @@ class UniqueIdGenerator:
         self._month_start_ms = calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0, 0, 0, 0)) * 1000
         self._next_month_ms = calendar.timegm((year, month, 1, 0, 0, 0, 0, 0, 0)) * 1000
 
+    @property
+    def counter(self) -> Iterator[int]:
+        """The counter of the ids' last four hex digits (``next(counter) & 0xFFFF``), shared by all ids."""
+        return self._counter
+
+    def id_head(self) -> str:
+        """The id up to its counter, for now: ``id_head() + f"{next(counter) & 0xFFFF:04X}"`` is an id.
+
+        (What a batch encoder uses to make many ids with one clock read.)
+        """
+        now = int(time.time() * 1000)
+        if now >= self._next_month_ms:
+            with self._lock:
+                self._roll_month(now)
+        head = self._head
+        if head[0] != now:
+            head = self._head = (now, f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}")
+        return head[1]
+
     def next_id(self) -> str:
+        # id_head() inlined: a single send's id is on the hot path
         now = int(time.time() * 1000)
         if now >= self._next_month_ms:
             with self._lock:

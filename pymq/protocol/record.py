@@ -115,18 +115,21 @@ def speedups_layout() -> dict[str, int | str]:
         "BLANK_SIZE": BLANK_SIZE,
         "MAX_PROPERTIES_SIZE": MAX_PROPERTIES_SIZE,
         # bumped with the C file's ABI_VERSION whenever a function is added or changes its contract
-        "ABI_VERSION": 2,
+        "ABI_VERSION": 3,
     }
 
 
 #: what the record, batch and index code call
 SPEEDUPS_FUNCTIONS = (
     "any_property_contains",
+    "cq_entries",
+    "encode_batch",
     "encode_record",
     "index_put",
     "patch_broker_blocks",
     "property_codes",
     "set_decode_error",
+    "set_message_class",
     "split_batch",
     "unpack_record",
     "unpack_records",
@@ -214,6 +217,11 @@ def tag_hash(tag: str | bytes | None) -> int:
     if isinstance(tag, str):
         tag = tag.encode()
     return zlib.crc32(tag)
+
+
+def encoded_size(body_len: int, topic_len: int, properties_len: int) -> int:
+    """The size of a record with a body, topic and properties of these lengths."""
+    return FIXED_SIZE + body_len + 2 + topic_len + 2 + properties_len
 
 
 def encode_record(

@@ -168,6 +168,22 @@ def test_crc32_is_zlibs(data: bytes, start: int) -> None:
         assert _speedups.crc32_table(data, start) == zlib.crc32(data, start)
 
 
+def test_crc32_folding_edges() -> None:
+    """Every length around the folded (PCLMULQDQ) path's 64- and 16-byte steps, at unaligned starts.
+
+    The folding runs where the CPU has PCLMULQDQ (``HAVE_CLMUL``), on the whole 16-byte blocks of
+    inputs of 64 bytes and more; the tail goes to zlib or the table.
+    """
+    if _speedups is None:
+        return
+    data = memoryview(os.urandom(70_000))
+    for n in [*range(0, 300), 1023, 1024, 1025, 65536, 65536 + 15, 69_990]:
+        for skew in (0, 1, 7):
+            chunk = data[skew : skew + n]
+            for start in (0, 0xFFFFFFFF, 0x12345678):
+                assert _speedups.crc32(chunk, start) == zlib.crc32(chunk, start), (n, skew, start)
+
+
 # --- the batch path -------------------------------------------------------------------------------------
 
 
@@ -389,3 +405,43 @@ def test_the_accelerator_was_built_for_this_index_layout() -> None:
 
     expected = {"ENTRY": ENTRY.format, "ENTRY_SIZE": ENTRY_SIZE, "SLOT": _SLOT.format}
     assert _speedups is None or expected == _speedups.INDEX_LAYOUT
+
+
+# --- consume-queue entries -----------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(-(2**63), 2**63 - 1) | st.just(2**63),
+            st.integers(-(2**31), 2**31 - 1) | st.just(2**31),
+            st.integers(0, 2**32 - 1) | st.integers(-(2**63), 2**63 - 1),
+        ),
+        max_size=40,
+    ),
+    ragged=st.booleans(),
+)
+def test_cq_entries_are_the_structs(rows: list[tuple[int, int, int]], ragged: bool) -> None:
+    """The dispatcher's consume-queue entries: C packs what struct packs, and declines what it cannot."""
+    from pymq.broker.store.dispatcher import pack_entries_py
+
+    phys, sizes, codes = ([r[i] for r in rows] for i in range(3))
+    if ragged:
+        codes = [*codes, 0]
+    python = outcome(pack_entries_py, phys, sizes, codes)
+    if _speedups is None:
+        return
+    c = _speedups.cq_entries(phys, sizes, codes)
+    if c is NotImplemented:
+        assert python[0] == "error"  # only what the Python body refuses too (out of range, ragged)
+    else:
+        assert ("ok", c) == python
+
+
+def test_cq_entries_decline_odd_arguments() -> None:
+    if _speedups is None:
+        return
+    assert _speedups.cq_entries((1,), [2], [3]) is NotImplemented
+    assert _speedups.cq_entries([1], [2.0], [3]) is NotImplemented
+    assert _speedups.cq_entries([], [], []) == b""

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from pymq.broker.delay_hook import SCHEDULE_TOPIC
 from pymq.broker.group_commit import GroupCommit
-from pymq.broker.store.results import PutResult, PutStatus
+from pymq.broker.store.results import PutResults, PutStatus, StoredRun
 from pymq.broker.timer.hook import TIMER_TOPIC
 from pymq.broker.topics import validate_topic_name
 from pymq.broker.transaction_hook import TRANSACTION_TOPICS
@@ -59,7 +60,7 @@ EMPTY_BODY_REMARK = "empty message body: a send must carry at least one encoded 
 NOT_ALLOWED_SEND_TOPICS = TRANSACTION_TOPICS | {TIMER_TOPIC, SCHEDULE_TOPIC}
 
 #: the broker's put path: (topic, queue id, records) -> one result per record
-PutMessages = Callable[[str, int, Buffer], list[PutResult]]
+PutMessages = Callable[[str, int, Buffer], PutResults]
 #: SYNC_MASTER: a future for "enough slaves hold everything below this offset" (resolved with
 #: pymq.broker.ha.acks.REPLICATED or TIMED_OUT), or None when no slave is in sync
 WaitReplicated = Callable[[int], "asyncio.Future[int] | None"]
@@ -69,6 +70,8 @@ _SUCCESS = int(ResponseCode.SUCCESS)
 _QUEUE_ID = SendMessageResponse.WIRE["queue_id"]
 _QUEUE_OFFSET = SendMessageResponse.WIRE["queue_offset"]
 _COMMIT_LOG_OFFSETS = SendMessageResponse.WIRE["commit_log_offsets"]
+_STATUS = attrgetter("status")
+_PHYSICAL_OFFSET = attrgetter("physical_offset")
 
 
 class SendHandlers:
@@ -214,7 +217,16 @@ class SendHandlers:
         return target, 0, reencode(r, target.encode(), encode_properties(props))
 
     @staticmethod
-    def build_response(cmd: Command, queue_id: int, results: list[PutResult]) -> Command:
+    def build_response(cmd: Command, queue_id: int, results: PutResults) -> Command:
+        if type(results) is StoredRun:  # a batch stored whole: its columns, no object per record
+            return cmd.response(
+                ResponseCode.SUCCESS,
+                ext=SendMessageResponse.build_ext(
+                    queue_id=results.queue_id,
+                    queue_offset=results.first_queue_offset,
+                    commit_log_offsets=results.physical_offsets,
+                ),
+            )
         if not results:  # nothing was stored, so nothing succeeded (never "SUCCESS at offset -1")
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, EMPTY_BODY_REMARK)
         ok = PutStatus.PUT_OK
@@ -226,12 +238,15 @@ class SendHandlers:
                     queue_id=r.queue_id, queue_offset=r.queue_offset, commit_log_offsets=[r.physical_offset]
                 ),
             )
-        first_fail = next((r for r in results if r.status != ok), None)
+        statuses = list(map(_STATUS, results))
+        first_fail = None if statuses.count(ok) == len(statuses) else next(r for r in results if r.status != ok)
         ext = SendMessageResponse.build_ext(
             queue_id=results[0].queue_id if results and results[0].status == ok else queue_id,
-            queue_offset=next((r.queue_offset for r in results if r.status == ok), -1),
-            commit_log_offsets=[r.physical_offset for r in results],
-            statuses=None if first_fail is None else [int(r.status) for r in results],
+            queue_offset=results[0].queue_offset
+            if first_fail is None
+            else next((r.queue_offset for r in results if r.status == ok), -1),
+            commit_log_offsets=list(map(_PHYSICAL_OFFSET, results)),
+            statuses=None if first_fail is None else [int(s) for s in statuses],
         )
         if first_fail is None:
             return cmd.response(ResponseCode.SUCCESS, ext=ext)

@@ -19,14 +19,13 @@ the broker's business (:mod:`pymq.broker.put_hooks`).
 from __future__ import annotations
 
 import threading
-from itertools import repeat
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
 from pymq.broker.store.commitlog import BLANK_MIN
-from pymq.broker.store.results import PutResult, PutStatus
+from pymq.broker.store.results import PutResult, PutResults, PutStatus, StoredRun
 from pymq.errors import StoreError
 from pymq.protocol.record import topic_field
 from pymq.protocol.record_batch import REJECT_PROPERTIES_SIZE, SplitBatch, count_records, split_batch
@@ -34,8 +33,6 @@ from pymq.protocol.record_batch import REJECT_PROPERTIES_SIZE, SplitBatch, count
 if TYPE_CHECKING:
     from pymq.broker.store.commitlog import CommitLog
     from pymq.broker.store.dispatcher import Dispatcher
-
-_new_result = tuple.__new__
 
 
 class Appender:
@@ -68,9 +65,7 @@ class Appender:
         """Validate ``data`` as a batch for ``topic`` (see :func:`~pymq.protocol.record_batch.split_batch`)."""
         return split_batch(data, self._topic_field(topic), self.max_message_size)
 
-    def put(
-        self, topic: str, queue_id: int, data: bytes, store_ts: int, split: SplitBatch | None = None
-    ) -> list[PutResult]:
+    def put(self, topic: str, queue_id: int, data: bytes, store_ts: int, split: SplitBatch | None = None) -> PutResults:
         """Validate and append every record of ``data`` (call under the store lock); one result each.
 
         A record that fails validation gets its own status and the others are stored. If a
@@ -98,23 +93,10 @@ class Appender:
             self.stored_bytes = sum(sizes)
             if len(phys) == 1 and not rejected:  # single sends
                 return [PutResult(PutStatus.PUT_OK, first_qoff, phys[0], sizes[0], store_ts, topic, queue_id, "")]
-            # PutResult(ok, queue offset, phys, size, store_ts, topic, queue_id, ""), built in C.
-            results = list(
-                map(
-                    _new_result,
-                    repeat(PutResult),
-                    zip(
-                        repeat(PutStatus.PUT_OK),
-                        range(first_qoff, first_qoff + len(phys)),
-                        phys,
-                        sizes,
-                        repeat(store_ts),
-                        repeat(topic),
-                        repeat(queue_id),
-                        repeat(""),
-                    ),
-                )
-            )
+            run = StoredRun(topic, queue_id, first_qoff, phys, sizes, store_ts)
+            if not rejected:  # a batch stored whole: no object per record
+                return run
+            results = list(run)
         if rejected:
             results = _merge(results, rejected)
         return results

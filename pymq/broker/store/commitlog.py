@@ -94,7 +94,7 @@ class CommitLog:
             self._write_run(mf, data, first, at, queue_id, first_queue_offset, store_ts, store_host, total)
             mf.wrote_pos = wpos + total
             base = mf.file_from
-            return [base + a for a in at]
+            return [base + wpos] if count == 1 else list(accumulate(sizes[:-1], initial=base + wpos))
         return self._append_runs(mf, data, positions, sizes, queue_id, first_queue_offset, store_ts, store_host)
 
     def _append_runs(

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from pymq.broker.store.consume_queue import CQ_ENTRY
 from pymq.errors import StoreError
 from pymq.logs import RateLimitedLog, get_logger
+from pymq.protocol import record as _record
 from pymq.protocol.record_batch import property_codes
 
 if TYPE_CHECKING:
@@ -44,6 +45,30 @@ _TAGS = b"TAGS\x01"
 _KEYS = b"KEYS\x01"
 _UNIQ = b"UNIQ_KEY\x01"
 _CQ_PACKERS: dict[int, struct.Struct] = {}
+
+
+# The C accelerator (pymq._speedups, loaded by the record module) packs a batch's entries
+# (cq_entries); it must have been built for this entry layout.
+if _record.speedups is not None and {"ENTRY": CQ_ENTRY.format, "ENTRY_SIZE": CQ_ENTRY.size} != (
+    _record.speedups.CQ_LAYOUT
+):
+    raise ImportError("pymq._speedups was built for another consume-queue layout: rebuild it (pip install -e .)")
+
+
+def pack_entries(phys: list[int], sizes: list[int], tags_codes: list[int]) -> bytes:
+    """Consume-queue entries ``(phys[i], sizes[i], tags_codes[i])``, packed back to back."""
+    speedups = _record.speedups
+    if speedups is not None:
+        packed = speedups.cq_entries(phys, sizes, tags_codes)
+        if packed is not NotImplemented:
+            return packed  # type: ignore[no-any-return]
+    return pack_entries_py(phys, sizes, tags_codes)
+
+
+def pack_entries_py(phys: list[int], sizes: list[int], tags_codes: list[int]) -> bytes:
+    """:func:`pack_entries` in pure Python (the reference for the accelerator)."""
+    flat = chain.from_iterable(zip(phys, sizes, tags_codes, strict=True))
+    return _cq_packer(len(tags_codes)).pack(*flat)
 
 
 def _cq_packer(count: int) -> struct.Struct:
@@ -165,8 +190,7 @@ class Dispatcher:
                 if len(tags_codes) == 1:
                     cq.append(CQ_ENTRY.pack(phys[0], sizes[0], tags_codes[0]), first_queue_offset)
                 elif tags_codes:
-                    flat = chain.from_iterable(zip(phys, sizes, tags_codes, strict=True))
-                    cq.append(_cq_packer(len(tags_codes)).pack(*flat), first_queue_offset)
+                    cq.append(pack_entries(phys, sizes, tags_codes), first_queue_offset)  # type: ignore[arg-type]
                 if hashed:
                     self.put_index(hashed, store_ts)
                 return

@@ -36,7 +36,7 @@ from pymq.broker.store.index import IndexService
 from pymq.broker.store.queue_table import QueueTable
 from pymq.broker.store.reader import find_by_key, offset_by_time, read_queue, store_time_at
 from pymq.broker.store.recovery import RecoveryReport, recover
-from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutStatus
+from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutResults, PutStatus, StoredRun
 from pymq.broker.store.shared_lock import SharedLock
 from pymq.config import FlushDiskType, StoreConfig
 from pymq.errors import DiskFullError, StoreError
@@ -253,7 +253,7 @@ class MessageStore:
         oldest data starts there); the next :meth:`append_raw` must come at ``offset``."""
         replica_ops.start_at(self, offset)
 
-    def put_messages(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> list[PutResult]:
+    def put_messages(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> PutResults:
         """Append the encoded records in ``data`` to queue ``(topic, queue_id)``; one result per record.
 
         A record that fails validation gets its own status and the others are stored.
@@ -271,7 +271,7 @@ class MessageStore:
         *,
         atomic: bool = False,
         splits: Sequence[SplitBatch | None] | None = None,
-    ) -> list[list[PutResult]]:
+    ) -> list[PutResults]:
         """Append records for several queues in one call: one lock hold and one store time.
 
         Each ``(topic, queue_id, data)`` gets the queue offsets of its own queue, in order;
@@ -289,7 +289,7 @@ class MessageStore:
         refused = self._refusal()
         if refused is not None:
             return [rejected_results(count_records(d), PutStatus.SERVICE_NOT_AVAILABLE, refused) for _, _, d in todo]
-        answers: list[list[PutResult]] = []
+        answers: list[PutResults] = []
         arrived: set[tuple[str, int]] = set()
         with self.lock:
             if not self.running:
@@ -343,7 +343,7 @@ class MessageStore:
 
     def _put_one(
         self, topic: str, queue_id: int, data: bytes | bytearray | memoryview, split: SplitBatch | None
-    ) -> list[PutResult]:
+    ) -> PutResults:
         """:meth:`put_batches` of one batch (not atomic: one batch is undone as a whole anyway)."""
         if not isinstance(data, bytes):
             data = bytes(data)
@@ -380,7 +380,12 @@ class MessageStore:
                 listeners = self.arrivals.resolve(topic)
             if listeners:
                 # The queue's end after this put: the appender's last offset when all were stored.
-                end = results[-1].queue_offset + 1 if len(results) == stored else self.max_offset(topic, queue_id)
+                if type(results) is StoredRun:
+                    end = results.first_queue_offset + len(results)
+                elif len(results) == stored:
+                    end = results[-1].queue_offset + 1
+                else:
+                    end = self.max_offset(topic, queue_id)
                 for listener in listeners:
                     listener(topic, queue_id, end)
         return results

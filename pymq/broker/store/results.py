@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import NamedTuple
+from itertools import repeat
+from typing import NamedTuple, overload
 
 
 class PutStatus(IntEnum):
@@ -32,6 +34,101 @@ class PutResult(NamedTuple):
     topic: str = ""
     queue_id: int = -1
     reason: str = ""
+
+
+_new_result = tuple.__new__
+
+
+class StoredRun(Sequence[PutResult]):
+    """The results of a batch stored whole, all PUT_OK, in order: one object, not one per record.
+
+    What :meth:`MessageStore.put_batches` answers for a batch of several records none of which was
+    refused. It is a read-only sequence of :class:`PutResult` (made on access) equal to the list of
+    them; the send path reads its columns instead (:attr:`physical_offsets`, :attr:`sizes`).
+    """
+
+    __slots__ = ("first_queue_offset", "physical_offsets", "queue_id", "sizes", "store_timestamp", "topic")
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        first_queue_offset: int,
+        physical_offsets: list[int],
+        sizes: list[int],
+        store_timestamp: int,
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.first_queue_offset = first_queue_offset
+        #: each record's commitlog offset, and its size (do not modify)
+        self.physical_offsets = physical_offsets
+        self.sizes = sizes
+        self.store_timestamp = store_timestamp
+
+    def __len__(self) -> int:
+        return len(self.physical_offsets)
+
+    def __iter__(self) -> Iterator[PutResult]:
+        # PutResult(PUT_OK, queue offset, commitlog offset, size, store time, topic, queue id, ""), built in C
+        first = self.first_queue_offset
+        return map(
+            _new_result,
+            repeat(PutResult),
+            zip(
+                repeat(PutStatus.PUT_OK),
+                range(first, first + len(self.physical_offsets)),
+                self.physical_offsets,
+                self.sizes,
+                repeat(self.store_timestamp),
+                repeat(self.topic),
+                repeat(self.queue_id),
+                repeat(""),
+                strict=False,
+            ),
+        )
+
+    @overload
+    def __getitem__(self, index: int) -> PutResult: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[PutResult]: ...
+    def __getitem__(self, index: int | slice) -> PutResult | list[PutResult]:
+        if isinstance(index, slice):
+            return list(self)[index]
+        n = len(self.physical_offsets)
+        i = index + n if index < 0 else index
+        if not 0 <= i < n:
+            raise IndexError("result index out of range")
+        return PutResult(
+            PutStatus.PUT_OK,
+            self.first_queue_offset + i,
+            self.physical_offsets[i],
+            self.sizes[i],
+            self.store_timestamp,
+            self.topic,
+            self.queue_id,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StoredRun | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other: Sequence[PutResult]) -> list[PutResult]:
+        """Concatenated with other results, a list (as the list it stands for would be)."""
+        return [*self, *other]
+
+    def __radd__(self, other: Sequence[PutResult]) -> list[PutResult]:
+        return [*other, *self]
+
+    def __repr__(self) -> str:
+        return f"StoredRun({list(self)!r})"
+
+
+#: what a put answers for one batch: one result per record, in order
+PutResults = Sequence[PutResult]
 
 
 class GetStatus(IntEnum):
