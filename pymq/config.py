@@ -163,9 +163,6 @@ class StoreConfig(_Model):
     flush_thorough_interval_ms: int = Field(10_000, ge=1)
     consume_queue_flush_interval_ms: int = Field(1000, ge=1)
     sync_flush_timeout_ms: int = Field(5000, ge=1)
-    #: SYNC_FLUSH: threads syncing the commitlog at once (a send arriving mid-sync starts its
-    #: own sync on a free thread instead of queueing behind the running one); 1: one at a time
-    sync_flush_threads: int = Field(2, ge=1, le=8)
     max_message_size: int = Field(4 * 1024 * 1024, ge=1024)
     max_topic_length: int = Field(127, ge=1, le=65535)
     check_crc_on_recover: bool = True

@@ -3,12 +3,10 @@
 Sends that must wait for the disk (from any connection) register ``(end offset, response)``
 here and get a future. The first waiter of an idle period asks the store's flusher thread
 for a sync at the end of its loop tick (so every send decoded in that tick shares it);
-waiters arriving while that sync runs send one more request, up to the highest end
-waiting, which a free sync thread of the store starts at once (SYNC_FLUSH runs
-``sync_flush_threads`` syncs side by side, see :mod:`pymq.broker.store.sync_ranges`), or
-which the flusher takes as soon as a running sync is done (no round trip through the loop
-in between). At most ``max_requests`` are out (one per sync thread, plus one queued):
-later waiters join a successor. The batch therefore grows with the load by
+waiters arriving while that sync runs queue one more request, up to the highest end
+waiting, which the flusher takes as soon as the running sync is done (no round trip
+through the loop in between). At most two requests are out (one running, one queued):
+later waiters join the queued one's successor. The batch therefore grows with the load by
 itself (one sync per sync-duration, however many senders), and an idle broker answers
 after one sync.
 
@@ -31,28 +29,20 @@ from pymq.protocol.command import Command
 #: ``request_flush(offset, callback)``: the store calls ``callback(ok)`` (on its flush thread)
 #: once everything below ``offset`` is on disk (ok False: it cannot be)
 RequestFlush = Callable[[int, Callable[[bool], None]], None]
-#: flush requests out at once by default: one being synced, one queued behind it (the store
-#: passes one more than its sync threads: one running on each, one queued)
+#: flush requests out at once: one being synced, one queued behind it
 MAX_REQUESTS = 2
 
 
 class GroupCommit:
     """Answers waiting SYNC_FLUSH sends once a disk sync covers them (one flush request in flight)."""
 
-    def __init__(
-        self,
-        request_flush: RequestFlush,
-        flushed_offset: Callable[[], int],
-        timeout: float,
-        max_requests: int = MAX_REQUESTS,
-    ) -> None:
+    def __init__(self, request_flush: RequestFlush, flushed_offset: Callable[[], int], timeout: float) -> None:
         self._request_flush = request_flush
-        self.max_requests = max_requests
         self._flushed_offset = flushed_offset
         self.timeout = timeout
         #: (end offset, deadline, future, response), in arrival (= commitlog) order
         self._waiters: deque[tuple[int, float, asyncio.Future[Command], Command]] = deque()
-        #: flush requests with the flusher (at most max_requests), and the highest offset asked for
+        #: flush requests with the flusher (at most MAX_REQUESTS), and the highest offset asked for
         self._in_flight = 0
         self._asked = -1
         self._kick_scheduled = False
@@ -74,7 +64,7 @@ class GroupCommit:
         self._waiters.append((end, deadline, fut, resp))
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._expire)
-        if end > self._asked and self._in_flight < self.max_requests and not self._kick_scheduled:
+        if end > self._asked and self._in_flight < MAX_REQUESTS and not self._kick_scheduled:
             # End of this tick: every send decoded in it shares the sync.
             self._kick_scheduled = True
             loop.call_soon(self._kick)
@@ -88,7 +78,7 @@ class GroupCommit:
 
     def _kick(self) -> None:
         self._kick_scheduled = False
-        if self._in_flight >= self.max_requests or not self._waiters:
+        if self._in_flight >= MAX_REQUESTS or not self._waiters:
             return
         target = self._waiters[-1][0]
         for w in self._waiters:  # normally the last is the highest; stay correct if not

@@ -26,27 +26,27 @@ SYNC = {"flush_disk_type": "SYNC_FLUSH", "flush_interval_ms": 60_000, "flush_tho
 
 
 class SlowFlush:
-    """Makes each commitlog sync (run on the flusher threads) take ``delay`` seconds longer."""
+    """Makes the store's commitlog flush (run on the flusher thread) take ``delay`` seconds longer."""
 
     def __init__(self, broker: BrokerApp, delay: float) -> None:
         self.mfq = broker.store.commitlog.mfq
-        self.real = self.mfq.sync_range
+        self.real = self.mfq.flush
         self.delay = delay
         self.calls = 0
         self.release = threading.Event()  # set: stop sleeping (so the broker can shut down promptly)
 
-    def __call__(self, start: int, end: int) -> None:
+    def __call__(self) -> int:
         self.calls += 1
         self.release.wait(self.delay)
-        self.real(start, end)
+        return self.real()
 
     def __enter__(self) -> SlowFlush:
-        self.mfq.sync_range = self  # type: ignore[method-assign]
+        self.mfq.flush = self  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release.set()
-        self.mfq.sync_range = self.real  # type: ignore[method-assign]
+        self.mfq.flush = self.real  # type: ignore[method-assign]
 
 
 def end_of(broker: BrokerApp, r: SendResult) -> int:

@@ -4,10 +4,9 @@
         pymq-bench producer --embedded --quiet --json --count 30000 --concurrency 8 --flush SYNC_FLUSH
 
 Every 500 syncs it appends one line of medians to GC2_STATS (the embedded broker is a
-multiprocessing child, which ends without running atexit): claim -> msync start (the shared file lock),
+multiprocessing child, which ends without running atexit): flush request -> the flusher starts on it, flush pass -> msync start (the file lock),
 the msync itself, msync end -> the group commit's answer on the loop, a send's wait from its append
-to its answer, sends per sync, and the share of syncs that overlapped another one (several sync
-threads). Measurement only (it wraps GroupCommit and the flusher's methods); never on a production path.
+to its answer, sends per sync, and the share of syncs that overlapped another one. Measurement only (it wraps GroupCommit and the flusher's methods); never on a production path.
 """
 
 import os
@@ -21,37 +20,43 @@ if os.environ.get("GC2_STATS"):
 
     pc = time.perf_counter
     lock = threading.Lock()
-    claims: dict[int, float] = {}  # claim end -> claim time
-    syncs: list[tuple[float, float, float, int]] = []  # (claimed, start, end, claim end)
+    kicks: list[float] = []  # flush request -> the flusher starts on it (wake-up of the thread)
+        syncs: list[tuple[float, float, float, int]] = []  # (flush pass entered, msync start, end, end offset)
     answers: list[tuple[float, int]] = []  # (time on loop, target)
     waits: list[float] = []
     running = [0]
     overlapped = [0]
 
-    o_claim = fl.CommitLogFlusher._claim
+    o_flush_once = fl.CommitLogFlusher._flush_once
+    entered = [0.0]
 
-    def claim(self, force):  # type: ignore[no-untyped-def]
-        c = o_claim(self, force)
-        if c is not None:
-            with lock:
-                claims[c.end] = pc()
-        return c
+    def flush_once(self, force):  # type: ignore[no-untyped-def]
+        t = pc()
+        entered[0] = t
+        req = getattr(self, "_probe_requested", None)
+        if force and req:
+            kicks.extend(t - x for x in req)
+            req.clear()
+        return o_flush_once(self, force)
 
-    o_sync = mf.MappedFileQueue.sync_range
+    o_sync = mf.MappedFileQueue.flush
 
-    def sync_range(self, start, end):  # type: ignore[no-untyped-def]
+    def sync_range(self):  # type: ignore[no-untyped-def]
+        if self.directory.name != "commitlog":
+            return o_sync(self)
         t0 = pc()
+        end = self.max_offset
         with lock:
             running[0] += 1
             if running[0] > 1:
                 overlapped[0] += 1
         try:
-            o_sync(self, start, end)
+            return o_sync(self)
         finally:
             t1 = pc()
             with lock:
                 running[0] -= 1
-                syncs.append((claims.pop(end, t0), t0, t1, end))
+                syncs.append((entered[0] or t0, t0, t1, end))
                 full = len(syncs) >= 500
             if full:
                 report()
@@ -64,7 +69,6 @@ if os.environ.get("GC2_STATS"):
         fut.add_done_callback(lambda _f: waits.append(pc() - t))
         return fut
 
-    kicks: list[float] = []  # request sent -> a worker claims (wake-up of a flush thread)
     o_request = fl.CommitLogFlusher.request
 
     def request(self, offset, callback):  # type: ignore[no-untyped-def]
@@ -73,26 +77,15 @@ if os.environ.get("GC2_STATS"):
         self._probe_requested = getattr(self, "_probe_requested", [])
         self._probe_requested.append(t)
 
-    o_take = fl.CommitLogFlusher._sync_once
-
-    def sync_once(self, force):  # type: ignore[no-untyped-def]
-        req = getattr(self, "_probe_requested", None)
-        if force and req:
-            t = pc()
-            kicks.extend(t - x for x in req)
-            req.clear()
-        return o_take(self, force)
-
     fl.CommitLogFlusher.request = request
-    fl.CommitLogFlusher._sync_once = sync_once
     o_synced = gc.GroupCommit._synced
 
     def synced(self, target, ok):  # type: ignore[no-untyped-def]
         answers.append((pc(), target))
         o_synced(self, target, ok)
 
-    fl.CommitLogFlusher._claim = claim
-    mf.MappedFileQueue.sync_range = sync_range
+    fl.CommitLogFlusher._flush_once = flush_once
+    mf.MappedFileQueue.flush = sync_range
     gc.GroupCommit.wait = wait
     gc.GroupCommit._synced = synced
 
@@ -106,7 +99,7 @@ if os.environ.get("GC2_STATS"):
         n = len(syncs)
         with open(os.environ["GC2_STATS"], "a") as f:
             f.write(
-                f"syncs {n} request->worker {med(kicks):.0f}us claim->msync {med([s - c for c, s, _e, _ in syncs]):.0f}us "
+                f"syncs {n} request->worker {med(kicks):.0f}us pass->msync {med([s - c for c, s, _e, _ in syncs]):.0f}us "
                 f"msync {med([e - s for _c, s, e, _ in syncs]):.0f}us done->loop {med(hop):.0f}us "
                 f"append->answer {med(waits):.0f}us sends/sync {len(waits) / max(n, 1):.1f} "
                 f"overlapped {overlapped[0] / max(n, 1):.0%}\n"

@@ -101,12 +101,7 @@ class SendHandlers:
         self.flush_timeout = config.store.sync_flush_timeout_ms / 1000
         #: SYNC_FLUSH: answers sends once a shared disk sync covers them
         self.group_commit = (
-            GroupCommit(
-                store.request_flush,
-                lambda: store.flushed_offset,
-                self.flush_timeout,
-                max_requests=config.store.sync_flush_threads + 1,
-            )
+            GroupCommit(store.request_flush, lambda: store.flushed_offset, self.flush_timeout)
             if self.sync_flush
             else None
         )

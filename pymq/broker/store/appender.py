@@ -21,9 +21,6 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
 from pymq.broker.store.commitlog import BLANK_MIN
 from pymq.broker.store.results import PutResult, PutResults, PutStatus, StoredRun
 from pymq.errors import StoreError
@@ -50,10 +47,7 @@ class Appender:
         self.stored = 0
         self.stored_bytes = 0
         #: the store's (commitlog flush, logics flush) locks, taken to delete files in _undo
-        self.file_locks: tuple[AbstractContextManager[object], AbstractContextManager[object]] = (
-            threading.Lock(),
-            threading.Lock(),
-        )
+        self.file_locks: tuple[threading.Lock, threading.Lock] = (threading.Lock(), threading.Lock())
 
     def _topic_field(self, topic: str) -> bytes:
         tf = self._topic_fields.get(topic)

@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pymq.broker.store.sync_ranges import Claim, SyncRanges
 from pymq.errors import StoreError
 from pymq.logs import RateLimitedLog, get_logger
 
@@ -45,18 +44,7 @@ INDEX_FLUSH_INTERVAL = 10.0
 
 
 class CommitLogFlusher(threading.Thread):
-    """Syncs the commitlog: periodically (both modes) and on request (SYNC_FLUSH's group commit).
-
-    With ``workers`` > 1 (SYNC_FLUSH), that many threads take requests: a request arriving
-    while one thread is inside ``msync`` is synced at once by another, over the range
-    written since the running sync's range was claimed (:mod:`pymq.broker.store.sync_ranges`),
-    instead of waiting for the running sync to finish and then for its own. Requests are
-    answered once the contiguous synced prefix covers them, whichever thread finishes it.
-    The threads hold the store's file lock shared while syncing; cleanup and truncation
-    take it exclusively.
-    """
-
-    def __init__(self, store: FlushView, *, sync: bool, workers: int = 1) -> None:
+    def __init__(self, store: FlushView, *, sync: bool) -> None:
         super().__init__(name="pymq-commitlog-flush", daemon=True)
         self.store = store
         self.sync = sync
@@ -65,28 +53,10 @@ class CommitLogFlusher(threading.Thread):
         self.least_bytes = cfg.flush_least_pages * PAGE
         self.thorough_interval = cfg.flush_thorough_interval_ms / 1000
         self._cond = threading.Condition()
-        #: requests not yet looked at by a worker
         self._requests: list[tuple[int, FlushCallback]] = []
-        #: requests a worker has claimed a sync for, answered once the synced prefix covers them
-        self._waiting: list[tuple[int, FlushCallback]] = []
-        mfq = store.commitlog.mfq
-        self._ranges = SyncRanges(mfq.flushed_offset, mfq.generation)
         self._stopping = False
         self._last_thorough = time.monotonic()
         self.flush_count = 0
-        self._extra = [
-            threading.Thread(target=self._work, args=(False,), name=f"pymq-commitlog-sync-{i}", daemon=True)
-            for i in range(1, workers if sync else 1)
-        ]
-
-    @property
-    def workers(self) -> int:
-        return 1 + len(self._extra)
-
-    def start(self) -> None:
-        super().start()
-        for t in self._extra:
-            t.start()
 
     def request(self, offset: int, callback: FlushCallback) -> None:
         """Call ``callback(True)`` once everything below ``offset`` is on disk (False if it cannot be)."""
@@ -98,152 +68,57 @@ class CommitLogFlusher(threading.Thread):
             self._cond.notify()
 
     def run(self) -> None:
-        self._work(periodic=True)
-
-    def _work(self, periodic: bool) -> None:
-        """One worker's loop; the ``periodic`` one also flushes on the interval and does the last flush."""
-        cond = self._cond
         while True:
-            with cond:
+            with self._cond:
                 if not self._requests and not self._stopping:
-                    # SYNC_FLUSH wakes up for the first request; the periodic worker also on the interval.
-                    cond.wait(self.interval if periodic else None)
+                    # SYNC_FLUSH wakes up for the first request; both modes flush periodically.
+                    self._cond.wait(self.interval)
                 stopping = self._stopping
-                if stopping and not periodic:
-                    return
                 requests, self._requests = self._requests, []
-                self._waiting.extend(requests)
-            if stopping:
-                self._finish_at_stop()
-                return
-            retry = self._sync_once(force=bool(requests))
-            while retry:
-                # A failed sync left requests of later ranges waiting on its bytes: sync them
-                # again now (a disk that keeps failing fails them too, then this stops).
-                retry = self._sync_once(force=True)
-
-    def _sync_once(self, force: bool) -> bool:
-        """Claim what was written since the last claim, sync it, answer what is now covered.
-
-        Returns True if the sync failed and requests still wait (the caller syncs again).
-        """
-        store = self.store
-        answered: list[FlushCallback]
-        with self._cond:
-            claim = self._claim(force)
-            if claim is None:
-                # Nothing new below the requests: syncs running elsewhere cover them.
-                answered = self._covered()
-        if claim is not None:
             try:
-                with store.file_lock.shared():
-                    store.commitlog.mfq.sync_range(claim.start, claim.end)
-                    with self._cond:
-                        self._finished(claim)
-                        answered = self._covered()
+                self._flush_once(force=stopping or bool(requests))
             except Exception:
-                log.exception("commitlog_flush_failed", start=claim.start, end=claim.end)
-                with self._cond:
-                    self._current_ranges().finish(claim, ok=False)
-                    failed = self._take_waiting(claim.start, claim.end)
-                    retry = bool(self._waiting)
-                for cb in failed:
+                log.exception("commitlog_flush_failed")
+                for _, cb in requests:
                     cb(False)
-                return retry
-        for cb in answered:
-            cb(True)
-        return False
+                requests = []
+            flushed = self.store.commitlog.mfq.flushed_offset
+            for off, cb in requests:
+                # Every request covers data appended before it was queued, and the forced
+                # flush above synced all of that: only an offset past the end is left over.
+                if off > flushed:
+                    log.warning("flush_request_past_end", offset=off, flushed=flushed)
+                cb(off <= flushed)
+            if stopping:
+                with self._cond:
+                    rest, self._requests = self._requests, []
+                for _, cb in rest:
+                    cb(False)
+                return
 
-    def _claim(self, force: bool) -> Claim | None:
-        """The next range to sync (under the condition's lock), or None if none is due."""
+    def _flush_once(self, force: bool) -> None:
         store = self.store
         mfq = store.commitlog.mfq
-        ranges = self._current_ranges()
-        ts = store.last_store_ts  # read before the end: every record up to it lies below the end
-        end = mfq.max_offset
-        if self._waiting and max(off for off, _ in self._waiting) > max(end, ranges.claimed):
-            self._refuse_past(max(end, ranges.claimed))
-        dirty = end - ranges.claimed
-        if dirty <= 0:
-            return None
         now = time.monotonic()
+        dirty = mfq.dirty_bytes()
+        if not dirty:
+            return
         thorough = now - self._last_thorough >= self.thorough_interval
         if not (force or thorough or dirty >= self.least_bytes):
-            return None
+            return
+        ts = store.last_store_ts  # snapshot before the sync: everything up to it gets covered
+        with store.file_lock:
+            mfq.flush()
+            store.checkpoint.physic_ts = ts
+            store.checkpoint.flushed_phys = mfq.flushed_offset
+        self.flush_count += 1
         if thorough:
             self._last_thorough = now
-        return ranges.claim(end, ts)
-
-    def _current_ranges(self) -> SyncRanges:
-        """The ranges, restarted from what the files say is synced if the commitlog was truncated since."""
-        mfq = self.store.commitlog.mfq
-        ranges = self._ranges
-        if mfq.generation != ranges.generation:
-            ranges.reset(mfq.flushed_offset, mfq.generation)
-        return ranges
-
-    def _finished(self, claim: Claim) -> None:
-        """Record ``claim`` synced; if the synced prefix grew, mark the files and the checkpoint.
-
-        Called holding the file lock shared, so no truncation runs between the generation
-        check and the marking: a claim made before a truncation does not count.
-        """
-        ranges = self._current_ranges()
-        self.flush_count += 1
-        if ranges.finish(claim, ok=True):
-            store = self.store
-            store.commitlog.mfq.mark_flushed(ranges.durable)
-            if ranges.durable_ts >= 0:
-                store.checkpoint.physic_ts = ranges.durable_ts
-            store.checkpoint.flushed_phys = ranges.durable
-
-    def _covered(self) -> list[FlushCallback]:
-        """Take the waiting requests the synced prefix now covers."""
-        durable = self._ranges.durable
-        waiting = self._waiting
-        if not waiting:
-            return []
-        done = [cb for off, cb in waiting if off <= durable]
-        if done:
-            self._waiting = [w for w in waiting if w[0] > durable]
-        return done
-
-    def _refuse_past(self, end: int) -> None:
-        """Answer False to requests past the end of the commitlog (nothing will ever cover them)."""
-        for off, cb in self._waiting:
-            if off > end:
-                log.warning("flush_request_past_end", offset=off, flushed=end)
-                cb(False)
-        self._waiting = [w for w in self._waiting if w[0] <= end]
-
-    def _take_waiting(self, start: int, end: int) -> list[FlushCallback]:
-        """Take the waiting requests whose data lies in ``[start, end)`` (their sync failed)."""
-        taken = [cb for off, cb in self._waiting if start < off <= end]
-        self._waiting = [w for w in self._waiting if not start < w[0] <= end]
-        return taken
-
-    def _finish_at_stop(self) -> None:
-        """The periodic worker, stopping: wait for the others, sync everything, answer everyone."""
-        for t in self._extra:
-            t.join(timeout=30)
-        try:
-            self._sync_once(force=True)
-        finally:
-            with self._cond:
-                durable = self._ranges.durable
-                rest = self._waiting + self._requests
-                self._waiting, self._requests = [], []
-            for off, cb in rest:
-                # Every request covers data appended before it was queued, and the forced
-                # sync above covered all of that: only an offset past the end is left over.
-                if off > durable:
-                    log.warning("flush_request_past_end", offset=off, flushed=durable)
-                cb(off <= durable)
 
     def stop(self) -> None:
         with self._cond:
             self._stopping = True
-            self._cond.notify_all()
+            self._cond.notify()
         self.join(timeout=30)
 
 

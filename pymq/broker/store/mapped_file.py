@@ -315,25 +315,15 @@ class MappedFile:
         """Sync what was written since the last flush; returns the position now durable."""
         target = self.wrote_pos
         if target > self.flushed_pos and not self.closed:
-            self.sync_range(self.flushed_pos, target)
-            if target > self.flushed_pos:
-                self.flushed_pos = target
+            if self.ranged_sync and self.address and _msync is not None:
+                start = self.flushed_pos - self.flushed_pos % PAGE_SIZE
+                if _msync(self.address + start, target - start, _MS_SYNC) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"msync {self.path}: {os.strerror(err or errno.EIO)}")
+            else:
+                os.fdatasync(self.fd)
+            self.flushed_pos = target
         return self.flushed_pos
-
-    def sync_range(self, start: int, end: int) -> None:
-        """Sync bytes ``[start, end)`` of this file to disk (``flushed_pos`` is the caller's to move).
-
-        Several threads may sync disjoint ranges of one file at once (SYNC_FLUSH's workers).
-        """
-        if end <= start or self.closed:
-            return
-        if self.ranged_sync and self.address and _msync is not None:
-            start -= start % PAGE_SIZE
-            if _msync(self.address + start, end - start, _MS_SYNC) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"msync {self.path}: {os.strerror(err or errno.EIO)}")
-        else:
-            os.fdatasync(self.fd)
 
     def sync_all(self) -> None:
         """``fdatasync`` the whole file (after writes below ``flushed_pos``, e.g. by recovery)."""
@@ -412,8 +402,6 @@ class MappedFileQueue:
         #: makes the file objects: ``new_file(path, size, create=..., lazy=...)`` (consume
         #: queues pass pooled files, see :mod:`pymq.broker.store.map_pool`)
         self.new_file: Callable[..., MappedFile] = MappedFile
-        #: bumped by every truncation (see :mod:`pymq.broker.store.sync_ranges`)
-        self.generation = 0
 
     def load(self, *, lazy: bool = False) -> None:
         """Map the existing files (all marked full; recovery sets the real write positions).
@@ -519,7 +507,6 @@ class MappedFileQueue:
 
         Returns how many bytes of (non-zero) data were dropped.
         """
-        self.generation += 1  # sync ranges claimed before this no longer mean anything
         keep = []
         dropped = 0
         for mf in self.files:
@@ -538,26 +525,6 @@ class MappedFileQueue:
         for mf in gone:
             mf.destroy()
         return gone
-
-    def sync_range(self, start: int, end: int) -> None:
-        """Sync global offsets ``[start, end)`` (every file they touch); ``flushed_pos`` stays."""
-        size = self.file_size
-        for mf in list(self.files):
-            lo = max(start, mf.file_from)
-            hi = min(end, mf.file_from + size)
-            if lo < hi:
-                mf.sync_range(lo - mf.file_from, hi - mf.file_from)
-
-    def mark_flushed(self, offset: int) -> None:
-        """Record everything below global ``offset`` as synced (after :meth:`sync_range` calls)."""
-        size = self.file_size
-        for mf in reversed(self.files):
-            if mf.file_from >= offset:
-                continue
-            pos = min(offset - mf.file_from, size)
-            if pos <= mf.flushed_pos:
-                break  # this file and the earlier ones are marked already
-            mf.flushed_pos = pos
 
     def flush(self) -> int:
         """Flush every file with unflushed data; returns the flushed global offset."""

@@ -37,7 +37,6 @@ from pymq.broker.store.queue_table import QueueTable
 from pymq.broker.store.reader import find_by_key, offset_by_time, read_queue, store_time_at
 from pymq.broker.store.recovery import RecoveryReport, recover
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutResults, PutStatus, StoredRun
-from pymq.broker.store.shared_lock import SharedLock
 from pymq.config import FlushDiskType, StoreConfig
 from pymq.errors import DiskFullError, StoreError
 from pymq.logs import RateLimitedLog, get_logger
@@ -76,9 +75,8 @@ class MessageStore:
             self.commitlog, self.dispatcher, store_host=self.store_host, max_message_size=config.max_message_size
         )
         self.lock = threading.RLock()
-        #: held shared by the commitlog flush threads while syncing, and exclusively by
-        #: whoever deletes, truncates or closes files
-        self.file_lock = SharedLock()
+        #: held by the commitlog flusher while syncing, and by whoever deletes or closes files
+        self.file_lock = threading.Lock()
         #: held by the consume-queue/index flush while syncing, and by whoever deletes or
         #: closes files; separate from file_lock so a slow logics flush (many queues) never
         #: holds up the commitlog flush that SYNC_FLUSH sends wait for
@@ -144,7 +142,7 @@ class MessageStore:
             self.started_at = time.time()
             self.disk_full = disk_ratio(self) > self.config.disk_full_ratio
             sync = self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH
-            self._flusher = CommitLogFlusher(self, sync=sync, workers=self.config.sync_flush_threads)
+            self._flusher = CommitLogFlusher(self, sync=sync)
             self._logics_flusher = LogicsFlusher(self)
             self._cleaner = CleanupService(self)
             last = self.commitlog.mfq.last

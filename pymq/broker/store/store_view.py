@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from pymq.broker.store.consume_queue import ConsumeQueue
     from pymq.broker.store.dispatcher import Dispatcher
     from pymq.broker.store.index import IndexService
-    from pymq.broker.store.shared_lock import SharedLock
     from pymq.config import StoreConfig
 
 
@@ -30,7 +29,7 @@ class StoreCore(Protocol):
     commitlog: CommitLog
     checkpoint: Checkpoint
     #: held while syncing the commitlog, and by whoever deletes or closes its files
-    file_lock: SharedLock
+    file_lock: threading.Lock
     last_store_ts: int
 
 
