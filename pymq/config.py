@@ -163,6 +163,9 @@ class StoreConfig(_Model):
     flush_thorough_interval_ms: int = Field(10_000, ge=1)
     consume_queue_flush_interval_ms: int = Field(1000, ge=1)
     sync_flush_timeout_ms: int = Field(5000, ge=1)
+    #: SYNC_FLUSH: after a sync, wait up to this long (and at most one sync's duration) for the
+    #: senders it answered to send again, so the next sync covers them too; 0: no waiting
+    sync_flush_linger_us: int = Field(500, ge=0, le=10_000)
     max_message_size: int = Field(4 * 1024 * 1024, ge=1024)
     max_topic_length: int = Field(127, ge=1, le=65535)
     check_crc_on_recover: bool = True

@@ -20,6 +20,7 @@ waiter's deadline, answers FLUSH_DISK_TIMEOUT to everything past due.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -31,12 +32,19 @@ from pymq.protocol.command import Command
 RequestFlush = Callable[[int, Callable[[bool], None]], None]
 #: flush requests out at once: one being synced, one queued behind it
 MAX_REQUESTS = 2
+_now = time.perf_counter  # the loop's own clock has millisecond steps under uvloop
 
 
 class GroupCommit:
     """Answers waiting SYNC_FLUSH sends once a disk sync covers them (one flush request in flight)."""
 
-    def __init__(self, request_flush: RequestFlush, flushed_offset: Callable[[], int], timeout: float) -> None:
+    def __init__(
+        self,
+        request_flush: RequestFlush,
+        flushed_offset: Callable[[], int],
+        timeout: float,
+        linger: float = 0.0,
+    ) -> None:
         self._request_flush = request_flush
         self._flushed_offset = flushed_offset
         self.timeout = timeout
@@ -50,6 +58,15 @@ class GroupCommit:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: syncs requested so far (tests and stats)
         self.requests = 0
+        #: the longest a sync waits for more senders (seconds; 0: no lingering, see _linger_or_kick)
+        self.linger = linger
+        self._lingering = False
+        self._linger_until = 0.0
+        #: senders seen around the recent syncs (answered + left waiting), decaying by one per sync
+        self.expected = 0
+        #: how long a sync takes, request to answer on the loop (smoothed)
+        self._requested_at = 0.0
+        self.sync_time = 0.0
 
     def wait(self, resp: Command, end: int) -> asyncio.Future[Command]:
         """A future resolving to ``resp`` once the commitlog below ``end`` is synced.
@@ -64,7 +81,9 @@ class GroupCommit:
         self._waiters.append((end, deadline, fut, resp))
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._expire)
-        if end > self._asked and self._in_flight < MAX_REQUESTS and not self._kick_scheduled:
+        if self._lingering:
+            return fut  # the linger check kicks once enough senders are waiting
+        if end > self._asked and self._in_flight < self._max_requests and not self._kick_scheduled:
             # End of this tick: every send decoded in it shares the sync.
             self._kick_scheduled = True
             loop.call_soon(self._kick)
@@ -88,6 +107,7 @@ class GroupCommit:
             return  # a request out already covers every waiter
         self._asked = target
         self._in_flight += 1
+        self._requested_at = _now()
         self.requests += 1
         loop = self._loop
         assert loop is not None
@@ -100,8 +120,16 @@ class GroupCommit:
 
         self._request_flush(target, done)
 
+    @property
+    def _max_requests(self) -> int:
+        # Lingering: one sync at a time, the next one gathering whoever came during it.
+        return 1 if self.linger else MAX_REQUESTS
+
     def _synced(self, target: int, ok: bool) -> None:
         self._in_flight -= 1
+        took = _now() - self._requested_at
+        self.sync_time = 0.8 * self.sync_time + 0.2 * took if self.sync_time else took
+        waiting_before = len(self._waiters)
         if not ok and self._asked <= target:
             self._asked = -1  # ask again for whatever still waits
         waiters = self._waiters
@@ -116,6 +144,43 @@ class GroupCommit:
             while waiters and waiters[0][0] <= target:
                 self._fail(waiters.popleft())
         if waiters and not self._kick_scheduled:
+            self._linger_or_kick(waiting_before - len(waiters))
+        elif not waiters:
+            self.expected = max(waiting_before, self.expected - 1)
+
+    # --- lingering ------------------------------------------------------------------------------------
+
+    def _linger_or_kick(self, answered: int) -> None:
+        """Ask for the next sync now, or first wait for the senders just answered to send again.
+
+        Closed-loop senders (each waits for its answer before sending the next message) split
+        into groups that alternate between two syncs: those that sent during a sync wait for
+        the next one while the others are being answered. A disk that flushes one range at a
+        time then does a sync per group. Waiting until as many senders as were recently seen
+        wait again (``expected``), for at most about one sync's duration (``linger``), makes one
+        sync cover them all: fewer, fuller syncs (RocketMQ's GroupCommitService waits too).
+        The wait spins the loop (``call_soon``), which keeps serving every connection; its
+        timers are too coarse for sub-millisecond waits.
+        """
+        waiting = len(self._waiters)
+        self.expected = max(answered + waiting, self.expected - 1)
+        if self.linger and waiting < self.expected:
+            loop = self._loop
+            assert loop is not None
+            self._lingering = True
+            self._linger_until = _now() + min(self.sync_time, self.linger)
+            loop.call_soon(self._linger_check)
+            return
+        self._kick()
+
+    def _linger_check(self) -> None:
+        if len(self._waiters) < self.expected and _now() < self._linger_until:
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon(self._linger_check)
+            return
+        self._lingering = False
+        if self._waiters:
             self._kick()
 
     # --- timeouts -------------------------------------------------------------------------------------

@@ -103,3 +103,41 @@ async def test_timeouts_need_one_timer_and_answer_in_arrival_order() -> None:
     await wait_until(lambda: len(flusher.requests) == 2, what="a new request")
     flusher.complete(1)
     assert (await fut).code == ResponseCode.SUCCESS
+
+
+async def test_lingering_gathers_the_answered_senders_into_the_next_sync() -> None:
+    """With linger on, the sync after one that answered some senders waits for them to send again."""
+    flusher = FakeFlusher()
+    gc = GroupCommit(flusher.request, lambda: flusher.flushed, timeout=30, linger=5.0)
+    group_a = [gc.wait(response(i), end=100 * (i + 1)) for i in range(2)]
+    await wait_until(lambda: len(flusher.requests) == 1, what="the first sync")
+    group_b = [gc.wait(response(10 + i), end=300 + i) for i in range(2)]  # sent during A's sync
+    await asyncio.sleep(0)
+    assert len(flusher.requests) == 1  # lingering: one sync at a time, nothing queued behind it
+    flusher.complete(0)
+    assert [r.opaque for r in await asyncio.gather(*group_a)] == [0, 1]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert gc.expected == 4 and len(flusher.requests) == 1  # waiting for A's senders to come back
+    again = [gc.wait(response(20 + i), end=400 + i) for i in range(2)]
+    await wait_until(lambda: len(flusher.requests) == 2, what="one sync for all four")
+    assert flusher.requests[1][0] == 401
+    flusher.complete(1)
+    assert [r.opaque for r in await asyncio.gather(*group_b, *again)] == [10, 11, 20, 21]
+
+
+async def test_lingering_stops_after_about_one_sync_when_senders_do_not_come_back() -> None:
+    flusher = FakeFlusher()
+    gc = GroupCommit(flusher.request, lambda: flusher.flushed, timeout=30, linger=5.0)
+    first = [gc.wait(response(i), end=100 * (i + 1)) for i in range(3)]
+    await wait_until(lambda: len(flusher.requests) == 1, what="the first sync")
+    late = gc.wait(response(9), end=900)
+    await asyncio.sleep(0.05)  # the sync takes ~50 ms: the linger is bounded by that, not by 5 s
+    flusher.complete(0)
+    await asyncio.gather(*first)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await wait_until(lambda: len(flusher.requests) == 2, timeout=3, what="the sync for the one left")
+    assert loop.time() - t0 < 1.0
+    flusher.complete(1)
+    assert (await late).code == ResponseCode.SUCCESS

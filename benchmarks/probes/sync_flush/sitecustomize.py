@@ -4,9 +4,11 @@
         pymq-bench producer --embedded --quiet --json --count 30000 --concurrency 8 --flush SYNC_FLUSH
 
 Every 500 syncs it appends one line of medians to GC2_STATS (the embedded broker is a
-multiprocessing child, which ends without running atexit): flush request -> the flusher starts on it, flush pass -> msync start (the file lock),
-the msync itself, msync end -> the group commit's answer on the loop, a send's wait from its append
-to its answer, sends per sync, and the share of syncs that overlapped another one. Measurement only (it wraps GroupCommit and the flusher's methods); never on a production path.
+multiprocessing child, which ends without running atexit): flush request -> the flusher thread
+starts on it, flush pass -> msync start (the file lock), the msync itself, msync end -> the group
+commit's answer on the loop, a send's wait from its append to its answer, sends per sync, and the
+share of syncs that overlapped another one. GC2_SWITCH sets the GIL switch interval. Measurement
+only (it wraps GroupCommit and the flusher's methods); never on a production path.
 """
 
 import os
@@ -21,7 +23,7 @@ if os.environ.get("GC2_STATS"):
     pc = time.perf_counter
     lock = threading.Lock()
     kicks: list[float] = []  # flush request -> the flusher starts on it (wake-up of the thread)
-        syncs: list[tuple[float, float, float, int]] = []  # (flush pass entered, msync start, end, end offset)
+    syncs: list[tuple[float, float, float, int]] = []  # (flush pass entered, msync start, end, end offset)
     answers: list[tuple[float, int]] = []  # (time on loop, target)
     waits: list[float] = []
     running = [0]

@@ -101,7 +101,12 @@ class SendHandlers:
         self.flush_timeout = config.store.sync_flush_timeout_ms / 1000
         #: SYNC_FLUSH: answers sends once a shared disk sync covers them
         self.group_commit = (
-            GroupCommit(store.request_flush, lambda: store.flushed_offset, self.flush_timeout)
+            GroupCommit(
+                store.request_flush,
+                lambda: store.flushed_offset,
+                self.flush_timeout,
+                linger=config.store.sync_flush_linger_us / 1_000_000,
+            )
             if self.sync_flush
             else None
         )
