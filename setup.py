@@ -1,4 +1,4 @@
-"""Build of the optional C accelerator (pymq._speedups); everything else is in pyproject.toml.
+"""Build of the optional C accelerator (pymq._speedups, from pymq/_speedups_src/); everything else is in pyproject.toml.
 
 ``optional=True``: where it cannot be compiled (no compiler, no Python headers) the install
 goes on without it and pymq runs its pure-Python code (see docs/ARCHITECTURE.md, "Accelerator").
@@ -7,6 +7,7 @@ The CRC is zlib's when zlib's header and library are there, the extension's own 
 
 import os
 import tempfile
+from glob import glob
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -35,7 +36,20 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
+# One extension module from several C files, each with one job (speedups.h there maps them).
+# All of the directory's .c files: one left out would leave the module unbuilt (it is optional) or unimportable,
+# and record.py would quietly run pure Python. Not a pymq/_speedups/ directory: where no .so was built, that
+# would import as an empty namespace package under the extension's name.
+# depends: an edit of the shared header rebuilds every file (and the sdist carries it).
+SPEEDUPS_SRC = "pymq/_speedups_src"
+SPEEDUPS = Extension(
+    "pymq._speedups",
+    sorted(glob(f"{SPEEDUPS_SRC}/*.c")),
+    depends=sorted(glob(f"{SPEEDUPS_SRC}/*.h")),
+    optional=True,
+)
+
 setup(
-    ext_modules=[Extension("pymq._speedups", ["pymq/_speedups.c"], optional=True)],
+    ext_modules=[SPEEDUPS],
     cmdclass={"build_ext": BuildExt},
 )

@@ -1,4 +1,4 @@
-"""Types of the optional C accelerator (pymq/_speedups.c); only pymq.protocol.record and record_batch call it."""
+"""Types of the optional C accelerator (pymq/_speedups_src/); only pymq.protocol.record and record_batch use it."""
 
 from collections.abc import Callable, Iterator
 from types import NotImplementedType

@@ -89,7 +89,7 @@ Buffer = bytes | bytearray | memoryview | mmap.mmap
 EMPTY_HOST = b"\x00" * 8
 
 # --- the optional C accelerator ---------------------------------------------------------------------------
-# pymq._speedups (pymq/_speedups.c) runs the per-record loops of this module and of record_batch
+# pymq._speedups (C sources in pymq/_speedups_src/) runs the per-record loops of this module and of record_batch
 # in C when it was built at install; PYMQ_NO_SPEEDUPS=1 forces the pure-Python bodies, which stay
 # the reference: the C functions give byte-identical results and errors (tests run both) and
 # answer NotImplemented for arguments outside what they handle, and the Python body runs then.
@@ -114,7 +114,7 @@ def speedups_layout() -> dict[str, int | str]:
         "BROKER_BLOCK_OFFSET": BROKER_BLOCK_OFFSET,
         "BLANK_SIZE": BLANK_SIZE,
         "MAX_PROPERTIES_SIZE": MAX_PROPERTIES_SIZE,
-        # bumped with the C file's ABI_VERSION whenever a function is added or changes its contract
+        # bumped with ABI_VERSION in pymq/_speedups_src/speedups.h whenever a function is added or changes its contract
         "ABI_VERSION": 3,
     }
 
@@ -138,7 +138,7 @@ SPEEDUPS_FUNCTIONS = (
 if speedups is not None:
     missing = [name for name in SPEEDUPS_FUNCTIONS if not hasattr(speedups, name)]
     if speedups_layout() != speedups.LAYOUT or missing:
-        # A stale build (the C file or this module changed since): loud, not silently different bytes.
+        # A stale build (the C sources or this module changed since): loud, not silently different bytes.
         raise ImportError(
             f"pymq._speedups was built for another record layout or version ({speedups.LAYOUT}, "
             f"missing {missing}; expected {speedups_layout()}): rebuild it (pip install -e .) or set PYMQ_NO_SPEEDUPS=1"

@@ -65,6 +65,17 @@ def test_only_the_record_module_imports_the_accelerator() -> None:
     assert "pymq._speedups" in modules()["pymq.protocol.record"]
 
 
+def test_nothing_else_answers_to_the_accelerators_name() -> None:
+    """pymq._speedups is the C extension alone; its sources are in pymq/_speedups_src/ (setup.py compiles them all).
+
+    A pymq/_speedups/ directory would import as an empty namespace package where no .so was built.
+    """
+    assert not (PKG / "_speedups").exists()
+    assert not (PKG / "_speedups.py").exists()
+    assert (PKG / "_speedups_src" / "speedups.h").is_file()
+    assert (PKG / "_speedups_src" / "module.c").is_file()
+
+
 def test_protocol_does_no_io() -> None:
     """pymq.protocol imports no event loop or I/O multiplexing (sans-IO)."""
     bad = offenders(modules("protocol"), lambda i: i.split(".")[0] in {"asyncio", "uvloop", "selectors", "ssl"})

@@ -1,0 +1,457 @@
+/* Record scanning of pymq._speedups: the broker's batch split and patch, the dispatcher's codes, and the
+ * decoders (record_batch.py's and record.py's per-record loops). */
+#include "speedups.h"
+
+/* --- helpers ----------------------------------------------------------------------------------- */
+
+/* The error class record.py registers (pymq.errors.MessageDecodeError). */
+static PyObject *decode_error = NULL;
+
+/* A read-only byte buffer of bytes, bytearray, a byte memoryview or an mmap; 0 (no error set)
+ * for anything else, whose len() might not be its byte count. */
+static int get_bytes_buffer(PyObject *obj, Py_buffer *view) {
+    if (PyBytes_CheckExact(obj) || PyByteArray_CheckExact(obj)) {
+        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
+    }
+    if (PyMemoryView_Check(obj)) {
+        Py_buffer *mv = PyMemoryView_GET_BUFFER(obj);
+        if (mv->ndim != 1 || mv->itemsize != 1 || !PyBuffer_IsContiguous(mv, 'C')) return 0;
+        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
+    }
+    if (strcmp(Py_TYPE(obj)->tp_name, "mmap.mmap") == 0) {
+        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
+    }
+    return 0;
+}
+
+/* Append the (ordinal, kind, reason) rejection; steals reason. */
+static int add_rejection(PyObject *rejected, Py_ssize_t ordinal, int kind, PyObject *reason) {
+    if (reason == NULL) return -1;
+    PyObject *t = Py_BuildValue("(niN)", ordinal, kind, reason);
+    if (t == NULL) return -1;
+    int rc = PyList_Append(rejected, t);
+    Py_DECREF(t);
+    return rc;
+}
+
+static int append_ssize(PyObject *list, Py_ssize_t v) {
+    PyObject *o = PyLong_FromSsize_t(v);
+    if (o == NULL) return -1;
+    int rc = PyList_Append(list, o);
+    Py_DECREF(o);
+    return rc;
+}
+
+/* --- split_batch ------------------------------------------------------------------------------- */
+
+SPEEDUPS_DOC(split_batch_doc,
+             "split_batch(data, topic_field, max_size, reject_reason) -> (positions, sizes, props_ats, rejected)\n"
+             "record_batch.split_batch's loop; reject_reason(data, pos, end, body_end, topic_field, max_size)\n"
+             "names the refusal of a record whose lengths or topic do not check out. NotImplemented for\n"
+             "arguments it does not handle.");
+
+PyObject *split_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "split_batch takes 4 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0], *tf = args[1], *max_obj = args[2], *reject_reason = args[3];
+    int64_t max_size;
+    if (!PyBytes_CheckExact(data) || !PyBytes_CheckExact(tf) || !as_i64(max_obj, &max_size)) Py_RETURN_NOTIMPLEMENTED;
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(data);
+    const Py_ssize_t n = PyBytes_GET_SIZE(data);
+    const unsigned char *t = (const unsigned char *)PyBytes_AS_STRING(tf);
+    const Py_ssize_t tlen2 = PyBytes_GET_SIZE(tf);
+
+    PyObject *positions = PyList_New(0), *sizes = PyList_New(0), *props_ats = PyList_New(0);
+    PyObject *rejected = PyList_New(0);
+    if (!positions || !sizes || !props_ats || !rejected) goto fail;
+    Py_ssize_t nvalid = 0, pos = 0;
+    while (pos < n) {
+        Py_ssize_t ordinal = nvalid + PyList_GET_SIZE(rejected);
+        if (n - pos < FIXED_SIZE) {
+            if (add_rejection(rejected, ordinal, 0,
+                              PyUnicode_FromFormat("truncated record at byte %zd of the batch", pos)) < 0)
+                goto fail;
+            break;
+        }
+        const unsigned char *r = d + pos;
+        int64_t size = rd_i32(r);
+        uint32_t magic = rd_u32(r + 4);
+        uint32_t crc = rd_u32(r + 8);
+        int64_t body_len = rd_i32(r + BODY_LEN_POS);
+        int64_t end = (int64_t)pos + size;
+        if (magic != MAGIC || size < MIN_RECORD_SIZE || end > n) {
+            if (add_rejection(rejected, ordinal, 0,
+                              PyUnicode_FromFormat("bad record header at byte %zd of the batch", pos)) < 0)
+                goto fail;
+            break;
+        }
+        int64_t body_end = (int64_t)pos + BODY_POS + body_len;
+        int64_t props_at = body_end + tlen2 + 2;
+        /* Evaluated in the Python code's order: each read is in bounds once the tests before it passed
+         * (body_end + tlen2 <= props_at - 2 < end <= n). */
+        if (body_len < 0 || props_at > end || memcmp(d + body_end, t, (size_t)tlen2) != 0 ||
+            props_at + rd_u16(d + props_at - 2) != end || size > max_size) {
+            PyObject *reason = PyObject_CallFunction(reject_reason, "OnnnOO", data, pos, (Py_ssize_t)end,
+                                                     (Py_ssize_t)body_end, tf, max_obj);
+            if (add_rejection(rejected, ordinal, 0, reason) < 0) goto fail;
+        } else if (crc32_of(0, r + BODY_POS, (Py_ssize_t)body_len) != crc) {
+            if (add_rejection(rejected, ordinal, 0, PyUnicode_FromString("body crc mismatch")) < 0) goto fail;
+        } else if (end - props_at > MAX_PROPERTIES_SIZE) {
+            if (add_rejection(rejected, ordinal, 1,
+                              PyUnicode_FromFormat("properties of %zd bytes exceed %d", (Py_ssize_t)(end - props_at),
+                                                   MAX_PROPERTIES_SIZE)) < 0)
+                goto fail;
+        } else {
+            if (append_ssize(positions, pos) < 0 || append_ssize(sizes, (Py_ssize_t)size) < 0 ||
+                append_ssize(props_ats, (Py_ssize_t)props_at) < 0)
+                goto fail;
+            nvalid++;
+        }
+        pos = (Py_ssize_t)end;
+    }
+    return Py_BuildValue("(NNNN)", positions, sizes, props_ats, rejected);
+fail:
+    Py_XDECREF(positions);
+    Py_XDECREF(sizes);
+    Py_XDECREF(props_ats);
+    Py_XDECREF(rejected);
+    return NULL;
+}
+
+/* --- any_property_contains --------------------------------------------------------------------- */
+
+/* bytes.find's index adjustment: negative counts from the end, then clamped to [0, n]. */
+static inline Py_ssize_t adjust_index(Py_ssize_t i, Py_ssize_t n) {
+    if (i > n) return n;
+    if (i < 0) {
+        i += n;
+        if (i < 0) return 0;
+    }
+    return i;
+}
+
+static int contains(const unsigned char *d, Py_ssize_t start, Py_ssize_t end, const unsigned char *needle,
+                    Py_ssize_t m) {
+    if (end - start < m) return 0;
+    if (m == 0) return 1;
+    const unsigned char *p = d + start, *last = d + end - m;
+    while (p <= last) {
+        p = memchr(p, needle[0], (size_t)(last - p + 1));
+        if (p == NULL) return 0;
+        if (memcmp(p, needle, (size_t)m) == 0) return 1;
+        p++;
+    }
+    return 0;
+}
+
+SPEEDUPS_DOC(any_property_contains_doc,
+             "any_property_contains(data, positions, sizes, props_ats, needle) -> bool\n"
+             "record_batch.any_property_contains over a split's lists; NotImplemented for arguments it does not "
+             "handle.");
+
+PyObject *any_property_contains(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "any_property_contains takes 5 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0], *positions = args[1], *sizes = args[2], *props_ats = args[3], *needle = args[4];
+    if (!PyBytes_CheckExact(data) || !PyBytes_CheckExact(needle) || !PyList_CheckExact(positions) ||
+        !PyList_CheckExact(sizes) || !PyList_CheckExact(props_ats))
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t count = PyList_GET_SIZE(positions);
+    if (PyList_GET_SIZE(sizes) != count || PyList_GET_SIZE(props_ats) != count) Py_RETURN_NOTIMPLEMENTED;
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    const unsigned char *nd = (const unsigned char *)PyBytes_AS_STRING(needle);
+    Py_ssize_t m = PyBytes_GET_SIZE(needle);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t pos, size, props_at;
+        if (!as_ssize(PyList_GET_ITEM(positions, i), &pos) || !as_ssize(PyList_GET_ITEM(sizes, i), &size) ||
+            !as_ssize(PyList_GET_ITEM(props_ats, i), &props_at) || pos > PY_SSIZE_T_MAX / 2 ||
+            pos < -PY_SSIZE_T_MAX / 2 || size > PY_SSIZE_T_MAX / 2 || size < -PY_SSIZE_T_MAX / 2)
+            Py_RETURN_NOTIMPLEMENTED;
+        Py_ssize_t start = adjust_index(props_at, n), stop = adjust_index(pos + size, n);
+        if (contains(d, start, stop, nd, m)) Py_RETURN_TRUE;
+    }
+    Py_RETURN_FALSE;
+}
+
+/* --- patch_broker_blocks ----------------------------------------------------------------------- */
+
+SPEEDUPS_DOC(patch_broker_blocks_doc,
+             "patch_broker_blocks(buf, positions, queue_id, first_queue_offset, base, store_timestamp, store_host)\n"
+             "record_batch.patch_broker_blocks; checks every argument before writing and returns NotImplemented\n"
+             "(nothing written) for anything it does not handle.");
+
+PyObject *patch_broker_blocks(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "patch_broker_blocks takes 7 arguments");
+        return NULL;
+    }
+    PyObject *positions = args[1], *host = args[6];
+    int64_t queue_id, first_qoff, base, store_ts;
+    if (!PyList_CheckExact(positions) || !as_i64(args[2], &queue_id) || queue_id < INT32_MIN ||
+        queue_id > INT32_MAX || !as_i64(args[3], &first_qoff) || !as_i64(args[4], &base) ||
+        !as_i64(args[5], &store_ts) || !PyBytes_CheckExact(host) || PyBytes_GET_SIZE(host) != 8)
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t count = PyList_GET_SIZE(positions);
+    if (count > 0 && first_qoff > INT64_MAX - (count - 1)) Py_RETURN_NOTIMPLEMENTED;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    /* Check everything first: either all blocks are written here or none (the Python body then runs). */
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t w;
+        if (!as_ssize(PyList_GET_ITEM(positions, i), &w) || w < 0 ||
+            w > view.len - BROKER_BLOCK_OFFSET - BROKER_BLOCK_SIZE ||
+            (base > 0 ? (int64_t)w > INT64_MAX - base : (int64_t)w < INT64_MIN - base)) {
+            PyBuffer_Release(&view);
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+    }
+    unsigned char *b = (unsigned char *)view.buf;
+    const unsigned char *h = (const unsigned char *)PyBytes_AS_STRING(host);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t w = PyLong_AsSsize_t(PyList_GET_ITEM(positions, i));
+        unsigned char *p = b + w + BROKER_BLOCK_OFFSET;
+        wr_u32(p, (uint32_t)queue_id);
+        wr_u64(p + 4, (uint64_t)(first_qoff + i));
+        wr_u64(p + 12, (uint64_t)(base + w));
+        wr_u64(p + 20, (uint64_t)store_ts);
+        memcpy(p + 28, h, 8);
+    }
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+/* --- property_codes ---------------------------------------------------------------------------- */
+
+/* Properties are "key\x01value\x02..."; an item is what lies between two \x02 separators. */
+static inline int item_has_key(const unsigned char *item, Py_ssize_t len, const char *key, Py_ssize_t klen) {
+    return len >= klen && memcmp(item, key, (size_t)klen) == 0;
+}
+
+/* Append (crc32(word, prefix_crc), phys) to entries. */
+static int add_index_entry(PyObject *entries, uint32_t prefix_crc, const unsigned char *w, Py_ssize_t len,
+                           PyObject *phys) {
+    PyObject *h = PyLong_FromUnsignedLong((unsigned long)crc32_of(prefix_crc, w, len));
+    if (h == NULL) return -1;
+    PyObject *t = PyTuple_New(2);
+    if (t == NULL) {
+        Py_DECREF(h);
+        return -1;
+    }
+    PyTuple_SET_ITEM(t, 0, h);
+    PyTuple_SET_ITEM(t, 1, Py_NewRef(phys));
+    int rc = PyList_Append(entries, t);
+    Py_DECREF(t);
+    return rc;
+}
+
+/* One record's properties d[0:n]: its tags code, and its index entries appended (unique keys
+ * first, the last one first, then the KEYS words in order), as Dispatcher.codes orders them. */
+static int record_codes(const unsigned char *d, Py_ssize_t n, uint32_t prefix_crc, PyObject *phys, PyObject *entries,
+                        uint32_t *tags_code) {
+    *tags_code = 0;
+    /* forward: the tags code (the last TAGS item wins) */
+    for (Py_ssize_t at = 0; at <= n;) {
+        const unsigned char *sep = memchr(d + at, 0x02, (size_t)(n - at));
+        Py_ssize_t end = sep ? sep - d : n;
+        if (item_has_key(d + at, end - at, "TAGS\x01", 5)) *tags_code = crc32_of(0, d + at + 5, end - at - 5);
+        at = end + 1;
+    }
+    /* backward: unique keys, the last first */
+    for (Py_ssize_t end = n; end >= 0;) {
+        Py_ssize_t at = end;
+        while (at > 0 && d[at - 1] != 0x02) at--;
+        if (end - at > 9 && item_has_key(d + at, end - at, "UNIQ_KEY\x01", 9)) {
+            if (add_index_entry(entries, prefix_crc, d + at + 9, end - at - 9, phys) < 0) return -1;
+        }
+        end = at - 1;
+    }
+    /* forward: the KEYS words, empty ones skipped */
+    for (Py_ssize_t at = 0; at <= n;) {
+        const unsigned char *sep = memchr(d + at, 0x02, (size_t)(n - at));
+        Py_ssize_t end = sep ? sep - d : n;
+        if (item_has_key(d + at, end - at, "KEYS\x01", 5)) {
+            for (Py_ssize_t w = at + 5; w < end;) {
+                const unsigned char *sp = memchr(d + w, ' ', (size_t)(end - w));
+                Py_ssize_t wend = sp ? sp - d : end;
+                if (wend > w && add_index_entry(entries, prefix_crc, d + w, wend - w, phys) < 0) return -1;
+                w = wend + 1;
+            }
+        }
+        at = end + 1;
+    }
+    return 0;
+}
+
+SPEEDUPS_DOC(property_codes_doc,
+             "property_codes(data, positions, sizes, props_ats, phys, prefix_crc) -> (tags_codes, index_entries)\n"
+             "Dispatcher.codes for each record of a split batch: its TAGS crc32 (0 without), and (crc32(key,\n"
+             "prefix_crc), phys[i]) per unique key and KEYS word. NotImplemented for arguments it does not handle.");
+
+PyObject *property_codes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "property_codes takes 6 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0], *positions = args[1], *sizes = args[2], *props_ats = args[3], *phys = args[4];
+    int64_t prefix_crc;
+    if (!PyBytes_CheckExact(data) || !PyList_CheckExact(positions) || !PyList_CheckExact(sizes) ||
+        !PyList_CheckExact(props_ats) || !PyList_CheckExact(phys) || !as_i64(args[5], &prefix_crc) ||
+        prefix_crc < 0 || prefix_crc > 0xFFFFFFFFLL)
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t count = PyList_GET_SIZE(positions);
+    if (PyList_GET_SIZE(sizes) != count || PyList_GET_SIZE(props_ats) != count || PyList_GET_SIZE(phys) != count)
+        Py_RETURN_NOTIMPLEMENTED;
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    /* The spans, checked to lie within data, copied before anything is allocated (an allocation may
+     * run a collection, and a finalizer could change the lists); phys likewise, as a tuple. */
+    Py_ssize_t *spans = PyMem_New(Py_ssize_t, 2 * (size_t)(count ? count : 1));
+    if (spans == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t pos, size, props_at;
+        if (!as_ssize(PyList_GET_ITEM(positions, i), &pos) || !as_ssize(PyList_GET_ITEM(sizes, i), &size) ||
+            !as_ssize(PyList_GET_ITEM(props_ats, i), &props_at) || pos < 0 || size < 0 || pos > n ||
+            size > n - pos || props_at < 0 || props_at > pos + size) {
+            PyMem_Free(spans);
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        spans[2 * i] = props_at;
+        spans[2 * i + 1] = pos + size;
+    }
+    PyObject *phys_items = PyList_AsTuple(phys), *codes = NULL, *entries = NULL;
+    if (phys_items == NULL || PyTuple_GET_SIZE(phys_items) != count) goto fail;
+    codes = PyList_New(count);
+    entries = PyList_New(0);
+    if (codes == NULL || entries == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t props_at = spans[2 * i], end = spans[2 * i + 1];
+        uint32_t tags_code = 0;
+        if (props_at < end && record_codes(d + props_at, end - props_at, (uint32_t)prefix_crc,
+                                           PyTuple_GET_ITEM(phys_items, i), entries, &tags_code) < 0)
+            goto fail;
+        PyObject *c = PyLong_FromUnsignedLong((unsigned long)tags_code);
+        if (c == NULL) goto fail;
+        PyList_SET_ITEM(codes, i, c);
+    }
+    PyMem_Free(spans);
+    Py_DECREF(phys_items);
+    return Py_BuildValue("(NN)", codes, entries);
+fail:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "property_codes: phys changed size");
+    PyMem_Free(spans);
+    Py_XDECREF(phys_items);
+    Py_XDECREF(codes);
+    Py_XDECREF(entries);
+    return NULL;
+}
+
+/* --- unpack_record / unpack_records ------------------------------------------------------------ */
+
+/* The record at pos as record.unpack_record's tuple; NULL with decode_error set if it is not one. */
+static PyObject *unpack_at(const unsigned char *d, Py_ssize_t n, Py_ssize_t pos) {
+    if (n - pos < MIN_RECORD_SIZE) {
+        PyErr_Format(decode_error, "truncated record at %zd: %zd bytes left", pos, n - pos);
+        return NULL;
+    }
+    const unsigned char *r = d + pos;
+    int64_t total = rd_i32(r);
+    int64_t body_len = rd_i32(r + BODY_LEN_POS);
+    int64_t end = (int64_t)pos + total;
+    int64_t body_at = (int64_t)pos + BODY_POS;
+    int64_t topic_at = body_at + body_len + 2;
+    if (rd_u32(r + 4) != MAGIC || total < MIN_RECORD_SIZE || end > n || body_len < 0 || topic_at + 2 > end) {
+        PyErr_Format(decode_error, "bad record at %zd", pos);
+        return NULL;
+    }
+    int64_t props_at = topic_at + rd_u16(d + topic_at - 2) + 2;
+    if (props_at > end) {
+        PyErr_Format(decode_error, "bad topic length at %zd", pos);
+        return NULL;
+    }
+    if (props_at + rd_u16(d + props_at - 2) != end) {
+        PyErr_Format(decode_error, "record lengths do not add up at %zd", pos);
+        return NULL;
+    }
+    return Py_BuildValue("(LkiiLy#iLiLLLy#LLLL)", (long long)total, (unsigned long)rd_u32(r + 8), (int)rd_i32(r + 12),
+                         (int)rd_i32(r + 16), (long long)rd_i64(r + 20), (const char *)r + 28, (Py_ssize_t)8,
+                         (int)rd_i32(r + 36), (long long)rd_i64(r + 40), (int)rd_i32(r + 48),
+                         (long long)rd_i64(r + 52), (long long)rd_i64(r + 60), (long long)rd_i64(r + 68),
+                         (const char *)r + 76, (Py_ssize_t)8, (long long)body_at, (long long)topic_at,
+                         (long long)props_at, (long long)end);
+}
+
+SPEEDUPS_DOC(unpack_record_doc,
+             "unpack_record(buf, pos) -> tuple\n"
+             "record.unpack_record; NotImplemented for a buffer type or position it does not handle.");
+
+PyObject *unpack_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "unpack_record takes 2 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos;
+    Py_buffer view;
+    if (decode_error == NULL || !as_ssize(args[1], &pos) || pos < 0) Py_RETURN_NOTIMPLEMENTED;
+    if (!get_bytes_buffer(args[0], &view)) Py_RETURN_NOTIMPLEMENTED;
+    PyObject *out = pos > view.len ? Py_NewRef(Py_NotImplemented) : unpack_at(view.buf, view.len, pos);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+SPEEDUPS_DOC(unpack_records_doc,
+             "unpack_records(buf) -> (records, error)\n"
+             "record.iter_records's records as a list, up to a blank marker or the end; error is the\n"
+             "MessageDecodeError that ended it early, else None. NotImplemented for a buffer type it does not handle.");
+
+PyObject *unpack_records(PyObject *self, PyObject *buf) {
+    Py_buffer view;
+    if (decode_error == NULL || !get_bytes_buffer(buf, &view)) Py_RETURN_NOTIMPLEMENTED;
+    const unsigned char *d = view.buf;
+    Py_ssize_t n = view.len, pos = 0;
+    PyObject *records = PyList_New(0), *error = NULL;
+    if (records == NULL) goto fail;
+    while (n - pos >= BLANK_SIZE) {
+        if (rd_u32(d + pos + 4) == BLANK_MAGIC) break;
+        PyObject *t = unpack_at(d, n, pos);
+        if (t == NULL) {
+            if (!PyErr_ExceptionMatches(decode_error)) goto fail;
+            PyObject *type, *traceback;
+            PyErr_Fetch(&type, &error, &traceback);
+            PyErr_NormalizeException(&type, &error, &traceback);
+            Py_XDECREF(type);
+            Py_XDECREF(traceback);
+            break;
+        }
+        pos = (Py_ssize_t)PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 16));
+        int rc = PyList_Append(records, t);
+        Py_DECREF(t);
+        if (rc < 0) goto fail;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(NN)", records, error ? error : Py_NewRef(Py_None));
+fail:
+    PyBuffer_Release(&view);
+    Py_XDECREF(records);
+    Py_XDECREF(error);
+    return NULL;
+}
+
+SPEEDUPS_DOC(set_decode_error_doc, "set_decode_error(cls)\nThe exception class decode failures raise (record.py passes "
+                                   "MessageDecodeError).");
+
+PyObject *set_decode_error(PyObject *self, PyObject *cls) {
+    if (!PyExceptionClass_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "an exception class is required");
+        return NULL;
+    }
+    Py_XSETREF(decode_error, Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
