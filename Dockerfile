@@ -3,9 +3,14 @@
 # deploy/compose.yaml runs a whole cluster with Prometheus and Grafana from it.
 
 # --- build: wheels for pymq and its runtime dependencies (with the metrics extra) ----------
+# A C compiler and zlib's headers here only: pymq's wheel carries the compiled accelerator
+# (pymq._speedups, built by setup.py; without a compiler pymq would run in pure Python).
 FROM python:3.11-slim AS build
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev zlib1g-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE pyspark_pymq.py ./
+COPY pyproject.toml setup.py README.md LICENSE pyspark_pymq.py ./
 COPY pymq ./pymq
 RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[metrics]'
 

@@ -119,6 +119,10 @@ def test_dockerfile_is_slim_non_root_with_the_store_on_a_volume() -> None:
     for source in re.findall(r"^COPY (?!--from)(?:--\S+ )*(.+) \S+$", text, re.M):
         for path in source.split():
             assert (ROOT / path).exists(), f"the Dockerfile copies {path}, which does not exist"
+    # The build stage has setup.py and a compiler, so the wheel carries the C accelerator;
+    # the runtime stage has neither.
+    build, run = text.split("\nFROM ", 2)[1:]
+    assert "setup.py" in build and "gcc" in build and "gcc" not in run
     entrypoint = ROOT / "deploy" / "docker" / "entrypoint.sh"
     assert os.access(entrypoint, os.X_OK)
     script = entrypoint.read_text()
