@@ -57,7 +57,10 @@ class Appender:
 
     def split(self, topic: str, data: bytes) -> SplitBatch:
         """Validate ``data`` as a batch for ``topic`` (see :func:`~pymq.protocol.record_batch.split_batch`)."""
-        return split_batch(data, self._topic_field(topic), self.max_message_size)
+        tf = self._topic_fields.get(topic)
+        if tf is None:
+            tf = self._topic_field(topic)
+        return split_batch(data, tf, self.max_message_size)
 
     def put(self, topic: str, queue_id: int, data: bytes, store_ts: int, split: SplitBatch | None = None) -> PutResults:
         """Validate and append every record of ``data`` (call under the store lock); one result each.
@@ -68,6 +71,8 @@ class Appender:
         :attr:`stored_bytes` describe what was stored.
         """
         positions, sizes, props_ats, rejected = split or self.split(topic, data)
+        if len(positions) == 1 and not rejected:
+            return self.put_single(topic, queue_id, data, positions[0], sizes[0], props_ats[0], store_ts)
         self.stored = self.stored_bytes = 0
         results: list[PutResult] = []
         cq = self.dispatcher.queue_for(topic, queue_id)  # a put creates its queue, even if nothing is stored
@@ -94,6 +99,32 @@ class Appender:
         if rejected:
             results = _merge(results, rejected)
         return results
+
+    def put_single(
+        self, topic: str, queue_id: int, data: bytes, pos: int, size: int, props_at: int, store_ts: int
+    ) -> list[PutResult]:
+        """:meth:`put` of a batch of one valid record (every single send): the same steps, no lists.
+
+        ``pos``, ``size``, ``props_at``: the record's place in ``data`` (its :meth:`split`).
+        """
+        dispatcher = self.dispatcher
+        commitlog = self.commitlog
+        cq = dispatcher.queue_for(topic, queue_id)
+        qoff = cq.max_offset
+        # commitlog.max_offset, read directly: the undo point if a file cannot be created
+        files = commitlog.mfq.files
+        last = files[-1] if files else None
+        start_phys = last.file_from + last.wrote_pos if last is not None else 0
+        try:
+            phys = commitlog.append_one(data, pos, size, queue_id, qoff, store_ts, self.store_host)
+            dispatcher.dispatch_one(topic, cq, qoff, data, pos, size, props_at, phys, store_ts)
+        except StoreError:
+            self.undo(start_phys, [(topic, queue_id, qoff)])
+            self.stored = self.stored_bytes = 0
+            raise
+        self.stored = 1
+        self.stored_bytes = size
+        return [PutResult(PutStatus.PUT_OK, qoff, phys, size, store_ts, topic, queue_id, "")]
 
     def undo(self, start_phys: int, queues: list[tuple[str, int, int]]) -> None:
         """Undo puts: the commitlog from ``start_phys``, each ``(topic, queue_id, end)`` queue to its end.

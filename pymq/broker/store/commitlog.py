@@ -97,6 +97,26 @@ class CommitLog:
             return [base + wpos] if count == 1 else list(accumulate(sizes[:-1], initial=base + wpos))
         return self._append_runs(mf, data, positions, sizes, queue_id, first_queue_offset, store_ts, store_host)
 
+    def append_one(
+        self, data: bytes, pos: int, size: int, queue_id: int, queue_offset: int, store_ts: int, store_host: bytes
+    ) -> int:
+        """:meth:`append` of one record (``data[pos : pos + size]``); returns its commitlog offset."""
+        files = self.mfq.files
+        mf = files[-1] if files else None
+        if mf is None or mf.wrote_pos + size + BLANK_MIN > mf.size:
+            mf = self.file_for_append(size)  # the first file, or a roll-over
+        wpos = mf.wrote_pos
+        end = wpos + size
+        if end > mf.reserved:
+            mf.reserve(end)
+        mm = mf.mm
+        # The copy lands before the broker block is patched (crash safety, see append()).
+        mm[wpos:end] = data if pos == 0 and size == len(data) else memoryview(data)[pos : pos + size]
+        base = mf.file_from
+        patch_broker_blocks(mm, [wpos], queue_id, queue_offset, base, store_ts, store_host)
+        mf.wrote_pos = end
+        return base + wpos
+
     def _append_runs(
         self,
         mf: MappedFile,

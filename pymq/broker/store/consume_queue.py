@@ -99,6 +99,21 @@ class ConsumeQueue:
             self._write(BLANK_ENTRY * (first_offset - end), end)
         self._write(entries, first_offset)
 
+    def append_next(self, entry: bytes, offset: int) -> None:
+        """:meth:`append` of one entry at the queue's end ``offset`` (:attr:`max_offset`, read by the caller)."""
+        files = self.mfq.files
+        if files:
+            mf = files[-1]
+            wpos = mf.wrote_pos
+            if wpos + CQ_ENTRY_SIZE <= mf.size and mf.file_from + wpos == offset * CQ_ENTRY_SIZE:
+                # The common case: the entry goes on at the end of the last file.
+                if self.dirty is not None:
+                    self.dirty.add(self)
+                mf.buffer()[wpos : wpos + CQ_ENTRY_SIZE] = entry
+                mf.wrote_pos = wpos + CQ_ENTRY_SIZE
+                return
+        self.append(entry, offset)
+
     def _write(self, data: bytes | bytearray, first_offset: int) -> None:
         pos = first_offset * CQ_ENTRY_SIZE
         view = memoryview(data)

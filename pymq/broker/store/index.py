@@ -340,7 +340,10 @@ class IndexService:
 
     def put_many(self, entries: list[tuple[int, int]], store_ts: int) -> None:
         """Index ``(hash, commitlog offset)`` pairs stored at ``store_ts``, in commitlog order."""
-        f = self._writable(store_ts)
+        files = self.files
+        f = files[-1] if files else None
+        if f is None or f.count >= f.max_entries:  # no file yet, or the last one is full
+            f = self._writable(store_ts)
         done = f.put_many(entries, store_ts)
         while done < len(entries):
             f = self._writable(store_ts)

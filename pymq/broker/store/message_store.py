@@ -351,8 +351,14 @@ class MessageStore:
                 return rejected_results(count_records(data), PutStatus.SERVICE_NOT_AVAILABLE, "store is shutting down")
             now = int(time.time() * 1000)
             store_ts = now if now > self.last_store_ts else self.last_store_ts
+            results: PutResults
             try:
-                results = appender.put(topic, queue_id, data, store_ts, split)
+                if split is not None and len(split[0]) == 1 and not split[3]:  # one valid record
+                    results = appender.put_single(
+                        topic, queue_id, data, split[0][0], split[1][0], split[2][0], store_ts
+                    )
+                else:
+                    results = appender.put(topic, queue_id, data, store_ts, split)
             except StoreError as exc:
                 failed, reason = self._append_failed(exc)
                 results = rejected_results(count_records(data), failed, reason)
