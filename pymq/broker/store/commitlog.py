@@ -21,8 +21,9 @@ from pathlib import Path
 
 from pymq.broker.store.mapped_file import MappedFile, MappedFileQueue
 from pymq.errors import StoreError
+from pymq.protocol import record as _record
 from pymq.protocol.record import BLANK_SIZE, blank_marker, stored_record_size
-from pymq.protocol.record_batch import StoredScan, patch_broker_blocks
+from pymq.protocol.record_batch import StoredScan, patch_broker_blocks, patch_broker_blocks_py
 
 BLANK_MIN = BLANK_SIZE
 
@@ -113,7 +114,13 @@ class CommitLog:
         # The copy lands before the broker block is patched (crash safety, see append()).
         mm[wpos:end] = data if pos == 0 and size == len(data) else memoryview(data)[pos : pos + size]
         base = mf.file_from
-        patch_broker_blocks(mm, [wpos], queue_id, queue_offset, base, store_ts, store_host)
+        speedups = _record.speedups  # patch_broker_blocks, without its wrapper's call
+        if (
+            speedups is None
+            or speedups.patch_broker_blocks(mm, [wpos], queue_id, queue_offset, base, store_ts, store_host)
+            is NotImplemented
+        ):
+            patch_broker_blocks_py(mm, [wpos], queue_id, queue_offset, base, store_ts, store_host)
         mf.wrote_pos = end
         return base + wpos
 
