@@ -45,6 +45,20 @@ def test_put_ok_assigns_queue_and_commitlog_offsets(store: MessageStore) -> None
     assert store.max_offset("T", 0) == 3 and store.max_offset("T", 1) == 1 and store.queue_ids("T") == [0, 1]
 
 
+def test_put_split_answers_like_put_messages(store: MessageStore) -> None:
+    """put_split (the put path's single call) stores as put_messages does, and refuses on a full disk."""
+    rec = record(body=b"one")
+    first = store.put_split("T", 0, rec, store.split("T", rec))
+    second = store.put_split("T", 0, rec)  # the split made by the store
+    assert [(r.status, r.queue_offset) for r in first + second] == [(PutStatus.PUT_OK, 0), (PutStatus.PUT_OK, 1)]
+    assert second[0].physical_offset == first[0].physical_offset + len(rec)
+    assert [bytes(r.body) for r in read_queue(store, "T", 0)] == [b"one", b"one"]
+    store.disk_full = True
+    refused = store.put_split("T", 0, rec, store.split("T", rec))
+    assert [r.status for r in refused] == [PutStatus.SERVICE_NOT_AVAILABLE]
+    assert store.max_offset("T", 0) == 2
+
+
 def test_put_batches_mixes_queues_in_one_call(store: MessageStore) -> None:
     """One put_batches call appends to several queues: offsets per queue, one store time, a bad record alone refused."""
     arrivals: list[tuple[str, int, int]] = []

@@ -263,6 +263,16 @@ class MessageStore:
         lets its hooks look at the records' properties, then hands the split to :meth:`put_batches`)."""
         return self.appender.split(topic, data)
 
+    def put_split(self, topic: str, queue_id: int, data: bytes, split: SplitBatch | None = None) -> PutResults:
+        """:meth:`put_messages` of ``data`` with its :meth:`split` already made (None: made here).
+
+        The put path's usual call (one batch, one queue): :meth:`put_batches` without the
+        lists around its argument and its answer.
+        """
+        if self.running and not self.disk_full:
+            return self._put_one(topic, queue_id, data, split)
+        return self.put_batches([(topic, queue_id, data)], splits=[split])[0]
+
     def put_batches(
         self,
         batches: Sequence[tuple[str, int, bytes | bytearray | memoryview]],
