@@ -171,7 +171,13 @@ class PooledMappedFile(MappedFile):
     def buffer(self) -> mmap.mmap | bytearray:
         """What appending and reading use: the pending buffer while the file is made, else :meth:`view`."""
         pending = self.pending
-        return pending if pending is not None else self.view()
+        if pending is not None:
+            return pending
+        mm = self.mm
+        if mm is None:
+            return self.view()
+        self.pool._lru.move_to_end(self)  # view()'s touch, inlined: every consume-queue append and read comes here
+        return mm
 
     # --- made off the writer's thread (file_maker) -----------------------------------------------------
 
