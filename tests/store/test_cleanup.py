@@ -35,6 +35,9 @@ def fill(store: MessageStore, files: int) -> list:  # type: ignore[type-arg]
     while len(store.commitlog.mfq.files) < files:
         out += store.put_messages("T", (i // 4) % 2, b"".join(keyed(j, size=400) for j in range(i, i + 4)))
         i += 4
+    # New consume-queue files are made on the maker thread: have them all on disk before a
+    # test counts them (a race that failed once in a CI run).
+    store.settle_queue_files()
     return out
 
 
