@@ -10,9 +10,11 @@ import time
 import pytest
 
 from pymq.broker.store import GetStatus, PutStatus, message_store
+from pymq.broker.store.cleanup import try_disk_ratio
 from pymq.broker.store.flush import Warmer
 from pymq.logs import event_fields
 from pymq.testing import capture_logs
+from tests.helpers import wait_until_sync
 from tests.store.conftest import StoreFactory
 from tests.store.storeutil import keyed, read_queue
 from tests.store.test_cleanup import fill, other_hour, quiet
@@ -103,6 +105,13 @@ def test_write_path_rechecks_after_enough_bytes(new_store: StoreFactory, monkeyp
     monkeypatch.setattr(message_store, "DISK_CHECK_BYTES", 8 * 1024, raising=False)
     now = time.time()
     store = quiet(new_store(delete_when=other_hour(now), commitlog_file_size=4 * 1024 * 1024))
+    assert store.put_messages("T", 0, keyed(1, size=400))[0].status == PutStatus.PUT_OK
+    # The write path's check after the first put is skipped (and retried at the next put)
+    # while a file is being allocated, e.g. the queue's first file on the maker thread: let
+    # the allocations finish and one more put run that check, so that only the bytes written
+    # can trigger it below (it raced once in a CI run).
+    store.settle_queue_files()
+    wait_until_sync(lambda: try_disk_ratio(store) is not None, timeout=10, what="no file being allocated")
     assert store.put_messages("T", 0, keyed(1, size=400))[0].status == PutStatus.PUT_OK
     store.config.simulated_disk_capacity = int(store.disk_bytes() / 0.95)  # the disk shrinks under us
     statuses = [store.put_messages("T", 0, keyed(j, size=400))[0].status for j in range(2, 60)]
