@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pymq.broker.store import GetStatus, PutStatus, message_store
+from pymq.broker.store import GetStatus, PutStatus, disk_guard
 from pymq.broker.store.cleanup import try_disk_ratio
 from pymq.broker.store.flush import Warmer
 from pymq.logs import event_fields
@@ -102,7 +102,7 @@ def test_write_path_refuses_once_a_new_file_takes_the_disk_above_the_limit(new_s
 def test_write_path_rechecks_after_enough_bytes(new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another tenant fills the disk while no file is allocated: the write path notices after
     DISK_CHECK_BYTES written, not only at the next cleanup pass."""
-    monkeypatch.setattr(message_store, "DISK_CHECK_BYTES", 8 * 1024, raising=False)
+    monkeypatch.setattr(disk_guard, "DISK_CHECK_BYTES", 8 * 1024)
     now = time.time()
     store = quiet(new_store(delete_when=other_hour(now), commitlog_file_size=4 * 1024 * 1024))
     assert store.put_messages("T", 0, keyed(1, size=400))[0].status == PutStatus.PUT_OK

@@ -9,7 +9,7 @@ Every pass measures how full the store's disk is, then (every ratio means strict
   unless ``clean_file_forcibly_enable`` is off or the ratio is 1.0: then unexpired data is
   never deleted, and a full disk only refuses writes;
 * above ``disk_full_ratio`` (90 %) the store refuses writes until a pass finds it no
-  longer above (the write path also checks, see ``MessageStore._check_disk``).
+  longer above (the write path also checks, see :mod:`pymq.broker.store.disk_guard`).
 
 The newest commitlog file is never deleted. Consume-queue and index files whose records
 are all gone follow, and min offsets move forward.

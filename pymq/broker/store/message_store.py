@@ -26,10 +26,11 @@ from pymq.broker.store import replica_ops, residency
 from pymq.broker.store.appender import Appender, rejected_results
 from pymq.broker.store.arrivals import ArrivalListener, ArrivalListeners, TopicFilter
 from pymq.broker.store.checkpoint import Checkpoint
-from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup, try_disk_ratio
+from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup
 from pymq.broker.store.commitlog import CommitLog
 from pymq.broker.store.consume_queue import CQ_ENTRY_SIZE, ConsumeQueue
 from pymq.broker.store.dir_lock import DirLock, fsync_dir
+from pymq.broker.store.disk_guard import DISK_FULL_REASON, DiskGuard
 from pymq.broker.store.dispatcher import Dispatcher
 from pymq.broker.store.flush import CommitLogFlusher, FlushCallback, LogicsFlusher, Warmer, flush_logics_pass
 from pymq.broker.store.index import IndexService
@@ -38,18 +39,12 @@ from pymq.broker.store.reader import find_by_key, offset_by_time, read_queue, st
 from pymq.broker.store.recovery import RecoveryReport, recover
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutResults, PutStatus, StoredRun
 from pymq.config import FlushDiskType, StoreConfig
-from pymq.errors import DiskFullError, StoreError
-from pymq.logs import RateLimitedLog, get_logger
+from pymq.errors import StoreError
+from pymq.logs import get_logger
 from pymq.protocol.record import pack_host, record_store_timestamp
 from pymq.protocol.record_batch import SplitBatch, count_records
 
 log = get_logger("broker.store")
-
-#: Entries scanned per pull when a tag filter skips most of them.
-#: The write path re-measures disk use after this many bytes (and whenever a commitlog file appears).
-DISK_CHECK_BYTES = 16 * 1024 * 1024
-#: Why writes are refused while the disk is full (the send's remark; clients may match "disk full").
-DISK_FULL_REASON = "disk full: writes refused until cleanup"
 
 
 class MessageStore:
@@ -86,12 +81,8 @@ class MessageStore:
         self.last_store_ts = 0
         self.running = False
         self.disk_full = False
-        #: the write path's disk check (see _check_disk): bytes since, and the files seen, at the last one
-        self._unchecked_bytes = 0
-        self._checked_files = 0
-        self._checked_next: object = None
-        self._last_disk_ratio = 0.0
-        self._limited_log = RateLimitedLog(log)
+        #: the write path's disk-full check (sets disk_full between cleanup passes)
+        self.disk_guard = DiskGuard(self, self.commitlog.mfq)
         self.recovery: RecoveryReport | None = None
         self.index_rolled_back = 0
         self.started_at = 0.0
@@ -319,7 +310,7 @@ class MessageStore:
                 try:
                     results = appender.put(topic, queue_id, data, store_ts, splits[i] if splits else None)
                 except StoreError as exc:
-                    failed, reason = self._append_failed(exc)
+                    failed, reason = self.disk_guard.append_failed(exc)
                     if atomic:
                         appender.undo(start_phys, starts)
                         answers = [rejected_results(count_records(d), failed, reason) for _, _, d in todo]
@@ -336,16 +327,7 @@ class MessageStore:
             self.put_count += stored
             self.put_bytes += stored_bytes
             self.last_store_ts = store_ts
-            # The disk-full check on the write path: a few attribute reads per call; it measures
-            # only after a new commitlog file appeared or DISK_CHECK_BYTES were written.
-            self._unchecked_bytes += stored_bytes
-            mfq = self.commitlog.mfq
-            if (
-                self._unchecked_bytes >= DISK_CHECK_BYTES
-                or len(mfq.files) != self._checked_files
-                or mfq.next_file is not self._checked_next
-            ):
-                self._check_disk()
+            self.disk_guard.after_put(stored_bytes)
         self._notify_arrivals(arrived)
         return answers
 
@@ -370,24 +352,17 @@ class MessageStore:
                 else:
                     results = appender.put(topic, queue_id, data, store_ts, split)
             except StoreError as exc:
-                failed, reason = self._append_failed(exc)
+                failed, reason = self.disk_guard.append_failed(exc)
                 results = rejected_results(count_records(data), failed, reason)
-                stored = 0
+                stored = stored_bytes = 0
             else:
                 stored = appender.stored
+                stored_bytes = appender.stored_bytes
                 if stored:
-                    stored_bytes = appender.stored_bytes
                     self.put_count += stored
                     self.put_bytes += stored_bytes
-                    self._unchecked_bytes += stored_bytes
             self.last_store_ts = store_ts
-            mfq = self.commitlog.mfq
-            if (
-                self._unchecked_bytes >= DISK_CHECK_BYTES
-                or len(mfq.files) != self._checked_files
-                or mfq.next_file is not self._checked_next
-            ):
-                self._check_disk()
+            self.disk_guard.after_put(stored_bytes)
         if stored:
             listeners = self.arrivals.by_topic.get(topic)
             if listeners is None:
@@ -403,42 +378,6 @@ class MessageStore:
                 for listener in listeners:
                     listener(topic, queue_id, end)
         return results
-
-    def _check_disk(self) -> None:
-        """Refuse writes as soon as the disk is above ``disk_full_ratio`` (under the store lock).
-
-        Cleanup passes (every 10 s) also decide this, and alone decide when writes resume;
-        checking here too keeps a fast producer from writing on to a really full disk (ENOSPC)
-        between two passes. A measurement never waits for a file being allocated: it is
-        retried at the next write.
-        """
-        ratio = try_disk_ratio(self)
-        if ratio is None:
-            return
-        self._last_disk_ratio = ratio
-        mfq = self.commitlog.mfq
-        self._unchecked_bytes = 0
-        self._checked_files = len(mfq.files)
-        self._checked_next = mfq.next_file
-        limit = self.config.disk_full_ratio
-        if ratio > limit and not self.disk_full:
-            self.disk_full = True
-            log.error("disk_full_writes_refused", disk_ratio=round(ratio, 3), limit=limit, found_by="write_path")
-
-    def _append_failed(self, exc: StoreError) -> tuple[PutStatus, str]:
-        """The status and reason for records a file-creation failure kept out (logged, rate-limited).
-
-        No space left (ENOSPC/EDQUOT) is a full disk: writes are refused from now on until a
-        cleanup pass finds space (SERVICE_NOT_AVAILABLE, as RocketMQ answers on a full
-        disk, which producers retry on another broker); anything else is a broken store.
-        """
-        if isinstance(exc, DiskFullError):
-            if not self.disk_full:
-                self.disk_full = True
-                log.error("disk_full_writes_refused", reason=str(exc), found_by="enospc")
-            return PutStatus.SERVICE_NOT_AVAILABLE, f"{DISK_FULL_REASON} ({exc})"
-        self._limited_log.log("error", "append_failed", reason=str(exc))
-        return PutStatus.CREATE_MAPPED_FILE_FAILED, str(exc)
 
     def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
         """Append bytes in commitlog layout at exactly ``offset`` (a slave's copy of its master's).
@@ -471,10 +410,6 @@ class MessageStore:
         Replication decides when (see :mod:`pymq.broker.ha.epochs`); the store only does it.
         """
         return replica_ops.truncate_to(self, offset)
-
-    def recheck_disk(self) -> None:
-        """Measure disk use again at the next write (files were removed under the store lock)."""
-        self._checked_files = -1
 
     def _notify_arrivals(self, arrived: set[tuple[str, int]]) -> None:
         """Call each queue's topic listeners with its end (several batches or replicated records)."""
@@ -654,11 +589,7 @@ class MessageStore:
 
         For the event loop (runtime info) and metrics; cleanup measures with :func:`disk_ratio`.
         """
-        ratio = try_disk_ratio(self)
-        if ratio is None:
-            return self._last_disk_ratio
-        self._last_disk_ratio = ratio
-        return ratio
+        return self.disk_guard.measure()
 
     @property
     def flushed_offset(self) -> int:

@@ -48,7 +48,7 @@ def truncate_to(store: ReplicaView, offset: int) -> int:
         dropped_cq = sum(cq.truncate_beyond(offset) for cq in store.queues.values())
         dropped_index = store.index.truncate_from(offset)
         store.checkpoint.flushed_phys = min(store.checkpoint.flushed_phys, offset)
-        store.recheck_disk()
+        store.disk_guard.recheck()
     log.warning(
         "store_truncated",
         offset=offset,

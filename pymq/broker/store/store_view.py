@@ -48,6 +48,12 @@ class DiskView(Protocol):
     def disk_bytes(self) -> int: ...
 
 
+class GuardedView(DiskView, Protocol):
+    """What the write path's disk guard (disk_guard.DiskGuard) uses: it measures and sets ``disk_full``."""
+
+    disk_full: bool
+
+
 class CleanupView(StoreCore, DiskView, Protocol):
     """What the cleanup pass uses."""
 
@@ -79,4 +85,11 @@ class ReplicaView(StoreCore, Protocol):
     queues: dict[tuple[str, int], ConsumeQueue]
     index: IndexService
 
-    def recheck_disk(self) -> None: ...
+    @property
+    def disk_guard(self) -> DiskRecheck: ...
+
+
+class DiskRecheck(Protocol):
+    """The disk guard, as replication's truncate_to sees it: files went, measure at the next write."""
+
+    def recheck(self) -> None: ...
