@@ -75,6 +75,21 @@ def cq_entries(phys: list[int], sizes: list[int], tags_codes: list[int]) -> byte
 def property_codes(
     data: bytes, positions: list[int], sizes: list[int], props_ats: list[int], phys: list[int], prefix_crc: int
 ) -> tuple[list[int], list[tuple[int, int]]] | NotImplementedType: ...
+def property_codes_one(
+    data: bytes, pos: int, size: int, props_at: int, phys: object, prefix_crc: int
+) -> tuple[int, list[tuple[int, int]]] | NotImplementedType: ...
+def store_record(
+    buf: Buffer,
+    at: int,
+    data: bytes,
+    pos: int,
+    size: int,
+    queue_id: int,
+    queue_offset: int,
+    base: int,
+    store_timestamp: int,
+    store_host: bytes,
+) -> NotImplementedType | None: ...
 def unpack_record(buf: bytes | bytearray | memoryview, pos: int) -> RecordTuple | NotImplementedType: ...
 def unpack_records(
     buf: bytes | bytearray | memoryview,

@@ -14,6 +14,8 @@ static PyMethodDef methods[] = {
     {"encode_batch", (PyCFunction)(void (*)(void))encode_batch, METH_FASTCALL, encode_batch_doc},
     {"set_message_class", set_message_class, METH_O, set_message_class_doc},
     {"property_codes", (PyCFunction)(void (*)(void))property_codes, METH_FASTCALL, property_codes_doc},
+    {"store_record", (PyCFunction)(void (*)(void))store_record, METH_FASTCALL, store_record_doc},
+    {"property_codes_one", (PyCFunction)(void (*)(void))property_codes_one, METH_FASTCALL, property_codes_one_doc},
     {"unpack_record", (PyCFunction)(void (*)(void))unpack_record, METH_FASTCALL, unpack_record_doc},
     {"unpack_records", unpack_records, METH_O, unpack_records_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},

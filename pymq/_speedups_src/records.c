@@ -228,6 +228,59 @@ PyObject *patch_broker_blocks(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_RETURN_NONE;
 }
 
+/* --- store_record (one record: copy, then its broker block) ------------------------------------ */
+
+#if defined(__GNUC__) || defined(__clang__)
+#define COPY_BEFORE_PATCH() __asm__ __volatile__("" ::: "memory")
+#else
+#define COPY_BEFORE_PATCH() ((void)0)
+#endif
+
+SPEEDUPS_DOC(store_record_doc,
+             "store_record(buf, at, data, pos, size, queue_id, queue_offset, base, store_timestamp, store_host)\n"
+             "record_batch.store_record: data[pos:pos + size] copied to buf[at:], then its broker block written.\n"
+             "Checks every argument first and returns NotImplemented (nothing written) for anything it does not\n"
+             "handle.");
+
+PyObject *store_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "store_record takes 10 arguments");
+        return NULL;
+    }
+    PyObject *data = args[2], *host = args[9];
+    Py_ssize_t at, pos, size;
+    int64_t queue_id, qoff, base, store_ts;
+    if (!as_ssize(args[1], &at) || !PyBytes_CheckExact(data) || !as_ssize(args[3], &pos) ||
+        !as_ssize(args[4], &size) || !as_i64(args[5], &queue_id) || queue_id < INT32_MIN || queue_id > INT32_MAX ||
+        !as_i64(args[6], &qoff) || !as_i64(args[7], &base) || !as_i64(args[8], &store_ts) ||
+        !PyBytes_CheckExact(host) || PyBytes_GET_SIZE(host) != 8)
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    if (at < 0 || pos < 0 || size < 0 || pos > n || size > n - pos ||
+        (base > 0 ? (int64_t)at > INT64_MAX - base : (int64_t)at < INT64_MIN - base))
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (at > view.len - size || at > view.len - BROKER_BLOCK_OFFSET - BROKER_BLOCK_SIZE) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    unsigned char *b = (unsigned char *)view.buf;
+    memcpy(b + at, PyBytes_AS_STRING(data) + pos, (size_t)size);
+    COPY_BEFORE_PATCH(); /* the copy lands before the block is patched (crash safety, see the appender) */
+    unsigned char *p = b + at + BROKER_BLOCK_OFFSET;
+    wr_u32(p, (uint32_t)queue_id);
+    wr_u64(p + 4, (uint64_t)qoff);
+    wr_u64(p + 12, (uint64_t)(base + at));
+    wr_u64(p + 20, (uint64_t)store_ts);
+    memcpy(p + 28, PyBytes_AS_STRING(host), 8);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
 /* --- property_codes ---------------------------------------------------------------------------- */
 
 /* Properties are "key\x01value\x02..."; an item is what lies between two \x02 separators. */
@@ -351,6 +404,39 @@ fail:
     Py_XDECREF(codes);
     Py_XDECREF(entries);
     return NULL;
+}
+
+SPEEDUPS_DOC(property_codes_one_doc,
+             "property_codes_one(data, pos, size, props_at, phys, prefix_crc) -> (tags_code, index_entries)\n"
+             "property_codes of one record (no lists around its arguments and its tags code).\n"
+             "NotImplemented for arguments it does not handle.");
+
+PyObject *property_codes_one(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "property_codes_one takes 6 arguments");
+        return NULL;
+    }
+    PyObject *data = args[0], *phys = args[4];
+    Py_ssize_t pos, size, props_at;
+    int64_t prefix_crc;
+    if (!PyBytes_CheckExact(data) || !as_ssize(args[1], &pos) || !as_ssize(args[2], &size) ||
+        !as_ssize(args[3], &props_at) || !as_i64(args[5], &prefix_crc) || prefix_crc < 0 ||
+        prefix_crc > 0xFFFFFFFFLL)
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    if (pos < 0 || size < 0 || pos > n || size > n - pos || props_at < 0 || props_at > pos + size)
+        Py_RETURN_NOTIMPLEMENTED;
+    const unsigned char *d = (const unsigned char *)PyBytes_AS_STRING(data);
+    PyObject *entries = PyList_New(0);
+    if (entries == NULL) return NULL;
+    uint32_t tags_code = 0;
+    Py_ssize_t end = pos + size;
+    if (props_at < end &&
+        record_codes(d + props_at, end - props_at, (uint32_t)prefix_crc, phys, entries, &tags_code) < 0) {
+        Py_DECREF(entries);
+        return NULL;
+    }
+    return Py_BuildValue("(kN)", (unsigned long)tags_code, entries);
 }
 
 /* --- unpack_record / unpack_records ------------------------------------------------------------ */

@@ -115,7 +115,7 @@ def speedups_layout() -> dict[str, int | str]:
         "BLANK_SIZE": BLANK_SIZE,
         "MAX_PROPERTIES_SIZE": MAX_PROPERTIES_SIZE,
         # bumped with ABI_VERSION in pymq/_speedups_src/speedups.h whenever a function is added or changes its contract
-        "ABI_VERSION": 3,
+        "ABI_VERSION": 4,
     }
 
 
@@ -128,9 +128,11 @@ SPEEDUPS_FUNCTIONS = (
     "index_put",
     "patch_broker_blocks",
     "property_codes",
+    "property_codes_one",
     "set_decode_error",
     "set_message_class",
     "split_batch",
+    "store_record",
     "unpack_record",
     "unpack_records",
 )

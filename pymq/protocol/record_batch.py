@@ -3,7 +3,8 @@ broker-assigned block, scanning stored records.
 
 Part of the record module (:mod:`pymq.protocol.record` holds the layout itself): these are
 the only other functions that read or write record fields by position. The store uses them
-on its write path (:func:`split_batch`, :func:`patch_broker_blocks`) and in recovery and
+on its write path (:func:`split_batch`, :func:`patch_broker_blocks`, for a single send
+:func:`store_record` and :func:`property_codes_one`) and in recovery and
 replication (:class:`StoredScan`); the broker's put hooks look at properties through
 :func:`any_property_contains` without reading bodies.
 """
@@ -165,6 +166,22 @@ def property_codes(
     return None if codes is NotImplemented else codes
 
 
+def property_codes_one(
+    data: bytes, pos: int, size: int, props_at: int, phys: object, prefix_crc: int
+) -> tuple[int, list[tuple[int, int]]] | None:
+    """:func:`property_codes` of one record (``data[pos : pos + size]``): ``(tags code, index entries)``.
+
+    What a single send needs, without lists around its arguments and its tags code; None
+    without the accelerator (then :meth:`~pymq.broker.store.dispatcher.Dispatcher.codes`, the
+    rule's reference, runs).
+    """
+    speedups = _record.speedups
+    if speedups is None:
+        return None
+    codes = speedups.property_codes_one(data, pos, size, props_at, phys, prefix_crc)
+    return None if codes is NotImplemented else codes
+
+
 def _batch_rejection(data: bytes, pos: int, end: int, body_end: int, topic_field: bytes, max_size: int) -> str:
     """Why a record whose lengths or topic do not check out is refused (the slow path)."""
     if body_end < pos + BODY_POS or body_end + 4 > end:
@@ -230,6 +247,51 @@ def patch_broker_blocks_py(
             repeat(store_timestamp),
             repeat(store_host),
         )
+    )
+
+
+def store_record(
+    buf: Buffer,
+    at: int,
+    data: bytes,
+    pos: int,
+    size: int,
+    queue_id: int,
+    queue_offset: int,
+    base: int,
+    store_timestamp: int,
+    store_host: bytes,
+) -> None:
+    """Copy one record (``data[pos : pos + size]``) to ``buf[at:]``, then write its broker block.
+
+    :func:`patch_broker_blocks` of a single send, with the copy before it: the copy lands
+    before the block (crash safety, see :class:`StoredScan`); the physical offset is ``base + at``.
+    """
+    speedups = _record.speedups
+    if (
+        speedups is None
+        or speedups.store_record(buf, at, data, pos, size, queue_id, queue_offset, base, store_timestamp, store_host)
+        is NotImplemented
+    ):
+        store_record_py(buf, at, data, pos, size, queue_id, queue_offset, base, store_timestamp, store_host)
+
+
+def store_record_py(
+    buf: Buffer,
+    at: int,
+    data: bytes,
+    pos: int,
+    size: int,
+    queue_id: int,
+    queue_offset: int,
+    base: int,
+    store_timestamp: int,
+    store_host: bytes,
+) -> None:
+    """:func:`store_record` in pure Python (the reference for the accelerator)."""
+    buf[at : at + size] = data if pos == 0 and size == len(data) else memoryview(data)[pos : pos + size]  # type: ignore[index]
+    BROKER_BLOCK.pack_into(
+        buf, at + BROKER_BLOCK_OFFSET, queue_id, queue_offset, base + at, store_timestamp, store_host
     )
 
 

@@ -41,6 +41,10 @@ def requests() -> list[tuple[str, int, bytes]]:
         ("T", 1, good[8] + good[9][:60]),
         ("T", 2, b"".join(good[10:])),
         ("T", 3, b""),
+        # single sends (the store's single-record path): tags, keys, no properties, and a rollover
+        *[("T", i % 4, good[i]) for i in range(24)],
+        ("T", 1, make_record("T", b"no properties")),
+        *[("T", (i + j) % 4, good[i]) for j in range(1, 4) for i in range(24)],
     ]
 
 
@@ -72,6 +76,7 @@ def test_both_implementations_store_the_same_bytes(
     assert answers[0] == answers[1]
     assert files[0].keys() == files[1].keys() and files[0]
     assert [k for k in files[0] if files[0][k] != files[1][k]] == []
+    assert sum(k.startswith("commitlog") for k in files[0]) > 2  # the single sends rolled over too
     # the requests did exercise refusals and the delay hook
     flat = [r.status.name for answer in answers[0] for r in answer]
     assert "MESSAGE_ILLEGAL" in flat and "PUT_OK" in flat

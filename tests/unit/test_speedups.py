@@ -279,6 +279,57 @@ def test_patch_broker_blocks_writes_a_mapped_file_as_the_python_code_does() -> N
     assert [record.unpack_record(out[0], p)[9] for p in positions] == [100, 101, 102, 103, 104]
 
 
+@SETTINGS
+@given(
+    at=st.sampled_from([0, 1, 100, 300, 400, 512, -1]),
+    data=st.one_of(st.binary(max_size=300), st.binary(max_size=120).map(bytearray)),
+    pos=st.integers(-5, 320),
+    size=st.integers(-5, 320),
+    queue_id=st.sampled_from([0, 7, 2**31 - 1, 2**31, -(2**31) - 1]),
+    qoff=st.sampled_from([0, 5, 2**63 - 1, 2**63]),
+    base=st.sampled_from([0, 1 << 30, -10, 2**63 - 100]),
+    host=st.sampled_from([HOST, b"short", HOST + b"x"]),
+)
+def test_store_record_agrees(
+    at: int, data: bytes, pos: int, size: int, queue_id: int, qoff: int, base: int, host: bytes
+) -> None:
+    """One record copied then patched (a single send): the C entry point writes what the Python body writes."""
+    start = os.urandom(512)
+    results = []
+    for store in (record_batch.store_record, record_batch.store_record_py):
+        buf = bytearray(start)
+        results.append((outcome(store, buf, at, data, pos, size, queue_id, qoff, base, 1234567, host), bytes(buf)))
+    assert results[0] == results[1]
+
+
+def test_store_record_writes_a_mapped_file_as_the_python_code_does() -> None:
+    """Well-formed arguments (what CommitLog.append_one passes) are the C function's own, not handed back."""
+    recs = [encode_record(b"T", bytes([i]) * 30, b"KEYS\x01a\x02") for i in range(3)]
+    batch = b"".join(recs)
+    start = os.urandom(4096)
+    out = []
+    for store in (_speedups.store_record if _speedups else None, record_batch.store_record_py):
+        mm = mmap.mmap(-1, 4096)
+        mm[:] = start
+        if store is None:
+            out.append(None)
+            continue
+        at = 0
+        for i, rec in enumerate(recs):
+            # the whole of data (a single send), and a record inside a batch
+            assert store(mm, at, rec, 0, len(rec), 3, 100 + i, 1 << 30, 1_700_000_000_000, HOST) is None
+            at += len(rec)
+            pos = sum(len(r) for r in recs[:i])
+            assert store(mm, at, batch, pos, len(rec), 4, 200 + i, 1 << 30, 1_700_000_000_001, HOST) is None
+            at += len(rec)
+        out.append(bytes(mm))
+        mm.close()
+    if out[0] is not None:
+        assert out[0] == out[1]
+    starts = [sum(len(r) for r in recs[: i // 2]) + sum(len(r) for r in recs[: (i + 1) // 2]) for i in range(6)]
+    assert [record.unpack_record(out[1], p)[9] for p in starts] == [100, 200, 101, 201, 102, 202]
+
+
 # --- the decoders ---------------------------------------------------------------------------------------
 
 
@@ -356,6 +407,43 @@ def test_property_codes_follow_the_dispatcher(props: list[bytes], topic: bytes) 
         assert fast is None
     else:
         assert fast == reference_codes(data, split, phys, prefix_crc)
+
+
+@SETTINGS
+@given(props=raw_properties(), topic=st.sampled_from([b"T", b"TopicA"]), whole=st.booleans())
+def test_property_codes_one_follows_the_dispatcher(props: bytes, topic: bytes, whole: bool) -> None:
+    """The single-send entry point: the dispatcher's codes of one record, as property_codes gives them."""
+    rec = encode_record(b"T", b"body", props)
+    data = rec if whole else encode_record(b"T", b"x", b"") + rec + b"tail"
+    split = record_batch.split_batch_py(data, topic_field(b"T"), 4 << 20)
+    one = record_batch.SplitBatch(split.positions[-1:], split.sizes[-1:], split.props_ats[-1:], [])
+    phys = 1000 + one.positions[0]
+    prefix_crc = zlib.crc32(topic + b"#")
+    fast = record_batch.property_codes_one(data, one.positions[0], one.sizes[0], one.props_ats[0], phys, prefix_crc)
+    if _speedups is None or record.speedups is None:
+        assert fast is None
+    else:
+        codes, entries = reference_codes(data, one, [phys], prefix_crc)
+        assert fast == (codes[0], entries)
+
+
+def test_property_codes_one_hands_odd_arguments_back() -> None:
+    data = encode_record(b"T", b"body", b"TAGS\x01a\x02")
+    n = len(data)
+    # out of range, a prefix that is no crc, not bytes: None (the dispatcher's own code runs)
+    for args in [
+        (data, 0, n + 1, 90, 0, 0),
+        (data, -1, n, 90, 0, 0),
+        (data, 0, n, n + 1, 0, 0),
+        (data, 0, n, -1, 0, 0),
+        (data, 0, n, 90, 0, -1),
+        (data, 0, n, 90, 0, 2**32),
+        (bytearray(data), 0, n, 90, 0, 0),
+        (data, 0, float(n), 90, 0, 0),
+    ]:
+        assert record_batch.property_codes_one(*args) is None  # type: ignore[arg-type]
+    if record.speedups is not None:
+        assert record_batch.property_codes_one(data, 0, n, n - 7, 7, 0) == (zlib.crc32(b"a"), [])
 
 
 def test_property_codes_hand_odd_arguments_back() -> None:

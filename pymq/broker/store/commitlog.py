@@ -21,9 +21,8 @@ from pathlib import Path
 
 from pymq.broker.store.mapped_file import MappedFile, MappedFileQueue
 from pymq.errors import StoreError
-from pymq.protocol import record as _record
 from pymq.protocol.record import BLANK_SIZE, blank_marker, stored_record_size
-from pymq.protocol.record_batch import StoredScan, patch_broker_blocks, patch_broker_blocks_py
+from pymq.protocol.record_batch import StoredScan, patch_broker_blocks, store_record
 
 BLANK_MIN = BLANK_SIZE
 
@@ -110,17 +109,9 @@ class CommitLog:
         end = wpos + size
         if end > mf.reserved:
             mf.reserve(end)
-        mm = mf.mm
-        # The copy lands before the broker block is patched (crash safety, see append()).
-        mm[wpos:end] = data if pos == 0 and size == len(data) else memoryview(data)[pos : pos + size]
         base = mf.file_from
-        speedups = _record.speedups  # patch_broker_blocks, without its wrapper's call
-        if (
-            speedups is None
-            or speedups.patch_broker_blocks(mm, [wpos], queue_id, queue_offset, base, store_ts, store_host)
-            is NotImplemented
-        ):
-            patch_broker_blocks_py(mm, [wpos], queue_id, queue_offset, base, store_ts, store_host)
+        # The copy lands before the broker block is patched (crash safety, see append()).
+        store_record(mf.mm, wpos, data, pos, size, queue_id, queue_offset, base, store_ts, store_host)
         mf.wrote_pos = end
         return base + wpos
 

@@ -28,7 +28,7 @@ from pymq.broker.store.consume_queue import CQ_ENTRY
 from pymq.errors import StoreError
 from pymq.logs import RateLimitedLog, get_logger
 from pymq.protocol import record as _record
-from pymq.protocol.record_batch import property_codes
+from pymq.protocol.record_batch import property_codes, property_codes_one
 
 if TYPE_CHECKING:
     from pymq.broker.store.commitlog import StoredRef
@@ -91,18 +91,18 @@ class Dispatcher:
         self.tags_rules: dict[str, TagsRule] = {}
         #: b"TAGS\x01<tag>" -> tags code (a bounded cache: tags repeat)
         self._tag_codes: dict[bytes, int] = {}
-        #: topic -> b"topic#", the index key prefix
-        self._prefixes: dict[str, bytes] = {}
+        #: topic -> crc32(b"topic#"), the index key prefix's crc (index hashes continue it)
+        self._prefix_crcs: dict[str, int] = {}
 
     def set_tags_rule(self, topic: str, rule: TagsRule) -> None:
         """Let ``rule(properties, store_ts)`` give the tags code of ``topic``'s entries (register before start)."""
         self.tags_rules[topic] = rule
 
-    def _prefix(self, topic: str) -> bytes:
-        prefix = self._prefixes.get(topic)
-        if prefix is None:
-            prefix = self._prefixes[topic] = topic.encode() + b"#"
-        return prefix
+    def _prefix_crc(self, topic: str) -> int:
+        prefix_crc = self._prefix_crcs.get(topic)
+        if prefix_crc is None:
+            prefix_crc = self._prefix_crcs[topic] = zlib.crc32(topic.encode() + b"#")
+        return prefix_crc
 
     # --- the rules ------------------------------------------------------------------------------------------
 
@@ -153,7 +153,7 @@ class Dispatcher:
         keys = self.codes(props)[1]
         if not keys:
             return []
-        prefix_crc = zlib.crc32(self._prefix(topic))
+        prefix_crc = self._prefix_crc(topic)
         return [zlib.crc32(k, prefix_crc) for k in keys]
 
     # --- dispatching ----------------------------------------------------------------------------------------
@@ -179,31 +179,24 @@ class Dispatcher:
         undoes the batch); an index failure is only logged: the records stay consumable,
         lookups by key miss them.
         """
+        if len(phys) == 1:  # one record stored of a batch with refusals
+            self.dispatch_one(
+                topic, cq, first_queue_offset, data, positions[0], sizes[0], props_ats[0], phys[0], store_ts
+            )
+            return
         rule = self.tags_rules.get(topic)
         crc32 = zlib.crc32
-        prefix_crc = crc32(self._prefix(topic))
+        prefix_crc = self._prefix_crc(topic)
         if rule is None:
             # The accelerator's copy of codes() for the whole batch (None without it).
             fast = property_codes(data, positions, sizes, props_ats, phys, prefix_crc)  # type: ignore[arg-type]
             if fast is not None:
                 tags_codes, hashed = fast
-                if len(tags_codes) == 1:
-                    cq.append(CQ_ENTRY.pack(phys[0], sizes[0], tags_codes[0]), first_queue_offset)
-                elif tags_codes:
+                if tags_codes:
                     cq.append(pack_entries(phys, sizes, tags_codes), first_queue_offset)  # type: ignore[arg-type]
                 if hashed:
                     self.put_index(hashed, store_ts)
                 return
-        if len(phys) == 1:  # single sends: no lists to build
-            at, size = phys[0], sizes[0]
-            props = data[props_ats[0] : positions[0] + size]
-            tags_code, keys = self.codes(props)
-            if rule is not None:
-                tags_code = rule(props, store_ts)
-            cq.append(CQ_ENTRY.pack(at, size, tags_code), first_queue_offset)
-            if keys:
-                self.put_index([(crc32(k, prefix_crc), at) for k in keys], store_ts)
-            return
         codes = self.codes
         cq_vals: list[int] = []  # phys, size, tags code per record, flat
         index_entries: list[tuple[int, int]] = []
@@ -236,18 +229,19 @@ class Dispatcher:
     ) -> None:
         """:meth:`dispatch` of one record (every single send): the same entries, fewer steps.
 
-        ``queue_offset`` is the queue's end (:attr:`ConsumeQueue.max_offset`, read under the store lock).
+        ``queue_offset`` is normally the queue's end (:attr:`ConsumeQueue.max_offset`, read
+        under the store lock); any other offset takes :meth:`ConsumeQueue.append`'s way.
         """
         rule = self.tags_rules.get(topic)
-        prefix = self._prefixes.get(topic)
-        if prefix is None:
-            prefix = self._prefix(topic)
-        speedups = _record.speedups
-        if rule is None and speedups is not None:
-            fast = speedups.property_codes(data, [pos], [size], [props_at], [phys], zlib.crc32(prefix))
-            if fast is not NotImplemented:
-                tags_codes, hashed = fast
-                cq.append_next(CQ_ENTRY.pack(phys, size, tags_codes[0]), queue_offset)
+        prefix_crc = self._prefix_crcs.get(topic)
+        if prefix_crc is None:
+            prefix_crc = self._prefix_crc(topic)
+        if rule is None:
+            # The accelerator's copy of codes() (None without it).
+            fast = property_codes_one(data, pos, size, props_at, phys, prefix_crc)
+            if fast is not None:
+                tags_code, hashed = fast
+                cq.append_next(CQ_ENTRY.pack(phys, size, tags_code), queue_offset)
                 if hashed:
                     self.put_index(hashed, store_ts)
                 return
@@ -258,7 +252,6 @@ class Dispatcher:
         cq.append_next(CQ_ENTRY.pack(phys, size, tags_code), queue_offset)
         if keys:
             crc32 = zlib.crc32
-            prefix_crc = crc32(prefix)
             self.put_index([(crc32(k, prefix_crc), phys) for k in keys], store_ts)
 
     def put_index(self, entries: list[tuple[int, int]], store_ts: int) -> None:
