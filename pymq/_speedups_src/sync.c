@@ -36,11 +36,13 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     pthread_mutex_t mu;
-    pthread_cond_t cond;
+    pthread_cond_t cond;      /* a job was queued, or closing */
+    pthread_cond_t exit_cond; /* the thread is exiting (for a second, concurrent close) */
     pthread_t thread;
     int started;  /* the thread exists (joined by close) */
     int closing;  /* no more submits; the thread exits once the queue is empty */
-    int joined;
+    int exited;   /* the thread has run its last job */
+    int joined;   /* a close claimed the join */
     int efd;
     Py_ssize_t capacity;
     uint64_t head, run, tail;
@@ -81,6 +83,8 @@ static void *syncer_main(void *arg) {
         } while (n < 0 && errno == EINTR);
         /* (EAGAIN: the counter is at its maximum, the loop is readable anyway) */
     }
+    s->exited = 1;
+    pthread_cond_broadcast(&s->exit_cond);
     pthread_mutex_unlock(&s->mu);
     return NULL;
 }
@@ -105,6 +109,7 @@ static PyObject *syncer_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cond, NULL);
+    pthread_cond_init(&s->exit_cond, NULL);
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->efd < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
@@ -139,6 +144,13 @@ static void syncer_stop(SyncerObject *s) {
         Py_BEGIN_ALLOW_THREADS;
         pthread_join(s->thread, NULL);
         Py_END_ALLOW_THREADS;
+    } else if (s->started) {
+        /* Another thread is joining: still return only once every queued job has run. */
+        Py_BEGIN_ALLOW_THREADS;
+        pthread_mutex_lock(&s->mu);
+        while (!s->exited) pthread_cond_wait(&s->exit_cond, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+        Py_END_ALLOW_THREADS;
     }
     pthread_mutex_lock(&s->mu);
     int fd = join ? s->efd : -1; /* (a concurrent close that found the join claimed leaves the fd to it) */
@@ -156,6 +168,7 @@ static void syncer_dealloc(SyncerObject *s) {
             PyMem_Free(job->ranges);
         }
         PyMem_Free(s->jobs);
+        pthread_cond_destroy(&s->exit_cond);
         pthread_cond_destroy(&s->cond);
         pthread_mutex_destroy(&s->mu);
     } else if (s->efd >= 0) {

@@ -89,7 +89,11 @@ class LoopSync:
     def _start(self) -> asyncio.AbstractEventLoop:
         loop = self._loop = asyncio.get_running_loop()
         if not self._closed:
-            self._fd = self.syncer.fileno()
+            try:
+                self._fd = self.syncer.fileno()
+            except ValueError:  # the store stopped (and closed its syncer) first
+                self._closed = True
+                return loop
             loop.add_reader(self._fd, self._on_done)
         return loop
 

@@ -101,3 +101,15 @@ async def test_group_commit_on_the_loop_path(store: MessageStore) -> None:
     assert store.flushed_offset >= end
     assert 1 <= ls.submitted <= gc.requests < 30
     ls.close()
+
+
+async def test_a_request_after_the_store_stopped_is_refused(store: MessageStore) -> None:
+    ls = LoopSync.for_store(store)
+    assert ls is not None
+    end = put(store, 1)
+    store.shutdown()  # closes the syncer before the loop ever watched it
+    answers = Answers(store)
+    ls.request(end + 1, answers)
+    await wait_until(lambda: len(answers.got) == 1, what="the refusal")
+    assert answers.got[0][0] is False
+    ls.close()

@@ -14,6 +14,7 @@ import mmap
 import os
 import select
 import shutil
+import threading
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,3 +188,18 @@ def test_dropping_a_syncer_with_jobs_out_joins_its_thread_and_frees_the_tokens(m
     del token, s  # (the job may still be running: dealloc joins the thread first)
     gc.collect()
     assert ref() is None
+
+
+@needs_syncer
+def test_two_closes_at_once_both_return_after_the_queued_jobs(mapping: Mapping) -> None:
+    """The store's stop and the broker's loop_sync may both close it: neither returns with a job still queued."""
+    mm, addr = mapping
+    s = Syncer()
+    for i in range(4):
+        s.submit(i, [(addr, len(mm))])
+    other = threading.Thread(target=s.close)
+    other.start()
+    s.close()
+    assert [t for t, _ in s.take()] == [0, 1, 2, 3]
+    other.join(10)
+    assert not other.is_alive()
