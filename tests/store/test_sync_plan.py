@@ -17,6 +17,7 @@ import pytest
 from pymq.broker.store import MessageStore
 from pymq.broker.store.sync_plan import SyncPlan
 from pymq.config import FlushDiskType
+from pymq.protocol import record
 from tests.store.conftest import StoreFactory
 from tests.store.storeutil import keyed
 
@@ -28,6 +29,17 @@ SYNC = {
     "flush_thorough_interval_ms": 60_000,
 }
 PAGE = mmap.PAGESIZE
+
+
+@pytest.fixture(autouse=True)
+def c_syncer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the C syncer: the store gets one even where PYMQ_NO_SPEEDUPS switched
+    the accelerator off (tests/unit/test_syncer.py checks it is built wherever it can be)."""
+    if getattr(record._speedups, "Syncer", None) is None:
+        pytest.skip("no C accelerator here")
+    monkeypatch.setattr(record, "speedups", record._speedups)
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
