@@ -88,9 +88,13 @@ def plan(mfq: MappedFileQueue, store_ts: int) -> SyncPlan | None:
     may flush concurrently, which only makes the plan sync a little more than needed).
     """
     p = SyncPlan(store_ts, mfq.truncations)
-    for mf in mfq.files:
+    # From the end, back to the last file synced to its end: files are synced in order (this
+    # plan, MappedFileQueue.flush; a truncation only cuts the tail), so nothing before it is dirty.
+    for mf in reversed(mfq.files):
         dirty = mf.dirty_range()
         if dirty is None:
+            if mf.flushed_pos >= mf.size:
+                break
             continue
         if not mf.address:
             raise StoreError(f"{mf.path} has no mapping address to sync by (no ctypes msync here)")
@@ -98,9 +102,12 @@ def plan(mfq: MappedFileQueue, store_ts: int) -> SyncPlan | None:
         p.pins.append(memoryview(mf.mm))
         p.ranges.append((mf.address + start, end - start))
         p.files.append((mf, end))
-        p.end = mf.file_from + end
+        if not p.end:
+            p.end = mf.file_from + end
     if not p.files:
         return None
+    p.ranges.reverse()  # (in file order: the syncer syncs them in this order)
+    p.files.reverse()
     return p
 
 
