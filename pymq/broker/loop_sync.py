@@ -110,7 +110,10 @@ class LoopSync:
                 self._limited.log("error", "sync_failed", errno=err, end=plan.end)
             if not store.sync_done(plan, ok, blocking=blocking):
                 self._unrecorded.append(plan)
-            callback(ok)
+            try:
+                callback(ok)
+            except Exception:  # (one failing answer must not leave the other jobs unanswered)
+                log.exception("sync_callback_failed")
         if self._unrecorded and not self._retry_scheduled and self._loop is not None:
             self._retry_scheduled = True
             self._loop.call_later(RECORD_RETRY, self._record_later)

@@ -325,9 +325,10 @@ class MappedFile:
         return flushed - flushed % PAGE_SIZE, target
 
     def mark_flushed(self, pos: int) -> None:
-        """Record that the file is durable up to ``pos``: flushes on two threads (the flusher's
-        and SYNC_FLUSH's syncer, see :mod:`pymq.broker.store.sync_plan`) only move it forward.
-        Both hold the store's file lock here; a truncation (:meth:`trim`) moves it back."""
+        """Record that the file is durable up to ``pos``; it only moves forward: the commitlog is
+        flushed on two threads (the flusher's, and SYNC_FLUSH's C syncer, see
+        :mod:`pymq.broker.store.sync_plan`), both recording under the store's file lock. Only a
+        truncation (:meth:`trim`) moves it back."""
         if pos > self.flushed_pos:
             self.flushed_pos = pos
 
