@@ -1,6 +1,9 @@
-"""Types of the optional C accelerator (pymq/_speedups_src/); only pymq.protocol.record and record_batch use it."""
+"""Types of the optional C accelerator (pymq/_speedups_src/).
 
-from collections.abc import Callable, Iterator
+pymq.protocol.record and record_batch use its functions; the store its Syncer (SYNC_FLUSH).
+"""
+
+from collections.abc import Callable, Iterator, Sequence
 from types import NotImplementedType
 from typing import Any
 
@@ -97,3 +100,23 @@ def unpack_records(
 def crc32(data: Any, value: int = 0) -> int: ...
 def crc32_table(data: Any, value: int = 0) -> int: ...
 def set_decode_error(cls: type[Exception]) -> None: ...
+
+class Syncer:
+    """msync(MS_SYNC) jobs on a thread of its own that never takes the GIL; done jobs signal an eventfd.
+
+    Linux only (the module has no Syncer elsewhere). See pymq/_speedups_src/sync.c.
+    """
+
+    def __init__(self, capacity: int = 4) -> None: ...
+    def submit(self, token: object, ranges: Sequence[tuple[int, int]]) -> None:
+        """Queue a sync of each ``(address, length)``; RuntimeError if the queue is full or the syncer closed."""
+    def take(self) -> list[tuple[Any, int]]:
+        """The jobs done since the last call, in submit order, as ``(token, errno)`` (0: synced)."""
+    def fileno(self) -> int:
+        """The eventfd, readable once a job is done; ValueError after close()."""
+    def close(self) -> None:
+        """Sync every queued job, join the thread, close the eventfd (idempotent; dealloc does it too)."""
+    @property
+    def pending(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...

@@ -1,4 +1,4 @@
-/* pymq._speedups's module: the method table, LAYOUT / INDEX_LAYOUT / CQ_LAYOUT and the build's
+/* pymq._speedups's module: the method table, the Syncer type (sync.c), LAYOUT / INDEX_LAYOUT / CQ_LAYOUT and the build's
  * HAVE_CLMUL / HAVE_ZLIB. */
 #include "speedups.h"
 
@@ -50,6 +50,11 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     PyObject *cq_layout = Py_BuildValue("{s:s,s:i}", "ENTRY", CQ_ENTRY_FORMAT, "ENTRY_SIZE", CQ_ENTRY_SIZE);
     if (cq_layout == NULL || PyModule_AddObject(m, "CQ_LAYOUT", cq_layout) < 0) {
         Py_XDECREF(cq_layout);
+        Py_XDECREF(layout);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (sync_init(m) < 0) {
         Py_XDECREF(layout);
         Py_DECREF(m);
         return NULL;

@@ -19,6 +19,7 @@
  *               store_record (one record), property_codes(_one), unpack_record(s), set_decode_error
  *   store.c     store entries: index_put (the index file), cq_entries (the consume queue)
  *   encode.c    encoding: encode_record, encode_batch, set_message_class
+ *   sync.c      the Syncer type: msync jobs on a thread without the GIL, done jobs on an eventfd (SYNC_FLUSH)
  *   module.c    the method table, the module and its init (LAYOUT, INDEX_LAYOUT, CQ_LAYOUT, HAVE_*)
  */
 #ifndef PYMQ_SPEEDUPS_H
@@ -30,7 +31,7 @@
 #include <string.h>
 
 /* Bumped (here and in record.py's speedups_layout) when a function is added or changes its contract. */
-#define ABI_VERSION 4
+#define ABI_VERSION 5
 
 #define MAGIC 0x706D7131u
 #define BLANK_MAGIC 0xCBD43194u
@@ -144,6 +145,9 @@ PyObject *encode_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 PyObject *encode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *set_message_class(PyObject *self, PyObject *cls);
 extern const char encode_record_doc[], encode_batch_doc[], set_message_class_doc[];
+
+/* sync.c */
+int sync_init(PyObject *m); /* at import: adds the Syncer type (Linux only); -1 with an error set */
 
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC visibility pop

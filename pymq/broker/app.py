@@ -43,6 +43,7 @@ from pymq.broker.handlers.timer import TimerHandlers
 from pymq.broker.handlers.transactions import TransactionHandlers
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
+from pymq.broker.loop_sync import LoopSync
 from pymq.broker.master_services import MasterServices, Step
 from pymq.broker.offsets import ConsumerOffsetManager
 from pymq.broker.pop.receipt import HandleSigner
@@ -105,6 +106,8 @@ class BrokerApp:
         self.pull_hold = PullHoldService()
         self.stats = BrokerStats()
         self.store: MessageStore | None = None
+        #: SYNC_FLUSH with the C syncer: the group commit's syncs, answered on the loop (made at start)
+        self.loop_sync: LoopSync | None = None
         #: pop consumption's checkpoints and acks (while master: made by the master services)
         self.pop_state: PopState | None = None
         #: every put goes through it: put hooks (delays ...), then the store
@@ -174,6 +177,7 @@ class BrokerApp:
                 config=cfg,
                 address=address,
                 wait_replicated=self._wait_replicated,
+                loop_sync=self.loop_sync,
             ),
             SendBackHandlers(
                 store=store,
@@ -290,6 +294,8 @@ class BrokerApp:
             sock.close()
             self._close_metrics()
             raise
+        # --- SYNC_FLUSH through the C syncer (issue 19): one for the store's life, handlers come and go ---
+        self.loop_sync = LoopSync.for_store(self.store)
         self.store.add_arrival_listener(self.pull_hold.notify)
         self.topics.load()
         self.topics.persist()
@@ -493,6 +499,8 @@ class BrokerApp:
             await svc.stop()
         await self.namesrv_client.close()
         self._close_metrics()
+        if self.loop_sync is not None:
+            self.loop_sync.close()  # before the store closes its syncer: off the loop, queued syncs answered
         if self.store is not None and self.store.running:
             self.offsets.persist()
             await asyncio.to_thread(self.store.shutdown)

@@ -1,10 +1,12 @@
 """SYNC_FLUSH group commit on the broker's event loop (RocketMQ's GroupCommitService, loop side).
 
 Sends that must wait for the disk (from any connection) register ``(end offset, response)``
-here and get a future. The first waiter of an idle period asks the store's flusher thread
-for a sync at the end of its loop tick (so every send decoded in that tick shares it);
-waiters arriving while that sync runs queue one more request, up to the highest end
-waiting, which the flusher takes as soon as the running sync is done (no round trip
+here and get a future. The first waiter of an idle period asks for a sync at the end of its
+loop tick (so every send decoded in that tick shares it): from the store's C syncer through
+:mod:`pymq.broker.loop_sync` when the accelerator is built (the answer arrives on the loop
+through an eventfd), else from the store's flusher thread (back by ``call_soon_threadsafe``).
+Waiters arriving while that sync runs queue one more request, up to the highest end
+waiting, which the syncer takes as soon as the running sync is done (no round trip
 through the loop in between). At most two requests are out (one running, one queued):
 later waiters join the queued one's successor. The batch therefore grows with the load by
 itself (one sync per sync-duration, however many senders), and an idle broker answers
@@ -12,7 +14,7 @@ after one sync.
 
 Waiters are kept in commitlog order (the appends that produced them run in order on this
 loop) and are answered from the front: everything up to the flushed offset at once, one
-``call_soon_threadsafe`` per sync rather than per send. Timeouts need no timer per
+loop callback per sync rather than per send. Timeouts need no timer per
 request either: waiters also expire in arrival order, so one timer, armed for the oldest
 waiter's deadline, answers FLUSH_DISK_TIMEOUT to everything past due.
 """
@@ -23,12 +25,13 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
+from functools import partial
 
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.command import Command
 
-#: ``request_flush(offset, callback)``: the store calls ``callback(ok)`` (on its flush thread)
-#: once everything below ``offset`` is on disk (ok False: it cannot be)
+#: ``request_flush(offset, callback)``: ``callback(ok)`` once everything below ``offset`` is on
+#: disk (ok False: it cannot be); from the store's flush thread, or on the loop (``on_loop``)
 RequestFlush = Callable[[int, Callable[[bool], None]], None]
 #: flush requests out at once: one being synced, one queued behind it
 MAX_REQUESTS = 2
@@ -44,8 +47,12 @@ class GroupCommit:
         flushed_offset: Callable[[], int],
         timeout: float,
         linger: float = 0.0,
+        *,
+        on_loop: bool = False,
     ) -> None:
         self._request_flush = request_flush
+        #: request_flush calls back on the loop (LoopSync), never from inside the request itself
+        self._on_loop = on_loop
         self._flushed_offset = flushed_offset
         self.timeout = timeout
         #: (end offset, deadline, future, response), in arrival (= commitlog) order
@@ -109,6 +116,9 @@ class GroupCommit:
         self._in_flight += 1
         self._requested_at = _now()
         self.requests += 1
+        if self._on_loop:
+            self._request_flush(target, partial(self._synced, target))
+            return
         loop = self._loop
         assert loop is not None
 

@@ -7,6 +7,8 @@ import asyncio
 import threading
 from collections.abc import Callable
 
+import pytest
+
 from pymq.broker.group_commit import GroupCommit
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.command import Command
@@ -14,11 +16,13 @@ from tests.helpers import wait_until
 
 
 class FakeFlusher:
-    """Records flush requests; the test completes them from another thread, as the flusher would."""
+    """Records flush requests; the test completes them from another thread, as the flusher would
+    (``on_loop``: on the loop itself, as LoopSync does with the C syncer)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_loop: bool = False) -> None:
         self.requests: list[tuple[int, Callable[[bool], None]]] = []
         self.flushed = 0
+        self.on_loop = on_loop
 
     def request(self, offset: int, callback: Callable[[bool], None]) -> None:
         self.requests.append((offset, callback))
@@ -27,6 +31,9 @@ class FakeFlusher:
         offset, cb = self.requests[index]
         if ok:
             self.flushed = max(self.flushed, offset)
+        if self.on_loop:
+            cb(ok)
+            return
         t = threading.Thread(target=cb, args=(ok,))
         t.start()
         t.join()
@@ -36,9 +43,20 @@ def response(n: int) -> Command:
     return Command(code=ResponseCode.SUCCESS, opaque=n)
 
 
-async def test_waiters_share_syncs_and_resolve_in_order() -> None:
-    flusher = FakeFlusher()
-    gc = GroupCommit(flusher.request, lambda: flusher.flushed, timeout=30)
+@pytest.fixture(params=["flusher-thread", "on-loop"])
+def flusher(request: pytest.FixtureRequest) -> FakeFlusher:
+    """Both callback contracts: from the flusher thread, or on the loop (LoopSync)."""
+    return FakeFlusher(on_loop=request.param == "on-loop")
+
+
+def group_commit(flusher: FakeFlusher, timeout: float = 30, linger: float = 0.0) -> GroupCommit:
+    return GroupCommit(
+        flusher.request, lambda: flusher.flushed, timeout=timeout, linger=linger, on_loop=flusher.on_loop
+    )
+
+
+async def test_waiters_share_syncs_and_resolve_in_order(flusher: FakeFlusher) -> None:
+    gc = group_commit(flusher)
     first = [gc.wait(response(i), end=100 * (i + 1)) for i in range(3)]
     await wait_until(lambda: len(flusher.requests) == 1, what="one request for the tick")
     assert flusher.requests[0][0] == 300  # up to the highest end waiting
@@ -77,9 +95,8 @@ async def test_a_sync_covering_more_answers_everyone_it_covers() -> None:
     assert [(await a).opaque, (await b).opaque] == [1, 2]
 
 
-async def test_a_failed_sync_answers_flush_disk_timeout_for_what_it_covered() -> None:
-    flusher = FakeFlusher()
-    gc = GroupCommit(flusher.request, lambda: flusher.flushed, timeout=30)
+async def test_a_failed_sync_answers_flush_disk_timeout_for_what_it_covered(flusher: FakeFlusher) -> None:
+    gc = group_commit(flusher)
     fut = gc.wait(response(1), end=50)
     await wait_until(lambda: len(flusher.requests) == 1, what="request")
     flusher.complete(0, ok=False)
@@ -105,10 +122,9 @@ async def test_timeouts_need_one_timer_and_answer_in_arrival_order() -> None:
     assert (await fut).code == ResponseCode.SUCCESS
 
 
-async def test_lingering_gathers_the_answered_senders_into_the_next_sync() -> None:
+async def test_lingering_gathers_the_answered_senders_into_the_next_sync(flusher: FakeFlusher) -> None:
     """With linger on, the sync after one that answered some senders waits for them to send again."""
-    flusher = FakeFlusher()
-    gc = GroupCommit(flusher.request, lambda: flusher.flushed, timeout=30, linger=5.0)
+    gc = group_commit(flusher, linger=5.0)
     group_a = [gc.wait(response(i), end=100 * (i + 1)) for i in range(2)]
     await wait_until(lambda: len(flusher.requests) == 1, what="the first sync")
     group_b = [gc.wait(response(10 + i), end=300 + i) for i in range(2)]  # sent during A's sync

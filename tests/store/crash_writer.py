@@ -1,7 +1,8 @@
-"""A writer process for the crash torture test: ``python crash_writer.py STORE ACKLOG sync|async RUN SEED``.
+"""A writer process for the crash torture test: ``python crash_writer.py STORE ACKLOG sync|sync-c|async RUN SEED``.
 
 It opens a :class:`MessageStore` and appends batches of keyed messages to four queues until it
-is killed. Only once a batch is acknowledged (SYNC_FLUSH: ``request_flush`` confirmed the sync;
+is killed. Only once a batch is acknowledged (SYNC_FLUSH: ``request_flush`` confirmed the sync,
+or in ``sync-c`` mode the store's C syncer did, the way the broker's loop_sync drives it;
 ASYNC_FLUSH: ``put_messages`` returned) does it append one line per message to the ack log,
 ``run seq queue_id queue_offset physical_offset size``, and fsync that log. Message ``(run, seq)``
 has deterministic content (:func:`make_record`), so the checker can rebuild its exact bytes.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import select
 import sys
 import threading
 from pathlib import Path
@@ -35,7 +37,7 @@ def writer_config(store_dir: Path, mode: str) -> StoreConfig:
         consume_queue_file_entries=500,
         index_hash_slots=512,
         index_max_entries=3000,
-        flush_disk_type=FlushDiskType.SYNC_FLUSH if mode == "sync" else FlushDiskType.ASYNC_FLUSH,
+        flush_disk_type=FlushDiskType.SYNC_FLUSH if mode.startswith("sync") else FlushDiskType.ASYNC_FLUSH,
         flush_interval_ms=50,
         consume_queue_flush_interval_ms=200,
         cleanup_interval_ms=3_600_000,
@@ -73,6 +75,22 @@ class _FlushWaiter:
         return self.done.wait(timeout) and self.ok
 
 
+def _synced_by_syncer(store: MessageStore, upto: int, timeout: float) -> bool:
+    """Sync through the store's C syncer (plan, submit, wait on its eventfd, take, record), as loop_sync does."""
+    syncer = store.syncer
+    assert syncer is not None
+    plan = store.sync_plan(upto)
+    if plan is None:
+        return store.flushed_offset >= upto
+    syncer.submit(plan, plan.ranges)
+    if not select.select([syncer.fileno()], [], [], timeout)[0]:
+        raise SystemExit("the syncer did not answer")
+    ((token, err),) = syncer.take()
+    assert token is plan
+    store.sync_done(plan, err == 0)
+    return err == 0
+
+
 def main(argv: list[str]) -> None:
     store_dir, ack_path, mode, run, seed = Path(argv[0]), argv[1], argv[2], int(argv[3]), int(argv[4])
     store = MessageStore(writer_config(store_dir, mode), store_host="127.0.0.1:10911")
@@ -81,14 +99,19 @@ def main(argv: list[str]) -> None:
     ack_fd = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     rng = random.Random(seed)
     seq = 0
-    sync = mode == "sync"
+    sync = mode.startswith("sync")
+    by_syncer = mode == "sync-c" and store.syncer is not None
     while True:
         count = rng.randint(1, 24)
         qid = rng.randrange(QUEUES)
         results = store.put_messages(TOPIC, qid, b"".join(make_record(run, seq + i) for i in range(count)))
         if any(r.status != PutStatus.PUT_OK for r in results):
             raise SystemExit(f"put failed: {results[0]}")
-        if sync:
+        if by_syncer:
+            if not _synced_by_syncer(store, max(r.physical_offset + r.size for r in results), 10):
+                seq += count
+                continue  # not acknowledged
+        elif sync:
             waiter = _FlushWaiter()
             store.request_flush(max(r.physical_offset + r.size for r in results), waiter)
             if not waiter.wait(10):

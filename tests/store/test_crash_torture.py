@@ -1,10 +1,10 @@
 """Crash torture: a writer process is SIGKILLed at random moments; nothing acknowledged may be lost.
 
 SYNC_FLUSH: the writer acknowledges a batch (appends it to an fsynced ack log) only after
-``request_flush`` confirmed that the sync covering it finished. After each kill the store is
-reopened here (abnormal recovery) and every acknowledged message must be readable by queue
-offset and by key, byte for byte, and every record any queue serves must parse with a valid
-CRC at the position its consume-queue entry gives.
+``request_flush`` (or the C syncer, every other writer) confirmed that the sync covering it
+finished. After each kill the store is reopened here (abnormal recovery) and every acknowledged
+message must be readable by queue offset and by key, byte for byte, and every record any queue
+serves must parse with a valid CRC at the position its consume-queue entry gives.
 
 ASYNC_FLUSH, honestly: ``kill -9`` ends the process but not the kernel, so the page cache, and
 with it every byte the store wrote through its mappings, survives; an acknowledged ASYNC
@@ -131,11 +131,13 @@ def _check(tmp: Path, mode: str, acked: list[Ack], expected: dict[tuple[int, int
     return store
 
 
-def _torture(tmp_path: Path, mode: str, kills: int, seed: int) -> None:
+def _torture(tmp_path: Path, modes: tuple[str, ...], kills: int, seed: int) -> None:
+    """``kills`` writers on one store, each killed; writer ``n`` runs in ``modes[n % len(modes)]``."""
     rng = random.Random(seed)
     expected: dict[tuple[int, int], bytes] = {}
     total_new = 0
     for run in range(kills):
+        mode = modes[run % len(modes)]
         early = run % 4 == 3
         total_new += _run_and_kill(tmp_path, mode, run, rng, early)
         acked = _acked(tmp_path / "ack.log")
@@ -153,13 +155,17 @@ def _torture(tmp_path: Path, mode: str, kills: int, seed: int) -> None:
 
 
 def test_sync_flush_survives_kill_9(tmp_path: Path) -> None:
-    """SYNC_FLUSH writer killed 22 times at random moments: every acknowledged message survives intact."""
-    _torture(tmp_path, "sync", kills=22, seed=20260)
+    """SYNC_FLUSH writer killed 22 times at random moments: every acknowledged message survives intact.
+
+    Every other writer syncs through the store's C syncer (sync_plan / Syncer / sync_done, as the
+    broker's loop_sync does), the others through the flusher thread (request_flush).
+    """
+    _torture(tmp_path, ("sync", "sync-c"), kills=22, seed=20260)
 
 
 def test_async_flush_survives_kill_9(tmp_path: Path) -> None:
     """ASYNC_FLUSH writer killed 6 times: acked messages survive too (the page cache outlives the process)."""
-    _torture(tmp_path, "async", kills=6, seed=777)
+    _torture(tmp_path, ("async",), kills=6, seed=777)
 
 
 def test_async_flush_durable_point_lags_by_at_most_the_flush_interval(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from pymq.broker.delay_hook import SCHEDULE_TOPIC
 from pymq.broker.group_commit import GroupCommit
+from pymq.broker.loop_sync import LoopSync
 from pymq.broker.store.results import PutResults, PutStatus, StoredRun
 from pymq.broker.timer.hook import TIMER_TOPIC
 from pymq.broker.topics import validate_topic_name
@@ -86,6 +87,7 @@ class SendHandlers:
         config: BrokerConfig,
         address: str,
         wait_replicated: WaitReplicated | None = None,
+        loop_sync: LoopSync | None = None,
     ) -> None:
         self.store = store
         #: SYNC_MASTER's seam (the HA master service); the role is read per send (it can change)
@@ -99,13 +101,15 @@ class SendHandlers:
         self.address = address
         self.sync_flush = config.store.flush_disk_type == FlushDiskType.SYNC_FLUSH
         self.flush_timeout = config.store.sync_flush_timeout_ms / 1000
-        #: SYNC_FLUSH: answers sends once a shared disk sync covers them
+        #: SYNC_FLUSH: answers sends once a shared disk sync covers them (synced by the store's C
+        #: syncer through ``loop_sync`` when there is one, else by its flusher thread)
         self.group_commit = (
             GroupCommit(
-                store.request_flush,
+                loop_sync.request if loop_sync is not None else store.request_flush,
                 lambda: store.flushed_offset,
                 self.flush_timeout,
                 linger=config.store.sync_flush_linger_us / 1_000_000,
+                on_loop=loop_sync is not None,
             )
             if self.sync_flush
             else None

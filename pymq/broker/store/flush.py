@@ -3,9 +3,13 @@
 * :class:`CommitLogFlusher` — ASYNC_FLUSH: every ``flush_interval_ms``, sync the commitlog
   range written since the last flush if at least ``flush_least_pages`` pages are dirty, or
   whatever is dirty once ``flush_thorough_interval_ms`` has passed. SYNC_FLUSH (group
-  commit): callers queue ``(offset, callback)``; the thread wakes on the first request,
-  takes every queued request, runs one sync covering all of them, then answers each
-  (``True`` if the flushed offset covers it). It also flushes periodically, like ASYNC.
+  commit) without the C accelerator: callers queue ``(offset, callback)``; the thread wakes
+  on the first request, takes every queued request, runs one sync covering all of them,
+  then answers each (``True`` if the flushed offset covers it). With the accelerator the
+  broker's group commit syncs through the store's C ``Syncer`` instead (no GIL hand-offs:
+  :mod:`pymq.broker.store.sync_plan`, :mod:`pymq.broker.loop_sync`), and this thread only
+  flushes periodically, like ASYNC; both record into the same flushed positions, which only
+  move forward.
   After each sync it records ``physic_ts`` (the store time of the newest record covered)
   and ``flushed_phys`` in the checkpoint (persisted by the next logics flush).
 * :class:`LogicsFlusher` — every ``consume_queue_flush_interval_ms``: consume queues, then
@@ -14,9 +18,9 @@
   SYNC_FLUSH senders wait for.
 * :class:`Warmer` — prefaults commitlog pages ahead of the writer and creates the next file.
 
-Callbacks run on the flusher thread; the broker hops back to its loop with
-``call_soon_threadsafe``. The 5 s FLUSH_DISK_TIMEOUT is the caller's (the broker's
-:mod:`pymq.broker.group_commit`, which keeps one request in flight for all waiting sends).
+Callbacks of :meth:`CommitLogFlusher.request` run on the flusher thread; the broker hops back
+to its loop with ``call_soon_threadsafe``. The 5 s FLUSH_DISK_TIMEOUT is the caller's (the
+broker's :mod:`pymq.broker.group_commit`, which keeps one or two requests out for all waiting sends).
 """
 
 from __future__ import annotations

@@ -51,6 +51,11 @@ _madvise = _libc_function("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c
 _populate_ok = _madvise is not None
 
 
+def ranged_msync_available() -> bool:
+    """Whether files get a mapping address and flushes msync by it (Linux with ctypes)."""
+    return _msync is not None
+
+
 def populate(address: int, length: int) -> bool:
     """Prefault ``length`` bytes of a shared mapping for writing (MADV_POPULATE_WRITE); False if refused."""
     if not _populate_ok or not address:
@@ -311,18 +316,34 @@ class MappedFile:
         """Nothing left to warm: every byte is prefaulted or already claimed by the writer."""
         return max(self.warm_pos, self.reserved) >= self.size
 
+    def dirty_range(self) -> tuple[int, int] | None:
+        """``(start, end)``: what a flush syncs now (written since the last flush, from its page); None: nothing."""
+        target = self.wrote_pos
+        flushed = self.flushed_pos
+        if target <= flushed or self.closed:
+            return None
+        return flushed - flushed % PAGE_SIZE, target
+
+    def mark_flushed(self, pos: int) -> None:
+        """Record that the file is durable up to ``pos``; it only moves forward: the commitlog is
+        flushed on two threads (the flusher's, and SYNC_FLUSH's C syncer, see
+        :mod:`pymq.broker.store.sync_plan`), both recording under the store's file lock. Only a
+        truncation (:meth:`trim`) moves it back."""
+        if pos > self.flushed_pos:
+            self.flushed_pos = pos
+
     def flush(self) -> int:
         """Sync what was written since the last flush; returns the position now durable."""
-        target = self.wrote_pos
-        if target > self.flushed_pos and not self.closed:
+        dirty = self.dirty_range()
+        if dirty is not None:
+            start, target = dirty
             if self.ranged_sync and self.address and _msync is not None:
-                start = self.flushed_pos - self.flushed_pos % PAGE_SIZE
                 if _msync(self.address + start, target - start, _MS_SYNC) != 0:
                     err = ctypes.get_errno()
                     raise OSError(err, f"msync {self.path}: {os.strerror(err or errno.EIO)}")
             else:
                 os.fdatasync(self.fd)
-            self.flushed_pos = target
+            self.mark_flushed(target)
         return self.flushed_pos
 
     def sync_all(self) -> None:
@@ -402,6 +423,8 @@ class MappedFileQueue:
         #: makes the file objects: ``new_file(path, size, create=..., lazy=...)`` (consume
         #: queues pass pooled files, see :mod:`pymq.broker.store.map_pool`)
         self.new_file: Callable[..., MappedFile] = MappedFile
+        #: truncations so far: a sync planned before one must not mark data written after it flushed
+        self.truncations = 0
 
     def load(self, *, lazy: bool = False) -> None:
         """Map the existing files (all marked full; recovery sets the real write positions).
@@ -507,6 +530,7 @@ class MappedFileQueue:
 
         Returns how many bytes of (non-zero) data were dropped.
         """
+        self.truncations += 1
         keep = []
         dropped = 0
         for mf in self.files:

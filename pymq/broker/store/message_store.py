@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pymq.broker.store import replica_ops, residency
+from pymq.broker.store import replica_ops, residency, sync_plan
 from pymq.broker.store.appender import Appender, rejected_results
 from pymq.broker.store.arrivals import ArrivalListener, ArrivalListeners, TopicFilter
 from pymq.broker.store.checkpoint import Checkpoint
@@ -34,13 +34,16 @@ from pymq.broker.store.disk_guard import DISK_FULL_REASON, DiskGuard
 from pymq.broker.store.dispatcher import Dispatcher
 from pymq.broker.store.flush import CommitLogFlusher, FlushCallback, LogicsFlusher, Warmer, flush_logics_pass
 from pymq.broker.store.index import IndexService
+from pymq.broker.store.mapped_file import ranged_msync_available
 from pymq.broker.store.queue_table import QueueTable
 from pymq.broker.store.reader import find_by_key, offset_by_time, read_queue, store_time_at
 from pymq.broker.store.recovery import RecoveryReport, recover
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutResults, PutStatus, StoredRun
+from pymq.broker.store.sync_plan import Syncer, SyncPlan
 from pymq.config import FlushDiskType, StoreConfig
 from pymq.errors import StoreError
 from pymq.logs import get_logger
+from pymq.protocol import record as _record
 from pymq.protocol.record import pack_host, record_store_timestamp
 from pymq.protocol.record_batch import SplitBatch, count_records
 
@@ -96,6 +99,8 @@ class MessageStore:
         self._warmer: Warmer | None = None
         #: arrival listeners by topic (see add_arrival_listener)
         self.arrivals = ArrivalListeners()
+        #: SYNC_FLUSH with the C accelerator: syncs for waiting sends run on its thread (see sync_plan)
+        self.syncer: Syncer | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------------------
 
@@ -134,6 +139,7 @@ class MessageStore:
             self.disk_full = disk_ratio(self) > self.config.disk_full_ratio
             sync = self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH
             self._flusher = CommitLogFlusher(self, sync=sync)
+            self.syncer = _new_syncer() if sync else None
             self._logics_flusher = LogicsFlusher(self)
             self._cleaner = CleanupService(self)
             last = self.commitlog.mfq.last
@@ -159,6 +165,10 @@ class MessageStore:
             return False
         with self.lock:
             self.running = False
+        if self.syncer is not None:
+            # Jobs queued finish first (close joins the thread); their plans keep the mappings
+            # mapped until whoever takes them (the broker's loop_sync) releases them.
+            self.syncer.close()
         self.map_pool.stop_maker()
         for svc in (self._warmer, self._cleaner, self._logics_flusher, self._flusher):
             if svc is not None:
@@ -439,6 +449,41 @@ class MessageStore:
             return
         self._flusher.request(offset, callback)
 
+    def sync_plan(self, upto: int) -> SyncPlan | None:
+        """A sync for :attr:`syncer` making the commitlog below ``upto`` durable; None if it is already.
+
+        The plan covers everything written and not flushed yet (so its store time covers all
+        of it, as the flusher's syncs do); see :mod:`pymq.broker.store.sync_plan`. Submit
+        ``plan.ranges`` with the plan as the token, then :meth:`sync_done`. StoreError if
+        the store is not running. None with ``upto`` past the end too: check :attr:`flushed_offset`.
+        """
+        with self.lock:
+            if not self.running:
+                raise StoreError("store is not running")
+            mfq = self.commitlog.mfq
+            if mfq.flushed_offset >= upto:
+                return None
+            return sync_plan.plan(mfq, self.last_store_ts)
+
+    def sync_done(self, plan: SyncPlan, ok: bool, *, blocking: bool = True) -> bool:
+        """Finish a plan the syncer reported (``ok``: synced): release its mappings and, if
+        synced, record it as :class:`CommitLogFlusher` records its own syncs, under the file lock.
+
+        ``blocking=False`` (the event loop): False if the flusher thread holds the lock (it is
+        syncing); call again later. Recording late is harmless: the data is on disk already,
+        the checkpoint only claims less meanwhile.
+        """
+        plan.release()
+        if not ok or not self.running:
+            return True  # (a shutdown flushes everything itself)
+        if not self.file_lock.acquire(blocking=blocking):
+            return False
+        try:
+            sync_plan.record(plan, self.commitlog.mfq, self.checkpoint)
+        finally:
+            self.file_lock.release()
+        return True
+
     def flush_logics(self, *, index: bool = True, settle: bool = True) -> None:
         """Sync consume queues (and index files unless ``index`` is False), then the checkpoint.
 
@@ -601,6 +646,16 @@ class MessageStore:
             if mf is None or mf.wrote_pos == 0:
                 return 0
             return record_store_timestamp(mf.mm, 0)
+
+
+def _new_syncer() -> Syncer | None:
+    """The C accelerator's Syncer, where it is built (and not switched off) and msync goes by address."""
+    speedups = _record.speedups
+    cls = getattr(speedups, "Syncer", None) if speedups is not None else None
+    if cls is None or not ranged_msync_available():
+        return None
+    syncer: Syncer = cls()
+    return syncer
 
 
 __all__ = ["CQ_ENTRY_SIZE", "GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus"]
