@@ -74,6 +74,8 @@ class GroupCommit:
         #: how long a sync takes, request to answer on the loop (smoothed)
         self._requested_at = 0.0
         self.sync_time = 0.0
+        #: when the last sync answered every waiter (0: never): its senders are expected back soon
+        self._emptied_at = 0.0
 
     def wait(self, resp: Command, end: int) -> asyncio.Future[Command]:
         """A future resolving to ``resp`` once the commitlog below ``end`` is synced.
@@ -90,6 +92,11 @@ class GroupCommit:
             self._timer = loop.call_at(deadline, self._expire)
         if self._lingering:
             return fut  # the linger check kicks once enough senders are waiting
+        if self._emptied_at and not self._in_flight:
+            # The first sender back after a sync answered everyone: wait for the others too.
+            emptied, self._emptied_at = self._emptied_at, 0.0
+            if self._linger_for_group(emptied):
+                return fut
         if end > self._asked and self._in_flight < self._max_requests and not self._kick_scheduled:
             # End of this tick: every send decoded in it shares the sync.
             self._kick_scheduled = True
@@ -157,6 +164,7 @@ class GroupCommit:
             self._linger_or_kick(waiting_before - len(waiters))
         elif not waiters:
             self.expected = max(waiting_before, self.expected - 1)
+            self._emptied_at = _now()
 
     # --- lingering ------------------------------------------------------------------------------------
 
@@ -182,6 +190,29 @@ class GroupCommit:
             loop.call_soon(self._linger_check)
             return
         self._kick()
+
+    def _linger_for_group(self, emptied_at: float) -> bool:
+        """Linger for the senders a sync answered all at once (True), unless that was too long ago.
+
+        A sync that answered every waiter leaves nobody waiting, so without this the first
+        sender back would get a sync of its own (as soon as the loop's tick ends), and the
+        others, arriving during it, the next one: two syncs per round where one would do. A
+        sender coming back only after a sync's duration plus the linger means the load
+        dropped (or the broker was idle): it is synced at once.
+        """
+        if not self.linger or self.expected <= len(self._waiters):
+            return False
+        now = _now()
+        window = min(self.sync_time, self.linger)
+        if now - emptied_at > window + self.linger:
+            self.expected = len(self._waiters)  # idle since: start counting again
+            return False
+        loop = self._loop
+        assert loop is not None
+        self._lingering = True
+        self._linger_until = now + window
+        loop.call_soon(self._linger_check)
+        return True
 
     def _linger_check(self) -> None:
         if len(self._waiters) < self.expected and _now() < self._linger_until:

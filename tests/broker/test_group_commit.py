@@ -157,3 +157,39 @@ async def test_lingering_stops_after_about_one_sync_when_senders_do_not_come_bac
     assert loop.time() - t0 < 1.0
     flusher.complete(1)
     assert (await late).code == ResponseCode.SUCCESS
+
+
+async def test_lingering_waits_for_a_whole_answered_group_to_come_back(flusher: FakeFlusher) -> None:
+    """A sync that answered everyone: the first sender back waits for the others (one sync for the group)."""
+    gc = group_commit(flusher, linger=5.0)
+    group = [gc.wait(response(i), end=100 * (i + 1)) for i in range(3)]
+    await wait_until(lambda: len(flusher.requests) == 1, what="the first sync")
+    await asyncio.sleep(0.02)  # (a sync of ~20 ms: the linger window below is bounded by it)
+    flusher.complete(0)
+    await asyncio.gather(*group)
+    assert gc.expected == 3 and gc.waiting == 0
+    back = [gc.wait(response(10), end=400)]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert len(flusher.requests) == 1  # the first one back lingers for the other two
+    back += [gc.wait(response(11 + i), end=500 + 100 * i) for i in range(2)]
+    await wait_until(lambda: len(flusher.requests) == 2, what="one sync for the whole group")
+    assert flusher.requests[1][0] == 600
+    flusher.complete(1)
+    assert [r.opaque for r in await asyncio.gather(*back)] == [10, 11, 12]
+
+
+async def test_a_sender_after_an_idle_pause_is_synced_at_once(flusher: FakeFlusher) -> None:
+    """No group to wait for once the pause since everyone was answered is longer than the linger."""
+    gc = group_commit(flusher, linger=0.01)
+    group = [gc.wait(response(i), end=100 * (i + 1)) for i in range(3)]
+    await wait_until(lambda: len(flusher.requests) == 1, what="the first sync")
+    flusher.complete(0)
+    await asyncio.gather(*group)
+    await asyncio.sleep(0.1)  # idle: longer than a sync plus the linger
+    late = gc.wait(response(9), end=900)
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert len(flusher.requests) == 2 and gc.expected == 1
+    flusher.complete(1)
+    assert (await late).code == ResponseCode.SUCCESS
