@@ -1,0 +1,181 @@
+"""What the client's single send costs, in process: ``await producer.send(msg)`` of a 1 KiB message.
+
+    python benchmarks/client_send_cost_bench.py [--calls] [--profile [SORT]] [--sync] [-n N]
+
+The real Producer, ClientInstance, RpcClient and Connection (uvloop), with no broker: the
+connection's transport is a fake that answers each request frame with a prebuilt SEND_MESSAGE
+response frame (its opaque patched in), fed back through ``Connection.data_received`` on the
+next loop iteration, as a socket read would be. So a send runs the same code as against a real
+broker: encode, queue selection, request frame, pending future + deadline, the response's
+decode, SendResult. Reports the median µs per send of several rounds; ``--calls`` counts the
+Python function calls (cProfile's, C functions included) per send, of which the fake transport
+accounts for 3 (``writelines``, ``bytearray``'s copy, ``pack_into``) plus the loop's call of
+``data_received``. ``--profile`` prints the top functions by own time. ``--sync`` measures the
+sync facade's ``send`` instead (a thread hop per send: expect more µs, mostly waiting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import struct
+import sys
+import time
+
+import msgpack
+import uvloop
+
+from pymq.client.producer import Producer
+from pymq.client.routes import write_queues
+from pymq.logs import configure_logging
+from pymq.protocol.command import FLAG_RESPONSE
+from pymq.protocol.message import Message
+from pymq.protocol.route import BrokerData, QueueData, TopicRouteData
+from pymq.transport.connection import Connection
+
+ADDR = "127.0.0.1:10911"
+TOPIC = "bench"
+_OPAQUE_MARK = 0x7EADBEEF
+
+
+def response_template() -> tuple[bytes, int]:
+    """A SEND_MESSAGE answer frame and the offset of its 4-byte opaque (packed as msgpack uint32)."""
+    ext = {"queueId": 3, "queueOffset": 123456, "commitLogOffsets": [987654321]}
+    header = msgpack.packb([0, _OPAQUE_MARK, FLAG_RESPONSE, None, ext], use_bin_type=True)
+    frame = struct.pack(">II", 4 + len(header), len(header)) + header
+    at = frame.index(b"\xce" + struct.pack(">I", _OPAQUE_MARK)) + 1
+    return frame, at
+
+
+class AnsweringTransport:
+    """Answers every request written with the template response, one loop iteration later."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.conn: Connection | None = None
+        self.loop = loop
+        self.template, self.at = response_template()
+        self.closing = False
+
+    def writelines(self, bufs: list[bytes]) -> None:
+        conn = self.conn
+        assert conn is not None
+        frame = bytearray(self.template)
+        struct.pack_into(">I", frame, self.at, next(reversed(conn._pending)))
+        self.loop.call_soon(conn.data_received, bytes(frame))
+
+    def write(self, b: bytes) -> None:
+        self.writelines([b])
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+        if self.conn is not None:
+            self.loop.call_soon(self.conn.connection_lost, None)
+
+    def abort(self) -> None:
+        self.close()
+
+    def get_extra_info(self, k: str, d: object = None) -> object:
+        return {"peername": ("127.0.0.1", 10911), "sockname": ("127.0.0.1", 40000)}.get(k, d)
+
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def install_fake_broker(producer: Producer) -> None:
+    """A route to one broker with 8 queues, and a connection to it over :class:`AnsweringTransport`."""
+    inst = producer.instance
+    assert inst is not None
+    route = TopicRouteData([QueueData("broker-a", 8, 8)], [BrokerData("bench", "broker-a", {0: ADDR})])
+    inst.routes.put(TOPIC, route)
+    inst.routes._write[TOPIC] = write_queues(TOPIC, route)  # as a first send's route fetch leaves it
+    rpc = inst.rpc
+    conn = Connection(rpc.dispatcher, rpc.codec)
+    transport = AnsweringTransport(asyncio.get_running_loop())
+    transport.conn = conn
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    conn.signer = rpc.signer
+    conn.attrs["addr"] = ADDR
+    rpc._conns[ADDR] = conn
+
+
+async def rounds(producer: Producer, msg: Message, n: int, count: int) -> list[float]:
+    send = producer.send
+    for _ in range(2000):
+        await send(msg)
+    out = []
+    for _ in range(count):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await send(msg)
+        out.append((time.perf_counter() - t0) / n * 1e6)
+    return out
+
+
+async def main(n: int) -> None:
+    body = bytes(range(256)) * 4  # 1 KiB
+    msg = Message(TOPIC, body)
+    async with Producer("127.0.0.1:1", "client-bench") as producer:
+        install_fake_broker(producer)
+        result = await producer.send(msg)
+        assert result.queue_offset == 123456 and result.commit_log_offsets == [987654321], result
+        times = await rounds(producer, msg, n, 7)
+        print(f"{'us/send':14} median {statistics.median(times):6.2f}  min {min(times):6.2f}  (7 rounds of {n})")
+        if "--calls" in sys.argv or "--profile" in sys.argv:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(5000):
+                await producer.send(msg)
+            prof.disable()
+            stats = pstats.Stats(prof)
+            calls = sum(v[1] for v in stats.stats.values()) / 5000  # type: ignore[attr-defined]
+            print(f"{'calls/send':14} {calls:6.1f}")
+            if "--profile" in sys.argv:
+                at = sys.argv.index("--profile") + 1
+                stats.sort_stats(sys.argv[at] if at < len(sys.argv) and not sys.argv[at].startswith("-") else "tottime")
+                stats.print_stats(60)
+
+
+def main_sync(n: int) -> None:
+    from pymq.client.sync import SyncProducer
+
+    body = bytes(range(256)) * 4
+    msg = Message(TOPIC, body)
+    with SyncProducer("127.0.0.1:1", "client-bench") as producer:
+        producer._runner.run(_install(producer.aio))
+        for _ in range(1000):
+            producer.send(msg)
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n // 4):
+                producer.send(msg)
+            times.append((time.perf_counter() - t0) / (n // 4) * 1e6)
+        print(f"{'sync us/send':14} median {statistics.median(times):6.2f}  min {min(times):6.2f}")
+
+
+async def _install(producer: Producer) -> None:
+    install_fake_broker(producer)
+
+
+if __name__ == "__main__":
+    configure_logging("error")
+    count = int(sys.argv[sys.argv.index("-n") + 1]) if "-n" in sys.argv else 20000
+    if "--sync" in sys.argv:
+        main_sync(count)
+    else:
+        uvloop.run(main(count))
