@@ -45,18 +45,23 @@ from pymq.protocol.batch_encode import encode_batch
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.message import Message, Prop, UniqueIdGenerator
 from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, pack_host
+from pymq.protocol.requests import SendMessageResponse
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.producer")
 
 __all__ = ["AUTO_CREATE_TOPIC", "Producer", "SendResult", "SendStatus"]
-_STORED_CODES: dict[int, str] = {
-    ResponseCode.SUCCESS: "SEND_OK",
-    ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
-    ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
-    ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
+#: the answers that mean "stored", and the status each gives (the enum members themselves: none is made per send)
+_STORED_CODES: dict[int, SendStatus] = {
+    int(ResponseCode.SUCCESS): SendStatus.SEND_OK,
+    int(ResponseCode.FLUSH_DISK_TIMEOUT): SendStatus.FLUSH_DISK_TIMEOUT,
+    int(ResponseCode.FLUSH_SLAVE_TIMEOUT): SendStatus.FLUSH_SLAVE_TIMEOUT,
+    int(ResponseCode.SLAVE_NOT_AVAILABLE): SendStatus.SLAVE_NOT_AVAILABLE,
 }
 _RESERVED_BYTES = (b"\x01", b"\x02")
+_RESP_QUEUE_ID = SendMessageResponse.WIRE["queue_id"]
+_RESP_QUEUE_OFFSET = SendMessageResponse.WIRE["queue_offset"]
+_RESP_COMMIT_LOG_OFFSETS = SendMessageResponse.WIRE["commit_log_offsets"]
 
 
 class Producer:
@@ -392,63 +397,80 @@ class Producer:
         timeout: float | None,
     ) -> SendResult:
         inst = self._instance()
+        routes = inst.routes
         loop = asyncio.get_running_loop()
         budget = self.send_timeout if timeout is None else timeout
         deadline = loop.time() + budget
         fixed = queue is not None or selector is not None
         attempts = 1 if fixed else 1 + self.retry_times
+        strategy = self.selector
+        # Plain round robin ignores how sends went: its sends skip the clock reads for latency.
+        timed = strategy.__class__ is not RoundRobinSelector
+        started = 0.0
         last_broker: str | None = None
         last_error: PymqError | None = None
         for _attempt in range(attempts):
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            queues = await self.queues_for(topic)
+            # queues_for's hot path inline: one dict lookup
+            queues = routes.cached_write_queues(topic) or await self.queues_for(topic)
             if queue is not None:
                 mq = queue
             elif selector is not None:
                 mq = selector(queues, msg, arg)
             else:
-                mq = self.selector.select(queues, last_broker)
-            last_broker = mq.brokerName
-            addr = inst.broker_addr(mq.brokerName)
+                mq = strategy.select(queues, last_broker)
+            broker_name = last_broker = mq.brokerName
+            addr = routes.broker_addr(broker_name)
             if addr is None:
                 await inst.update_route(topic)
-                addr = inst.broker_addr(mq.brokerName)
+                addr = inst.broker_addr(broker_name)
                 if addr is None:
-                    last_error = NoRouteError(f"no master address for broker {mq.brokerName}")
+                    last_error = NoRouteError(f"no master address for broker {broker_name}")
                     continue
-            started = loop.time()
+            if timed:
+                started = loop.time()
             cmd = broker_api.send_message(topic, mq.queueId, self.group, body, batch=batch)
             try:
                 resp = await inst.rpc.invoke(addr, cmd, remaining)
             except TransportError as exc:
-                self.selector.update(mq.brokerName, (loop.time() - started) * 1000, True)
+                if timed:
+                    strategy.update(broker_name, (loop.time() - started) * 1000, True)
                 last_error = exc
                 if isinstance(exc, ConnectError | ConnectionClosedError):
-                    inst.routes.forget_write_queues(topic)  # the broker may be gone: fetch the route again
+                    routes.forget_write_queues(topic)  # the broker may be gone: fetch the route again
                 continue
-            self.selector.update(mq.brokerName, (loop.time() - started) * 1000, False)
+            if timed:
+                strategy.update(broker_name, (loop.time() - started) * 1000, False)
             status = _STORED_CODES.get(resp.code)
             if status is not None:
-                queue_id, queue_offset, commit_log_offsets = broker_api.read_send_response(resp, mq.queueId)
+                # broker_api.read_send_response inline; the queue itself is reused when the broker
+                # stored where it was asked to (always, but for a broker that moves sends)
+                ext = resp.ext
+                queue_id = ext.get(_RESP_QUEUE_ID)
+                if queue_id is not None and queue_id != mq.queueId:
+                    mq = MessageQueue(topic, broker_name, int(queue_id))
+                elif mq.topic != topic:
+                    mq = MessageQueue(topic, broker_name, mq.queueId)
+                offsets = ext.get(_RESP_COMMIT_LOG_OFFSETS)
                 return SendResult(
-                    SendStatus(status),
+                    status,
                     ids[0],
-                    MessageQueue(topic, mq.brokerName, queue_id),
-                    queue_offset,
+                    mq,
+                    int(ext.get(_RESP_QUEUE_OFFSET, -1)),
                     ids,
-                    commit_log_offsets,
+                    offsets if offsets.__class__ is list else list(offsets or ()),
                     addr,
                 )
             err = error_for_response(resp.code, resp.remark, addr)
             last_error = err
             if err.invalid_route:
-                inst.routes.forget_write_queues(topic)
+                routes.forget_write_queues(topic)
             if not err.retriable:
                 raise err
             if resp.code in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE):
-                self.selector.update(mq.brokerName, 0, True)
+                strategy.update(broker_name, 0, True)
         if last_error is None:
             raise RequestTimeoutError(f"send to {topic} timed out after {budget:.3f}s")
         raise last_error
