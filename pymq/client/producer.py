@@ -398,6 +398,7 @@ class Producer:
     ) -> SendResult:
         inst = self._instance()
         routes = inst.routes
+        rpc = inst.rpc
         loop = asyncio.get_running_loop()
         budget = self.send_timeout if timeout is None else timeout
         deadline = loop.time() + budget
@@ -432,8 +433,15 @@ class Producer:
             if timed:
                 started = loop.time()
             cmd = broker_api.send_message(topic, mq.queueId, self.group, body, batch=batch)
+            # rpc.invoke without its coroutines when the connection is open and has room
+            conn = rpc.connection_if_any(addr)
+            fut = conn.send_request(cmd, remaining) if conn is not None else None
             try:
-                resp = await inst.rpc.invoke(addr, cmd, remaining)
+                resp = await (fut if fut is not None else rpc.invoke(addr, cmd, remaining))
+            except asyncio.CancelledError:
+                if fut is not None and conn is not None:
+                    conn.abandon(cmd.opaque)
+                raise
             except TransportError as exc:
                 if timed:
                     strategy.update(broker_name, (loop.time() - started) * 1000, True)

@@ -303,6 +303,23 @@ class Connection(asyncio.Protocol):
 
     async def request(self, cmd: Command, timeout: float) -> Command:
         """Send a request and wait for its response."""
+        fut = self.send_request(cmd, timeout)
+        if fut is None:  # closed, or no room in the output buffer
+            await self._writable()
+            fut = self._start_request(cmd, timeout)
+        try:
+            return await fut
+        finally:
+            self._pending.pop(cmd.opaque, None)
+
+    def send_request(self, cmd: Command, timeout: float) -> asyncio.Future[Command] | None:
+        """Write a request now and return the future of its response (resolved with the response, or
+        failed with RequestTimeoutError / ConnectionClosedError); None, and nothing written, when the
+        connection is closed or its output buffer is full (:meth:`request` then waits for room).
+
+        :meth:`request` without its coroutine, for hot paths (a producer's send): a caller that
+        stops waiting for the future (e.g. is cancelled) must :meth:`abandon` ``cmd.opaque``.
+        """
         flow = self.flow
         transport = self.transport
         if (  # not is_open, or no room: inline, this runs per request
@@ -311,7 +328,14 @@ class Connection(asyncio.Protocol):
             or transport.is_closing()
             or (flow is not None and not flow.writable)
         ):
-            await self._writable()
+            return None
+        return self._start_request(cmd, timeout)
+
+    def abandon(self, opaque: int) -> None:
+        """Forget request ``opaque``: its caller no longer waits for the answer."""
+        self._pending.pop(opaque, None)
+
+    def _start_request(self, cmd: Command, timeout: float) -> asyncio.Future[Command]:
         opaque = next(_opaques)
         cmd.opaque = opaque
         cmd.flags &= ~FLAG_ONEWAY
@@ -321,10 +345,18 @@ class Connection(asyncio.Protocol):
         self._pending[opaque] = fut
         self._add_deadline(opaque, timeout)
         try:
-            self.write_command(cmd)
-            return await fut
-        finally:
+            if self._reading or self._flush_scheduled:
+                self.write_command(cmd)
+            else:  # write_command's first write of a tick, inline (it runs per request)
+                transport = self.transport
+                assert transport is not None
+                transport.writelines(self._encode(cmd))
+                self._flush_scheduled = True
+                self._loop.call_soon(self._flush)
+        except BaseException:
             self._pending.pop(opaque, None)
+            raise
+        return fut
 
     # --- request timeouts: one timer per connection, not one per request ---------------------------
 

@@ -1,0 +1,112 @@
+"""The producer's single-send fast path: Connection.send_request, and what the send path caches."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from pymq.client.producer import Producer, SendStatus
+from pymq.client.selectors import RoundRobinSelector
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.command import FLAG_RESPONSE, Command
+from pymq.protocol.frame import FrameDecoder, encode_bytes
+from pymq.protocol.message import Message
+from pymq.protocol.route import MessageQueue
+from pymq.testing import MockBroker
+from pymq.transport.codec import default_codec
+from pymq.transport.connection import Connection
+
+SEND = RequestCode.SEND_MESSAGE
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.calls: list[bytes] = []
+        self.closed = False
+
+    def writelines(self, bufs: list[Any]) -> None:
+        self.calls.append(b"".join(bytes(b) for b in bufs))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+
+def _client_connection() -> tuple[Connection, RecordingTransport]:
+    conn = Connection(None, default_codec())
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    return conn, transport
+
+
+async def test_send_request_writes_at_once_and_its_future_gets_the_answer() -> None:
+    conn, transport = _client_connection()
+    cmd = Command(SEND, 0, 0, None, {"topic": "t"}, b"body")
+    fut = conn.send_request(cmd, 3.0)
+    assert fut is not None and not fut.done()
+    (sent,) = FrameDecoder().feed(transport.calls[0])
+    assert sent.opaque == cmd.opaque and sent.ext == {"topic": "t"} and sent.body_bytes() == b"body"
+    conn.data_received(encode_bytes(Command(0, cmd.opaque, FLAG_RESPONSE, None, {"queueId": 1})))
+    assert (await fut).ext == {"queueId": 1}
+    assert conn.in_flight == 0
+    conn.connection_lost(None)
+
+
+async def test_send_request_writes_nothing_on_a_closing_connection_and_abandon_forgets() -> None:
+    conn, transport = _client_connection()
+    transport.closed = True
+    assert conn.send_request(Command(SEND), 3.0) is None and not transport.calls
+    transport.closed = False
+    cmd = Command(SEND)
+    fut = conn.send_request(cmd, 3.0)
+    assert fut is not None and conn.in_flight == 1
+    conn.abandon(cmd.opaque)
+    assert conn.in_flight == 0
+    fut.cancel()
+    conn.connection_lost(None)
+
+
+async def test_a_cancelled_send_leaves_no_pending_request() -> None:
+    async with MockBroker("broker-a") as a:
+        a.add_topic("orders", [a], queues=1)
+        a.script(SEND, MockBroker.delay(30))
+        async with Producer(a.address, send_timeout=30) as producer:
+            task = asyncio.ensure_future(producer.send(Message("orders", b"x")))
+            for _ in range(500):
+                if a.requests_of(SEND):
+                    break
+                await asyncio.sleep(0.01)
+            assert a.requests_of(SEND)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert producer.instance is not None
+            conn = producer.instance.rpc.connection_if_any(a.address)
+            assert conn is not None and conn.in_flight == 0
+
+
+async def test_send_results_reuse_the_selected_queue_and_name_the_stored_one() -> None:
+    async with MockBroker("broker-a") as a:
+        a.add_topic("orders", [a], queues=2)
+        async with Producer(a.address, selector=RoundRobinSelector(start=-1)) as producer:
+            queues = await producer.queues_for("orders")
+            first = await producer.send(Message("orders", b"one"))
+            second = await producer.send(Message("orders", b"two"))
+            explicit = await producer.send(Message("orders", b"three"), queue=MessageQueue("orders", "broker-a", 1))
+    assert first.status is SendStatus.SEND_OK and first.message_queue is queues[0]
+    assert second.message_queue is queues[1] and second.queue_offset == 0
+    assert explicit.message_queue == MessageQueue("orders", "broker-a", 1) and explicit.queue_offset == 1
+    assert first.commit_log_offsets and first.offset_msg_id
