@@ -127,9 +127,24 @@ class Connection(asyncio.Protocol):
             ):
                 return
         flow = self.flow
+        dispatcher = self.dispatcher
         self._reading = True
         try:
-            self._receive(commands, flow)
+            for cmd in commands:  # the loop inline (no call per read): this runs once per read
+                if cmd.flags & FLAG_RESPONSE:
+                    fut = self._pending.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                elif self._backlog or (flow is not None and flow.read_paused) or self.inflight >= MAX_INFLIGHT_HANDLERS:
+                    # One read can carry many pipelined requests: past the high-water mark they
+                    # wait here, so the responses we buffer stay bounded.
+                    self._backlog.append(cmd)
+                    if flow is not None and len(self._backlog) >= MAX_BACKLOG:
+                        flow.backlog_full(True)
+                elif dispatcher is not None:
+                    dispatcher.dispatch(self, cmd)  # (what _dispatch does, one call less per request)
+                else:
+                    self._dispatch(cmd)
         finally:
             self._reading = False
             out = self._out
@@ -139,24 +154,6 @@ class Connection(asyncio.Protocol):
                 transport = self.transport
                 if transport is not None and not transport.is_closing():
                     transport.writelines(out)
-
-    def _receive(self, commands: list[Command], flow: FlowControl | None) -> None:
-        dispatcher = self.dispatcher
-        for cmd in commands:
-            if cmd.flags & FLAG_RESPONSE:
-                fut = self._pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-            elif self._backlog or (flow is not None and flow.read_paused) or self.inflight >= MAX_INFLIGHT_HANDLERS:
-                # One read can carry many pipelined requests: past the high-water mark they
-                # wait here, so the responses we buffer stay bounded.
-                self._backlog.append(cmd)
-                if flow is not None and len(self._backlog) >= MAX_BACKLOG:
-                    flow.backlog_full(True)
-            elif dispatcher is not None:
-                dispatcher.dispatch(self, cmd)  # (what _dispatch does, one call less per request)
-            else:
-                self._dispatch(cmd)
 
     def _track_partial(self, limits: ConnectionLimits, held: int, now: float, completed: bool) -> bool:
         """Count the unfinished frame in the server's budget; True if it was refused (connection closed)."""
@@ -343,7 +340,19 @@ class Connection(asyncio.Protocol):
         if self.signer is not None:
             self.signer(cmd)  # once, over the final code, opaque, fields and body
         self._pending[opaque] = fut
-        self._add_deadline(opaque, timeout)
+        # _add_deadline inline (once per request)
+        loop = self._loop
+        deadline = loop.time() + timeout
+        group = round(timeout, 2)
+        dq = self._deadlines.get(group)
+        if dq is None:
+            dq = self._deadlines[group] = deque()
+        dq.append((deadline, opaque))
+        if self._timeout_timer is None:
+            self._arm_timeouts(min(deadline, loop.time() + _SWEEP_INTERVAL))
+        elif deadline < self._timeout_at:
+            self._timeout_timer.cancel()
+            self._arm_timeouts(deadline)
         try:
             if self._reading or self._flush_scheduled:
                 self.write_command(cmd)
@@ -352,7 +361,7 @@ class Connection(asyncio.Protocol):
                 assert transport is not None
                 transport.writelines(self._encode(cmd))
                 self._flush_scheduled = True
-                self._loop.call_soon(self._flush)
+                loop.call_soon(self._flush)
         except BaseException:
             self._pending.pop(opaque, None)
             raise
@@ -361,7 +370,7 @@ class Connection(asyncio.Protocol):
     # --- request timeouts: one timer per connection, not one per request ---------------------------
 
     def _add_deadline(self, opaque: int, timeout: float) -> None:
-        """Remember when request ``opaque`` times out.
+        """Remember when request ``opaque`` times out (:meth:`_start_request` does this inline).
 
         Deadlines of one timeout value arrive in order, so each value keeps a deque, oldest
         first; one timer (armed for the earliest deadline, at most a second ahead) expires

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from pymq.client.selectors import RoundRobinSelector
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import FLAG_RESPONSE, Command
 from pymq.protocol.frame import FrameDecoder, encode_bytes
-from pymq.protocol.message import Message
+from pymq.protocol.message import Message, UniqueIdGenerator
 from pymq.protocol.route import MessageQueue
 from pymq.testing import MockBroker
 from pymq.transport.codec import default_codec
@@ -110,3 +111,12 @@ async def test_send_results_reuse_the_selected_queue_and_name_the_stored_one() -
     assert second.message_queue is queues[1] and second.queue_offset == 0
     assert explicit.message_queue == MessageQueue("orders", "broker-a", 1) and explicit.queue_offset == 1
     assert first.commit_log_offsets and first.offset_msg_id
+
+
+def test_unique_ids_format_their_counter_as_four_hex_digits() -> None:
+    gen = UniqueIdGenerator("10.0.0.1")
+    now = 1_700_000_000_000
+    ids = [gen.next_id(now) for _ in range(0x10002)]
+    assert {len(i) for i in ids} == {32} and len({i[:-4] for i in ids}) == 1
+    assert [i[-4:] for i in ids] == [f"{n & 0xFFFF:04X}" for n in range(0x10002)]
+    assert gen.id_head() != ids[0][:-4] or int(time.time() * 1000) == now  # the given time, not the clock's
