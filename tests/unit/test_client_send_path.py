@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 from typing import Any
 
+import msgpack
 import pytest
 
 from pymq.client.producer import Producer, SendStatus
 from pymq.client.selectors import RoundRobinSelector
+from pymq.errors import RemoteProtocolError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import FLAG_RESPONSE, Command
 from pymq.protocol.frame import FrameDecoder, encode_bytes
@@ -120,3 +123,23 @@ def test_unique_ids_format_their_counter_as_four_hex_digits() -> None:
     assert {len(i) for i in ids} == {32} and len({i[:-4] for i in ids}) == 1
     assert [i[-4:] for i in ids] == [f"{n & 0xFFFF:04X}" for n in range(0x10002)]
     assert gen.id_head() != ids[0][:-4] or int(time.time() * 1000) == now  # the given time, not the clock's
+
+
+@pytest.mark.parametrize("body", [b"", b"payload" * 100])
+def test_a_single_whole_frame_decodes_as_the_frame_loop_does(body: bytes) -> None:
+    cmd = Command(SEND, 77, FLAG_RESPONSE, "remark", {"queueId": 1, "commitLogOffsets": [5]}, body)
+    frame = encode_bytes(cmd)
+    (whole,) = FrameDecoder().feed(frame)  # one read, one frame: the fast path
+    split = FrameDecoder()
+    assert split.feed(frame[:10]) == []
+    (pieced,) = split.feed(frame[10:])  # held bytes: the loop
+    for got in (whole, pieced):
+        assert (got.code, got.opaque, got.flags, got.remark, got.ext) == (SEND, 77, FLAG_RESPONSE, "remark", cmd.ext)
+        assert got.body_bytes() == body
+
+
+def test_a_single_malformed_frame_is_still_refused() -> None:
+    header = msgpack.packb([1, 2, 3], use_bin_type=True)
+    frame = struct.pack(">II", 4 + len(header), len(header)) + header
+    with pytest.raises(RemoteProtocolError, match="5-element array"):
+        FrameDecoder().feed(frame)
