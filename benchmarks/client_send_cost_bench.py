@@ -1,6 +1,6 @@
 """What the client's single send costs, in process: ``await producer.send(msg)`` of a 1 KiB message.
 
-    python benchmarks/client_send_cost_bench.py [--calls] [--profile [SORT]] [--sync] [-n N]
+    python benchmarks/client_send_cost_bench.py [--calls] [--profile [SORT]] [--sync] [-n N] [--concurrency C]
 
 The real Producer, ClientInstance, RpcClient and Connection (uvloop), with no broker: the
 connection's transport is a fake that answers each request frame with a prebuilt SEND_MESSAGE
@@ -11,8 +11,9 @@ decode, SendResult. Reports the median µs per send of several rounds (wall, and
 other processes' load disturbs less); ``--calls`` counts the
 Python function calls (cProfile's, C functions included) per send, of which the fake transport
 accounts for 3 (``writelines``, ``bytearray``'s copy, ``pack_into``) plus the loop's call of
-``data_received``. ``--profile`` prints the top functions by own time. ``--sync`` measures the
-sync facade's ``send`` instead (a thread hop per send: expect more µs, mostly waiting).
+``data_received``. ``--profile`` prints the top functions by own time. ``--concurrency C`` runs C
+senders on the loop (as W4's producers) and answers the requests of each write in one read.
+``--sync`` measures the sync facade's ``send`` instead (a thread hop per send: expect more µs, mostly waiting).
 """
 
 from __future__ import annotations
@@ -94,7 +95,29 @@ class AnsweringTransport:
         pass
 
 
-def install_fake_broker(producer: Producer) -> None:
+class BatchAnsweringTransport(AnsweringTransport):
+    """Answers every request not yet answered, all in one read one loop iteration later (as a broker
+    answers the requests of one read with one write): for concurrent producers on one connection."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.last = 0
+
+    def writelines(self, bufs: list[bytes]) -> None:
+        conn = self.conn
+        assert conn is not None
+        frames = []
+        for opaque in conn._pending:  # (oldest first; opaques grow)
+            if opaque > self.last:
+                frame = bytearray(self.template)
+                struct.pack_into(">I", frame, self.at, opaque)
+                frames.append(frame)
+                self.last = opaque
+        if frames:
+            self.loop.call_soon(conn.data_received, b"".join(frames))
+
+
+def install_fake_broker(producer: Producer, concurrency: int = 1) -> None:
     """A route to one broker with 8 queues, and a connection to it over :class:`AnsweringTransport`."""
     inst = producer.instance
     assert inst is not None
@@ -103,7 +126,8 @@ def install_fake_broker(producer: Producer) -> None:
     inst.routes._write[TOPIC] = write_queues(TOPIC, route)  # as a first send's route fetch leaves it
     rpc = inst.rpc
     conn = Connection(rpc.dispatcher, rpc.codec)
-    transport = AnsweringTransport(asyncio.get_running_loop())
+    loop = asyncio.get_running_loop()
+    transport = AnsweringTransport(loop) if concurrency == 1 else BatchAnsweringTransport(loop)
     transport.conn = conn
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn.signer = rpc.signer
@@ -111,33 +135,44 @@ def install_fake_broker(producer: Producer) -> None:
     rpc._conns[ADDR] = conn
 
 
-async def rounds(producer: Producer, msg: Message, n: int, count: int) -> tuple[list[float], list[float]]:
+async def rounds(
+    producer: Producer, msg: Message, n: int, count: int, concurrency: int = 1
+) -> tuple[list[float], list[float]]:
     send = producer.send
-    for _ in range(2000):
-        await send(msg)
+
+    async def sender(k: int) -> None:
+        for _ in range(k):
+            await send(msg)
+
+    async def run(k: int) -> None:
+        if concurrency == 1:
+            await sender(k)
+        else:
+            await asyncio.gather(*(sender(k // concurrency) for _ in range(concurrency)))
+
+    await run(2000)
     out = []
     cpu = []
     for _ in range(count):
         c0 = time.thread_time()
         t0 = time.perf_counter()
-        for _ in range(n):
-            await send(msg)
+        await run(n)
         out.append((time.perf_counter() - t0) / n * 1e6)
         cpu.append((time.thread_time() - c0) / n * 1e6)
     return out, cpu
 
 
-async def main(n: int) -> None:
+async def main(n: int, concurrency: int) -> None:
     body = bytes(range(256)) * 4  # 1 KiB
     msg = Message(TOPIC, body)
     async with Producer("127.0.0.1:1", "client-bench") as producer:
-        install_fake_broker(producer)
+        install_fake_broker(producer, concurrency)
         result = await producer.send(msg)
         assert result.queue_offset == 123456 and result.commit_log_offsets == [987654321], result
-        times, cpu = await rounds(producer, msg, n, 7)
+        times, cpu = await rounds(producer, msg, n, 7, concurrency)
         print(
             f"{'us/send':14} median {statistics.median(times):6.2f}  min {min(times):6.2f}  "
-            f"cpu median {statistics.median(cpu):6.2f}  (7 rounds of {n})"
+            f"cpu median {statistics.median(cpu):6.2f}  (7 rounds of {n}, {concurrency} sender(s))"
         )
         if "--calls" in sys.argv or "--profile" in sys.argv:
             import cProfile
@@ -145,11 +180,10 @@ async def main(n: int) -> None:
 
             prof = cProfile.Profile()
             prof.enable()
-            for _ in range(5000):
-                await producer.send(msg)
+            await rounds(producer, msg, 5000, 1, concurrency)  # (2000 sends of warm-up, then 5000)
             prof.disable()
             stats = pstats.Stats(prof)
-            calls = sum(v[1] for v in stats.stats.values()) / 5000  # type: ignore[attr-defined]
+            calls = sum(v[1] for v in stats.stats.values()) / 7000  # type: ignore[attr-defined]
             print(f"{'calls/send':14} {calls:6.1f}")
             if "--profile" in sys.argv:
                 at = sys.argv.index("--profile") + 1
@@ -182,7 +216,8 @@ async def _install(producer: Producer) -> None:
 if __name__ == "__main__":
     configure_logging("error")
     count = int(sys.argv[sys.argv.index("-n") + 1]) if "-n" in sys.argv else 20000
+    concurrency = int(sys.argv[sys.argv.index("--concurrency") + 1]) if "--concurrency" in sys.argv else 1
     if "--sync" in sys.argv:
         main_sync(count)
     else:
-        uvloop.run(main(count))
+        uvloop.run(main(count, concurrency))
