@@ -192,7 +192,7 @@ async def main(n: int, concurrency: int) -> None:
 
 
 def main_sync(n: int) -> None:
-    from pymq.client.sync import SyncProducer
+    from pymq.client.sync import Producer as SyncProducer
 
     body = bytes(range(256)) * 4
     msg = Message(TOPIC, body)

@@ -79,11 +79,39 @@ class _LoopThread:
         if threading.current_thread() is self.thread:
             coro.close()
             raise RuntimeError("blocking pymq call made from the pymq loop thread (use the asyncio API there)")
-        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        # What run_coroutine_threadsafe does, without its two-way future chaining: one task on the
+        # loop whose done callback fills a concurrent future (a few µs less per blocking call).
+        loop = self.loop
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+        started: list[asyncio.Task[T]] = []
+
+        def done(task: asyncio.Task[T]) -> None:
+            if task.cancelled():
+                fut.cancel()
+            elif (exc := task.exception()) is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(task.result())
+
+        def start() -> None:
+            try:
+                task = loop.create_task(coro)
+            except BaseException as exc:
+                coro.close()
+                fut.set_exception(exc)
+                return
+            started.append(task)
+            task.add_done_callback(done)
+
+        def cancel() -> None:  # (runs after start: the loop runs callbacks in order)
+            for task in started:
+                task.cancel()
+
+        loop.call_soon_threadsafe(start)
         try:
             return fut.result(timeout)
         except concurrent.futures.TimeoutError:
-            fut.cancel()
+            loop.call_soon_threadsafe(cancel)
             raise TimeoutError(f"pymq call did not finish within {timeout}s") from None
 
     def call(self, fn: Callable[[], T]) -> T:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import threading
 import time
 from typing import Any
 
@@ -12,7 +13,8 @@ import pytest
 
 from pymq.client.producer import Producer, SendStatus
 from pymq.client.selectors import RoundRobinSelector
-from pymq.errors import RemoteProtocolError
+from pymq.client.sync import _LoopThread
+from pymq.errors import ClientError, RemoteProtocolError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import FLAG_RESPONSE, Command
 from pymq.protocol.frame import FrameDecoder, encode_bytes
@@ -143,3 +145,29 @@ def test_a_single_malformed_frame_is_still_refused() -> None:
     frame = struct.pack(">II", 4 + len(header), len(header)) + header
     with pytest.raises(RemoteProtocolError, match="5-element array"):
         FrameDecoder().feed(frame)
+
+
+def test_the_sync_facades_blocking_call_returns_raises_and_cancels_on_timeout() -> None:
+    runner = _LoopThread.get()
+
+    async def ok() -> int:
+        return 5
+
+    async def bad() -> None:
+        raise ClientError("boom")
+
+    cancelled = threading.Event()
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    assert runner.run(ok()) == 5
+    with pytest.raises(ClientError, match="boom"):
+        runner.run(bad())
+    with pytest.raises(TimeoutError, match="did not finish"):
+        runner.run(slow(), timeout=0.05)
+    assert cancelled.wait(10)
