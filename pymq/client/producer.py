@@ -418,6 +418,7 @@ class Producer:
         rpc = inst.rpc
         loop = asyncio.get_running_loop()
         budget = self.send_timeout if timeout is None else timeout
+        remaining = budget
         deadline = loop.time() + budget
         fixed = queue is not None or selector is not None
         attempts = 1 if fixed else 1 + self.retry_times
@@ -427,8 +428,9 @@ class Producer:
         started = 0.0
         last_broker: str | None = None
         last_error: PymqError | None = None
-        for _attempt in range(attempts):
-            remaining = deadline - loop.time()
+        for attempt in range(attempts):
+            if attempt:
+                remaining = deadline - loop.time()
             if remaining <= 0:
                 break
             # queues_for's hot path inline: one dict lookup
@@ -440,7 +442,7 @@ class Producer:
             else:
                 mq = strategy.select(queues, last_broker)
             broker_name = last_broker = mq.brokerName
-            addr = routes.broker_addr(broker_name)
+            addr = routes.master_addr(broker_name)
             if addr is None:
                 await inst.update_route(topic)
                 addr = inst.broker_addr(broker_name)

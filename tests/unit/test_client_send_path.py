@@ -12,6 +12,7 @@ import msgpack
 import pytest
 
 from pymq.client.producer import Producer, SendStatus
+from pymq.client.routes import RouteCache
 from pymq.client.selectors import RoundRobinSelector
 from pymq.client.sync import _LoopThread
 from pymq.errors import ClientError, RemoteProtocolError
@@ -19,7 +20,7 @@ from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import FLAG_RESPONSE, Command
 from pymq.protocol.frame import FrameDecoder, encode_bytes
 from pymq.protocol.message import Message, UniqueIdGenerator
-from pymq.protocol.route import MessageQueue
+from pymq.protocol.route import BrokerData, MessageQueue, QueueData, TopicRouteData
 from pymq.testing import MockBroker
 from pymq.transport.codec import default_codec
 from pymq.transport.connection import Connection
@@ -171,3 +172,32 @@ def test_the_sync_facades_blocking_call_returns_raises_and_cancels_on_timeout() 
     with pytest.raises(TimeoutError, match="did not finish"):
         runner.run(slow(), timeout=0.05)
     assert cancelled.wait(10)
+
+
+def test_the_cached_master_address_follows_route_changes() -> None:
+    async def no_fetch(topic: str) -> TopicRouteData | None:
+        return None
+
+    routes = RouteCache(no_fetch)
+    qd = [QueueData("broker-a", 4, 4)]
+    routes.put("t", TopicRouteData(qd, [BrokerData("c", "broker-a", {0: "10.0.0.1:10911", 1: "10.0.0.2:10911"})]))
+    assert routes.master_addr("broker-a") == routes.broker_addr("broker-a") == "10.0.0.1:10911"
+    routes.put("t", TopicRouteData(qd, [BrokerData("c", "broker-a", {0: "10.0.0.3:10911"})]))  # a new master
+    assert routes.master_addr("broker-a") == routes.broker_addr("broker-a") == "10.0.0.3:10911"
+    routes.put("t", TopicRouteData(qd, [BrokerData("c", "broker-a", {1: "10.0.0.2:10911"})]))  # the master gone
+    assert routes.master_addr("broker-a") is None and routes.broker_addr("broker-a") is None
+    assert routes.broker_addr("broker-a", master_only=False) == "10.0.0.2:10911"
+    assert routes.master_addr("broker-b") is None
+
+
+async def test_a_send_after_the_master_moved_goes_to_the_new_master() -> None:
+    async with MockBroker("broker-a") as old, MockBroker("broker-a") as new, MockBroker("namesrv") as ns:
+        ns.add_topic("orders", [old], queues=1)
+        async with Producer(ns.address) as producer:
+            first = await producer.send(Message("orders", b"one"))
+            assert producer.instance is not None
+            ns.add_topic("orders", [new], queues=1)
+            await producer.instance.update_route("orders")
+            second = await producer.send(Message("orders", b"two"))
+    assert first.store_addr == old.address and second.store_addr == new.address
+    assert len(old.stored("orders")) == 1 and len(new.stored("orders")) == 1
