@@ -12,13 +12,14 @@ other processes' load disturbs less); ``--calls`` counts the
 Python function calls (cProfile's, C functions included) per send, of which the fake transport
 accounts for 3 (``writelines``, ``bytearray``'s copy, ``pack_into``) plus the loop's call of
 ``data_received``. ``--profile`` prints the top functions by own time. ``--concurrency C`` runs C
-senders on the loop (as W4's producers) and answers the requests of each write in one read.
+producers on the loop, each with its own client instance and connection, as W4's in pymq-bench.
 ``--sync`` measures the sync facade's ``send`` instead (a thread hop per send: expect more µs, mostly waiting).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import struct
 import sys
@@ -95,29 +96,7 @@ class AnsweringTransport:
         pass
 
 
-class BatchAnsweringTransport(AnsweringTransport):
-    """Answers every request not yet answered, all in one read one loop iteration later (as a broker
-    answers the requests of one read with one write): for concurrent producers on one connection."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(loop)
-        self.last = 0
-
-    def writelines(self, bufs: list[bytes]) -> None:
-        conn = self.conn
-        assert conn is not None
-        frames = []
-        for opaque in conn._pending:  # (oldest first; opaques grow)
-            if opaque > self.last:
-                frame = bytearray(self.template)
-                struct.pack_into(">I", frame, self.at, opaque)
-                frames.append(frame)
-                self.last = opaque
-        if frames:
-            self.loop.call_soon(conn.data_received, b"".join(frames))
-
-
-def install_fake_broker(producer: Producer, concurrency: int = 1) -> None:
+def install_fake_broker(producer: Producer) -> None:
     """A route to one broker with 8 queues, and a connection to it over :class:`AnsweringTransport`."""
     inst = producer.instance
     assert inst is not None
@@ -126,8 +105,7 @@ def install_fake_broker(producer: Producer, concurrency: int = 1) -> None:
     inst.routes._write[TOPIC] = write_queues(TOPIC, route)  # as a first send's route fetch leaves it
     rpc = inst.rpc
     conn = Connection(rpc.dispatcher, rpc.codec)
-    loop = asyncio.get_running_loop()
-    transport = AnsweringTransport(loop) if concurrency == 1 else BatchAnsweringTransport(loop)
+    transport = AnsweringTransport(asyncio.get_running_loop())
     transport.conn = conn
     conn.connection_made(transport)  # type: ignore[arg-type]
     conn.signer = rpc.signer
@@ -135,20 +113,19 @@ def install_fake_broker(producer: Producer, concurrency: int = 1) -> None:
     rpc._conns[ADDR] = conn
 
 
-async def rounds(
-    producer: Producer, msg: Message, n: int, count: int, concurrency: int = 1
-) -> tuple[list[float], list[float]]:
-    send = producer.send
+async def rounds(producers: list[Producer], msg: Message, n: int, count: int) -> tuple[list[float], list[float]]:
+    """``count`` rounds of ``n`` sends in all, spread over the producers (each awaits its sends in turn)."""
 
-    async def sender(k: int) -> None:
+    async def sender(producer: Producer, k: int) -> None:
+        send = producer.send
         for _ in range(k):
             await send(msg)
 
     async def run(k: int) -> None:
-        if concurrency == 1:
-            await sender(k)
+        if len(producers) == 1:
+            await sender(producers[0], k)
         else:
-            await asyncio.gather(*(sender(k // concurrency) for _ in range(concurrency)))
+            await asyncio.gather(*(sender(p, k // len(producers)) for p in producers))
 
     await run(2000)
     out = []
@@ -165,14 +142,19 @@ async def rounds(
 async def main(n: int, concurrency: int) -> None:
     body = bytes(range(256)) * 4  # 1 KiB
     msg = Message(TOPIC, body)
-    async with Producer("127.0.0.1:1", "client-bench") as producer:
-        install_fake_broker(producer, concurrency)
-        result = await producer.send(msg)
-        assert result.queue_offset == 123456 and result.commit_log_offsets == [987654321], result
-        times, cpu = await rounds(producer, msg, n, 7, concurrency)
+    async with contextlib.AsyncExitStack() as stack:
+        producers = []
+        for i in range(concurrency):  # as pymq-bench: a client instance (its own connection) per producer
+            producer = Producer("127.0.0.1:1", f"client-bench-{i}", instance_name=f"client-bench-{i}")
+            await stack.enter_async_context(producer)
+            install_fake_broker(producer)
+            result = await producer.send(msg)
+            assert result.queue_offset == 123456 and result.commit_log_offsets == [987654321], result
+            producers.append(producer)
+        times, cpu = await rounds(producers, msg, n, 7)
         print(
             f"{'us/send':14} median {statistics.median(times):6.2f}  min {min(times):6.2f}  "
-            f"cpu median {statistics.median(cpu):6.2f}  (7 rounds of {n}, {concurrency} sender(s))"
+            f"cpu median {statistics.median(cpu):6.2f}  (7 rounds of {n}, {concurrency} producer(s))"
         )
         if "--calls" in sys.argv or "--profile" in sys.argv:
             import cProfile
@@ -180,7 +162,7 @@ async def main(n: int, concurrency: int) -> None:
 
             prof = cProfile.Profile()
             prof.enable()
-            await rounds(producer, msg, 5000, 1, concurrency)  # (2000 sends of warm-up, then 5000)
+            await rounds(producers, msg, 5000, 1)  # (2000 sends of warm-up, then 5000)
             prof.disable()
             stats = pstats.Stats(prof)
             calls = sum(v[1] for v in stats.stats.values()) / 7000  # type: ignore[attr-defined]
