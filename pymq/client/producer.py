@@ -306,8 +306,31 @@ class Producer:
             # _check's tests inline for the usual bytes body (it runs per send); _check names what is wrong
             if body.__class__ is not bytes or not body or len(body) > self.max_message_size or not msg.topic:
                 self._check(msg)
-            record, uniq = self._encode(msg)
-            result = await self._send_record(msg.topic, record, [uniq], False, msg, selector, arg, queue, timeout)
+            # A plain message (no keys, properties or delay; not to be compressed) is encoded by the
+            # accelerator's batch encoder as a batch of one: record, unique id and list in one C call.
+            c = _record.speedups
+            ids_gen = self._ids
+            plain: Any = None
+            if c is not None and ids_gen is not None:
+                topic = msg.topic
+                born_ts = int(time.time() * 1000)
+                plain = c.encode_batch(
+                    [msg],
+                    topic,
+                    topic.encode(),
+                    born_ts,
+                    self._born_host,
+                    self.max_message_size,
+                    self.compress_threshold,
+                    ids_gen.id_head(born_ts),
+                    ids_gen.counter,
+                )
+            if plain is not None and plain is not NotImplemented:
+                record, ids = plain
+            else:  # anything else (and without the accelerator): the general encoder, which names errors
+                record, uniq = self._encode(msg)
+                ids = [uniq]
+            result = await self._send_record(msg.topic, record, ids, False, msg, selector, arg, queue, timeout)
         except BaseException as exc:
             if event is not None:
                 after_send(self.hooks, event, None, exc)

@@ -457,12 +457,13 @@ class UniqueIdGenerator:
         """The counter of the ids' last four hex digits (``next(counter) & 0xFFFF``), shared by all ids."""
         return self._counter
 
-    def id_head(self) -> str:
+    def id_head(self, now_ms: int | None = None) -> str:
         """The id up to its counter, for now: ``id_head() + f"{next(counter) & 0xFFFF:04X}"`` is an id.
 
-        (What a batch encoder uses to make many ids with one clock read.)
+        (What a batch encoder uses to make many ids with one clock read.) ``now_ms``: the wall
+        clock in ms if the caller read it already (e.g. for the born timestamp).
         """
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
         if now >= self._next_month_ms:
             with self._lock:
                 self._roll_month(now)

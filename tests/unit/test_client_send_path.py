@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import struct
 import threading
 import time
@@ -19,7 +20,7 @@ from pymq.errors import ClientError, RemoteProtocolError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import FLAG_RESPONSE, Command
 from pymq.protocol.frame import FrameDecoder, encode_bytes
-from pymq.protocol.message import Message, UniqueIdGenerator
+from pymq.protocol.message import Message, UniqueIdGenerator, decode_message
 from pymq.protocol.route import BrokerData, MessageQueue, QueueData, TopicRouteData
 from pymq.testing import MockBroker
 from pymq.transport.codec import default_codec
@@ -201,3 +202,29 @@ async def test_a_send_after_the_master_moved_goes_to_the_new_master() -> None:
             second = await producer.send(Message("orders", b"two"))
     assert first.store_addr == old.address and second.store_addr == new.address
     assert len(old.stored("orders")) == 1 and len(new.stored("orders")) == 1
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        Message("orders", b"plain"),  # the accelerator's batch-of-one path, when built
+        Message("orders", b"tagged", tags="created"),
+        Message("orders", b"keyed", tags="t", keys=["k1", "k2"], properties={"a": "b"}),  # the general encoder
+        Message("orders", b"z" * 5000),  # compressed: the general encoder
+    ],
+)
+async def test_a_single_send_carries_the_general_encoders_bytes(msg: Message, record_impl: str) -> None:
+    async with MockBroker("broker-a") as a:
+        a.add_topic("orders", [a], queues=1)
+        async with Producer(a.address) as producer:
+            result = await producer.send(msg)
+            (sent,) = a.requests_of(SEND)
+            stored = decode_message(sent.body_bytes())
+            assert stored.properties["UNIQ_KEY"] == result.msg_id and result.msg_ids == [result.msg_id]
+            # the same message, id and clock through Producer._encode (the general per-message encoder)
+            ids = UniqueIdGenerator()
+            ids._prefix = result.msg_id[:20]
+            ids._counter = itertools.count(int(result.msg_id[-4:], 16))
+            producer._ids = ids
+            expected, uniq = producer._encode(msg, None, stored.born_timestamp)
+    assert uniq == result.msg_id and sent.body_bytes() == expected
