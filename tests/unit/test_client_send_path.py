@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import struct
 import threading
@@ -173,6 +174,14 @@ def test_the_sync_facades_blocking_call_returns_raises_and_cancels_on_timeout() 
     with pytest.raises(TimeoutError, match="did not finish"):
         runner.run(slow(), timeout=0.05)
     assert cancelled.wait(10)
+
+    async def cancels_itself() -> None:
+        raise asyncio.CancelledError
+
+    with pytest.raises(concurrent.futures.CancelledError):  # as run_coroutine_threadsafe's future says it
+        runner.run(cancels_itself())
+    with pytest.raises(TimeoutError):
+        runner.run(slow(), timeout=-1.0)  # a spent budget: no wait at all
 
 
 def test_the_cached_master_address_follows_route_changes() -> None:
