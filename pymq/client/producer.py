@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from pymq.client import broker_api
 from pymq.client.hooks import SendHook, after_send, before_send
 from pymq.client.instance import ClientInstance
+from pymq.client.producer_encoding import ProducerEncoding
 from pymq.client.routes import AUTO_CREATE_TOPIC, RouteCache
 from pymq.client.selectors import (
     LatencyAwareSelector,
@@ -33,7 +33,6 @@ from pymq.errors import (
     ClosedError,
     ConnectError,
     ConnectionClosedError,
-    MessageTooLargeError,
     NoRouteError,
     PymqError,
     RequestTimeoutError,
@@ -41,25 +40,30 @@ from pymq.errors import (
     error_for_response,
 )
 from pymq.logs import get_logger
-from pymq.protocol.batch_encode import encode_batch
+from pymq.protocol import record as _record
 from pymq.protocol.codes import ResponseCode
-from pymq.protocol.message import Message, Prop, UniqueIdGenerator
-from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, pack_host
+from pymq.protocol.message import Message, UniqueIdGenerator
+from pymq.protocol.record import pack_host
+from pymq.protocol.requests import SendMessageResponse
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.producer")
 
 __all__ = ["AUTO_CREATE_TOPIC", "Producer", "SendResult", "SendStatus"]
-_STORED_CODES: dict[int, str] = {
-    ResponseCode.SUCCESS: "SEND_OK",
-    ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
-    ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
-    ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
+#: the answers that mean "stored", and the status each gives (the enum members themselves: none is made per send)
+_STORED_CODES: dict[int, SendStatus] = {
+    int(ResponseCode.SUCCESS): SendStatus.SEND_OK,
+    int(ResponseCode.FLUSH_DISK_TIMEOUT): SendStatus.FLUSH_DISK_TIMEOUT,
+    int(ResponseCode.FLUSH_SLAVE_TIMEOUT): SendStatus.FLUSH_SLAVE_TIMEOUT,
+    int(ResponseCode.SLAVE_NOT_AVAILABLE): SendStatus.SLAVE_NOT_AVAILABLE,
 }
 _RESERVED_BYTES = (b"\x01", b"\x02")
+_RESP_QUEUE_ID = SendMessageResponse.WIRE["queue_id"]
+_RESP_QUEUE_OFFSET = SendMessageResponse.WIRE["queue_offset"]
+_RESP_COMMIT_LOG_OFFSETS = SendMessageResponse.WIRE["commit_log_offsets"]
 
 
-class Producer:
+class Producer(ProducerEncoding):
     """Sends messages; see the module docstring. Use as an async context manager."""
 
     def __init__(
@@ -147,103 +151,6 @@ class Producer:
     def topics_of_interest(self) -> list[str]:
         return list(self._topics)
 
-    # --- encoding -----------------------------------------------------------------------------------------
-
-    def _check(self, msg: Message) -> None:
-        if not isinstance(msg.body, (bytes, bytearray, memoryview)):
-            raise ClientError(f"message body must be bytes, got {type(msg.body).__name__}")
-        if not msg.body:
-            raise ClientError("message body is empty")
-        if len(msg.body) > self.max_message_size:
-            raise MessageTooLargeError(f"message body of {len(msg.body)} bytes exceeds {self.max_message_size}")
-        if not msg.topic:
-            raise ClientError("message topic is empty")
-
-    def _encode(self, msg: Message, topic: bytes | None = None, born_ts: int = 0) -> tuple[bytes, str]:
-        """The record bytes and the unique id of one message.
-
-        ``topic`` (the message's topic, encoded) and ``born_ts`` may be given once for a whole batch.
-        """
-        assert self._ids is not None
-        uniq = self._ids.next_id()
-        body = msg.body
-        if type(body) is not bytes:
-            body = bytes(body)
-        sys_flag = 0
-        if len(body) > self.compress_threshold:
-            packed = zlib.compress(body, self.compress_level)
-            if len(packed) < len(body):
-                body = packed
-                sys_flag |= SYSFLAG_COMPRESSED
-        if msg.tags or msg.keys or msg.delay_level > 0 or msg.properties:
-            props = self._properties(msg, uniq)
-        else:  # the common case: the unique key is the only property
-            props = b"UNIQ_KEY\x01" + uniq.encode() + b"\x02"
-        record = encode_record(
-            topic if topic is not None else msg.topic.encode(),
-            body,
-            props,
-            flag=msg.flag,
-            sys_flag=sys_flag,
-            born_timestamp=born_ts or int(time.time() * 1000),
-            born_host=self._born_host,
-        )
-        if len(record) > self.max_message_size:
-            raise MessageTooLargeError(f"encoded message of {len(record)} bytes exceeds {self.max_message_size}")
-        return record, uniq
-
-    def _encode_batch(self, messages: Sequence[Message], topic: str) -> tuple[bytes, list[str]]:
-        """The records of a batch, concatenated, and their unique ids (checked as :meth:`_check` does)."""
-        topic_b = topic.encode()
-        born_ts = int(time.time() * 1000)
-        ids_gen = self._ids
-        if ids_gen is not None:  # (else the loop below fails as it always did)
-            plain = encode_batch(
-                messages if type(messages) is list else list(messages),
-                topic,
-                topic_b,
-                born_ts,
-                self._born_host,
-                self.max_message_size,
-                self.compress_threshold,
-                ids_gen.id_head(),
-                ids_gen.counter,
-            )
-            if plain is not None:  # the common case, in one pass (in C where the accelerator was built)
-                return plain
-        records = []
-        ids = []
-        for m in messages:
-            if m.topic != topic:
-                raise ClientError("all messages of a batch must have the same topic")
-            if m.delay_level > 0:
-                raise ClientError("delayed messages cannot be sent in a batch")
-            self._check(m)
-            rec, uniq = self._encode(m, topic_b, born_ts)
-            records.append(rec)
-            ids.append(uniq)
-        total = sum(len(r) for r in records)
-        if total > self.max_message_size:
-            raise MessageTooLargeError(f"batch of {total} bytes exceeds {self.max_message_size}; send smaller batches")
-        return b"".join(records), ids
-
-    @staticmethod
-    def _properties(msg: Message, uniq: str) -> bytes:
-        parts = [b"UNIQ_KEY\x01", uniq.encode(), b"\x02"]
-        if msg.tags:
-            parts += [b"TAGS\x01", _prop_value(msg.tags), b"\x02"]
-        if msg.keys:
-            keys = msg.key_list()
-            if keys:
-                parts += [b"KEYS\x01", _prop_value(" ".join(keys)), b"\x02"]
-        if msg.delay_level > 0:
-            parts += [b"DELAY\x01", str(int(msg.delay_level)).encode(), b"\x02"]
-        for k, v in msg.properties.items():
-            if k in (Prop.UNIQ_KEY, Prop.TAGS, Prop.KEYS, Prop.DELAY):
-                continue
-            parts += [_prop_value(k), b"\x01", _prop_value(str(v)), b"\x02"]
-        return b"".join(parts)
-
     # --- routing ------------------------------------------------------------------------------------------
 
     async def queues_for(self, topic: str) -> list[MessageQueue]:
@@ -285,9 +192,35 @@ class Producer:
         """
         event = before_send(self.hooks, self.group, (msg,), "send") if self.hooks else None
         try:
-            self._check(msg)
-            record, uniq = self._encode(msg)
-            result = await self._send_record(msg.topic, record, [uniq], False, msg, selector, arg, queue, timeout)
+            body = msg.body
+            # _check's tests inline for the usual bytes body (it runs per send); _check names what is wrong
+            if body.__class__ is not bytes or not body or len(body) > self.max_message_size or not msg.topic:
+                self._check(msg)
+            # A plain message (no keys, properties or delay; not to be compressed) is encoded by the
+            # accelerator's batch encoder as a batch of one: record, unique id and list in one C call.
+            c = _record.speedups
+            ids_gen = self._ids
+            plain: Any = None
+            if c is not None and ids_gen is not None:
+                topic = msg.topic
+                born_ts = int(time.time() * 1000)
+                plain = c.encode_batch(
+                    [msg],
+                    topic,
+                    topic.encode(),
+                    born_ts,
+                    self._born_host,
+                    self.max_message_size,
+                    self.compress_threshold,
+                    ids_gen.id_head(born_ts),
+                    ids_gen.counter,
+                )
+            if plain is not None and plain is not NotImplemented:
+                record, ids = plain
+            else:  # anything else (and without the accelerator): the general encoder, which names errors
+                record, uniq = self._encode(msg)
+                ids = [uniq]
+            result = await self._send_record(msg.topic, record, ids, False, msg, selector, arg, queue, timeout)
         except BaseException as exc:
             if event is not None:
                 after_send(self.hooks, event, None, exc)
@@ -391,71 +324,93 @@ class Producer:
         queue: MessageQueue | None,
         timeout: float | None,
     ) -> SendResult:
-        inst = self._instance()
+        inst = self.instance
+        if inst is None or self._closed or not self._started:
+            inst = self._instance()  # raises why not
+        routes = inst.routes
+        rpc = inst.rpc
         loop = asyncio.get_running_loop()
         budget = self.send_timeout if timeout is None else timeout
+        remaining = budget
         deadline = loop.time() + budget
         fixed = queue is not None or selector is not None
         attempts = 1 if fixed else 1 + self.retry_times
+        strategy = self.selector
+        # Plain round robin ignores how sends went: its sends skip the clock reads for latency.
+        timed = strategy.__class__ is not RoundRobinSelector
+        started = 0.0
         last_broker: str | None = None
         last_error: PymqError | None = None
-        for _attempt in range(attempts):
-            remaining = deadline - loop.time()
+        for attempt in range(attempts):
+            if attempt:
+                remaining = deadline - loop.time()
             if remaining <= 0:
                 break
-            queues = await self.queues_for(topic)
+            # queues_for's hot path inline: one dict lookup
+            queues = routes.cached_write_queues(topic) or await self.queues_for(topic)
             if queue is not None:
                 mq = queue
             elif selector is not None:
                 mq = selector(queues, msg, arg)
             else:
-                mq = self.selector.select(queues, last_broker)
-            last_broker = mq.brokerName
-            addr = inst.broker_addr(mq.brokerName)
+                mq = strategy.select(queues, last_broker)
+            broker_name = last_broker = mq.brokerName
+            addr = routes.master_addr(broker_name)
             if addr is None:
                 await inst.update_route(topic)
-                addr = inst.broker_addr(mq.brokerName)
+                addr = inst.broker_addr(broker_name)
                 if addr is None:
-                    last_error = NoRouteError(f"no master address for broker {mq.brokerName}")
+                    last_error = NoRouteError(f"no master address for broker {broker_name}")
                     continue
-            started = loop.time()
+            if timed:
+                started = loop.time()
             cmd = broker_api.send_message(topic, mq.queueId, self.group, body, batch=batch)
+            # rpc.invoke without its coroutines when the connection is open and has room
+            conn = rpc.connection_if_any(addr)
+            fut = conn.send_request(cmd, remaining) if conn is not None else None
             try:
-                resp = await inst.rpc.invoke(addr, cmd, remaining)
+                resp = await (fut if fut is not None else rpc.invoke(addr, cmd, remaining))
+            except asyncio.CancelledError:
+                if fut is not None and conn is not None:
+                    conn.abandon(cmd.opaque)
+                raise
             except TransportError as exc:
-                self.selector.update(mq.brokerName, (loop.time() - started) * 1000, True)
+                if timed:
+                    strategy.update(broker_name, (loop.time() - started) * 1000, True)
                 last_error = exc
                 if isinstance(exc, ConnectError | ConnectionClosedError):
-                    inst.routes.forget_write_queues(topic)  # the broker may be gone: fetch the route again
+                    routes.forget_write_queues(topic)  # the broker may be gone: fetch the route again
                 continue
-            self.selector.update(mq.brokerName, (loop.time() - started) * 1000, False)
+            if timed:
+                strategy.update(broker_name, (loop.time() - started) * 1000, False)
             status = _STORED_CODES.get(resp.code)
             if status is not None:
-                queue_id, queue_offset, commit_log_offsets = broker_api.read_send_response(resp, mq.queueId)
+                # broker_api.read_send_response inline; the queue itself is reused when the broker
+                # stored where it was asked to (always, but for a broker that moves sends)
+                ext = resp.ext
+                queue_id = ext.get(_RESP_QUEUE_ID)
+                if queue_id is not None and queue_id != mq.queueId:
+                    mq = MessageQueue(topic, broker_name, int(queue_id))
+                elif mq.topic != topic:
+                    mq = MessageQueue(topic, broker_name, mq.queueId)
+                offsets = ext.get(_RESP_COMMIT_LOG_OFFSETS)
                 return SendResult(
-                    SendStatus(status),
+                    status,
                     ids[0],
-                    MessageQueue(topic, mq.brokerName, queue_id),
-                    queue_offset,
+                    mq,
+                    int(ext.get(_RESP_QUEUE_OFFSET, -1)),
                     ids,
-                    commit_log_offsets,
+                    offsets if offsets.__class__ is list else list(offsets or ()),
                     addr,
                 )
             err = error_for_response(resp.code, resp.remark, addr)
             last_error = err
             if err.invalid_route:
-                inst.routes.forget_write_queues(topic)
+                routes.forget_write_queues(topic)
             if not err.retriable:
                 raise err
             if resp.code in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE):
-                self.selector.update(mq.brokerName, 0, True)
+                strategy.update(broker_name, 0, True)
         if last_error is None:
             raise RequestTimeoutError(f"send to {topic} timed out after {budget:.3f}s")
         raise last_error
-
-
-def _prop_value(value: str) -> bytes:
-    raw = value.encode()
-    if b"\x01" in raw or b"\x02" in raw:
-        raise ClientError(f"property value {value!r} contains a reserved control character (\\x01 or \\x02)")
-    return raw

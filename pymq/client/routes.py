@@ -54,6 +54,11 @@ class RouteCache:
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.version = 0
         self._write: dict[str, list[MessageQueue]] = {}
+        #: broker name -> its master's address, kept by :meth:`put` with ``broker_addrs``
+        self._masters: dict[str, str] = {}
+        #: ``master_addr(broker_name)``: the master's address or None, what ``broker_addr`` answers
+        #: with ``master_only``. The send hot path: the dict's own ``get`` (the dict is never replaced).
+        self.master_addr: Callable[[str], str | None] = self._masters.get
         self._read: dict[str, list[MessageQueue]] = {}
         #: ``cached_write_queues(topic)``: the writable queues a previous :meth:`write_queues`
         #: found, or None. The send hot path: the dict's own ``get`` (the dict is never replaced).
@@ -79,7 +84,12 @@ class RouteCache:
         """Replace ``topic``'s route; its derived queue lists are recomputed on next use."""
         self.routes[topic] = route
         for bd in route.brokerDatas:
-            self.broker_addrs[bd.brokerName] = dict(bd.brokerAddrs)
+            addrs = self.broker_addrs[bd.brokerName] = dict(bd.brokerAddrs)
+            master = addrs.get(MASTER_ID)
+            if master is not None:
+                self._masters[bd.brokerName] = master
+            else:
+                self._masters.pop(bd.brokerName, None)
         self._write.pop(topic, None)
         self._read.pop(topic, None)
         self.version += 1

@@ -91,12 +91,21 @@ class RoundRobinSelector:
 
     def select(self, queues: Sequence[MessageQueue], last_broker: str | None = None) -> MessageQueue:
         """Next queue in turn, skipping ``last_broker``'s queues if another broker has any."""
-        _require_queues(queues)
+        if not queues:
+            raise NoRouteError("no writable queue to send to")
         if last_broker is not None:
             others = [q for q in queues if q.brokerName != last_broker]
             if others:
-                return _round_robin(self._counters, others)
-        return _round_robin(self._counters, queues)
+                queues = others
+        # _round_robin and _Counters.next inline: this runs once per send
+        counters = self._counters
+        topic = queues[0].topic
+        value = counters._values.get(topic)
+        if value is None:
+            value = counters._start if counters._start is not None else random.randrange(2**31)
+        value += 1
+        counters._values[topic] = value
+        return queues[abs(value) % len(queues)]
 
     def update(self, broker_name: str, latency_ms: float, isolation: bool) -> None:
         """Ignored: plain round robin does not track brokers."""

@@ -44,6 +44,7 @@ DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024 + 1024 * 1024
 _PREFIX = struct.Struct(">II")
 _PREFIX_SIZE = _PREFIX.size
 _pack_prefix = _PREFIX.pack
+_unpack_prefix_from = _PREFIX.unpack_from
 _unpackb = msgpack.unpackb
 
 
@@ -112,6 +113,28 @@ class FrameDecoder:
     def feed(self, data: Buffer) -> list[Command]:
         if self._broken:
             raise RemoteProtocolError("decoder already failed")
+        if not self._buf and len(data) >= _PREFIX_SIZE:
+            # The usual read of a request/response exchange: exactly one whole, well-formed frame and
+            # nothing held. Anything else (several frames, a partial one, a bad one) takes the loop below.
+            frame_len, header_len = _unpack_prefix_from(data)
+            n = len(data)
+            if frame_len + 4 == n and 4 + header_len <= frame_len <= self.max_frame_size:
+                body_start = _PREFIX_SIZE + header_len
+                try:
+                    header = _unpackb(data[_PREFIX_SIZE:body_start], strict_map_key=False)
+                except Exception:
+                    header = None
+                if (
+                    header.__class__ is list
+                    and len(header) == 5
+                    and header[0].__class__ is int
+                    and header[1].__class__ is int
+                    and header[2].__class__ is int
+                    and (header[3] is None or header[3].__class__ is str)
+                    and (header[4] is None or header[4].__class__ is dict)
+                ):
+                    body = memoryview(data)[body_start:] if n > body_start else b""
+                    return [Command(header[0], header[1], header[2], header[3], header[4], body)]
         if self._buf:
             self._buf += data
             src: Buffer = self._buf
@@ -151,7 +174,8 @@ class FrameDecoder:
                     and (header[3] is None or header[3].__class__ is str)
                     and (header[4] is None or header[4].__class__ is dict)
                 ):
-                    out.append(Command(header[0], header[1], header[2], header[3], header[4], mv[body_start:end]))
+                    body = mv[body_start:end] if end != body_start else b""  # (no view for an empty body)
+                    out.append(Command(header[0], header[1], header[2], header[3], header[4], body))
                 else:
                     code, opaque, flags, remark, ext = _decode_header(mv[header_start:body_start])
                     out.append(Command(code, opaque, flags, remark, ext, mv[body_start:end]))

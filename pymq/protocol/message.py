@@ -420,6 +420,10 @@ def iter_messages(
         yield m
 
 
+#: two upper-case hex digits per byte value (the counter of unique ids, formatted per send)
+_HEX2 = tuple(f"{i:02X}" for i in range(256))
+
+
 class UniqueIdGenerator:
     """Producer-side unique message ids (UNIQ_KEY): 32 uppercase hex characters.
 
@@ -453,12 +457,13 @@ class UniqueIdGenerator:
         """The counter of the ids' last four hex digits (``next(counter) & 0xFFFF``), shared by all ids."""
         return self._counter
 
-    def id_head(self) -> str:
+    def id_head(self, now_ms: int | None = None) -> str:
         """The id up to its counter, for now: ``id_head() + f"{next(counter) & 0xFFFF:04X}"`` is an id.
 
-        (What a batch encoder uses to make many ids with one clock read.)
+        (What a batch encoder uses to make many ids with one clock read.) ``now_ms``: the wall
+        clock in ms if the caller read it already (e.g. for the born timestamp).
         """
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
         if now >= self._next_month_ms:
             with self._lock:
                 self._roll_month(now)
@@ -467,9 +472,10 @@ class UniqueIdGenerator:
             head = self._head = (now, f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}")
         return head[1]
 
-    def next_id(self) -> str:
+    def next_id(self, now_ms: int | None = None) -> str:
+        """A new id; ``now_ms`` (the wall clock in ms, e.g. the message's born timestamp) saves a clock read."""
         # id_head() inlined: a single send's id is on the hot path
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000) if now_ms is None else now_ms
         if now >= self._next_month_ms:
             with self._lock:
                 self._roll_month(now)
@@ -477,4 +483,4 @@ class UniqueIdGenerator:
         head = self._head
         if head[0] != now:  # the prefix and elapsed time are formatted once per millisecond
             head = self._head = (now, f"{self._prefix}{(now - self._month_start_ms) & 0xFFFFFFFF:08X}")
-        return f"{head[1]}{c:04X}"
+        return head[1] + _HEX2[c >> 8] + _HEX2[c & 0xFF]  # f"{c:04X}" from a table: half the time

@@ -77,6 +77,9 @@ class RpcClient:
         self.codec = codec if codec is not None else default_codec(max_frame_size)
         self.backoff_max = backoff_max
         self._conns: dict[str, Connection] = {}
+        #: ``connection_if_any(addr)``: the connection to ``addr`` if one was made (it may be closing:
+        #: ``send_request`` says so), else None. The send hot path: the dict's own ``get``.
+        self.connection_if_any: Callable[[str], Connection | None] = self._conns.get
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
         self._backoff: dict[str, Backoff] = {}
         self._closed = False

@@ -127,9 +127,24 @@ class Connection(asyncio.Protocol):
             ):
                 return
         flow = self.flow
+        dispatcher = self.dispatcher
         self._reading = True
         try:
-            self._receive(commands, flow)
+            for cmd in commands:  # the loop inline (no call per read): this runs once per read
+                if cmd.flags & FLAG_RESPONSE:
+                    fut = self._pending.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                elif self._backlog or (flow is not None and flow.read_paused) or self.inflight >= MAX_INFLIGHT_HANDLERS:
+                    # One read can carry many pipelined requests: past the high-water mark they
+                    # wait here, so the responses we buffer stay bounded.
+                    self._backlog.append(cmd)
+                    if flow is not None and len(self._backlog) >= MAX_BACKLOG:
+                        flow.backlog_full(True)
+                elif dispatcher is not None:
+                    dispatcher.dispatch(self, cmd)  # (what _dispatch does, one call less per request)
+                else:
+                    self._dispatch(cmd)
         finally:
             self._reading = False
             out = self._out
@@ -139,24 +154,6 @@ class Connection(asyncio.Protocol):
                 transport = self.transport
                 if transport is not None and not transport.is_closing():
                     transport.writelines(out)
-
-    def _receive(self, commands: list[Command], flow: FlowControl | None) -> None:
-        dispatcher = self.dispatcher
-        for cmd in commands:
-            if cmd.flags & FLAG_RESPONSE:
-                fut = self._pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-            elif self._backlog or (flow is not None and flow.read_paused) or self.inflight >= MAX_INFLIGHT_HANDLERS:
-                # One read can carry many pipelined requests: past the high-water mark they
-                # wait here, so the responses we buffer stay bounded.
-                self._backlog.append(cmd)
-                if flow is not None and len(self._backlog) >= MAX_BACKLOG:
-                    flow.backlog_full(True)
-            elif dispatcher is not None:
-                dispatcher.dispatch(self, cmd)  # (what _dispatch does, one call less per request)
-            else:
-                self._dispatch(cmd)
 
     def _track_partial(self, limits: ConnectionLimits, held: int, now: float, completed: bool) -> bool:
         """Count the unfinished frame in the server's budget; True if it was refused (connection closed)."""
@@ -303,6 +300,23 @@ class Connection(asyncio.Protocol):
 
     async def request(self, cmd: Command, timeout: float) -> Command:
         """Send a request and wait for its response."""
+        fut = self.send_request(cmd, timeout)
+        if fut is None:  # closed, or no room in the output buffer
+            await self._writable()
+            fut = self._start_request(cmd, timeout)
+        try:
+            return await fut
+        finally:
+            self._pending.pop(cmd.opaque, None)
+
+    def send_request(self, cmd: Command, timeout: float) -> asyncio.Future[Command] | None:
+        """Write a request now and return the future of its response (resolved with the response, or
+        failed with RequestTimeoutError / ConnectionClosedError); None, and nothing written, when the
+        connection is closed or its output buffer is full (:meth:`request` then waits for room).
+
+        :meth:`request` without its coroutine, for hot paths (a producer's send): a caller that
+        stops waiting for the future (e.g. is cancelled) must :meth:`abandon` ``cmd.opaque``.
+        """
         flow = self.flow
         transport = self.transport
         if (  # not is_open, or no room: inline, this runs per request
@@ -311,7 +325,14 @@ class Connection(asyncio.Protocol):
             or transport.is_closing()
             or (flow is not None and not flow.writable)
         ):
-            await self._writable()
+            return None
+        return self._start_request(cmd, timeout)
+
+    def abandon(self, opaque: int) -> None:
+        """Forget request ``opaque``: its caller no longer waits for the answer."""
+        self._pending.pop(opaque, None)
+
+    def _start_request(self, cmd: Command, timeout: float) -> asyncio.Future[Command]:
         opaque = next(_opaques)
         cmd.opaque = opaque
         cmd.flags &= ~FLAG_ONEWAY
@@ -319,17 +340,37 @@ class Connection(asyncio.Protocol):
         if self.signer is not None:
             self.signer(cmd)  # once, over the final code, opaque, fields and body
         self._pending[opaque] = fut
-        self._add_deadline(opaque, timeout)
+        # _add_deadline inline (once per request)
+        loop = self._loop
+        deadline = loop.time() + timeout
+        group = round(timeout, 2)
+        dq = self._deadlines.get(group)
+        if dq is None:
+            dq = self._deadlines[group] = deque()
+        dq.append((deadline, opaque))
+        if self._timeout_timer is None:
+            self._arm_timeouts(min(deadline, loop.time() + _SWEEP_INTERVAL))
+        elif deadline < self._timeout_at:
+            self._timeout_timer.cancel()
+            self._arm_timeouts(deadline)
         try:
-            self.write_command(cmd)
-            return await fut
-        finally:
+            if self._reading or self._flush_scheduled:
+                self.write_command(cmd)
+            else:  # write_command's first write of a tick, inline (it runs per request)
+                transport = self.transport
+                assert transport is not None
+                transport.writelines(self._encode(cmd))
+                self._flush_scheduled = True
+                loop.call_soon(self._flush)
+        except BaseException:
             self._pending.pop(opaque, None)
+            raise
+        return fut
 
     # --- request timeouts: one timer per connection, not one per request ---------------------------
 
     def _add_deadline(self, opaque: int, timeout: float) -> None:
-        """Remember when request ``opaque`` times out.
+        """Remember when request ``opaque`` times out (:meth:`_start_request` does this inline).
 
         Deadlines of one timeout value arrive in order, so each value keeps a deque, oldest
         first; one timer (armed for the earliest deadline, at most a second ahead) expires

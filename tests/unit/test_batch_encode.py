@@ -179,9 +179,9 @@ async def test_a_plain_batch_takes_the_one_pass_path(monkeypatch: pytest.MonkeyP
         calls.append(0 if out is None else len(messages))
         return out
 
-    from pymq.client import producer as producer_module
+    from pymq.client import producer_encoding
 
-    monkeypatch.setattr(producer_module, "encode_batch", counting)
+    monkeypatch.setattr(producer_encoding, "encode_batch", counting)
     p = unstarted_producer()
     p._encode_batch([Message("orders", b"a", tags="t"), Message("orders", b"b")], "orders")
     p._encode_batch((Message("orders", b"a", keys="k"),), "orders")  # keys: the general path
