@@ -166,6 +166,10 @@ class StoreConfig(_Model):
     #: SYNC_FLUSH: after a sync, wait up to this long (and at most one sync's duration) for the
     #: senders it answered to send again, so the next sync covers them too; 0: no waiting
     sync_flush_linger_us: int = Field(500, ge=0, le=10_000)
+    #: SYNC_FLUSH: the warmer also writes the zeroed pages ahead of the writer back to disk, so
+    #: that the senders' syncs find the file's blocks already written (~half the msync time on
+    #: ext4; the commitlog is written twice). RocketMQ: warmMapedFileEnable under SYNC_FLUSH
+    sync_flush_write_ahead: bool = True
     max_message_size: int = Field(4 * 1024 * 1024, ge=1024)
     max_topic_length: int = Field(127, ge=1, le=65535)
     check_crc_on_recover: bool = True

@@ -93,3 +93,40 @@ def test_closing_a_file_waits_for_the_warmer(tmp_path: Path) -> None:
     mf.close()
     assert mf.warm_step(ahead=1 << 20) is False and mf.warm_pos == 0
     (tmp_path / f"{0:020d}").unlink()
+
+
+def test_write_back_syncs_the_warmed_chunk_in_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SYNC_FLUSH's write-ahead: the warmed chunk is msynced piece by piece; no flushed position moves."""
+    calls: list[tuple[int, int]] = []
+    real = mapped_file._msync
+    assert real is not None
+
+    def recording_msync(address: int, length: int, flags: int) -> int:
+        calls.append((address, length))
+        return int(real(address, length, flags))
+
+    monkeypatch.setattr(mapped_file, "_msync", recording_msync)
+    monkeypatch.setattr(mapped_file, "WARM_CHUNK", 64 * 1024)
+    monkeypatch.setattr(mapped_file, "WRITE_BACK_PIECE", 16 * 1024)
+    mf = MappedFile(tmp_path / f"{0:020d}", 256 * 1024, create=True)
+    mf.enable_warming(0)
+    assert mf.warm_step(ahead=1 << 20) and calls == []  # no write-back unless asked
+    assert mf.warm_step(ahead=1 << 20, write_back=True)
+    assert calls == [(mf.address + 64 * 1024 + i * 16 * 1024, 16 * 1024) for i in range(4)]
+    assert mf.flushed_pos == 0 and mf.warm_busy == (0, 0)
+    mf.close()
+    assert mf.warm_step(ahead=1 << 20, write_back=True) is False and len(calls) == 4
+    (tmp_path / f"{0:020d}").unlink()
+
+
+@pytest.mark.parametrize(
+    ("flush", "write_ahead", "expected"),
+    [("SYNC_FLUSH", True, True), ("SYNC_FLUSH", False, False), ("ASYNC_FLUSH", True, False)],
+)
+def test_the_warmer_writes_back_only_under_sync_flush(
+    new_store: StoreFactory, flush: str, write_ahead: bool, expected: bool
+) -> None:
+    store = new_store(commitlog_file_size=FILE, flush_disk_type=flush, sync_flush_write_ahead=write_ahead)
+    assert store._warmer is not None and store._warmer.write_back is expected
+    store.put_messages("T", 0, record("T", b"x" * 100))
+    assert len(read_queue(store, "T", 0)) == 1

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from pymq.config import FlushDiskType
 from pymq.errors import StoreError
 from pymq.logs import RateLimitedLog, get_logger
 
@@ -165,6 +166,9 @@ class Warmer(threading.Thread):
         super().__init__(name="pymq-warmer", daemon=True)
         self.store = store
         self.ahead = ahead
+        #: SYNC_FLUSH: write the warmed zeros back too (see MappedFile._write_back)
+        cfg = store.config
+        self.write_back = cfg.sync_flush_write_ahead and cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH
         self._stop_event = threading.Event()
         self._limited = RateLimitedLog(log)
 
@@ -175,11 +179,11 @@ class Warmer(threading.Thread):
             try:
                 last = mfq.last
                 if last is not None:
-                    worked = last.warm_step(self.ahead)
+                    worked = last.warm_step(self.ahead, self.write_back)
                     if last.size - last.reserved < self.ahead:
                         nxt = mfq.next_file or mfq.preallocate_next()
                         if nxt is not None:
-                            worked = nxt.warm_step(self.ahead) or worked
+                            worked = nxt.warm_step(self.ahead, self.write_back) or worked
             except StoreError as exc:
                 # No room for the next file (disk full): the writer answers for it when it needs
                 # the file; here, one line per interval instead of a traceback every second.
