@@ -137,6 +137,12 @@ async def run_producers(spec: ProducerSpec, recorders: list[Recorder]) -> None:
         async with Producer(spec.namesrv, f"bench-producer-{i}", instance_name=name, **CLIENT_OPTIONS) as producer:
             in_flight = asyncio.Semaphore(spec.max_in_flight)
             pending: set[asyncio.Task[Any]] = set()
+            if spec.mode == "sync" and spec.batch_size == 1 and not spec.rate:
+                # The plain W2/W4 loop, as lean as the peers' own (no pacer, no per-send list or
+                # timing coroutine): what is measured is a Message built and sent per iteration.
+                await _plain_sends(producer, spec.topic, body, take, rec)
+                rec.stop()
+                return
             while n := take(spec.batch_size):
                 await pacer.wait(n)
                 props = {SENT_NS: str(time.time_ns())} if spec.rate else {}
@@ -196,6 +202,22 @@ async def wait_stored(namesrv: str, topic: str, before: int, expect: int, timeou
     while (stored := await topic_max_offsets(namesrv, topic) - before) < expect and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     return stored
+
+
+async def _plain_sends(producer: Producer, topic: str, body: bytes, take: Any, rec: Recorder) -> None:
+    """Single awaited sends of one fresh Message each, until ``take`` says stop."""
+    pc = time.perf_counter
+    send = producer.send
+    latencies = rec.latencies
+    while take(1):
+        t0 = pc()
+        try:
+            await send(Message(topic, body))
+        except PymqError:
+            rec.fail(1)
+            continue
+        latencies.append(pc() - t0)
+        rec.messages += 1
 
 
 async def _timed_send(producer: Producer, msgs: list[Message], rec: Recorder) -> None:
