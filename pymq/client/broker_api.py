@@ -8,8 +8,8 @@ their requests here instead of writing ext dicts of their own.
 Sends and pulls are the exception to "build a header object": they are the hot paths, so
 :func:`send_message` and :func:`pull_message` write the wire names (taken once from
 :class:`~pymq.protocol.requests.SendMessageRequest` / ``PullMessageRequest``) straight into
-the ext dict, and :func:`read_send_response` / :func:`read_pull_offsets` read the answers
-without building an object: no allocation beyond the ext dict the client always sent.
+the ext dict, and :func:`read_pull_offsets` reads the answer without building an object (the
+producer reads a send's answer inline): no allocation beyond the ext dict the client always sent.
 """
 
 from __future__ import annotations
@@ -59,9 +59,6 @@ from pymq.protocol.route import PERM_READ_WRITE, MessageQueue, encode_attributes
 _SEND_TOPIC = SendMessageRequest.WIRE["topic"]
 _SEND_QUEUE_ID = SendMessageRequest.WIRE["queue_id"]
 _SEND_GROUP = SendMessageRequest.WIRE["producer_group"]
-_RESP_QUEUE_ID = SendMessageResponse.WIRE["queue_id"]
-_RESP_QUEUE_OFFSET = SendMessageResponse.WIRE["queue_offset"]
-_RESP_COMMIT_LOG_OFFSETS = SendMessageResponse.WIRE["commit_log_offsets"]
 _SEND = int(RequestCode.SEND_MESSAGE)
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 
@@ -72,16 +69,6 @@ def send_message(topic: str, queue_id: int, group: str | None, records: Body, *,
     if group is not None:
         ext[_SEND_GROUP] = group
     return Command(_SEND_BATCH if batch else _SEND, 0, 0, None, ext, records)
-
-
-def read_send_response(resp: Command, queue_id: int) -> tuple[int, int, list[int]]:
-    """``(queue id, queue offset, commitlog offsets)`` of a stored send; ``queue_id`` if the broker left it out."""
-    ext = resp.ext
-    return (
-        int(ext.get(_RESP_QUEUE_ID, queue_id)),
-        int(ext.get(_RESP_QUEUE_OFFSET, -1)),
-        list(ext.get(_RESP_COMMIT_LOG_OFFSETS) or ()),
-    )
 
 
 # --- consume -----------------------------------------------------------------------------------------

@@ -385,7 +385,7 @@ class Producer(ProducerEncoding):
                 strategy.update(broker_name, (loop.time() - started) * 1000, False)
             status = _STORED_CODES.get(resp.code)
             if status is not None:
-                # broker_api.read_send_response inline; the queue itself is reused when the broker
+                # the answer's fields read inline (no header object); the queue itself is reused when the broker
                 # stored where it was asked to (always, but for a broker that moves sends)
                 ext = resp.ext
                 queue_id = ext.get(_RESP_QUEUE_ID)
