@@ -46,7 +46,6 @@ from pymq.protocol.requests import (
     ResetOffsetRequest,
     SearchOffsetRequest,
     SendMessageRequest,
-    SendMessageResponse,
     TopicRequest,
     UnregisterClientRequest,
     UpdateConsumerOffsetRequest,
