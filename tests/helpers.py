@@ -6,6 +6,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 
 async def wait_until(
@@ -49,3 +50,35 @@ async def run_admin(namesrv: str, *args: str, timeout: float = 60) -> tuple[int,
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+class RecordingTransport:
+    """Collects each ``writelines`` call as one list of bytes."""
+
+    def __init__(self) -> None:
+        self.calls: list[bytes] = []
+        self.closed = False
+
+    def writelines(self, bufs: list[Any]) -> None:
+        self.calls.append(b"".join(bytes(b) for b in bufs))
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        pass
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass

@@ -8,7 +8,6 @@ import itertools
 import struct
 import threading
 import time
-from typing import Any
 
 import msgpack
 import pytest
@@ -26,32 +25,9 @@ from pymq.protocol.route import BrokerData, MessageQueue, QueueData, TopicRouteD
 from pymq.testing import MockBroker
 from pymq.transport.codec import default_codec
 from pymq.transport.connection import Connection
+from tests.helpers import RecordingTransport
 
 SEND = RequestCode.SEND_MESSAGE
-
-
-class RecordingTransport:
-    def __init__(self) -> None:
-        self.calls: list[bytes] = []
-        self.closed = False
-
-    def writelines(self, bufs: list[Any]) -> None:
-        self.calls.append(b"".join(bytes(b) for b in bufs))
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def set_write_buffer_limits(self, high: int, low: int) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
 
 
 def _client_connection() -> tuple[Connection, RecordingTransport]:

@@ -13,40 +13,9 @@ from pymq.protocol.frame import FrameDecoder, encode_bytes
 from pymq.transport import Dispatcher
 from pymq.transport.codec import default_codec
 from pymq.transport.connection import COALESCE_MAX_BYTES, Connection
+from tests.helpers import RecordingTransport
 
 ECHO, BIG = 1, 2
-
-
-class RecordingTransport:
-    """Collects each ``writelines`` call as one list of bytes."""
-
-    def __init__(self) -> None:
-        self.calls: list[bytes] = []
-        self.closed = False
-
-    def writelines(self, bufs: list[Any]) -> None:
-        self.calls.append(b"".join(bytes(b) for b in bufs))
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return default
-
-    def set_write_buffer_limits(self, high: int, low: int) -> None:
-        pass
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 def _connection(handlers: dict[int, Any] | None = None) -> tuple[Connection, RecordingTransport]:
