@@ -17,6 +17,8 @@ Truncation trims or drops a pending file in memory. Anything else that needs the
 (:meth:`~pymq.broker.store.map_pool.PooledMappedFile.view`), the queue's earlier pending files
 first. A queue's files always reach the disk in order (a failed file is retried before any
 later one): recovery rebuilds a queue from its first file on, and a gap would lose entries.
+The thread also makes the next index file ahead of its roll (:mod:`pymq.broker.store.index_next`:
+no buffered entries, and a failure is left to the writer instead of retried here).
 
 The buffers are bounded. If creating files keeps failing (EMFILE, EACCES, ENOSPC on the
 queue directory ...) or falls far behind, the files waiting and the bytes buffered grow with
@@ -34,7 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pymq.logs import RateLimitedLog, get_logger
 
@@ -57,11 +59,12 @@ class PendingFile(Protocol):
 
     path: Path
     making: int
-    made: tuple[memoryview, int] | None
+    #: what create_mapping made, until adopted (a consume-queue file's (mapping, address))
+    made: Any
     #: the entries buffered until the file is adopted (None: adopted or cancelled)
     pending: bytearray | None
 
-    def create_mapping(self) -> tuple[memoryview, int]: ...
+    def create_mapping(self) -> Any: ...
 
     def adopt(self) -> None: ...
 

@@ -157,6 +157,9 @@ class MessageStore:
                 max_bytes=self.config.consume_queue_max_pending_bytes,
                 on_backlog=self._set_backlog,
             )
+            if self.map_pool.maker is not None:
+                # Index files too: the next one is made ahead, off the writer's thread (index_next).
+                self.index.make_ahead(self.map_pool.maker, max(int(time.time() * 1000), self.last_store_ts))
             self._flusher.start()
             self._logics_flusher.start()
             self._cleaner.start()
