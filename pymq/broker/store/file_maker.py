@@ -12,8 +12,10 @@ page without any store lock (the system calls release the GIL), then, under the 
 Until then nothing of the file is on disk: the logics flush skips pending files and holds
 back the checkpoint's ``logics_ts`` (recovery after a crash then re-dispatches their entries
 from the commitlog); shutdown makes every pending file first (:meth:`~pymq.broker.store.map_pool.MapPool.settle`).
-Truncation trims or drops a pending file in memory. Anything else that needs the file itself
-(recovery repairs, cleanup) makes it at once, on the caller's thread
+Truncation trims or drops a pending file in memory, and so does cleanup when every buffered
+entry is expired (:meth:`~pymq.broker.store.consume_queue.ConsumeQueue.delete_expired`; a file
+being made right now is left for its next pass). Anything else that needs the file itself
+(recovery repairs) makes it at once, on the caller's thread
 (:meth:`~pymq.broker.store.map_pool.PooledMappedFile.view`), the queue's earlier pending files
 first. A queue's files always reach the disk in order (a failed file is retried before any
 later one): recovery rebuilds a queue from its first file on, and a gap would lose entries.
