@@ -143,8 +143,8 @@ class FileMaker(threading.Thread):
                     continue  # claimed or cancelled meanwhile
                 mf.making = MAKING
                 self._in_hand = mf
-                if time.monotonic() - self._measured_at >= MEASURE_INTERVAL:
-                    self._measure()
+            if time.monotonic() - self._measured_at >= MEASURE_INTERVAL:
+                self._measure()
             try:
                 mf.made = mf.create_mapping()
             except Exception as exc:
@@ -166,12 +166,13 @@ class FileMaker(threading.Thread):
                         mf.making = QUEUED
                         self._queue.appendleft(mf)
                     self.cond.notify_all()
-                    # Wait to retry; meanwhile keep measuring the growing buffers.
-                    retry_at = time.monotonic() + RETRY_INTERVAL
-                    while not self._stopping:
-                        self._measure()
+                # Wait to retry; meanwhile keep measuring the growing buffers.
+                retry_at = time.monotonic() + RETRY_INTERVAL
+                while True:
+                    self._measure()
+                    with self.cond:
                         left = retry_at - time.monotonic()
-                        if left <= 0:
+                        if self._stopping or left <= 0:
                             break
                         self.cond.wait(min(left, MEASURE_INTERVAL))
                 continue
@@ -190,15 +191,23 @@ class FileMaker(threading.Thread):
     # --- the backlog's bounds ---------------------------------------------------------------------------
 
     def _measure(self) -> None:
-        """Count the files waiting and their buffered bytes; refuse or accept puts (holding ``cond``)."""
-        self._measured_at = time.monotonic()
+        """Count the files waiting and their buffered bytes; refuse or accept puts (maker thread)."""
+        with self.cond:  # (only to copy the queue: the writer's submit never waits for the count)
+            self._measured_at = time.monotonic()
+            waiting = list(self._queue)
+            if self._in_hand is not None:
+                waiting.append(self._in_hand)
         files = buffered = 0
-        in_hand = self._in_hand
-        for mf in self._queue if in_hand is None else (in_hand, *self._queue):
+        for mf in waiting:
             pending = mf.pending  # (read without the store lock: a length is all we need)
             if pending is not None and mf.making in (QUEUED, MAKING):
                 files += 1
                 buffered += len(pending)
+        with self.cond:
+            self._decide(files, buffered)
+
+    def _decide(self, files: int, buffered: int) -> None:
+        """Refuse puts past a limit, accept them again under half of both (holding ``cond``)."""
         self.waiting_files, self.waiting_bytes = files, buffered
         if self.backlog is None:
             if (self.max_files and files > self.max_files) or (self.max_bytes and buffered > self.max_bytes):
