@@ -193,6 +193,12 @@ class StoreConfig(_Model):
     #: consume-queue files kept mapped at once (least recently used ones are unmapped past it;
     #: a mapping holds no file descriptor on Linux, so this bounds mappings, not descriptors)
     consume_queue_max_mapped_files: int = Field(16_384, ge=1)
+    # --- consume-queue file backlog (session 25) ---
+    #: new consume-queue files waiting for the file-maker thread (their entries buffered in
+    #: memory) past which puts are refused (SERVICE_NOT_AVAILABLE) until it catches up (0: no limit)
+    consume_queue_max_pending_files: int = Field(50_000, ge=0)
+    #: bytes of consume-queue entries buffered for those files past which puts are refused (0: no limit)
+    consume_queue_max_pending_bytes: int = Field(64 * 1024 * 1024, ge=0)
 
     @field_validator("delete_when")
     @classmethod

@@ -155,6 +155,16 @@ class BrokerCollector:
             int(store.disk_full),
         )
         yield gauge(
+            "pymq_store_queue_file_backlog",
+            "1 while the store refuses writes because new consume-queue files are not being made.",
+            int(store.queue_file_backlog is not None),
+        )
+        yield gauge(
+            "pymq_store_pending_queue_files",
+            "New consume-queue files waiting to be made (their entries buffered in memory).",
+            len(store.map_pool.pending),
+        )
+        yield gauge(
             "pymq_commitlog_min_offset_bytes",
             "First physical offset (bytes) still in the commitlog.",
             store.commitlog.min_offset,

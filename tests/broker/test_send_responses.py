@@ -8,6 +8,7 @@ from typing import Any
 from pymq.broker.handlers.send import SendHandlers
 from pymq.broker.stats import BrokerStats
 from pymq.broker.store import PutResult, PutStatus
+from pymq.broker.store.file_maker import BACKLOG_REASON
 from pymq.broker.subscription_groups import SubscriptionGroupManager
 from pymq.broker.topics import TopicConfigManager
 from pymq.config import BrokerConfig
@@ -24,6 +25,14 @@ def test_disk_full_send_answers_service_not_available() -> None:
         cmd, 0, [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason="disk full: writes refused until cleanup")]
     )
     assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and "disk full" in (resp.remark or "")
+
+
+def test_queue_file_backlog_send_answers_service_not_available() -> None:
+    """A backlog of consume-queue files not made is answered as a full disk is, the reason as the remark."""
+    reason = f"{BACKLOG_REASON} (cannot open /s/consumequeue/T/0/x: [Errno 24] Too many open files): writes refused"
+    cmd = Command.request(RequestCode.SEND_MESSAGE, {"topic": "T"}, b"")
+    resp = SendHandlers.build_response(cmd, 0, [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, reason=reason)])
+    assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and reason in (resp.remark or "")
 
 
 def _handlers(tmp_path: Path, results: list[PutResult]) -> tuple[SendHandlers, list[tuple[str, int]]]:

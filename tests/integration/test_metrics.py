@@ -133,6 +133,7 @@ async def test_broker_metrics_serve_every_series(traffic) -> None:
     assert value(s, "pymq_put_failures_total") == 0
     assert value(s, "pymq_store_size_bytes") > 0
     assert 0 < value(s, "pymq_disk_used_ratio") < 1 and value(s, "pymq_disk_full") == 0
+    assert value(s, "pymq_store_queue_file_backlog") == 0 and value(s, "pymq_store_pending_queue_files") >= 0
     assert value(s, "pymq_commitlog_min_offset_bytes") == 0
     assert value(s, "pymq_commitlog_max_offset_bytes") == broker.store.commitlog.max_offset > 0
     assert value(s, "pymq_commitlog_flushed_offset_bytes") <= value(s, "pymq_commitlog_max_offset_bytes")

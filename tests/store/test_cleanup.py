@@ -10,8 +10,10 @@ from typing import NamedTuple
 
 import pytest
 
-from pymq.broker.store import GetStatus, MessageStore, PutStatus
+from pymq.broker.store import GetStatus, MessageStore, PutStatus, file_maker
+from pymq.broker.store.map_pool import FD_LESS, PooledMappedFile
 from pymq.errors import StoreError
+from tests.helpers import wait_until_sync
 from tests.store.conftest import StoreFactory
 from tests.store.storeutil import keyed, read_queue
 
@@ -38,7 +40,16 @@ def fill(store: MessageStore, files: int) -> list:  # type: ignore[type-arg]
     # New consume-queue files are made on the maker thread: have them all on disk before a
     # test counts them (a race that failed once in a CI run).
     store.settle_queue_files()
+    settle_index_ahead(store)
     return out
+
+
+def settle_index_ahead(store: MessageStore) -> None:
+    """Wait for the next index file the maker thread makes ahead (if one is queued): a test that then
+    counts bytes or makes allocations fail sees no creation of its own in flight."""
+    nxt = store.index.next
+    if nxt is not None:
+        wait_until_sync(lambda: nxt.making == file_maker.MADE, timeout=30, what="the next index file")
 
 
 def age(store: MessageStore, count: int, hours: float, now: float) -> None:
@@ -219,3 +230,52 @@ def test_failing_preallocation_does_not_look_like_a_full_disk(
     assert errors and "cannot allocate" in str(errors[0])
     assert report.deleted_commitlog_files == 0 and len(store.commitlog.mfq.files) == 4
     assert report.disk_ratio == 0.5 and not store.disk_full
+
+
+def test_expired_pending_queue_files_are_dropped_without_being_made(
+    new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue whose first files are still pending (the maker has not made them) and whose entries all
+    point into deleted commitlog files: cleanup drops those files in memory, never creating a file
+    only to delete it; a file the maker is creating right now is left for the next pass."""
+    now = time.time()
+    store = quiet(new_store(delete_when=this_hour(now), consume_queue_file_entries=4))
+    maker = store.map_pool.maker
+    if maker is None:  # (off Linux queue files are made at once)
+        assert not FD_LESS
+        return
+    monkeypatch.setattr(maker, "submit", lambda mf: None)  # the thread never makes them
+    created: list[str] = []
+    create = PooledMappedFile.create_mapping
+
+    def recording(self: PooledMappedFile) -> tuple[memoryview, int]:
+        created.append(self.path.parent.parent.name)
+        return create(self)
+
+    monkeypatch.setattr(PooledMappedFile, "create_mapping", recording)
+    store.put_messages("Q", 0, b"".join(keyed(i, "Q") for i in range(10)))  # three files, all pending
+    i = 0
+    while len(store.commitlog.mfq.files) < 4:
+        store.put_messages("T", 0, keyed(i, size=400))
+        i += 1
+    cq = store.queues[("Q", 0)]
+    first, second, third = cq.mfq.files
+    assert all(mf.pending is not None for mf in (first, second, third))
+    age(store, 2, 100, now)
+    first.making = file_maker.MAKING  # as if the maker were creating it right now
+    try:
+        report = store.run_cleanup(now=now)
+    finally:
+        first.making = 0  # (closing a file being made waits for the maker: not at teardown)
+    assert report.deleted_commitlog_files == 2 and cq.min_offset == 10  # every entry of Q points into them
+    assert cq.mfq.files == [first, second, third]  # left for the next pass: cleanup does not wait for it
+    store.delete_orphaned_logics()
+    assert cq.mfq.files == [third] and first.closed and second.closed
+    assert (cq.min_offset, cq.max_offset) == (10, 10)
+    assert created == [], created  # nothing was made by cleanup
+    assert not first.path.exists() and not second.path.exists() and third.pending is not None
+    store.settle_queue_files()
+    assert third.path.exists() and store.put_messages("Q", 0, keyed(99, "Q"))[0].queue_offset == 10
+    store.shutdown()
+    again = new_store(consume_queue_file_entries=4)
+    assert (again.min_offset("Q", 0), again.max_offset("Q", 0)) == (10, 11)

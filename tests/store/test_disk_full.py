@@ -17,7 +17,7 @@ from pymq.testing import capture_logs
 from tests.helpers import wait_until_sync
 from tests.store.conftest import StoreFactory
 from tests.store.storeutil import keyed, read_queue
-from tests.store.test_cleanup import fill, other_hour, quiet
+from tests.store.test_cleanup import fill, other_hour, quiet, settle_index_ahead
 
 
 def logged(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:
@@ -156,6 +156,7 @@ def test_warmer_logs_a_failing_preallocation_rate_limited(
 ) -> None:
     """No room for the next file: one warning (no traceback), not a traceback every second."""
     store = quiet(new_store())
+    settle_index_ahead(store)  # (the first index file, made ahead at start: not with the failing call)
     monkeypatch.setattr(os, "posix_fallocate", _no_space)
     warmer = Warmer(store)
     with capture_logs() as logs:

@@ -20,6 +20,7 @@ import struct
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pymq.broker.store.file_maker import MAKING
 from pymq.broker.store.mapped_file import MappedFile, MappedFileQueue
 
 if TYPE_CHECKING:
@@ -278,12 +279,23 @@ class ConsumeQueue:
         return e[0] + e[1]
 
     def delete_expired(self, min_phys: int) -> int:
-        """Delete files whose every entry points below ``min_phys``; move the min offset up."""
+        """Delete files whose every entry points below ``min_phys``; move the min offset up.
+
+        A file still being made (:mod:`pymq.broker.store.file_maker`) is judged by its
+        buffered entries: expired, it is dropped without ever being created (cleanup never
+        makes a file only to delete it, which under a full disk would also fail the pass);
+        one the maker is creating right now is left for the next pass.
+        """
         deleted = 0
         files = self.mfq.files
         while len(files) > 1:
             mf = files[0]
-            last = CQ_ENTRY.unpack_from(mf.view(), mf.size - CQ_ENTRY_SIZE)
+            if getattr(mf, "making", 0) == MAKING:
+                break  # (deleting it would wait for its creation, holding the store lock)
+            buf = mf.buffer()  # a pending file's buffer: never makes the file
+            if len(buf) < mf.size:
+                break  # (an earlier file is full: a shorter buffer cannot be expired)
+            last = CQ_ENTRY.unpack_from(buf, mf.size - CQ_ENTRY_SIZE)
             # A file whose last entry is a blank filler holds nothing but fillers.
             if last[1] == BLANK_SIZE or last[0] + last[1] <= min_phys:
                 self.mfq.delete_first(1)

@@ -28,11 +28,16 @@ import sys
 import time
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from pymq.broker.store.index_next import PREPARE_FRACTION, NextIndexFile
 from pymq.broker.store.mapped_file import MappedFile, remove_leftovers
 from pymq.errors import StoreError
 from pymq.logs import get_logger
 from pymq.protocol import record as _record
+
+if TYPE_CHECKING:
+    from pymq.broker.store.file_maker import FileMaker
 
 log = get_logger("broker.store.index")
 
@@ -281,6 +286,35 @@ class IndexService:
         self.files: list[IndexFile] = []
         #: store time of the newest entry whose header (count) is written
         self.header_ts = 0
+        #: makes the next file ahead of the roll (the store's FileMaker; None: made at the roll)
+        self.maker: FileMaker | None = None
+        #: the next file, queued to the maker (see :mod:`pymq.broker.store.index_next`)
+        self.next: NextIndexFile | None = None
+        #: put_many looks at rolling (and preparing the next file) once the newest holds this many entries
+        self.roll_at = max_entries
+        #: files rolled to that were made ahead / made on the writer's thread (stats, tests)
+        self.made_ahead = 0
+        self.made_on_writer = 0
+
+    def make_ahead(self, maker: FileMaker, now_ms: int) -> None:
+        """Have the next files made by ``maker`` from now on (the first one at once if there is none)."""
+        self.maker = maker
+        if self.files:
+            self.roll_at = self._prepare_at()
+        elif self.next is None:
+            self._prepare(now_ms)
+
+    def _prepare_at(self) -> int:
+        return max(1, int(self.max_entries * PREPARE_FRACTION))
+
+    def _prepare(self, now_ms: int) -> None:
+        """Queue the next file to the maker, named later than the newest file (writer's thread, no syscall)."""
+        assert self.maker is not None
+        name = _name_for(now_ms)
+        if self.files and name <= self.files[-1].mf.path.name:
+            name = f"{int(self.files[-1].mf.path.name) + 1:0{len(name)}d}"  # the clock went back
+        self.next = NextIndexFile(self.directory / name, self.file_size)
+        self.maker.submit(self.next)
 
     def load(self) -> int:
         """Map the index files; returns how many uncounted entries were rolled back."""
@@ -323,26 +357,40 @@ class IndexService:
 
     def _writable(self, now_ms: int) -> IndexFile:
         if self.files and not self.files[-1].is_full:
+            # roll_at reached: have the next file made ahead, off the writer's thread.
+            self.roll_at = self.max_entries
+            if self.next is None and self.maker is not None:
+                self._prepare(now_ms)
             return self.files[-1]
         if self.files:
             # The full file is synced by the next flush (see flush()), not on the writer's thread.
             full = self.files[-1]
             full.write_header()
             full.mf.wrote_pos = full.mf.size
-        self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / _name_for(now_ms)
-        while path.exists():
-            now_ms += 1
+        nxt, self.next = self.next, None
+        if nxt is not None:
+            mf, ahead = nxt.take(self.maker)  # made ahead: no file-system call here
+        else:
+            self.directory.mkdir(parents=True, exist_ok=True)
             path = self.directory / _name_for(now_ms)
-        f = IndexFile(MappedFile(path, self.file_size, create=True), self.slots, self.max_entries, new=True)
+            while path.exists():
+                now_ms += 1
+                path = self.directory / _name_for(now_ms)
+            mf, ahead = MappedFile(path, self.file_size, create=True), False
+        if ahead:
+            self.made_ahead += 1
+        else:
+            self.made_on_writer += 1
+        f = IndexFile(mf, self.slots, self.max_entries, new=True)  # writes its header: a real index file now
         self.files.append(f)
+        self.roll_at = self._prepare_at() if self.maker is not None else self.max_entries
         return f
 
     def put_many(self, entries: list[tuple[int, int]], store_ts: int) -> None:
         """Index ``(hash, commitlog offset)`` pairs stored at ``store_ts``, in commitlog order."""
         files = self.files
         f = files[-1] if files else None
-        if f is None or f.count >= f.max_entries:  # no file yet, or the last one is full
+        if f is None or f.count >= self.roll_at:  # no file yet, or the last one is (nearly) full
             f = self._writable(store_ts)
         done = f.put_many(entries, store_ts)
         while done < len(entries):
@@ -402,11 +450,18 @@ class IndexService:
         for f in self.files:
             f.write_header()
             f.close()
+        nxt, self.next = self.next, None
+        if nxt is not None:
+            nxt.discard(self.maker)  # made ahead but not needed: not left for the next load to drop
 
     def abandon(self) -> None:
         """Unmap the files without writing headers (what a crash leaves)."""
         for f in self.files:
             f.close()
+        nxt, self.next = self.next, None
+        if nxt is not None:
+            nxt.abandon()
 
     def disk_bytes(self) -> int:
-        return len(self.files) * self.file_size
+        nxt = self.next
+        return (len(self.files) + (nxt is not None and nxt.made is not None)) * self.file_size

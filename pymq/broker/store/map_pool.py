@@ -24,6 +24,7 @@ import os
 import resource
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -336,10 +337,23 @@ class MapPool:
     def new_file(self, path: Path, size: int, *, create: bool, lazy: bool = False) -> PooledMappedFile:
         return PooledMappedFile(path, size, create=create, lazy=lazy, pool=self)
 
-    def start_maker(self, store_lock: threading.RLock) -> None:
-        """Make new files on a thread from now on (Linux: the maps need no descriptor)."""
+    def start_maker(
+        self,
+        store_lock: threading.RLock,
+        *,
+        max_files: int = 0,
+        max_bytes: int = 0,
+        on_backlog: Callable[[str | None], None] | None = None,
+    ) -> None:
+        """Make new files on a thread from now on (Linux: the maps need no descriptor).
+
+        ``on_backlog(reason)``: past ``max_files`` waiting or ``max_bytes`` buffered (None:
+        back under half of both); see :mod:`pymq.broker.store.file_maker`.
+        """
         if FD_LESS:
-            self.maker = self.maker_thread = FileMaker(store_lock)
+            self.maker = self.maker_thread = FileMaker(
+                store_lock, max_files=max_files, max_bytes=max_bytes, on_backlog=on_backlog
+            )
             self.maker.start()
 
     def stop_maker(self) -> None:

@@ -83,7 +83,13 @@ class MessageStore:
         self.checkpoint: Checkpoint
         self.last_store_ts = 0
         self.running = False
-        self.disk_full = False
+        #: why puts are refused right now (a full disk, a consume-queue file backlog), or None:
+        #: the one attribute the put path reads (set through disk_full and _set_backlog)
+        self.refused: str | None = None
+        self._disk_full = False
+        #: why the file maker's backlog refuses puts (None: it does not)
+        self._backlog: str | None = None
+        self._refusal_lock = threading.Lock()
         #: the write path's disk-full check (sets disk_full between cleanup passes)
         self.disk_guard = DiskGuard(self, self.commitlog.mfq)
         self.recovery: RecoveryReport | None = None
@@ -151,7 +157,15 @@ class MessageStore:
             self._warmer = Warmer(self)
             self._warmer.start()
             # New consume-queue files from now on are made on a thread (recovery made its own).
-            self.map_pool.start_maker(self.lock)
+            self.map_pool.start_maker(
+                self.lock,
+                max_files=self.config.consume_queue_max_pending_files,
+                max_bytes=self.config.consume_queue_max_pending_bytes,
+                on_backlog=self._set_backlog,
+            )
+            if self.map_pool.maker is not None:
+                # Index files too: the next one is made ahead, off the writer's thread (index_next).
+                self.index.make_ahead(self.map_pool.maker, max(int(time.time() * 1000), self.last_store_ts))
             self._flusher.start()
             self._logics_flusher.start()
             self._cleaner.start()
@@ -270,7 +284,7 @@ class MessageStore:
         The put path's usual call (one batch, one queue): :meth:`put_batches` without the
         lists around its argument and its answer.
         """
-        if self.running and not self.disk_full:
+        if self.running and self.refused is None:
             return self._put_one(topic, queue_id, data, split)
         return self.put_batches([(topic, queue_id, data)], splits=[split])[0]
 
@@ -290,7 +304,7 @@ class MessageStore:
         stored before it are undone too and every record gets that status. ``splits``, if
         given, holds :meth:`split` of each batch (None: validate it here).
         """
-        if len(batches) == 1 and self.running and not self.disk_full:
+        if len(batches) == 1 and self.running and self.refused is None:
             # One batch (every single send): the same steps without the multi-batch bookkeeping.
             topic, queue_id, data = batches[0]
             return [self._put_one(topic, queue_id, data, splits[0] if splits else None)]
@@ -438,9 +452,33 @@ class MessageStore:
         """Why writes are refused right now, or None."""
         if not self.running:
             return "store is not running"
-        if self.disk_full:
-            return DISK_FULL_REASON
-        return None
+        return self.refused
+
+    @property
+    def disk_full(self) -> bool:
+        """Writes are refused because the disk is full (set by cleanup and the disk guard)."""
+        return self._disk_full
+
+    @disk_full.setter
+    def disk_full(self, full: bool) -> None:
+        with self._refusal_lock:
+            self._disk_full = full
+            self._update_refused()
+
+    @property
+    def queue_file_backlog(self) -> str | None:
+        """Why puts are refused because consume-queue files are not being made (None: they are not)."""
+        return self._backlog
+
+    def _set_backlog(self, reason: str | None) -> None:
+        """The file maker's backlog passed its limits (``reason``) or came back under them (None)."""
+        with self._refusal_lock:
+            self._backlog = reason
+            self._update_refused()
+
+    def _update_refused(self) -> None:
+        # A full disk is named first: cleanup alone ends it, the backlog ends by itself.
+        self.refused = DISK_FULL_REASON if self._disk_full else self._backlog
 
     def request_flush(self, offset: int, callback: FlushCallback) -> None:
         """``callback(True)`` from the flush thread once the commitlog below ``offset`` is on disk."""
