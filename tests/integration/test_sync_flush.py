@@ -96,7 +96,7 @@ def syncs(broker: BrokerApp) -> int:
     """How many syncs ran (C syncer jobs, or the flusher thread's flushes)."""
     if broker.loop_sync is not None:
         return broker.loop_sync.submitted
-    flusher = broker.store._flusher
+    flusher = broker.store.services.flusher
     assert flusher is not None and flusher.sync
     return flusher.flush_count
 

@@ -22,7 +22,7 @@ HOUR = 3600.0
 
 def quiet(store: MessageStore) -> MessageStore:
     """Stop the warmer and drop its preallocated file, so the simulated disk usage is exact."""
-    store._warmer.stop()  # type: ignore[union-attr]
+    store.services.warmer.stop()  # type: ignore[union-attr]
     nf = store.commitlog.mfq.next_file
     if nf is not None:
         nf.destroy()

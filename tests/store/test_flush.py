@@ -33,7 +33,7 @@ def test_sync_flush_acknowledges_after_the_data_is_synced(new_store: StoreFactor
     assert done.wait(10)
     assert sorted(a[0] for a in answers) == ends
     assert all(ok and flushed >= end for end, ok, flushed in answers)
-    assert store._flusher is not None and store._flusher.flush_count <= 50
+    assert store.services.flusher is not None and store.services.flusher.flush_count <= 50
 
 
 def test_flush_requests_that_cannot_be_met_are_refused(new_store: StoreFactory) -> None:

@@ -173,7 +173,7 @@ def test_file_creation_failure_undoes_the_batch(
             raise StoreError("cannot allocate: No space left on device")
         return original(self, start)
 
-    store._warmer.stop()  # type: ignore[union-attr]  # and no preallocated next file
+    store.services.warmer.stop()  # type: ignore[union-attr]  # and no preallocated next file
     if store.commitlog.mfq.next_file is not None:
         store.commitlog.mfq.next_file.destroy()
         store.commitlog.mfq.next_file = None
@@ -204,7 +204,7 @@ def test_file_creation_failure_undoes_a_split_batch_too(
             raise StoreError("cannot allocate: No space left on device")
         return original(self, start)
 
-    store._warmer.stop()  # type: ignore[union-attr]  # and no preallocated next file
+    store.services.warmer.stop()  # type: ignore[union-attr]  # and no preallocated next file
     if store.commitlog.mfq.next_file is not None:
         store.commitlog.mfq.next_file.destroy()
         store.commitlog.mfq.next_file = None

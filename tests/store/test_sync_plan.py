@@ -101,7 +101,7 @@ def test_recording_never_moves_flushed_offsets_back(new_store: StoreFactory) -> 
     assert plan is not None
     assert run_job(store, plan) == 0
     end = put(store, 80)
-    flusher = store._flusher
+    flusher = store.services.flusher
     assert flusher is not None
     flusher._flush_once(force=True)  # the periodic flush, now: everything, into the second file
     ts = store.checkpoint.physic_ts

@@ -127,6 +127,6 @@ def test_the_warmer_writes_back_only_under_sync_flush(
     new_store: StoreFactory, flush: str, write_ahead: bool, expected: bool
 ) -> None:
     store = new_store(commitlog_file_size=FILE, flush_disk_type=flush, sync_flush_write_ahead=write_ahead)
-    assert store._warmer is not None and store._warmer.write_back is expected
+    assert store.services.warmer is not None and store.services.warmer.write_back is expected
     store.put_messages("T", 0, record("T", b"x" * 100))
     assert len(read_queue(store, "T", 0)) == 1

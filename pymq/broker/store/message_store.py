@@ -26,24 +26,23 @@ from pymq.broker.store import replica_ops, residency, sync_plan
 from pymq.broker.store.appender import Appender, rejected_results
 from pymq.broker.store.arrivals import ArrivalListener, ArrivalListeners, TopicFilter
 from pymq.broker.store.checkpoint import Checkpoint
-from pymq.broker.store.cleanup import CleanupService, disk_ratio, run_cleanup
+from pymq.broker.store.cleanup import disk_ratio, run_cleanup
 from pymq.broker.store.commitlog import CommitLog
 from pymq.broker.store.consume_queue import CQ_ENTRY_SIZE, ConsumeQueue
 from pymq.broker.store.dir_lock import DirLock, fsync_dir
 from pymq.broker.store.disk_guard import DISK_FULL_REASON, DiskGuard
 from pymq.broker.store.dispatcher import Dispatcher
-from pymq.broker.store.flush import CommitLogFlusher, FlushCallback, LogicsFlusher, Warmer, flush_logics_pass
+from pymq.broker.store.flush import FlushCallback, flush_logics_pass
 from pymq.broker.store.index import IndexService
-from pymq.broker.store.mapped_file import ranged_msync_available
 from pymq.broker.store.queue_table import QueueTable
 from pymq.broker.store.reader import find_by_key, offset_by_time, read_queue, store_time_at
 from pymq.broker.store.recovery import RecoveryReport, recover
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutResults, PutStatus, StoredRun
+from pymq.broker.store.services import StoreServices
 from pymq.broker.store.sync_plan import Syncer, SyncPlan
-from pymq.config import FlushDiskType, StoreConfig
+from pymq.config import StoreConfig
 from pymq.errors import StoreError
 from pymq.logs import get_logger
-from pymq.protocol import record as _record
 from pymq.protocol.record import pack_host, record_store_timestamp
 from pymq.protocol.record_batch import SplitBatch, count_records
 
@@ -84,7 +83,7 @@ class MessageStore:
         self.last_store_ts = 0
         self.running = False
         #: why puts are refused right now (a full disk, a consume-queue file backlog), or None:
-        #: the one attribute the put path reads (set through disk_full and _set_backlog)
+        #: the one attribute the put path reads (set through disk_full and set_queue_file_backlog)
         self.refused: str | None = None
         self._disk_full = False
         #: why the file maker's backlog refuses puts (None: it does not)
@@ -99,14 +98,10 @@ class MessageStore:
         self.put_bytes = 0
         self.get_count = 0
         self._dir_lock = DirLock(self.root)
-        self._flusher: CommitLogFlusher | None = None
-        self._logics_flusher: LogicsFlusher | None = None
-        self._cleaner: CleanupService | None = None
-        self._warmer: Warmer | None = None
+        #: flushers, cleanup, warmer, syncer and file maker (started after recovery)
+        self.services = StoreServices(self)
         #: arrival listeners by topic (see add_arrival_listener)
         self.arrivals = ArrivalListeners()
-        #: SYNC_FLUSH with the C accelerator: syncs for waiting sends run on its thread (see sync_plan)
-        self.syncer: Syncer | None = None
 
     # --- lifecycle ------------------------------------------------------------------------------------------
 
@@ -143,32 +138,7 @@ class MessageStore:
             self.running = True
             self.started_at = time.time()
             self.disk_full = disk_ratio(self) > self.config.disk_full_ratio
-            sync = self.config.flush_disk_type == FlushDiskType.SYNC_FLUSH
-            self._flusher = CommitLogFlusher(self, sync=sync)
-            self.syncer = _new_syncer() if sync else None
-            self._logics_flusher = LogicsFlusher(self)
-            self._cleaner = CleanupService(self)
-            last = self.commitlog.mfq.last
-            if last is None:
-                # Create the first file now, so the warmer can get ahead of the first writes.
-                self.commitlog.mfq.create_file(0)
-            elif last.warm_lock is None:
-                last.enable_warming(last.wrote_pos)
-            self._warmer = Warmer(self)
-            self._warmer.start()
-            # New consume-queue files from now on are made on a thread (recovery made its own).
-            self.map_pool.start_maker(
-                self.lock,
-                max_files=self.config.consume_queue_max_pending_files,
-                max_bytes=self.config.consume_queue_max_pending_bytes,
-                on_backlog=self._set_backlog,
-            )
-            if self.map_pool.maker is not None:
-                # Index files too: the next one is made ahead, off the writer's thread (index_next).
-                self.index.make_ahead(self.map_pool.maker, max(int(time.time() * 1000), self.last_store_ts))
-            self._flusher.start()
-            self._logics_flusher.start()
-            self._cleaner.start()
+            self.services.start()
         except BaseException:
             self._dir_lock.release()
             raise
@@ -179,14 +149,7 @@ class MessageStore:
             return False
         with self.lock:
             self.running = False
-        if self.syncer is not None:
-            # Jobs queued finish first (close joins the thread); their plans keep the mappings
-            # mapped until whoever takes them (the broker's loop_sync) releases them.
-            self.syncer.close()
-        self.map_pool.stop_maker()
-        for svc in (self._warmer, self._cleaner, self._logics_flusher, self._flusher):
-            if svc is not None:
-                svc.stop()
+        self.services.stop()
         return True
 
     def shutdown(self) -> None:
@@ -470,7 +433,7 @@ class MessageStore:
         """Why puts are refused because consume-queue files are not being made (None: they are not)."""
         return self._backlog
 
-    def _set_backlog(self, reason: str | None) -> None:
+    def set_queue_file_backlog(self, reason: str | None) -> None:
         """The file maker's backlog passed its limits (``reason``) or came back under them (None)."""
         with self._refusal_lock:
             self._backlog = reason
@@ -482,45 +445,24 @@ class MessageStore:
 
     def request_flush(self, offset: int, callback: FlushCallback) -> None:
         """``callback(True)`` from the flush thread once the commitlog below ``offset`` is on disk."""
-        if self._flusher is None:
+        flusher = self.services.flusher
+        if flusher is None:
             callback(False)
             return
-        self._flusher.request(offset, callback)
+        flusher.request(offset, callback)
+
+    @property
+    def syncer(self) -> Syncer | None:
+        """SYNC_FLUSH with the C accelerator: the thread the syncs senders wait for run on (see sync_plan)."""
+        return self.services.syncer
 
     def sync_plan(self, upto: int) -> SyncPlan | None:
-        """A sync for :attr:`syncer` making the commitlog below ``upto`` durable; None if it is already.
-
-        The plan covers everything written and not flushed yet (so its store time covers all
-        of it, as the flusher's syncs do); see :mod:`pymq.broker.store.sync_plan`. Submit
-        ``plan.ranges`` with the plan as the token, then :meth:`sync_done`. StoreError if
-        the store is not running. None with ``upto`` past the end too: check :attr:`flushed_offset`.
-        """
-        with self.lock:
-            if not self.running:
-                raise StoreError("store is not running")
-            mfq = self.commitlog.mfq
-            if mfq.flushed_offset >= upto:
-                return None
-            return sync_plan.plan(mfq, self.last_store_ts)
+        """A sync for :attr:`syncer` making the commitlog below ``upto`` durable (see :func:`sync_plan.plan_for`)."""
+        return sync_plan.plan_for(self, upto)
 
     def sync_done(self, plan: SyncPlan, ok: bool, *, blocking: bool = True) -> bool:
-        """Finish a plan the syncer reported (``ok``: synced): release its mappings and, if
-        synced, record it as :class:`CommitLogFlusher` records its own syncs, under the file lock.
-
-        ``blocking=False`` (the event loop): False if the flusher thread holds the lock (it is
-        syncing); call again later. Recording late is harmless: the data is on disk already,
-        the checkpoint only claims less meanwhile.
-        """
-        plan.release()
-        if not ok or not self.running:
-            return True  # (a shutdown flushes everything itself)
-        if not self.file_lock.acquire(blocking=blocking):
-            return False
-        try:
-            sync_plan.record(plan, self.commitlog.mfq, self.checkpoint)
-        finally:
-            self.file_lock.release()
-        return True
+        """Finish a plan the syncer reported (see :func:`sync_plan.finish`); False: retry later."""
+        return sync_plan.finish(self, plan, ok, blocking=blocking)
 
     def flush_logics(self, *, index: bool = True, settle: bool = True) -> None:
         """Sync consume queues (and index files unless ``index`` is False), then the checkpoint.
@@ -684,16 +626,6 @@ class MessageStore:
             if mf is None or mf.wrote_pos == 0:
                 return 0
             return record_store_timestamp(mf.mm, 0)
-
-
-def _new_syncer() -> Syncer | None:
-    """The C accelerator's Syncer, where it is built (and not switched off) and msync goes by address."""
-    speedups = _record.speedups
-    cls = getattr(speedups, "Syncer", None) if speedups is not None else None
-    if cls is None or not ranged_msync_available():
-        return None
-    syncer: Syncer = cls()
-    return syncer
 
 
 __all__ = ["CQ_ENTRY_SIZE", "GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus"]

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pymq.broker.store.consume_queue import ConsumeQueue
     from pymq.broker.store.dispatcher import Dispatcher
     from pymq.broker.store.index import IndexService
+    from pymq.broker.store.map_pool import MapPool
     from pymq.config import StoreConfig
 
 
@@ -75,6 +76,23 @@ class RecoveryView(StoreCore, Protocol):
     restored_range: tuple[int, int] | None
 
     def queue_for(self, topic: str, queue_id: int) -> ConsumeQueue: ...
+
+
+class SyncView(StoreCore, Protocol):
+    """What SYNC_FLUSH's plans use (sync_plan.plan_for / finish): the store lock, whether it runs."""
+
+    lock: threading.RLock
+    running: bool
+
+
+class ServicesView(FlushView, CleanupView, Protocol):
+    """What starting the store's threads uses (services.StoreServices): theirs, plus the file maker's."""
+
+    lock: threading.RLock
+    map_pool: MapPool
+    index: IndexService
+
+    def set_queue_file_backlog(self, reason: str | None) -> None: ...
 
 
 class ReplicaView(StoreCore, Protocol):

@@ -29,11 +29,14 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pymq.broker.store.mapped_file import ranged_msync_available
 from pymq.errors import StoreError
+from pymq.protocol import record as _record
 
 if TYPE_CHECKING:
     from pymq.broker.store.checkpoint import Checkpoint
     from pymq.broker.store.mapped_file import MappedFile, MappedFileQueue
+    from pymq.broker.store.store_view import SyncView
 
 
 class Syncer(Protocol):
@@ -126,3 +129,50 @@ def record(p: SyncPlan, mfq: MappedFileQueue, checkpoint: Checkpoint) -> None:
     if p.store_ts > checkpoint.physic_ts:
         checkpoint.physic_ts = p.store_ts
     checkpoint.flushed_phys = mfq.flushed_offset
+
+
+def new_syncer() -> Syncer | None:
+    """The C accelerator's Syncer, where it is built (and not switched off) and msync goes by address."""
+    speedups = _record.speedups
+    cls = getattr(speedups, "Syncer", None) if speedups is not None else None
+    if cls is None or not ranged_msync_available():
+        return None
+    syncer: Syncer = cls()
+    return syncer
+
+
+def plan_for(store: SyncView, upto: int) -> SyncPlan | None:
+    """A plan making the store's commitlog below ``upto`` durable; None if it is already.
+
+    The plan covers everything written and not flushed yet (so its store time covers all of
+    it, as the flusher's syncs do). Submit ``plan.ranges`` with the plan as the token, then
+    :func:`finish`. StoreError if the store is not running. None with ``upto`` past the end
+    too: check the store's ``flushed_offset``.
+    """
+    with store.lock:
+        if not store.running:
+            raise StoreError("store is not running")
+        mfq = store.commitlog.mfq
+        if mfq.flushed_offset >= upto:
+            return None
+        return plan(mfq, store.last_store_ts)
+
+
+def finish(store: SyncView, p: SyncPlan, ok: bool, *, blocking: bool = True) -> bool:
+    """Finish a plan the syncer reported (``ok``: synced): release its mappings and, if synced,
+    :func:`record` it as the flusher thread records its own syncs, under the file lock.
+
+    ``blocking=False`` (the event loop): False if the flusher thread holds the lock (it is
+    syncing); call again later. Recording late is harmless: the data is on disk already, the
+    checkpoint only claims less meanwhile.
+    """
+    p.release()
+    if not ok or not store.running:
+        return True  # (a shutdown flushes everything itself)
+    if not store.file_lock.acquire(blocking=blocking):
+        return False
+    try:
+        record(p, store.commitlog.mfq, store.checkpoint)
+    finally:
+        store.file_lock.release()
+    return True
