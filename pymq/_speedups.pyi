@@ -115,7 +115,7 @@ class Syncer:
     def fileno(self) -> int:
         """The eventfd, readable once a job is done; ValueError after close()."""
     def close(self) -> None:
-        """Sync every queued job, join the thread, close the eventfd (idempotent; dealloc does it too)."""
+        """Sync every queued job, join the thread (idempotent; dealloc too); the eventfd stays until dealloc."""
     @property
     def pending(self) -> int: ...
     @property

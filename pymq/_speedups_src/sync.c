@@ -76,7 +76,7 @@ static void *syncer_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         job->err = err;
         s->run++;
-        /* under the mutex: close() cannot close the eventfd between the job's end and its signal */
+        /* (under the mutex, as take() reads the eventfd with the job counters: no wake-up lost) */
         ssize_t n;
         do {
             n = write(s->efd, &one, sizeof one);
@@ -132,7 +132,7 @@ static PyObject *syncer_new(PyTypeObject *type, PyObject *args, PyObject *kwds) 
     return (PyObject *)s;
 }
 
-/* Stop the thread (it syncs every queued job first) and close the eventfd; the done jobs stay for take(). */
+/* Stop the thread (it syncs every queued job first); the done jobs stay for take(), the eventfd until dealloc. */
 static void syncer_stop(SyncerObject *s) {
     pthread_mutex_lock(&s->mu);
     s->closing = 1;
@@ -152,16 +152,18 @@ static void syncer_stop(SyncerObject *s) {
         pthread_mutex_unlock(&s->mu);
         Py_END_ALLOW_THREADS;
     }
-    pthread_mutex_lock(&s->mu);
-    int fd = join ? s->efd : -1; /* (a concurrent close that found the join claimed leaves the fd to it) */
-    if (join) s->efd = -1;
-    pthread_mutex_unlock(&s->mu);
-    if (fd >= 0) close(fd);
+    /* The eventfd stays open until dealloc: a loop may still watch it (the store can stop
+     * before the broker's LoopSync leaves the loop), and a closed number could be reused by
+     * a socket the loop then confuses with it. */
 }
 
 static void syncer_dealloc(SyncerObject *s) {
     if (s->jobs != NULL) {
         syncer_stop(s);
+        if (s->efd >= 0) {
+            close(s->efd);
+            s->efd = -1;
+        }
         for (uint64_t i = s->head; i < s->tail; i++) {
             sync_job *job = &s->jobs[i % (uint64_t)s->capacity];
             Py_CLEAR(job->token);
@@ -298,7 +300,9 @@ static PyObject *syncer_fileno(SyncerObject *s, PyObject *unused) {
 SPEEDUPS_DOC(syncer_close_doc,
              "close() -> None\n"
              "Refuse further submits, let the thread sync every job already queued (they complete: take()\n"
-             "reports them afterwards), join it and close the eventfd. Idempotent; the syncer's dealloc does it too.");
+             "reports them afterwards) and join it. The eventfd stays open (unwatched: fileno() refuses) until\n"
+             "the syncer goes, so a loop still watching it never sees its number reused. Idempotent; the\n"
+             "syncer's dealloc does it too.");
 
 static PyObject *syncer_close(SyncerObject *s, PyObject *unused) {
     syncer_stop(s);

@@ -124,7 +124,14 @@ class GroupCommit:
         self._requested_at = _now()
         self.requests += 1
         if self._on_loop:
-            self._request_flush(target, partial(self._synced, target))
+            try:
+                self._request_flush(target, partial(self._synced, target))
+            except BaseException:
+                # Not asked after all: the next waiter asks again (a request stranded in
+                # flight would stop every later sync until the timeouts).
+                self._in_flight -= 1
+                self._asked = -1
+                raise
             return
         loop = self._loop
         assert loop is not None

@@ -13,7 +13,9 @@ Without the accelerator (or ``PYMQ_NO_SPEEDUPS=1``) the store has no syncer and 
 commit asks the flusher thread (:meth:`MessageStore.request_flush`) as before.
 
 The broker closes this before the store shuts down (:meth:`close`): the eventfd leaves the
-loop before the store's shutdown closes it, and jobs still queued finish and are answered.
+loop first, and jobs still queued finish and are answered. (The syncer keeps its eventfd
+open until it is freed, so even a store stopped first never has its number reused under a
+loop still watching it.)
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pymq.errors import StoreError
 from pymq.logs import RateLimitedLog, get_logger
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ class LoopSync:
             return
         try:
             plan = self.store.sync_plan(offset)
-        except StoreError as exc:
+        except Exception as exc:  # StoreError: stopping; anything else must not strand the request either
             self._limited.log("warning", "sync_not_planned", reason=str(exc))
             loop.call_soon(callback, False)
             return
@@ -79,7 +80,7 @@ class LoopSync:
             return
         try:
             self.syncer.submit((plan, callback), plan.ranges)
-        except RuntimeError as exc:  # closed, or the queue is full (the group commit keeps it short)
+        except Exception as exc:  # RuntimeError: closed, or the queue is full (the group commit keeps it short)
             plan.release()
             self._limited.log("warning", "sync_not_submitted", reason=str(exc))
             loop.call_soon(callback, False)
@@ -108,8 +109,11 @@ class LoopSync:
             if not ok:
                 self.failed += 1
                 self._limited.log("error", "sync_failed", errno=err, end=plan.end)
-            if not store.sync_done(plan, ok, blocking=blocking):
-                self._unrecorded.append(plan)
+            try:
+                if not store.sync_done(plan, ok, blocking=blocking):
+                    self._unrecorded.append(plan)
+            except Exception:  # (recording failed: the data is synced all the same, answer it)
+                log.exception("sync_record_failed")
             try:
                 callback(ok)
             except Exception:  # (one failing answer must not leave the other jobs unanswered)

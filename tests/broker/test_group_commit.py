@@ -193,3 +193,26 @@ async def test_a_sender_after_an_idle_pause_is_synced_at_once(flusher: FakeFlush
     assert len(flusher.requests) == 2 and gc.expected == 1
     flusher.complete(1)
     assert (await late).code == ResponseCode.SUCCESS
+
+
+async def test_a_request_that_raises_is_asked_again_by_the_next_waiter() -> None:
+    """A flush request that fails to go out leaves nothing in flight: later waiters still get syncs."""
+    flusher = FakeFlusher(on_loop=True)
+    calls = 0
+
+    def flaky(offset: int, callback: Callable[[bool], None]) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("boom")
+        flusher.request(offset, callback)
+
+    gc = GroupCommit(flaky, lambda: flusher.flushed, timeout=30, linger=0.0005, on_loop=True)
+    first = gc.wait(response(1), end=100)
+    await asyncio.sleep(0)  # the kick raises (the loop logs it)
+    await asyncio.sleep(0)
+    second = gc.wait(response(2), end=200)
+    await wait_until(lambda: len(flusher.requests) == 1, what="a request for both")
+    assert flusher.requests[0][0] == 200
+    flusher.complete(0)
+    assert [r.opaque for r in await asyncio.gather(first, second)] == [1, 2]

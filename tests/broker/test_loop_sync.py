@@ -123,3 +123,32 @@ async def test_a_request_after_the_store_stopped_is_refused(store: MessageStore)
     await wait_until(lambda: len(answers.got) == 1, what="the refusal")
     assert answers.got[0][0] is False
     ls.close()
+
+
+async def test_unexpected_errors_answer_false_and_recording_failures_still_answer(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither a failing plan nor a failing record strands a request (the group commit would stop syncing)."""
+    ls = LoopSync.for_store(store)
+    assert ls is not None
+    answers = Answers(store)
+    end = put(store, 1)
+
+    def broken_plan(upto: int) -> None:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(store, "sync_plan", broken_plan)
+    ls.request(end, answers)
+    await wait_until(lambda: len(answers.got) == 1, what="the refusal")
+    assert answers.got[0][0] is False
+    monkeypatch.undo()
+
+    def broken_done(plan: object, ok: bool, *, blocking: bool = True) -> bool:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(store, "sync_done", broken_done)
+    ls.request(put(store, 2), answers)
+    await wait_until(lambda: len(answers.got) == 2, what="the answer despite the failed record")
+    assert answers.got[1][0] is True
+    monkeypatch.undo()
+    ls.close()

@@ -203,3 +203,18 @@ def test_two_closes_at_once_both_return_after_the_queued_jobs(mapping: Mapping) 
     assert [t for t, _ in s.take()] == [0, 1, 2, 3]
     other.join(10)
     assert not other.is_alive()
+
+
+def test_the_eventfd_stays_open_after_close_until_the_syncer_goes() -> None:
+    """A loop may still watch the fd when the store stops first: its number is never reused meanwhile."""
+    s = Syncer()
+    fd = s.fileno()
+    s.close()
+    with pytest.raises(ValueError, match="closed"):
+        s.fileno()
+    os.fstat(fd)  # still ours
+    assert s.take() == []
+    del s
+    gc.collect()
+    with pytest.raises(OSError):
+        os.fstat(fd)

@@ -114,7 +114,8 @@ class CommitLogFlusher(threading.Thread):
         ts = store.last_store_ts  # snapshot before the sync: everything up to it gets covered
         with store.file_lock:
             mfq.flush()
-            store.checkpoint.physic_ts = ts
+            if ts > store.checkpoint.physic_ts:  # (the C syncer may have recorded a later one)
+                store.checkpoint.physic_ts = ts
             store.checkpoint.flushed_phys = mfq.flushed_offset
         self.flush_count += 1
         if thorough:

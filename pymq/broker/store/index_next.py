@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pymq.broker.store.mapped_file import MappedFile
-from pymq.errors import StoreError
 from pymq.logs import RateLimitedLog, get_logger
 
 if TYPE_CHECKING:
@@ -59,7 +58,7 @@ class NextIndexFile:
         """
         try:
             return MappedFile(self.path, self.size, create=True)
-        except StoreError as exc:
+        except Exception as exc:  # (anything: the maker's consume-queue files must not wait behind it)
             _limited.log("warning", "index_file_preparation_failed", path=str(self.path), reason=str(exc))
             return None
 
