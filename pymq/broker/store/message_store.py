@@ -138,7 +138,7 @@ class MessageStore:
             self.running = True
             self.started_at = time.time()
             self.disk_full = disk_ratio(self) > self.config.disk_full_ratio
-            self.services.start()
+            self.services.start(max(int(time.time() * 1000), self.last_store_ts))
         except BaseException:
             self._dir_lock.release()
             raise

@@ -16,7 +16,6 @@ shuts down.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from pymq.broker.store.cleanup import CleanupService
@@ -40,7 +39,8 @@ class StoreServices:
         #: SYNC_FLUSH with the C accelerator: syncs for waiting sends run on its thread (see sync_plan)
         self.syncer: Syncer | None = None
 
-    def start(self) -> None:
+    def start(self, now_ms: int) -> None:
+        """Create and start every thread; ``now_ms``: the store's clock now (names the first index file made ahead)."""
         store = self.store
         config = store.config
         sync = config.flush_disk_type == FlushDiskType.SYNC_FLUSH
@@ -66,7 +66,7 @@ class StoreServices:
         )
         if store.map_pool.maker is not None:
             # Index files too: the next one is made ahead, off the writer's thread (index_next).
-            store.index.make_ahead(store.map_pool.maker, max(int(time.time() * 1000), store.last_store_ts))
+            store.index.make_ahead(store.map_pool.maker, now_ms)
         self.flusher.start()
         self.logics_flusher.start()
         self.cleaner.start()
