@@ -248,6 +248,8 @@ SPEEDUPS_DOC(syncer_take_doc,
              "The jobs done since the last take(), in submit order (errno 0: synced); resets the eventfd.\n"
              "Works after close() too (the jobs the thread finished before it stopped).");
 
+/* One taker at a time (the broker's loop, or a test): the done jobs are read outside the mutex,
+ * so two threads taking at once would both hand out the same jobs. */
 static PyObject *syncer_take(SyncerObject *s, PyObject *unused) {
     pthread_mutex_lock(&s->mu);
     if (s->efd >= 0) {

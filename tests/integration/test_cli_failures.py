@@ -109,7 +109,8 @@ def test_pymq_local_stops_cleanly_when_stdout_is_a_closed_pipe(tmp_path: Path, f
         assert proc.stdout is not None and proc.stderr is not None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and "Press Ctrl-C" not in proc.stdout.readline():
-            pass
+            # (an early exit, e.g. a port taken meanwhile, reads EOF: say why rather than time out)
+            assert proc.poll() is None, f"pymq-local exited {proc.returncode} at start: {proc.stderr.read()}"
         assert (store / "abort").exists()  # running
         proc.stdout.close()  # the reader (tee) is gone
         proc.send_signal(signal.SIGINT)
