@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -100,6 +101,18 @@ def main() -> None:
     args = ap.parse_args()
     n = args.messages
     tmp = tempfile.mkdtemp(prefix="pymq-spark-bench-")
+    try:
+        result = _run(n, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # (the checkpoints)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for k, v in result.items():
+            print(f"{k:>22}: {v}")
+
+
+def _run(n: int, tmp: str) -> dict[str, float | int]:
     with EmbeddedCluster() as cluster:
         ns = cluster.namesrv
 
@@ -134,7 +147,7 @@ def main() -> None:
         df.write.format("pymq").option("namesrv", ns).mode("append").save()
         sink = sink_rows / (time.perf_counter() - t0)
         spark.stop()
-    result = {
+    return {
         "messages": n,
         "ceiling_rows_per_sec": round(ceiling),
         "source_rows_per_sec": round(source),
@@ -142,11 +155,6 @@ def main() -> None:
         "sink_rows": sink_rows,
         "sink_rows_per_sec": round(sink),
     }
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        for k, v in result.items():
-            print(f"{k:>22}: {v}")
 
 
 if __name__ == "__main__":
