@@ -90,6 +90,26 @@ def _decode_header(raw: memoryview) -> tuple[int, int, int, str | None, dict[str
     return code, opaque, flags, remark, ext
 
 
+def _well_formed(header_bytes: Buffer, body: Buffer) -> Command | None:
+    """The command of a well-formed header (the usual case, checked without a call per field);
+    None for anything else, which :func:`_decode_header` judges and names the error of."""
+    try:
+        header = _unpackb(header_bytes, strict_map_key=False)
+    except Exception:
+        return None
+    if (
+        header.__class__ is list
+        and len(header) == 5
+        and header[0].__class__ is int
+        and header[1].__class__ is int
+        and header[2].__class__ is int
+        and (header[3] is None or header[3].__class__ is str)
+        and (header[4] is None or header[4].__class__ is dict)
+    ):
+        return Command(header[0], header[1], header[2], header[3], header[4], body)
+    return None
+
+
 class FrameDecoder:
     """Incremental decoder: feed it bytes as they arrive, get complete commands back.
 
@@ -120,21 +140,11 @@ class FrameDecoder:
             n = len(data)
             if frame_len + 4 == n and 4 + header_len <= frame_len <= self.max_frame_size:
                 body_start = _PREFIX_SIZE + header_len
-                try:
-                    header = _unpackb(data[_PREFIX_SIZE:body_start], strict_map_key=False)
-                except Exception:
-                    header = None
-                if (
-                    header.__class__ is list
-                    and len(header) == 5
-                    and header[0].__class__ is int
-                    and header[1].__class__ is int
-                    and header[2].__class__ is int
-                    and (header[3] is None or header[3].__class__ is str)
-                    and (header[4] is None or header[4].__class__ is dict)
-                ):
-                    body = memoryview(data)[body_start:] if n > body_start else b""
-                    return [Command(header[0], header[1], header[2], header[3], header[4], body)]
+                cmd = _well_formed(
+                    data[_PREFIX_SIZE:body_start], memoryview(data)[body_start:] if n > body_start else b""
+                )
+                if cmd is not None:
+                    return [cmd]
         if self._buf:
             self._buf += data
             src: Buffer = self._buf
@@ -159,26 +169,13 @@ class FrameDecoder:
                     break
                 header_start = pos + _PREFIX_SIZE
                 body_start = header_start + header_len
-                # The well-formed header inline; anything else is judged, and its error named,
-                # by _decode_header.
-                try:
-                    header = _unpackb(mv[header_start:body_start], strict_map_key=False)
-                except Exception:
-                    header = None
-                if (
-                    header.__class__ is list
-                    and len(header) == 5
-                    and header[0].__class__ is int
-                    and header[1].__class__ is int
-                    and header[2].__class__ is int
-                    and (header[3] is None or header[3].__class__ is str)
-                    and (header[4] is None or header[4].__class__ is dict)
-                ):
-                    body = mv[body_start:end] if end != body_start else b""  # (no view for an empty body)
-                    out.append(Command(header[0], header[1], header[2], header[3], header[4], body))
-                else:
+                body = mv[body_start:end] if end != body_start else b""  # (no view for an empty body)
+                cmd = _well_formed(mv[header_start:body_start], body)
+                if cmd is None:
+                    # Anything but the well-formed header is judged, and its error named, here.
                     code, opaque, flags, remark, ext = _decode_header(mv[header_start:body_start])
-                    out.append(Command(code, opaque, flags, remark, ext, mv[body_start:end]))
+                    cmd = Command(code, opaque, flags, remark, ext, body)
+                out.append(cmd)
                 pos = end
         except Exception:
             self._broken = True
