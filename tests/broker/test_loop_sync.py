@@ -17,22 +17,18 @@ from pymq.broker.group_commit import GroupCommit
 from pymq.broker.loop_sync import LoopSync
 from pymq.broker.store import MessageStore
 from pymq.config import FlushDiskType
-from pymq.protocol import record
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.command import Command
 from tests.helpers import wait_until
-from tests.store.storeutil import keyed, open_store
+from tests.store.storeutil import keyed, open_store, use_c_syncer
 
 SYNC = {"flush_disk_type": FlushDiskType.SYNC_FLUSH, "flush_interval_ms": 60_000, "flush_thorough_interval_ms": 60_000}
 
 
 @pytest.fixture(autouse=True)
 def c_syncer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests are about the C syncer: the store gets one even where PYMQ_NO_SPEEDUPS switched
-    the accelerator off (tests/unit/test_syncer.py checks it is built wherever it can be)."""
-    if getattr(record._speedups, "Syncer", None) is None:
-        pytest.skip("no C accelerator here")
-    monkeypatch.setattr(record, "speedups", record._speedups)
+    """These tests are about the C syncer (see storeutil.use_c_syncer)."""
+    use_c_syncer(monkeypatch)
 
 
 @pytest.fixture

@@ -7,8 +7,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pymq.broker.store import MessageStore
 from pymq.config import StoreConfig
+from pymq.protocol import record as record_module
 from pymq.protocol.record import encode_record, pack_host, parse_record
 
 #: Tiny files so that every rollover happens within a few records.
@@ -117,3 +120,11 @@ def cq_entries(path: Path) -> list[tuple[int, int, int]]:
             break
         out.append(e)
     return out
+
+
+def use_c_syncer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Give stores the C syncer even where PYMQ_NO_SPEEDUPS switched the accelerator off (skip where
+    it is not built; tests/unit/test_syncer.py checks it is built wherever it can be)."""
+    if getattr(record_module._speedups, "Syncer", None) is None:
+        pytest.skip("no C accelerator here")
+    monkeypatch.setattr(record_module, "speedups", record_module._speedups)

@@ -17,9 +17,8 @@ import pytest
 from pymq.broker.store import MessageStore
 from pymq.broker.store.sync_plan import SyncPlan
 from pymq.config import FlushDiskType
-from pymq.protocol import record
 from tests.store.conftest import StoreFactory
-from tests.store.storeutil import keyed
+from tests.store.storeutil import keyed, use_c_syncer
 
 #: SYNC_FLUSH, 64 KiB commitlog files, no periodic flush in the way
 SYNC = {
@@ -33,11 +32,8 @@ PAGE = mmap.PAGESIZE
 
 @pytest.fixture(autouse=True)
 def c_syncer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests are about the C syncer: the store gets one even where PYMQ_NO_SPEEDUPS switched
-    the accelerator off (tests/unit/test_syncer.py checks it is built wherever it can be)."""
-    if getattr(record._speedups, "Syncer", None) is None:
-        pytest.skip("no C accelerator here")
-    monkeypatch.setattr(record, "speedups", record._speedups)
+    """These tests are about the C syncer (see storeutil.use_c_syncer)."""
+    use_c_syncer(monkeypatch)
 
 
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -7,7 +7,6 @@ jobs pending, and that a token stays alive exactly until take() hands it back.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import gc
 import mmap
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from pymq.broker.store.mapped_file import _address
 from pymq.protocol import record
 
 #: the class, whether or not PYMQ_NO_SPEEDUPS switched the record functions off
@@ -46,11 +46,7 @@ class Token:
 
 
 def address_of(mm: mmap.mmap) -> int:
-    c = ctypes.c_char.from_buffer(mm)
-    try:
-        return ctypes.addressof(c)
-    finally:
-        del c
+    return _address(mm)
 
 
 def wait_readable(fd: int, timeout: float = 10.0) -> bool:
