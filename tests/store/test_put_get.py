@@ -10,7 +10,7 @@ import pytest
 
 from pymq.broker.delay_hook import SCHEDULE_TOPIC
 from pymq.broker.store import GetStatus, MessageStore, PutStatus
-from pymq.broker.store.mapped_file import MappedFileQueue
+from pymq.broker.store.mapped_file_queue import MappedFileQueue
 from pymq.errors import StoreError
 from pymq.protocol.record import BODY_POS, FIXED, MAGIC, decode_properties, parse_record, tag_hash
 from tests.store.conftest import PutPathFactory, StoreFactory

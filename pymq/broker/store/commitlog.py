@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from itertools import accumulate
 from pathlib import Path
 
-from pymq.broker.store.mapped_file import MappedFile, MappedFileQueue
+from pymq.broker.store.mapped_file import MappedFile
+from pymq.broker.store.mapped_file_queue import MappedFileQueue
 from pymq.errors import StoreError
 from pymq.protocol.record import BLANK_SIZE, blank_marker, stored_record_size
 from pymq.protocol.record_batch import StoredScan, patch_broker_blocks, store_record

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pymq.broker.store.file_maker import MAKING
-from pymq.broker.store.mapped_file import MappedFile, MappedFileQueue
+from pymq.broker.store.mapped_file import MappedFile
+from pymq.broker.store.mapped_file_queue import MappedFileQueue
 
 if TYPE_CHECKING:
     from pymq.broker.store.map_pool import MapPool

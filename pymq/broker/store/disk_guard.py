@@ -23,7 +23,7 @@ from pymq.errors import DiskFullError, StoreError
 from pymq.logs import RateLimitedLog, get_logger
 
 if TYPE_CHECKING:
-    from pymq.broker.store.mapped_file import MappedFileQueue
+    from pymq.broker.store.mapped_file_queue import MappedFileQueue
     from pymq.broker.store.store_view import GuardedView
 
 log = get_logger("broker.store")

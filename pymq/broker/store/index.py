@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pymq.broker.store.index_next import PREPARE_FRACTION, NextIndexFile
-from pymq.broker.store.mapped_file import MappedFile, remove_leftovers
+from pymq.broker.store.mapped_file import MappedFile
+from pymq.broker.store.mapped_file_queue import remove_leftovers
 from pymq.errors import StoreError
 from pymq.logs import get_logger
 from pymq.protocol import record as _record

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 from pymq.broker.store import mapped_file
 
 if TYPE_CHECKING:
-    from pymq.broker.store.mapped_file import MappedFile, MappedFileQueue
+    from pymq.broker.store.mapped_file import MappedFile
+    from pymq.broker.store.mapped_file_queue import MappedFileQueue
 
 _MADV_POPULATE_READ = 22  # Linux >= 5.14
 BLOCK = 1 << 20

@@ -35,7 +35,8 @@ from pymq.protocol import record as _record
 
 if TYPE_CHECKING:
     from pymq.broker.store.checkpoint import Checkpoint
-    from pymq.broker.store.mapped_file import MappedFile, MappedFileQueue
+    from pymq.broker.store.mapped_file import MappedFile
+    from pymq.broker.store.mapped_file_queue import MappedFileQueue
     from pymq.broker.store.store_view import SyncView
 
 
