@@ -9,12 +9,20 @@ store knows no topic's meaning; the predicates are the listeners' own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 #: ``listener(topic, queue_id, max_offset)``: ``max_offset`` is the queue's end after the put
 ArrivalListener = Callable[[str, int, int], None]
 #: which topics a listener wants; must depend on the name only (its answer is cached)
 TopicFilter = Callable[[str], bool]
+
+
+class QueueEnd(Protocol):
+    """What :meth:`ArrivalListeners.notify_queues` reads of a queue."""
+
+    @property
+    def max_offset(self) -> int: ...
 
 
 class ArrivalListeners:
@@ -59,3 +67,15 @@ class ArrivalListeners:
     def of_topic(self, topic: str) -> tuple[ArrivalListener, ...]:
         found = self.by_topic.get(topic)
         return found if found is not None else self.resolve(topic)
+
+    def notify_queues(self, arrived: set[tuple[str, int]], queues: Mapping[tuple[str, int], QueueEnd]) -> None:
+        """Call each arrived queue's topic listeners with its end (several batches, replicated records)."""
+        of_topic = self.of_topic
+        for key in arrived:
+            listeners = of_topic(key[0])
+            if listeners:
+                cq = queues.get(key)
+                end = cq.max_offset if cq is not None else 0
+                if end:
+                    for listener in listeners:
+                        listener(key[0], key[1], end)

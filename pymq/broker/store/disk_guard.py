@@ -15,6 +15,7 @@ The store owns one guard and calls it under its lock; the guard sets the store's
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 from pymq.broker.store.cleanup import try_disk_ratio
@@ -32,6 +33,37 @@ log = get_logger("broker.store")
 DISK_CHECK_BYTES = 16 * 1024 * 1024
 #: Why writes are refused while the disk is full (the send's remark; clients may match "disk full").
 DISK_FULL_REASON = "disk full: writes refused until cleanup"
+
+
+class WriteRefusal:
+    """Why the store refuses puts: a full disk, or a consume-queue file backlog (the file maker's).
+
+    A full disk is named first: cleanup alone ends it, the backlog ends by itself. Set from
+    several threads (cleanup, the put path, the file maker), hence the lock.
+    """
+
+    __slots__ = ("_lock", "backlog", "disk_full")
+
+    def __init__(self) -> None:
+        self.disk_full = False
+        #: why the file maker's backlog refuses puts (None: it does not)
+        self.backlog: str | None = None
+        self._lock = threading.Lock()
+
+    def set_disk_full(self, full: bool) -> str | None:
+        """Returns the reason puts are refused now (None: they are not)."""
+        with self._lock:
+            self.disk_full = full
+            return self._reason()
+
+    def set_backlog(self, reason: str | None) -> str | None:
+        """Returns the reason puts are refused now (None: they are not)."""
+        with self._lock:
+            self.backlog = reason
+            return self._reason()
+
+    def _reason(self) -> str | None:
+        return DISK_FULL_REASON if self.disk_full else self.backlog
 
 
 class DiskGuard:

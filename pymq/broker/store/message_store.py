@@ -30,12 +30,12 @@ from pymq.broker.store.cleanup import disk_ratio, run_cleanup
 from pymq.broker.store.commitlog import CommitLog
 from pymq.broker.store.consume_queue import CQ_ENTRY_SIZE, ConsumeQueue
 from pymq.broker.store.dir_lock import DirLock, fsync_dir
-from pymq.broker.store.disk_guard import DISK_FULL_REASON, DiskGuard
+from pymq.broker.store.disk_guard import DiskGuard, WriteRefusal
 from pymq.broker.store.dispatcher import Dispatcher
 from pymq.broker.store.flush import FlushCallback, flush_logics_pass
 from pymq.broker.store.index import IndexService
 from pymq.broker.store.queue_table import QueueTable
-from pymq.broker.store.reader import find_by_key, offset_by_time, read_queue, store_time_at
+from pymq.broker.store.reader import find_by_key, get_from_queue, offset_by_time, store_time_at
 from pymq.broker.store.recovery import RecoveryReport, recover
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutResults, PutStatus, StoredRun
 from pymq.broker.store.services import StoreServices
@@ -85,10 +85,7 @@ class MessageStore:
         #: why puts are refused right now (a full disk, a consume-queue file backlog), or None:
         #: the one attribute the put path reads (set through disk_full and set_queue_file_backlog)
         self.refused: str | None = None
-        self._disk_full = False
-        #: why the file maker's backlog refuses puts (None: it does not)
-        self._backlog: str | None = None
-        self._refusal_lock = threading.Lock()
+        self._refusal = WriteRefusal()
         #: the write path's disk-full check (sets disk_full between cleanup passes)
         self.disk_guard = DiskGuard(self, self.commitlog.mfq)
         self.recovery: RecoveryReport | None = None
@@ -272,7 +269,7 @@ class MessageStore:
             topic, queue_id, data = batches[0]
             return [self._put_one(topic, queue_id, data, splits[0] if splits else None)]
         todo: list[tuple[str, int, bytes]] = [(t, q, d if isinstance(d, bytes) else bytes(d)) for t, q, d in batches]
-        refused = self._refusal()
+        refused = self.refused if self.running else "store is not running"
         if refused is not None:
             return [rejected_results(count_records(d), PutStatus.SERVICE_NOT_AVAILABLE, refused) for _, _, d in todo]
         answers: list[PutResults] = []
@@ -315,7 +312,7 @@ class MessageStore:
             self.put_bytes += stored_bytes
             self.last_store_ts = store_ts
             self.disk_guard.after_put(stored_bytes)
-        self._notify_arrivals(arrived)
+        self.arrivals.notify_queues(arrived, self.queues)
         return answers
 
     def _put_one(
@@ -383,7 +380,7 @@ class MessageStore:
                 self.put_bytes += sum(r[2] for r in refs)
                 self.last_store_ts = max(self.last_store_ts, refs[-1][7])
             end = self.commitlog.max_offset
-        self._notify_arrivals(arrived)
+        self.arrivals.notify_queues(arrived, self.queues)
         return end
 
     def truncate_to(self, offset: int) -> int:
@@ -398,50 +395,23 @@ class MessageStore:
         """
         return replica_ops.truncate_to(self, offset)
 
-    def _notify_arrivals(self, arrived: set[tuple[str, int]]) -> None:
-        """Call each queue's topic listeners with its end (several batches or replicated records)."""
-        of_topic = self.arrivals.of_topic
-        queues = self.queues
-        for key in arrived:
-            listeners = of_topic(key[0])
-            if listeners:
-                cq = queues.get(key)
-                end = cq.max_offset if cq is not None else 0
-                if end:
-                    for listener in listeners:
-                        listener(key[0], key[1], end)
-
-    def _refusal(self) -> str | None:
-        """Why writes are refused right now, or None."""
-        if not self.running:
-            return "store is not running"
-        return self.refused
-
     @property
     def disk_full(self) -> bool:
         """Writes are refused because the disk is full (set by cleanup and the disk guard)."""
-        return self._disk_full
+        return self._refusal.disk_full
 
     @disk_full.setter
     def disk_full(self, full: bool) -> None:
-        with self._refusal_lock:
-            self._disk_full = full
-            self._update_refused()
+        self.refused = self._refusal.set_disk_full(full)
 
     @property
     def queue_file_backlog(self) -> str | None:
         """Why puts are refused because consume-queue files are not being made (None: they are not)."""
-        return self._backlog
+        return self._refusal.backlog
 
     def set_queue_file_backlog(self, reason: str | None) -> None:
         """The file maker's backlog passed its limits (``reason``) or came back under them (None)."""
-        with self._refusal_lock:
-            self._backlog = reason
-            self._update_refused()
-
-    def _update_refused(self) -> None:
-        # A full disk is named first: cleanup alone ends it, the backlog ends by itself.
-        self.refused = DISK_FULL_REASON if self._disk_full else self._backlog
+        self.refused = self._refusal.set_backlog(reason)
 
     def request_flush(self, offset: int, callback: FlushCallback) -> None:
         """``callback(True)`` from the flush thread once the commitlog below ``offset`` is on disk."""
@@ -494,20 +464,9 @@ class MessageStore:
         """Read up to ``max_count`` records from a queue starting at ``offset``, as buffer slices."""
         with self.lock:
             self.get_count += 1
-            cq = self.queues.get((topic, queue_id))
-            if cq is None:
-                return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
-            min_off, max_off = cq.min_offset, cq.max_offset
-            if max_off == 0:
-                return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
-            if offset < min_off:
-                return GetResult(GetStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
-            if offset == max_off:
-                return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
-            if offset > max_off:
-                next_offset = min_off if min_off == 0 else max_off
-                return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_off, max_off)
-            return read_queue(self.commitlog, cq, offset, max_count, max_bytes, tag_codes, min_off, max_off)
+            return get_from_queue(
+                self.commitlog, self.queues.get((topic, queue_id)), offset, max_count, max_bytes, tag_codes
+            )
 
     def pages_missing(self, got: GetResult) -> bool:
         """Whether some commitlog pages of a read are not in memory: then :meth:`prefault` it off the loop.

@@ -21,6 +21,31 @@ if TYPE_CHECKING:
 FILTER_SCAN_ENTRIES = 800
 
 
+def get_from_queue(
+    commitlog: CommitLog,
+    cq: ConsumeQueue | None,
+    offset: int,
+    max_count: int,
+    max_bytes: int,
+    tag_codes: frozenset[int] | set[int] | None,
+) -> GetResult:
+    """A pull's answer: the status for an offset outside the queue (RocketMQ's GetMessageStatus
+    rules), else :func:`read_queue`. The caller holds the store lock."""
+    if cq is None:
+        return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+    min_off, max_off = cq.min_offset, cq.max_offset
+    if max_off == 0:
+        return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+    if offset < min_off:
+        return GetResult(GetStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+    if offset == max_off:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+    if offset > max_off:
+        next_offset = min_off if min_off == 0 else max_off
+        return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, next_offset, min_off, max_off)
+    return read_queue(commitlog, cq, offset, max_count, max_bytes, tag_codes, min_off, max_off)
+
+
 def read_queue(
     commitlog: CommitLog,
     cq: ConsumeQueue,
