@@ -73,7 +73,7 @@ from pymq.security.daemon import acl_interceptor, daemon_signer, listener_tls, o
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.limits import limits_from_settings
-from pymq.transport.net import local_ip
+from pymq.transport.net import advertised_host
 from pymq.transport.server import RpcServer, bind_socket
 
 log = get_logger("broker")
@@ -257,13 +257,6 @@ class BrokerApp:
     def is_slave(self) -> bool:
         return self.config.role == BrokerRole.SLAVE or self.config.broker_id != 0
 
-    def _advertised_host(self) -> str:
-        if self.config.advertised_host:
-            return self.config.advertised_host
-        if self.config.host in ("0.0.0.0", ""):
-            return local_ip()
-        return self.config.host
-
     async def start(self) -> None:
         cfg = self.config
         if cfg.metrics_port is not None:
@@ -277,7 +270,7 @@ class BrokerApp:
             self._close_metrics()
             raise ConfigError(f"cannot listen on {cfg.host}:{cfg.port}: {exc}") from exc
         port = sock.getsockname()[1]
-        self.address = f"{self._advertised_host()}:{port}"
+        self.address = f"{advertised_host(self.config.advertised_host, self.config.host)}:{port}"
         try:
             self._setup_security()
             check_store_dir(cfg.store.store_dir)
@@ -307,7 +300,7 @@ class BrokerApp:
             rpc=self.namesrv_client,
             address=lambda: self.address,
             discovered_master=lambda: self.registrar.master_addr,
-            advertised_host=self._advertised_host(),
+            advertised_host=advertised_host(self.config.advertised_host, self.config.host),
             meta_sync=SlaveMetaSync(
                 rpc=self.namesrv_client,
                 master_addr=self._master_main_addr,

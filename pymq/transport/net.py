@@ -20,3 +20,11 @@ def local_ip() -> str:
             pass
         _LOCAL_IP = ip
     return _LOCAL_IP
+
+
+def advertised_host(advertised: str | None, bind_host: str) -> str:
+    """The host a server tells others to reach it at: ``advertised`` if set, else the host it
+    binds, or this host's address when it binds every interface."""
+    if advertised:
+        return advertised
+    return local_ip() if bind_host in ("0.0.0.0", "") else bind_host
