@@ -31,7 +31,8 @@ from pymq.protocol.codes import ResponseCode
 from pymq.protocol.command import Command
 
 #: ``request_flush(offset, callback)``: ``callback(ok)`` once everything below ``offset`` is on
-#: disk (ok False: it cannot be); from the store's flush thread, or on the loop (``on_loop``)
+#: disk (ok False: it cannot be). GroupCommit's takes it on the loop, never from inside the
+#: request itself (LoopSync; a flusher thread's through :func:`on_the_loop`)
 RequestFlush = Callable[[int, Callable[[bool], None]], None]
 #: flush requests out at once: one being synced, one queued behind it
 MAX_REQUESTS = 2
@@ -47,12 +48,8 @@ class GroupCommit:
         flushed_offset: Callable[[], int],
         timeout: float,
         linger: float = 0.0,
-        *,
-        on_loop: bool = False,
     ) -> None:
         self._request_flush = request_flush
-        #: request_flush calls back on the loop (LoopSync), never from inside the request itself
-        self._on_loop = on_loop
         self._flushed_offset = flushed_offset
         self.timeout = timeout
         #: (end offset, deadline, future, response), in arrival (= commitlog) order
@@ -123,26 +120,14 @@ class GroupCommit:
         self._in_flight += 1
         self._requested_at = _now()
         self.requests += 1
-        if self._on_loop:
-            try:
-                self._request_flush(target, partial(self._synced, target))
-            except BaseException:
-                # Not asked after all: the next waiter asks again (a request stranded in
-                # flight would stop every later sync until the timeouts).
-                self._in_flight -= 1
-                self._asked = -1
-                raise
-            return
-        loop = self._loop
-        assert loop is not None
-
-        def done(ok: bool) -> None:  # on the flusher thread
-            try:
-                loop.call_soon_threadsafe(self._synced, target, ok)
-            except RuntimeError:
-                pass  # the loop is closed: nobody is waiting any more
-
-        self._request_flush(target, done)
+        try:
+            self._request_flush(target, partial(self._synced, target))
+        except BaseException:
+            # Not asked after all: the next waiter asks again (a request stranded in
+            # flight would stop every later sync until the timeouts).
+            self._in_flight -= 1
+            self._asked = -1
+            raise
 
     @property
     def _max_requests(self) -> int:
@@ -251,3 +236,21 @@ class GroupCommit:
         resp.code = ResponseCode.FLUSH_DISK_TIMEOUT
         resp.remark = f"stored, but the disk flush did not finish within {self.timeout:.1f}s"
         fut.set_result(resp)
+
+
+def on_the_loop(request_flush: RequestFlush) -> RequestFlush:
+    """A request_flush that calls back on another thread (the store's flusher), with its
+    callbacks brought to the calling loop (``call_soon_threadsafe``), as GroupCommit takes them."""
+
+    def request(offset: int, callback: Callable[[bool], None]) -> None:
+        loop = asyncio.get_running_loop()
+
+        def done(ok: bool) -> None:  # on the flusher thread
+            try:
+                loop.call_soon_threadsafe(callback, ok)
+            except RuntimeError:
+                pass  # the loop is closed: nobody is waiting any more
+
+        request_flush(offset, done)
+
+    return request

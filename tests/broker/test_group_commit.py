@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pymq.broker.group_commit import GroupCommit
+from pymq.broker.group_commit import GroupCommit, on_the_loop
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.command import Command
 from tests.helpers import wait_until
@@ -50,9 +50,8 @@ def flusher(request: pytest.FixtureRequest) -> FakeFlusher:
 
 
 def group_commit(flusher: FakeFlusher, timeout: float = 30, linger: float = 0.0) -> GroupCommit:
-    return GroupCommit(
-        flusher.request, lambda: flusher.flushed, timeout=timeout, linger=linger, on_loop=flusher.on_loop
-    )
+    request = flusher.request if flusher.on_loop else on_the_loop(flusher.request)
+    return GroupCommit(request, lambda: flusher.flushed, timeout=timeout, linger=linger)
 
 
 async def test_waiters_share_syncs_and_resolve_in_order(flusher: FakeFlusher) -> None:
@@ -85,7 +84,7 @@ async def test_waiters_share_syncs_and_resolve_in_order(flusher: FakeFlusher) ->
 
 async def test_a_sync_covering_more_answers_everyone_it_covers() -> None:
     flusher = FakeFlusher()
-    gc = GroupCommit(flusher.request, lambda: flusher.flushed, timeout=30)
+    gc = GroupCommit(on_the_loop(flusher.request), lambda: flusher.flushed, timeout=30)
     a = gc.wait(response(1), end=100)
     await wait_until(lambda: len(flusher.requests) == 1, what="request")
     b = gc.wait(response(2), end=200)
@@ -106,7 +105,7 @@ async def test_a_failed_sync_answers_flush_disk_timeout_for_what_it_covered(flus
 
 async def test_timeouts_need_one_timer_and_answer_in_arrival_order() -> None:
     flusher = FakeFlusher()  # never completes
-    gc = GroupCommit(flusher.request, lambda: flusher.flushed, timeout=0.2)
+    gc = GroupCommit(on_the_loop(flusher.request), lambda: flusher.flushed, timeout=0.2)
     futs = [gc.wait(response(i), end=10 * (i + 1)) for i in range(50)]
     assert gc._timer is not None  # one timer for all 50
     results = await asyncio.wait_for(asyncio.gather(*futs), 10)
@@ -144,7 +143,7 @@ async def test_lingering_gathers_the_answered_senders_into_the_next_sync(flusher
 
 async def test_lingering_stops_after_about_one_sync_when_senders_do_not_come_back() -> None:
     flusher = FakeFlusher()
-    gc = GroupCommit(flusher.request, lambda: flusher.flushed, timeout=30, linger=5.0)
+    gc = GroupCommit(on_the_loop(flusher.request), lambda: flusher.flushed, timeout=30, linger=5.0)
     first = [gc.wait(response(i), end=100 * (i + 1)) for i in range(3)]
     await wait_until(lambda: len(flusher.requests) == 1, what="the first sync")
     late = gc.wait(response(9), end=900)
@@ -207,7 +206,7 @@ async def test_a_request_that_raises_is_asked_again_by_the_next_waiter() -> None
             raise RuntimeError("boom")
         flusher.request(offset, callback)
 
-    gc = GroupCommit(flaky, lambda: flusher.flushed, timeout=30, linger=0.0005, on_loop=True)
+    gc = GroupCommit(flaky, lambda: flusher.flushed, timeout=30, linger=0.0005)
     first = gc.wait(response(1), end=100)
     await asyncio.sleep(0)  # the kick raises (the loop logs it)
     await asyncio.sleep(0)

@@ -91,10 +91,10 @@ async def test_close_answers_the_jobs_still_out_then_refuses(store: MessageStore
 
 
 async def test_group_commit_on_the_loop_path(store: MessageStore) -> None:
-    """GroupCommit(on_loop=True) with LoopSync: concurrent waiters share syncs, all SUCCESS once durable."""
+    """GroupCommit with LoopSync: concurrent waiters share syncs, all SUCCESS once durable."""
     ls = LoopSync.for_store(store)
     assert ls is not None
-    gc = GroupCommit(ls.request, lambda: store.flushed_offset, timeout=30, on_loop=True)
+    gc = GroupCommit(ls.request, lambda: store.flushed_offset, timeout=30)
     futures = []
     for i in range(30):
         end = put(store, i)

@@ -14,7 +14,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from pymq.broker.delay_hook import SCHEDULE_TOPIC
-from pymq.broker.group_commit import GroupCommit
+from pymq.broker.group_commit import GroupCommit, on_the_loop
 from pymq.broker.loop_sync import LoopSync
 from pymq.broker.store.results import PutResults, PutStatus, StoredRun
 from pymq.broker.timer.hook import TIMER_TOPIC
@@ -105,11 +105,10 @@ class SendHandlers:
         #: syncer through ``loop_sync`` when there is one, else by its flusher thread)
         self.group_commit = (
             GroupCommit(
-                loop_sync.request if loop_sync is not None else store.request_flush,
+                loop_sync.request if loop_sync is not None else on_the_loop(store.request_flush),
                 lambda: store.flushed_offset,
                 self.flush_timeout,
                 linger=config.store.sync_flush_linger_us / 1_000_000,
-                on_loop=loop_sync is not None,
             )
             if self.sync_flush
             else None
