@@ -28,7 +28,12 @@ default_group_perm = "PUB|SUB"
 
 
 def _serve(
-    conn: Connection, store_dir: str, flush: str, acl_file: str | None = None, certs: tuple[str, str, str] | None = None
+    conn: Connection,
+    store_dir: str,
+    flush: str,
+    acl_file: str | None = None,
+    certs: tuple[str, str, str] | None = None,
+    store_settings: dict[str, str] | None = None,
 ) -> None:
     from pymq.broker.app import BrokerApp
     from pymq.config import SMALL_STORE_SIZES, AclSettings, BrokerConfig, NamesrvConfig, StoreConfig, TlsSettings
@@ -51,7 +56,7 @@ def _serve(
         store = StoreConfig(
             store_dir=store_dir,
             flush_disk_type=flush,
-            **{**SMALL_STORE_SIZES, "commitlog_file_size": 256 << 20},
+            **{**SMALL_STORE_SIZES, "commitlog_file_size": 256 << 20, **(store_settings or {})},
         )
         broker = BrokerApp(
             BrokerConfig(
@@ -79,8 +84,21 @@ class EmbeddedCluster:
     """``acl``: nameserver and broker enforce ACL; ``tls``: they listen with TLS only (a throwaway
     CA made with openssl); clients use :attr:`client_options`."""
 
-    def __init__(self, flush: str = "ASYNC_FLUSH", *, acl: bool = False, tls: bool = False) -> None:
+    def __init__(
+        self,
+        flush: str = "ASYNC_FLUSH",
+        *,
+        acl: bool = False,
+        tls: bool = False,
+        store_settings: dict[str, str] | None = None,
+    ) -> None:
         self.flush = flush
+        #: more [store] settings of the broker (checked here: a bad one fails before the child starts)
+        self.store_settings = dict(store_settings or {})
+        if self.store_settings:
+            from pymq.config import StoreConfig
+
+            StoreConfig.model_validate({"store_dir": ".", **self.store_settings})
         self.acl = acl
         self.tls = tls
         #: what clients of this cluster need (credentials when ``acl``)
@@ -111,7 +129,9 @@ class EmbeddedCluster:
             acl_file = str(Path(self._tmp.name) / "acl.toml")
             Path(acl_file).write_text(_BENCH_ACL)
         self._proc = ctx.Process(
-            target=_serve, args=(child, str(Path(self._tmp.name) / "store"), self.flush, acl_file, certs), daemon=True
+            target=_serve,
+            args=(child, str(Path(self._tmp.name) / "store"), self.flush, acl_file, certs, self.store_settings),
+            daemon=True,
         )
         self._proc.start()
         if not parent.poll(60):

@@ -50,12 +50,24 @@ COLUMNS = [
 
 #: --acl given (read by cluster_addr; click stores it here, as the security options go to CLIENT_OPTIONS)
 _ACL: dict[str, bool] = {}
+#: --store-set KEY=VALUE given: store settings of the embedded broker (read by cluster_addr)
+_STORE_SETTINGS: dict[str, str] = {}
+
+
+def _store_settings(_ctx: Any, _param: Any, values: tuple[str, ...]) -> None:
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE (a [store] setting)")
+        _STORE_SETTINGS[key.strip()] = value.strip()
 
 
 @contextlib.contextmanager
 def cluster_addr(namesrv: str | None, embedded: bool, flush: str = "ASYNC_FLUSH") -> Iterator[str]:
     if embedded:
-        with EmbeddedCluster(flush, acl=_ACL.get("acl", False), tls=bool(CLIENT_OPTIONS.get("tls"))) as cluster:
+        with EmbeddedCluster(
+            flush, acl=_ACL.get("acl", False), tls=bool(CLIENT_OPTIONS.get("tls")), store_settings=_STORE_SETTINGS
+        ) as cluster:
             CLIENT_OPTIONS.update(cluster.client_options)
             yield cluster.namesrv
     else:
@@ -99,6 +111,15 @@ def common(f: Any) -> Any:
         callback=lambda _c, _p, v: _ACL.__setitem__("acl", v),
         help="Signed requests: with --embedded the throwaway cluster enforces ACL (measures its cost; "
         "--embedded --tls likewise runs it TLS-only with a throwaway CA).",
+    )(f)
+    f = click.option(
+        "--store-set",
+        multiple=True,
+        metavar="KEY=VALUE",
+        expose_value=False,
+        callback=_store_settings,
+        help="With --embedded: a [store] setting of the throwaway broker, e.g. sync_flush_write_ahead=false "
+        "(repeatable; A/B runs of one build).",
     )(f)
     f = security_options(CLIENT_OPTIONS)(f)
     return f

@@ -91,3 +91,36 @@ async def test_embedded_tls_cluster_refuses_plaintext() -> None:
                 await plaintext.topic_list()
         async with AdminClient(cluster.namesrv, **cluster.client_options) as tls:
             assert isinstance(await tls.topic_list(), list)
+
+
+def test_store_settings_reach_the_embedded_broker() -> None:
+    """--store-set (EmbeddedCluster's store_settings) configures the throwaway broker; a bad one fails first."""
+    import asyncio
+
+    from pymq.bench.embedded import EmbeddedCluster
+    from pymq.client.namesrv import NamesrvClient, parse_addrs
+    from pymq.protocol.codes import RequestCode
+    from pymq.protocol.command import Command
+    from pymq.protocol.headers import decode_body
+    from pymq.transport.client import RpcClient
+
+    async def store_config(namesrv: str) -> dict:
+        async with RpcClient() as rpc:
+            info = await NamesrvClient(rpc, parse_addrs(namesrv)).cluster_info()
+            (bd,) = info["brokerAddrTable"].values()
+            addr = bd["brokerAddrs"].get(0) or bd["brokerAddrs"]["0"]
+            resp = await rpc.invoke_ok(addr, Command.request(RequestCode.GET_BROKER_CONFIG, {}))
+            return dict(decode_body(resp.body)["store"])
+
+    with EmbeddedCluster("SYNC_FLUSH", store_settings={"sync_flush_write_ahead": "false"}) as cluster:
+        store = asyncio.run(store_config(cluster.namesrv))
+    assert store["sync_flush_write_ahead"] is False and store["flush_disk_type"] == "SYNC_FLUSH"
+    r = bench("producer", "--count", "200", "--flush", "SYNC_FLUSH", "--store-set", "sync_flush_linger_us=0")
+    assert r["messages"] == 200 and r["counts_match"] is True
+    bad = subprocess.run(
+        [sys.executable, "-m", "pymq.cli.bench", "producer", "--embedded", "--count", "10", "--store-set", "no_such=1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode != 0 and "no_such" in bad.stderr
