@@ -27,6 +27,19 @@ peer_round() {
             --manage --wait-quiet 60 --json --out "$out/peers-$1-runs.json"
     fi
 }
+redis_always() { # Redis Streams with appendfsync always (not one of the peers tool's servers): W4 for 10 s
+    if [ -x /tmp/peers/venv/bin/python ] && command -v redis-server >/dev/null; then
+        local d=$out/redis-always port=16389
+        rm -rf "$d"; mkdir -p "$d"
+        redis-server --bind 127.0.0.1 --port $port --protected-mode yes --dir "$d" --save '' --appendonly yes \
+            --appendfsync always --daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log"
+        for _ in $(seq 50); do [ -s "$d/redis.pid" ] && break; sleep 0.1; done
+        # (PEERS_ROOT: the driver reads the server's pid from $PEERS_ROOT/redis.pid for its CPU figures)
+        run redis-always env PEERS_ROOT="$d" REDIS_PORT=$port /tmp/peers/venv/bin/python $peers/run_peers.py \
+            --peer redis --workload W4 --json
+        [ -s "$d/redis.pid" ] && kill "$(cat "$d/redis.pid")"
+    fi
+}
 
 peer_round before
 run transport   $py benchmarks/transport_bench.py --json
@@ -41,6 +54,12 @@ run orderly     $bench consumer --embedded --quiet --json --count 50000 --orderl
 run sendback    $bench consumer --embedded --quiet --json --count 20000 --fail-first
 run prod-conc8-sync  $bench producer --embedded --quiet --json --count 20000 --concurrency 8 --flush SYNC_FLUSH
 run prod-conc8-async $bench producer --embedded --quiet --json --count 20000 --concurrency 8 --flush ASYNC_FLUSH
+# The same for 10 s: a store syncing ~2,000 times a second for longer than a second or two
+# shows what a short run hides (mapping-written commitlog pages: 2.7x dearer syncs after ~2 s),
+# next to Redis with appendfsync always (its acks wait for the disk too).
+run prod-conc8-sync-10s  $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush SYNC_FLUSH
+run prod-conc8-async-10s $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush ASYNC_FLUSH
+redis_always
 peer_round after
 run store       $py benchmarks/store_bench.py --repeat 3 --json
 run decode      $py benchmarks/decode_bench.py --json

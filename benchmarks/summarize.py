@@ -87,12 +87,28 @@ def main() -> None:
         )
     sync, async_ = rate(out, "prod-conc8-sync"), rate(out, "prod-conc8-async")
     rows.append(("SYNC_FLUSH / ASYNC, 8 producers single", f"{fmt(sync)} / {fmt(async_)}", "", "", "", "", ""))
+    sync10, async10 = rate(out, "prod-conc8-sync-10s"), rate(out, "prod-conc8-async-10s")
+    cell = ((load(out, "redis-always") or {}).get("redis", {}).get("W4", {}) or {}).get("msgs_per_s")
+    always = float(cell["median"]) if isinstance(cell, dict) and cell.get("median") else None
+    rows.append(
+        (
+            "SYNC_FLUSH / ASYNC, 8 producers, 10 s (Redis: appendfsync always)",
+            f"{fmt(sync10)} / {fmt(async10)}",
+            fmt(always),
+            "",
+            "",
+            ratio(sync10, always),
+            "",
+        )
+    )
     print("| workload | pymq msgs/s | Redis Streams | ceiling | pymq/ceiling | pymq/Redis | steal (cores) |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
     if sync and async_:
         print(f"\nSYNC_FLUSH / ASYNC_FLUSH at 8 producers: {sync / async_:.2f}")
+    if sync10 and async10:
+        print(f"SYNC_FLUSH / ASYNC_FLUSH at 8 producers for 10 s: {sync10 / async10:.2f}")
 
     print("\n| scale | figure |")
     print("|---|---|")

@@ -26,7 +26,7 @@ from pymq.errors import DiskFullError, StoreError
 
 PAGE_SIZE = mmap.PAGESIZE
 #: errnos that mean the disk (or the quota) is full: DiskFullError, not a broken store
-_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _MS_SYNC = 4  # Linux
 _MADV_POPULATE_WRITE = 23  # Linux >= 5.14
 
@@ -188,7 +188,7 @@ class MappedFile:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(open_path, flags, 0o644)
         except OSError as exc:
-            error = DiskFullError if exc.errno in _NO_SPACE else StoreError
+            error = DiskFullError if exc.errno in NO_SPACE else StoreError
             raise error(f"cannot open {open_path}: {exc}") from exc
         try:
             if create:
@@ -198,7 +198,7 @@ class MappedFile:
                     except OSError as exc:
                         with contextlib.suppress(OSError):
                             os.ftruncate(fd, 0)  # give the blocks back before anyone measures
-                        error = DiskFullError if exc.errno in _NO_SPACE else StoreError
+                        error = DiskFullError if exc.errno in NO_SPACE else StoreError
                         raise error(f"cannot allocate {size} bytes for {path}: {exc}") from exc
                 os.rename(open_path, path)
             else:

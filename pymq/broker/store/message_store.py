@@ -55,7 +55,7 @@ class MessageStore:
         self.root = Path(config.store_dir)
         host, _, port = store_host.rpartition(":")
         self.store_host = pack_host(host, int(port or 0))
-        self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_file_size)
+        self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_file_size, pwrite=config.commitlog_pwrite)
         #: which commitlog blocks are in memory (cold pulls are prefaulted off the loop)
         self.residency = residency.Residency(self.commitlog.mfq)
         self.queue_table = QueueTable(self.root, config)
