@@ -73,6 +73,9 @@ class GroupCommit:
         self.sync_time = 0.0
         #: when the last sync answered every waiter (0: never): its senders are expected back soon
         self._emptied_at = 0.0
+        #: the loop polls while a sync runs, until then (see _poll_while_syncing)
+        self._polling = False
+        self._poll_until = 0.0
 
     def wait(self, resp: Command, end: int) -> asyncio.Future[Command]:
         """A future resolving to ``resp`` once the commitlog below ``end`` is synced.
@@ -128,6 +131,32 @@ class GroupCommit:
             self._in_flight -= 1
             self._asked = -1
             raise
+        if self.linger and not self._polling:
+            self._poll_while_syncing()
+
+    def _poll_while_syncing(self) -> None:
+        """Keep the loop polling (``call_soon``) while the sync runs, for up to twice its usual time.
+
+        A loop asleep in epoll when the sync's eventfd fires wakes ~25 us later on this VM, and
+        every answer waits for it: polling cut a sync's request-to-answer time from ~160 to ~135 us
+        and 8 SYNC producers went from 18.4-18.5k to 19.2-19.9k msgs/s (two pairs). It only runs
+        while lingering is on (``sync_flush_linger_us``), bounded like the linger, and the loop
+        keeps serving every connection meanwhile.
+        """
+        loop = self._loop
+        assert loop is not None
+        self._polling = True
+        bound = min(self.linger, 2 * self.sync_time) if self.sync_time else self.linger
+        self._poll_until = _now() + bound
+        loop.call_soon(self._poll)
+
+    def _poll(self) -> None:
+        if self._in_flight and _now() < self._poll_until:
+            loop = self._loop
+            assert loop is not None
+            loop.call_soon(self._poll)
+        else:
+            self._polling = False
 
     @property
     def _max_requests(self) -> int:

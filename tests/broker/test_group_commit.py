@@ -215,3 +215,53 @@ async def test_a_request_that_raises_is_asked_again_by_the_next_waiter() -> None
     assert flusher.requests[0][0] == 200
     flusher.complete(0)
     assert [r.opaque for r in await asyncio.gather(first, second)] == [1, 2]
+
+
+def count_polls(gc: GroupCommit) -> list[int]:
+    """Count the loop's polls while a sync runs (GroupCommit._poll, wrapped on this instance)."""
+    polls = [0]
+    poll = gc._poll
+
+    def counted() -> None:
+        polls[0] += 1
+        poll()
+
+    gc._poll = counted  # type: ignore[method-assign]
+    return polls
+
+
+async def test_the_loop_polls_while_a_lingering_sync_runs_and_stops_once_answered(flusher: FakeFlusher) -> None:
+    gc = group_commit(flusher, linger=5.0)
+    polls = count_polls(gc)
+    fut = gc.wait(response(1), end=100)
+    await wait_until(lambda: len(flusher.requests) == 1, what="the sync asked for")
+    await asyncio.sleep(0.02)
+    assert polls[0] > 10  # the loop kept polling (it still serves everything else meanwhile)
+    flusher.complete(0)
+    assert (await fut).code == ResponseCode.SUCCESS
+    await asyncio.sleep(0.01)
+    stopped = polls[0]
+    await asyncio.sleep(0.02)
+    assert polls[0] == stopped and not gc._polling
+
+
+async def test_polling_is_bounded_when_the_sync_does_not_answer(flusher: FakeFlusher) -> None:
+    gc = group_commit(flusher, linger=0.01)
+    polls = count_polls(gc)
+    gc.wait(response(1), end=100)
+    await wait_until(lambda: len(flusher.requests) == 1, what="the sync asked for")
+    await asyncio.sleep(0.05)  # past the bound (the linger: no sync time measured yet)
+    stopped = polls[0]
+    await asyncio.sleep(0.02)
+    assert stopped > 0 and polls[0] == stopped and not gc._polling
+    flusher.complete(0)
+
+
+async def test_no_polling_without_lingering(flusher: FakeFlusher) -> None:
+    gc = group_commit(flusher, linger=0.0)
+    polls = count_polls(gc)
+    gc.wait(response(1), end=100)
+    await wait_until(lambda: len(flusher.requests) == 1, what="the sync asked for")
+    await asyncio.sleep(0.01)
+    assert polls[0] == 0
+    flusher.complete(0)

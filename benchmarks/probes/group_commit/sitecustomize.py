@@ -6,7 +6,9 @@
 
 Appends, when the broker exits: the syncs asked for, the time from asking to the answer on the
 loop (p50/p90: the sync plus both hand-offs), the sends answered per sync, and how long after a
-sync's answers the 1st, 2nd, 4th and 8th sender's next send arrived (the senders' turnaround).
+sync's answers the 1st, 2nd, 4th and 8th sender's next send arrived (the senders' turnaround),
+how long after the last send the next sync was asked for, and the time from one sync asked to
+the next (the cycle).
 Wraps GroupCommit's methods; does nothing without GC_STATS.
 """
 
@@ -24,6 +26,11 @@ if _OUT:
     _arrivals: dict[int, list[float]] = collections.defaultdict(list)
     _orig_synced = _gc.GroupCommit._synced
     _orig_wait = _gc.GroupCommit.wait
+    _orig_kick = _gc.GroupCommit._kick
+    _last_wait = {"t": 0.0}
+    _arrival_to_ask: list[float] = []
+    _cycles: list[float] = []
+    _asked_at = {"t": 0.0}
 
     def _synced(self, target, ok):  # type: ignore[no-untyped-def]
         _sync_times.append(_gc._now() - self._requested_at)
@@ -32,7 +39,19 @@ if _OUT:
         _answered.append(before - len(self._waiters))
         _synced_at["t"], _synced_at["n"] = _gc._now(), 0
 
+    def _kick(self):  # type: ignore[no-untyped-def]
+        before = self.requests
+        _orig_kick(self)
+        if self.requests != before:
+            now = _gc._now()
+            if _last_wait["t"]:
+                _arrival_to_ask.append(now - _last_wait["t"])
+            if _asked_at["t"]:
+                _cycles.append(now - _asked_at["t"])
+            _asked_at["t"] = now
+
     def wait(self, resp, end):  # type: ignore[no-untyped-def]
+        _last_wait["t"] = _gc._now()
         if _synced_at["t"]:
             _synced_at["n"] += 1
             _arrivals[_synced_at["n"]].append(_gc._now() - _synced_at["t"])
@@ -53,7 +72,13 @@ if _OUT:
             for k in (1, 2, 4, 8):
                 if _arrivals[k]:
                     f.write(f"  sender {k} back after the answers: p50 {_pct(_arrivals[k], 0.5):.0f} us\n")
+            if _cycles:
+                f.write(
+                    f"  last send -> sync asked: p50 {_pct(_arrival_to_ask, 0.5):.0f} us; "
+                    f"sync asked -> next asked: p50 {_pct(_cycles, 0.5):.0f} us\n"
+                )
 
     _gc.GroupCommit._synced = _synced  # type: ignore[method-assign]
     _gc.GroupCommit.wait = wait  # type: ignore[method-assign]
+    _gc.GroupCommit._kick = _kick  # type: ignore[method-assign]
     atexit.register(_dump)
