@@ -118,7 +118,8 @@ class CommitLog:
         if end > mf.reserved:
             mf.reserve(end)
         base = mf.file_from
-        # The copy lands before the broker block is patched (crash safety, see append()).
+        # Mapped: the copy lands before the broker block is patched (crash safety, see
+        # append()); pwrite: the patched record lands in one system call.
         if self.pwrite:
             scratch = self._scratch_for(size)
             store_record(scratch, 0, data, pos, size, queue_id, queue_offset, base + wpos, store_ts, store_host)
@@ -179,7 +180,10 @@ class CommitLog:
         store_host: bytes,
         length: int,
     ) -> None:
-        """Copy ``length`` bytes of adjacent records to ``at[0]``, then patch each one's broker block."""
+        """Copy ``length`` bytes of adjacent records to ``at[0]``, then patch each one's broker block.
+
+        With :attr:`pwrite` they are patched in the scratch buffer and written in one pwrite.
+        """
         dst = at[0]
         if dst + length > mf.reserved:
             mf.reserve(dst + length)
