@@ -121,3 +121,23 @@ def _record_cuts(store: MessageStore) -> list[int]:
     cuts += [mf.file_to for mf in store.commitlog.mfq.files[:-1]]
     cuts.append(store.commitlog.max_offset)
     return sorted(set(cuts))
+
+
+def test_append_raw_waits_while_puts_are_refused(store: MessageStore, new_store: StoreFactory, tmp_path: Path) -> None:
+    """A slave whose consume-queue files are not being made (or whose disk is full) stores nothing more
+    until that clears: replication retries rather than queueing entries without bound."""
+    for i in range(5):
+        store.put_messages("T", 0, keyed(i))
+    data = _commitlog_bytes(store)
+    replica = new_store(tmp_path / "replica")
+    replica.set_queue_file_backlog("250,000 consume-queue files wait to be made")
+    with pytest.raises(StoreError, match="consume-queue files wait to be made"):
+        replica.append_raw(0, data)
+    replica.set_queue_file_backlog(None)
+    replica.disk_full = True
+    with pytest.raises(StoreError, match="not storing replicated data"):
+        replica.append_raw(0, data)
+    assert replica.commitlog.max_offset == 0 and not _queues(replica)
+    replica.disk_full = False
+    assert replica.append_raw(0, data) == len(data)
+    assert _queues(replica) == _queues(store)

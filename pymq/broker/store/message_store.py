@@ -368,11 +368,15 @@ class MessageStore:
 
         The records are checked (:meth:`CommitLog.append_raw`), written, then dispatched
         by the same dispatcher as the producers' batches. Returns the new commitlog end;
-        raises :class:`StoreError` (nothing written) if the bytes do not continue the commitlog.
+        raises :class:`StoreError` (nothing written) if the bytes do not continue the commitlog,
+        or while puts are refused (a full disk, consume-queue files not being made: replication
+        pauses and retries rather than buffer entries without bound).
         """
         with self.lock:
             if not self.running:
                 raise StoreError("store is not running")
+            if self.refused is not None:
+                raise StoreError(f"not storing replicated data: {self.refused}")
             refs = self.commitlog.append_raw(offset, data)
             arrived = self.dispatcher.dispatch_stored(refs)
             if refs:
