@@ -60,6 +60,7 @@ from pymq.broker.store import MessageStore
 from pymq.broker.subscription_groups import SubscriptionGroupManager
 from pymq.broker.timer.service import TimerService
 from pymq.broker.topics import TopicConfigManager
+from pymq.broker.transaction_acl import transaction_resolvers
 from pymq.broker.transaction_check import TransactionCheckService
 from pymq.broker.transaction_hook import TransactionHook
 from pymq.broker.transactions import TransactionalMessageService
@@ -349,7 +350,8 @@ class BrokerApp:
         """ACL interceptor (first in the chain: nothing is answered to an unsigned peer), TLS on
         the listener, credentials and TLS for the calls to nameservers (issue 20)."""
         cfg = self.config
-        self.acl = acl_interceptor(cfg.acl, "broker")
+        # END_TRANSACTION without a topic (RocketMQ 4 clients): PUB on its half message's real topic
+        self.acl = acl_interceptor(cfg.acl, "broker", transaction_resolvers(lambda: self.transactions))
         if self.acl is not None:
             self.dispatcher.add_interceptor(self.acl)
             self.dispatcher.move_first(self.acl)

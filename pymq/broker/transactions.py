@@ -270,14 +270,36 @@ class TransactionalMessageService:
             if h.commit_or_rollback != TRANSACTION_NOT_TYPE:
                 log.warning("end_transaction_bad_type", type=h.commit_or_rollback, group=h.producer_group)
             return "ignored"
+        found = self.find_half(h)
+        if isinstance(found, str):
+            return found
+        r, props = found
+        raw_origin = props.get(ORIGIN_OFFSET, "")
+        origin = int(raw_origin) if raw_origin.isdigit() else r.queue_offset
+        if self.is_resolved(origin):
+            log.info("end_transaction_already_resolved", origin=origin, msg_id=h.msg_id)
+            return "duplicate"
+        if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
+            return "commit" if self._commit(r, props, origin, h.commit_log_offset) else "failed"
+        if not self._put_op(origin):
+            return "failed"
+        self.rollbacks += 1
+        return "rollback"
+
+    def find_half(self, h: EndTransactionRequest, *, quiet: bool = False) -> tuple[RecordFields, dict[str, str]] | str:
+        """The half message ``h`` names (its fields and properties), or why there is none
+        ("not-found", "mismatch"; logged unless ``quiet``). Also how the broker's ACL finds the
+        topic of a request that names none (:mod:`pymq.broker.transaction_acl`: it logs its refusals)."""
         view = self.store.read_record(h.commit_log_offset)
         if view is None:
-            log.warning("end_transaction_half_not_found", offset=h.commit_log_offset, group=h.producer_group)
+            if not quiet:
+                log.warning("end_transaction_half_not_found", offset=h.commit_log_offset, group=h.producer_group)
             return "not-found"
         try:
             r = parse_record(view)
         except MessageDecodeError:
-            log.warning("end_transaction_half_unreadable", offset=h.commit_log_offset)
+            if not quiet:
+                log.warning("end_transaction_half_unreadable", offset=h.commit_log_offset)
             return "not-found"
         props = decode_properties(r.properties)
         if (
@@ -291,6 +313,8 @@ class TransactionalMessageService:
             or self.store.physical_offset_at(HALF_TOPIC, 0, h.tran_state_table_offset) != h.commit_log_offset
         ):
             # RocketMQ's checkPrepareMessage: the request must name this very half message.
+            if quiet:
+                return "mismatch"
             log.warning(
                 "end_transaction_mismatch",
                 offset=h.commit_log_offset,
@@ -299,17 +323,7 @@ class TransactionalMessageService:
                 topic=h.topic,
             )
             return "mismatch"
-        raw_origin = props.get(ORIGIN_OFFSET, "")
-        origin = int(raw_origin) if raw_origin.isdigit() else r.queue_offset
-        if self.is_resolved(origin):
-            log.info("end_transaction_already_resolved", origin=origin, msg_id=h.msg_id)
-            return "duplicate"
-        if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
-            return "commit" if self._commit(r, props, origin, h.commit_log_offset) else "failed"
-        if not self._put_op(origin):
-            return "failed"
-        self.rollbacks += 1
-        return "rollback"
+        return r, props
 
     def _commit(self, r: RecordFields, props: dict[str, str], origin: int, half_phys: int) -> bool:
         topic = props.pop(Prop.REAL_TOPIC, "")

@@ -28,8 +28,9 @@ class EndTransactionRequest(Header):
     from_transaction_check: bool = False
     msg_id: str = ""
     transaction_id: str | None = None
-    #: the half message's real topic (RocketMQ 5's field): with ACL on it must be given and the
-    #: account needs PUB on it; the broker ignores an END_TRANSACTION whose topic is not the half's
+    #: the half message's real topic (RocketMQ 5's field; RocketMQ 4 clients leave it out): with ACL
+    #: on the account needs PUB on it (on the half's real topic when left out); the broker ignores an
+    #: END_TRANSACTION whose topic is not the half's
     topic: str | None = None
 
 

@@ -7,19 +7,23 @@ off; errors are :class:`~pymq.errors.ConfigError` (one line, exit code 2).
 from __future__ import annotations
 
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from pymq.config import AclSettings, TlsSettings
 from pymq.errors import ConfigError
 from pymq.protocol.command import Command
 from pymq.security.acl import AclFileError
 from pymq.security.interceptor import AclInterceptor
+from pymq.security.permissions import Resolver
 from pymq.security.signing import Credentials, signer
 from pymq.transport.tls import client_context, server_context, split_scheme
 
 
-def acl_interceptor(settings: AclSettings, server: str) -> AclInterceptor | None:
-    """The ACL interceptor when ``acl.enable`` (the file must load), else None."""
+def acl_interceptor(
+    settings: AclSettings, server: str, resolvers: Mapping[int, Resolver] | None = None
+) -> AclInterceptor | None:
+    """The ACL interceptor when ``acl.enable`` (the file must load), else None; ``resolvers``: the
+    server's per-code finders of fields a request may leave out (see :mod:`pymq.security.permissions`)."""
     if not settings.enable:
         return None
     assert settings.file is not None  # the settings' validator requires it
@@ -29,6 +33,7 @@ def acl_interceptor(settings: AclSettings, server: str) -> AclInterceptor | None
             replay_window_seconds=settings.replay_window_seconds,
             replay_cache_entries=settings.replay_cache_entries,
             server=server,
+            resolvers=resolvers,
         )
     except AclFileError as exc:
         raise ConfigError(str(exc)) from exc

@@ -3,9 +3,10 @@
 Registered only when ACL is enabled (a daemon without ACL pays nothing). Per request: the
 peer's address against the white lists, the account by access key, the timestamp window,
 one HMAC over the canonical form (:mod:`pymq.security.signing`), the replay guard, then the
-code's requirement (:mod:`pymq.security.permissions`). A refusal answers NO_PERMISSION with
-a short reason and logs one (rate-limited) line; it never says which accounts exist or what
-the signature should have been.
+code's requirement (:mod:`pymq.security.permissions`; a field the request may leave out is
+found by the server's resolver for that code: the broker's reads END_TRANSACTION's half
+message). A refusal answers NO_PERMISSION with a short reason and logs one (rate-limited)
+line; it never says which accounts exist or what the signature should have been.
 
 The ACL file is re-read when its modification time changes (:meth:`AclInterceptor.reload_if_changed`,
 run periodically by the daemon, off the event loop); a file that cannot be used is logged
@@ -17,14 +18,22 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pymq.logs import RateLimitedLog, get_logger
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.security.acl import ANY, PUB, SUB, AclConfig, AclFileError, allows, load_acl
-from pymq.security.permissions import TOPIC, BodyNotUnderstood, ResourceNotNamed, needs, requirement
+from pymq.security.permissions import (
+    TOPIC,
+    BodyNotUnderstood,
+    Resolver,
+    ResourceNotFound,
+    ResourceNotNamed,
+    needs,
+    requirement,
+)
 from pymq.security.signing import ACCESS_KEY, ReplayGuard, SignatureError, verify
 from pymq.transport.channel import Channel
 from pymq.transport.interceptor import Interceptor
@@ -55,6 +64,7 @@ class AclInterceptor(Interceptor):
         server: str = "rpc",
         now_ms: Callable[[], int] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        resolvers: Mapping[int, Resolver] | None = None,
     ) -> None:
         self.path = Path(path)
         #: the rules in force (replaced whole on reload)
@@ -66,6 +76,8 @@ class AclInterceptor(Interceptor):
         self._now_ms = now_ms or (lambda: time.time_ns() // 1_000_000)
         self._monotonic = monotonic
         self._limited = RateLimitedLog(log, interval=10.0)
+        #: per request code, what finds a field the request may leave out (only called when it does)
+        self.resolvers: Mapping[int, Resolver] = resolvers or {}
         #: requests refused since start (tests and metrics)
         self.refused = 0
 
@@ -79,6 +91,8 @@ class AclInterceptor(Interceptor):
         except ResourceNotNamed as exc:
             remark = f"{exc} ({RequestCode(request.code).name} needs it under ACL)"
             return self._refuse(request, channel, "unnamed", remark)
+        except ResourceNotFound as exc:
+            return self._refuse(request, channel, "unresolved", str(exc))
         except Exception as exc:  # hostile input must never become a SYSTEM_ERROR with a traceback per request
             return self._refuse(request, channel, "malformed", "malformed request", error=type(exc).__name__)
 
@@ -108,7 +122,7 @@ class AclInterceptor(Interceptor):
         req = requirement(request.code)
         if req.admin and not account.admin:
             return self._refuse(request, channel, "admin", "admin permission required", access_key=access_key)
-        for kind, name, perm in needs(req, request):
+        for kind, name, perm in needs(req, request, self.resolvers):
             if kind == TOPIC:
                 if not allows(perm, account.topic_perm(name)):
                     remark = f"no {_perm_name(perm)} permission on topic {name}"

@@ -4,11 +4,16 @@ One table, built from the typed headers' wire names (``protocol/requests.py``), 
 field the ACL reads is the field the handler reads. A code missing from the table needs
 admin (new codes are closed until someone decides otherwise). Retry and dead-letter
 topics (``%RETRY%g``, ``%DLQ%g``) are checked as their group with SUB, as RocketMQ does.
+
+A field a request may leave out but the server can find from the rest of it (END_TRANSACTION's
+topic: the topic of the half message it names) is :attr:`Requirement.resolved`; the server
+passes a :data:`Resolver` per request code (the broker reads the half message), so this module
+stays free of the broker and its store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +62,15 @@ class Requirement:
     #: wire fields of ``fields`` the request must carry (else refused): a request that could leave
     #: its resource out would need no permission at all
     required: frozenset[str] = frozenset()
+    #: wire fields of ``fields`` a request may leave out when the server finds them from the rest of
+    #: it (a :data:`Resolver` for the code); without a resolver they are required
+    resolved: frozenset[str] = frozenset()
+
+
+#: the value of the :attr:`Requirement.resolved` field a request left out, found from the rest of
+#: it (the broker: the real topic of the half message an END_TRANSACTION names by commitlog
+#: offset); raises :class:`ResourceNotFound` when there is none
+Resolver = Callable[[Command], str]
 
 
 def _text(value: Any) -> str | None:
@@ -83,6 +97,10 @@ class BodyNotUnderstood(ValueError):
 
 class ResourceNotNamed(ValueError):
     """A request lacking a field its permission check needs (:attr:`Requirement.required`)."""
+
+
+class ResourceNotFound(ValueError):
+    """A :data:`Resolver` found nothing the request names (refused: what cannot be checked is not allowed)."""
 
 
 def _list(value: Any, what: str) -> list[Any]:
@@ -197,11 +215,12 @@ REQUIREMENTS: dict[int, Requirement] = {
             (GROUP, _w(ChangeInvisibleTimeRequest, "consumer_group"), SUB),
         )
     ),
-    # transactions: PUB on the half message's real topic, as RocketMQ 5; the topic is required (it is
-    # optional on the wire, for clients without ACL) and the broker checks it is the half's real topic
+    # transactions: PUB on the half message's real topic, as RocketMQ 5. The topic is optional on the
+    # wire (RocketMQ 4 clients do not send it): the broker then finds it from the half message the
+    # request names; when given, the broker checks it is the half's real topic
     C.END_TRANSACTION: Requirement(
         fields=((TOPIC, _w(EndTransactionRequest, "topic"), PUB),),
-        required=frozenset({_w(EndTransactionRequest, "topic")}),
+        resolved=frozenset({_w(EndTransactionRequest, "topic")}),
     ),
     # cluster-wide reads any account may make
     C.GET_TIMER_METRICS: AUTHENTICATED,
@@ -238,16 +257,22 @@ def requirement(code: int) -> Requirement:
     return REQUIREMENTS.get(code, ADMIN)
 
 
-def needs(req: Requirement, cmd: Command) -> list[Need]:
+def needs(req: Requirement, cmd: Command, resolvers: Mapping[int, Resolver] | None = None) -> list[Need]:
     """The topic and group permissions ``cmd`` needs (header fields it lacks are the handler's to
-    refuse, unless :attr:`Requirement.required`: ResourceNotNamed); raises BodyNotUnderstood for a
-    body whose resources cannot be read."""
+    refuse, unless :attr:`Requirement.required`: ResourceNotNamed, or :attr:`Requirement.resolved`:
+    found by ``resolvers[cmd.code]``, ResourceNotNamed without one); raises BodyNotUnderstood for a
+    body whose resources cannot be read, ResourceNotFound when a resolver finds nothing."""
     out: list[Need] = []
     ext = cmd.ext
     for kind, name, perm in req.fields:
         value = _text(ext.get(name))
         if value:
             out.append(resource(kind, value, perm))
+        elif name in req.resolved:
+            resolve = resolvers.get(cmd.code) if resolvers else None
+            if resolve is None:
+                raise ResourceNotNamed(f"request names no {name}")
+            out.append(resource(kind, resolve(cmd), perm))
         elif name in req.required:
             raise ResourceNotNamed(f"request names no {name}")
     if req.body is not None:

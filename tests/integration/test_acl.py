@@ -12,6 +12,7 @@ import pytest
 
 from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer, PushConsumer, broker_api
 from pymq.client.admin import AdminClient
+from pymq.client.send_result import SendResult
 from pymq.client.transaction_producer import TransactionProducer, TransactionState
 from pymq.errors import ConfigError, NoPermissionError
 from pymq.protocol.codes import RequestCode, ResponseCode
@@ -179,35 +180,97 @@ async def test_unsigned_wrong_replayed_expired_and_underprivileged_requests_are_
     assert cluster.brokers[0].acl.refused >= 7
 
 
+def end_tx(group: str, half: SendResult, *, topic: str | None, commit_log_offset: int | None = None) -> Command:
+    """A commit END_TRANSACTION for ``half``; without ``topic`` it is what a RocketMQ 4 client sends."""
+    offset = half.commit_log_offsets[0] if commit_log_offset is None else commit_log_offset
+    cmd = broker_api.end_transaction(
+        group, half.queue_offset, offset, TRANSACTION_COMMIT_TYPE, msg_id=half.msg_id, topic=topic
+    )
+    assert ("topic" in cmd.ext) == (topic is not None)
+    return cmd
+
+
+def orders_stored(cluster: LocalCluster) -> int:
+    store = cluster.brokers[0].store
+    assert store is not None
+    return sum(store.max_offset("orders", q) for q in range(2))
+
+
 async def test_end_transaction_needs_pub_on_the_half_messages_topic(secured) -> None:
     """Only an account that may write the half message's topic can end it (RocketMQ 5 checks PUB on
-    END_TRANSACTION's topic): a SUB-only account cannot commit it, with or without naming the topic,
-    and the SDK names it, so the producer's own commit goes through."""
+    END_TRANSACTION's topic): a SUB-only account cannot commit it, with or without naming the topic
+    (without one, the broker checks the topic of the half message the request names), and the SDK
+    names it, so the producer's own commit goes through."""
     cluster, _ = secured
     broker = cluster.brokers[0]
+    assert broker.acl is not None
     async with TransactionProducer(cluster.namesrv_addr, "tx-acl", lambda m: TransactionState.UNKNOWN, **APP) as tp:
         half = await tp.send_half(Message("orders", b"held"))
         async with RpcClient(signer=signer(Credentials("reader", "reader-secret"))) as rpc:
-            for topic, remark in (
-                ("orders", "no PUB permission on topic orders"),
-                (None, "request names no topic (END_TRANSACTION needs it under ACL)"),
-            ):
-                cmd = broker_api.end_transaction(
-                    "tx-acl",
-                    half.queue_offset,
-                    half.commit_log_offsets[0],
-                    TRANSACTION_COMMIT_TYPE,
-                    msg_id=half.msg_id,
-                    topic=topic,
-                )
-                resp = await rpc.invoke(broker.address, cmd)  # not oneway, so the refusal is seen
-                assert (resp.code, resp.remark) == (ResponseCode.NO_PERMISSION, remark)
-        assert broker.store is not None and sum(broker.store.max_offset("orders", q) for q in range(2)) == 0
+            # as a RocketMQ 4 client sends it (oneway, no topic): refused, counted and logged as other refusals
+            refused = broker.acl.refused
+            with capture_logs() as logs:
+                await rpc.invoke_oneway(broker.address, end_tx("tx-acl", half, topic=None))
+                await wait_until(lambda: broker.acl.refused == refused + 1, what="the oneway refusal")  # type: ignore[union-attr]
+            assert [(r.get("event"), r.get("reason")) for r in logs if r.get("event", "").startswith("acl_")] == [
+                ("acl_refused_permission", "no PUB permission on topic orders")
+            ]
+            for topic in ("orders", None):
+                resp = await rpc.invoke(broker.address, end_tx("tx-acl", half, topic=topic))  # not oneway: seen
+                assert (resp.code, resp.remark) == (ResponseCode.NO_PERMISSION, "no PUB permission on topic orders")
+        assert orders_stored(cluster) == 0
+        assert broker.transactions.commits == 0
         await tp.end_transaction(half, TransactionState.COMMIT)
-        await wait_until(
-            lambda: sum(broker.store.max_offset("orders", q) for q in range(2)) == 1,  # type: ignore[union-attr]
-            what="the producer's own commit",
-        )
+        await wait_until(lambda: orders_stored(cluster) == 1, what="the producer's own commit")
+
+
+async def test_end_transaction_without_topic_commits_for_an_account_with_pub(secured) -> None:
+    """A RocketMQ 4 client's END_TRANSACTION (oneway, no topic field) from an account with PUB on
+    the half message's real topic commits it: the broker finds the topic from the half message."""
+    cluster, _ = secured
+    ns, broker = cluster.namesrv_addr, cluster.brokers[0]
+    async with TransactionProducer(ns, "tx-v4", lambda m: TransactionState.UNKNOWN, **APP) as tp:
+        half = await tp.send_half(Message("orders", b"from a RocketMQ 4 client"))
+    async with RpcClient(signer=signer(Credentials("app", "app-secret"))) as rpc:
+        await rpc.invoke_oneway(broker.address, end_tx("tx-v4", half, topic=None))
+    got: list[bytes] = []
+    pull = PullConsumer(ns, "g-v4", consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **APP, **FAST)
+    pull.subscribe("orders", "*")
+    async with pull:
+        deadline = time.monotonic() + 20
+        while not got and time.monotonic() < deadline:
+            got += [m.body for m in await pull.poll(timeout=0.5)]
+    assert got == [b"from a RocketMQ 4 client"]
+    assert broker.transactions.commits == 1
+
+
+async def test_end_transaction_without_topic_naming_no_half_message_is_refused(secured) -> None:
+    """Without a topic the broker must find the half message to check PUB on its topic: an offset
+    naming none (nothing there, or a plain message, or another group's half) is refused with the
+    reason, and the broker goes on serving (the real commit then goes through)."""
+    cluster, _ = secured
+    ns, broker = cluster.namesrv_addr, cluster.brokers[0]
+    async with Producer(ns, **APP) as producer:
+        plain = await producer.send(Message("orders", b"plain"))
+    async with TransactionProducer(ns, "tx-lost", lambda m: TransactionState.UNKNOWN, **APP) as tp:
+        half = await tp.send_half(Message("orders", b"held"))
+    nowhere = 1 << 40
+    not_there = f"no half message at commitlog offset {nowhere}"
+    not_half = "is not the half message the request names"
+    async with RpcClient(signer=signer(Credentials("app", "app-secret"))) as rpc:
+        for cmd, remark in (
+            (end_tx("tx-lost", half, topic=None, commit_log_offset=nowhere), not_there),
+            (end_tx("tx-lost", half, topic=None, commit_log_offset=plain.commit_log_offsets[0]), not_half),
+            (end_tx("someone-else", half, topic=None), not_half),
+        ):
+            resp = await rpc.invoke(broker.address, cmd)
+            assert resp.code == ResponseCode.NO_PERMISSION and remark in (resp.remark or ""), resp.remark
+        assert orders_stored(cluster) == 1  # only the plain message
+        await rpc.invoke_oneway(broker.address, end_tx("tx-lost", half, topic=None))
+    await wait_until(lambda: orders_stored(cluster) == 2, what="the commit after the refusals")
+    async with Producer(ns, **APP) as producer:
+        await producer.send(Message("orders", b"still serving"))
+    assert orders_stored(cluster) == 3
 
 
 async def test_acl_file_is_hot_reloaded_and_a_bad_one_keeps_the_rules(secured) -> None:

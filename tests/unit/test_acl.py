@@ -13,7 +13,7 @@ from pymq.protocol.command import Command
 from pymq.protocol.headers import encode_body
 from pymq.security.acl import ANY, DENY, PUB, SUB, AclFileError, address_matcher, allows, load_acl, parse_acl
 from pymq.security.interceptor import AclInterceptor
-from pymq.security.permissions import REQUIREMENTS, requirement
+from pymq.security.permissions import REQUIREMENTS, ResourceNotFound, requirement
 from pymq.security.signing import Credentials, sign
 from pymq.testing import capture_logs
 
@@ -199,6 +199,43 @@ def test_end_transaction_needs_pub_on_the_topic_it_names(interceptor: AclInterce
     assert refused == (ResponseCode.NO_PERMISSION, "no PUB permission on topic audit")
     refused = answer(interceptor, request(end, ext, creds=APP, opaque=3))
     assert refused == (ResponseCode.NO_PERMISSION, "request names no topic (END_TRANSACTION needs it under ACL)")
+
+
+def test_end_transaction_without_topic_is_checked_on_the_topic_its_resolver_finds(acl_file: Path) -> None:
+    """A server's resolver finds the topic an END_TRANSACTION left out (the broker: its half message's);
+    it is asked only then, and a resolver that finds nothing refuses the request."""
+    asked: list[int] = []
+    halves = {100: "orders", 200: "audit"}
+
+    def half_topic(cmd: Command) -> str:
+        asked.append(cmd.opaque)
+        offset = int(cmd.ext["commitLogOffset"])  # as the broker's parses the header
+        if offset not in halves:
+            raise ResourceNotFound(f"no half message at commitlog offset {offset}")
+        return halves[offset]
+
+    icp = AclInterceptor(
+        acl_file, now_ms=lambda: NOW, monotonic=lambda: 0.0, resolvers={RequestCode.END_TRANSACTION: half_topic}
+    )
+    end = RequestCode.END_TRANSACTION
+    ext = {"producerGroup": "pg", "tranStateTableOffset": 0, "commitOrRollback": 8}
+    assert answer(icp, request(end, {**ext, "commitLogOffset": 100}, creds=APP, opaque=1)) is None
+    refused = answer(icp, request(end, {**ext, "commitLogOffset": 200}, creds=APP, opaque=2))
+    assert refused == (ResponseCode.NO_PERMISSION, "no PUB permission on topic audit")
+    with capture_logs() as logs:
+        refused = answer(icp, request(end, {**ext, "commitLogOffset": 300}, creds=APP, opaque=3))
+    assert refused == (ResponseCode.NO_PERMISSION, "no half message at commitlog offset 300")
+    assert [r["event"] for r in logs if r.get("event", "").startswith("acl_refused")] == ["acl_refused_unresolved"]
+    assert asked == [1, 2, 3]
+    # a request naming its topic keeps today's check (the resolver is not asked), as do other codes
+    named = request(end, {**ext, "commitLogOffset": 200, "topic": "orders"}, creds=APP, opaque=4)
+    assert answer(icp, named) is None
+    assert answer(icp, request(RequestCode.SEND_MESSAGE, {"topic": "orders"}, b"x", creds=APP, opaque=5)) is None
+    assert asked == [1, 2, 3]
+    # the resolver's own failures are refusals too, never a crash
+    broken = request(end, {**ext, "commitLogOffset": "x"}, creds=APP, opaque=6)
+    assert answer(icp, broken) == (ResponseCode.NO_PERMISSION, "malformed request")
+    assert icp.refused == 3
 
 
 def test_heartbeat_checks_consumer_groups_and_topics(interceptor: AclInterceptor) -> None:

@@ -333,6 +333,13 @@ def test_signing_and_acl_rules_are_pure() -> None:
     assert bad == []
 
 
+def test_security_never_imports_the_broker_or_nameserver() -> None:
+    """ACL enforcement knows no broker or store: what only the broker can find (END_TRANSACTION's
+    topic from its half message) it passes in as resolvers (``security.permissions.Resolver``)."""
+    bad = offenders(modules("security"), lambda i: i.startswith(("pymq.broker", "pymq.nameserver")))
+    assert bad == []
+
+
 def test_client_security_needs_no_daemon_parts() -> None:
     """The SDK's credentials/TLS options use signing and transport.tls, never the daemons' config."""
     bad = offenders(
