@@ -119,6 +119,33 @@ def test_write_back_syncs_the_warmed_chunk_in_pieces(tmp_path: Path, monkeypatch
     (tmp_path / f"{0:020d}").unlink()
 
 
+def test_warming_by_pwrite_leaves_the_mapping_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the commitlog writing by pwrite (SYNC_FLUSH) the warmer writes its zeros with pwrite too:
+    no MADV_POPULATE_WRITE (pages dirtied through the mapping make their syncs dearer), the chunk
+    reads as zeros, and what the writer put below ``reserved`` survives."""
+    advised: list[int] = []
+    real = mapped_file._madvise
+
+    def recording_madvise(address: int, length: int, advice: int) -> int:
+        advised.append(advice)
+        return int(real(address, length, advice)) if real is not None else -1
+
+    monkeypatch.setattr(mapped_file, "_madvise", recording_madvise)
+    monkeypatch.setattr(mapped_file, "WARM_CHUNK", 64 * 1024)
+    monkeypatch.setattr(mapped_file, "RESERVE_STEP", 4096)
+    mf = MappedFile(tmp_path / f"{0:020d}", 256 * 1024, create=True)
+    mf.enable_warming(0)
+    mf.reserve(100)
+    os.pwrite(mf.fd, b"written", 0)
+    assert mf.warm_step(ahead=1 << 20, by_pwrite=True)
+    assert advised == [] and mf.warm_pos == 4196 + 64 * 1024
+    assert bytes(mf.view()[:7]) == b"written" and bytes(mf.view()[4196 : mf.warm_pos]) == bytes(64 * 1024)
+    assert mf.warm_step(ahead=1 << 20)  # through the mapping otherwise (where the kernel has it)
+    assert advised in ([mapped_file._MADV_POPULATE_WRITE], [])
+    mf.close()
+    (tmp_path / f"{0:020d}").unlink()
+
+
 @pytest.mark.parametrize(
     ("flush", "write_ahead", "expected"),
     [("SYNC_FLUSH", True, True), ("SYNC_FLUSH", False, False), ("ASYNC_FLUSH", True, False)],

@@ -170,6 +170,8 @@ class Warmer(threading.Thread):
         #: SYNC_FLUSH: write the warmed zeros back too (see MappedFile._write_back)
         cfg = store.config
         self.write_back = cfg.sync_flush_write_ahead and cfg.flush_disk_type == FlushDiskType.SYNC_FLUSH
+        #: the commitlog writes with pwrite (SYNC_FLUSH): warm the same way (see MappedFile.warm_step)
+        self.by_pwrite = cfg.commitlog_pwrite
         self._stop_event = threading.Event()
         self._limited = RateLimitedLog(log)
 
@@ -180,11 +182,11 @@ class Warmer(threading.Thread):
             try:
                 last = mfq.last
                 if last is not None:
-                    worked = last.warm_step(self.ahead, self.write_back)
+                    worked = last.warm_step(self.ahead, self.write_back, self.by_pwrite)
                     if last.size - last.reserved < self.ahead:
                         nxt = mfq.next_file or mfq.preallocate_next()
                         if nxt is not None:
-                            worked = nxt.warm_step(self.ahead, self.write_back) or worked
+                            worked = nxt.warm_step(self.ahead, self.write_back, self.by_pwrite) or worked
             except StoreError as exc:
                 # No room for the next file (disk full): the writer answers for it when it needs
                 # the file; here, one line per interval instead of a traceback every second.

@@ -89,7 +89,7 @@ RESERVE_STEP = 4 << 20
 #: a file being created (see MappedFile); leftovers from a crash are removed at load
 TMP_SUFFIX = ".creating"
 WARM_CHUNK = 8 << 20
-_WARM_ZEROS = bytes(WARM_CHUNK)
+_WARM_ZEROS = memoryview(bytes(WARM_CHUNK))
 #: write-back of warmed pages (SYNC_FLUSH) in pieces this big, so a sync senders wait for
 #: queues behind one piece at most (~0.2 ms of this disk), not behind a whole chunk
 WRITE_BACK_PIECE = 256 << 10
@@ -277,10 +277,12 @@ class MappedFile:
                 cond.wait()
             self.reserved = new
 
-    def warm_step(self, ahead: int, write_back: bool = False) -> bool:
+    def warm_step(self, ahead: int, write_back: bool = False, by_pwrite: bool = False) -> bool:
         """Pre-fault one chunk ahead of the writer; False when there is nothing to do.
 
         ``write_back`` (SYNC_FLUSH): then sync the chunk's zeroed pages to disk, see :meth:`_write_back`.
+        ``by_pwrite`` (the commitlog writes with pwrite): prefault by writing zeros with pwrite,
+        not through the mapping, whose dirtied pages make their syncs (the write-back's) dearer.
         """
         cond = self.warm_lock
         if cond is None or self.closed:
@@ -295,7 +297,7 @@ class MappedFile:
             end = start + min(WARM_CHUNK, limit - start)
             self.warm_busy = (start, end)
         try:
-            self._prefault(start, end)
+            self._prefault(start, end, by_pwrite)
         finally:
             with cond:
                 self.warm_busy = (0, 0)
@@ -328,9 +330,9 @@ class MappedFile:
                 return
             pos += n
 
-    def _prefault(self, start: int, end: int) -> None:
+    def _prefault(self, start: int, end: int, by_pwrite: bool = False) -> None:
         global _populate_ok
-        if _populate_ok and self.address:
+        if _populate_ok and self.address and not by_pwrite:
             aligned = start - start % PAGE_SIZE
             if _madvise(self.address + aligned, end - aligned, _MADV_POPULATE_WRITE) == 0:
                 return
