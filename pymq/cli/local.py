@@ -81,6 +81,9 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
         port=broker_port,
         advertised_host=host if host != "0.0.0.0" else None,
         namesrv_addrs=[namesrv.address],
+        # No slaves here: the HA listener takes any free port, not the broker port + 1 (which
+        # anything else may hold: a test's or a user's pymq-local failed to start on it).
+        ha_port=0,
         auto_create_topic=True,
         store=StoreConfig(store_dir=store_dir, **SMALL_STORE_SIZES),
     )
