@@ -46,7 +46,9 @@ class Daemons:
 
     def start_broker(self) -> DaemonProcess:
         """The broker (again, after a kill): same store, same port, so clients' addresses stay valid."""
-        b = broker_process(self.tmp_path, self.ns.address, "broker-a", "--port", str(self.port), env=FAST_CHECKS)
+        # (the HA listener on any free port: only the main port was reserved, port + 1 may be taken)
+        env = {**FAST_CHECKS, "PYMQ_HA_PORT": "0"}
+        b = broker_process(self.tmp_path, self.ns.address, "broker-a", "--port", str(self.port), env=env)
         self.processes.append(b)
         return b.start()
 
