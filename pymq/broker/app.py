@@ -350,7 +350,6 @@ class BrokerApp:
         """ACL interceptor (first in the chain: nothing is answered to an unsigned peer), TLS on
         the listener, credentials and TLS for the calls to nameservers (issue 20)."""
         cfg = self.config
-        # END_TRANSACTION without a topic (RocketMQ 4 clients): PUB on its half message's real topic
         self.acl = acl_interceptor(cfg.acl, "broker", transaction_resolvers(lambda: self.transactions))
         if self.acl is not None:
             self.dispatcher.add_interceptor(self.acl)
