@@ -59,6 +59,9 @@ run prod-conc8-async $bench producer --embedded --quiet --json --count 20000 --c
 # next to Redis with appendfsync always (its acks wait for the disk too).
 run prod-conc8-sync-10s  $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush SYNC_FLUSH
 run prod-conc8-async-10s $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush ASYNC_FLUSH
+# What this machine allows that shape at all: a bare server with an oracle group commit, syncing
+# on its loop (no hand-off) and through pymq's C syncer thread, its client as costly per send.
+run sync-floor  $py benchmarks/sync_floor_bench.py --work-us 10 --dir "$out" --json
 redis_always
 peer_round after
 run store       $py benchmarks/store_bench.py --repeat 3 --json

@@ -109,6 +109,10 @@ def main() -> None:
         print(f"\nSYNC_FLUSH / ASYNC_FLUSH at 8 producers: {sync / async_:.2f}")
     if sync10 and async10:
         print(f"SYNC_FLUSH / ASYNC_FLUSH at 8 producers for 10 s: {sync10 / async10:.2f}")
+    floor = (load(out, "sync-floor") or {}).get("10")
+    if floor and floor.get("async"):
+        parts = ", ".join(f"{how} {floor[how] / floor['async']:.2f}" for how in floor if how != "async")
+        print(f"The same shape against a bare server (sync_floor_bench.py, async {fmt(floor['async'])}): {parts}")
 
     print("\n| scale | figure |")
     print("|---|---|")
