@@ -163,8 +163,9 @@ class StoreConfig(_Model):
     flush_thorough_interval_ms: int = Field(10_000, ge=1)
     consume_queue_flush_interval_ms: int = Field(1000, ge=1)
     sync_flush_timeout_ms: int = Field(5000, ge=1)
-    #: SYNC_FLUSH: after a sync, wait up to this long (and at most one sync's duration) for the
-    #: senders it answered to send again, so the next sync covers them too; 0: no waiting
+    #: SYNC_FLUSH: after a sync, wait up to this long (and at most twice as long as the recent
+    #: groups took to come back, or one sync's duration before one did) for the senders it
+    #: answered to send again, so the next sync covers them too; 0: no waiting
     sync_flush_linger_us: int = Field(500, ge=0, le=10_000)
     #: SYNC_FLUSH: the warmer also writes the zeroed pages ahead of the writer back to disk, so
     #: that the senders' syncs find the file's blocks already written (~half the msync time on

@@ -178,6 +178,51 @@ async def test_lingering_waits_for_a_whole_answered_group_to_come_back(flusher: 
     assert [r.opaque for r in await asyncio.gather(*back)] == [10, 11, 12]
 
 
+@pytest.mark.parametrize("spread", [0.05, 0.0])
+async def test_the_linger_window_is_twice_how_long_groups_took_to_come_back(spread: float) -> None:
+    """A group coming back over 30 ms: one sync when recent groups took 50 ms, else the window is one sync."""
+    flusher = FakeFlusher(on_loop=True)
+    gc = group_commit(flusher, linger=5.0)
+    group = [gc.wait(response(i), end=100 * (i + 1)) for i in range(3)]
+    await wait_until(lambda: len(flusher.requests) == 1, what="the first sync")
+    flusher.complete(0)
+    await asyncio.gather(*group)
+    gc.sync_time, gc.spread = 0.001, spread  # syncs of 1 ms; groups seen whole after `spread`
+    back = [gc.wait(response(10), end=400)]
+    await asyncio.sleep(0.03)
+    back += [gc.wait(response(11 + i), end=500 + 100 * i) for i in range(2)]
+    await wait_until(lambda: len(flusher.requests) >= 2, what="a sync for the senders back")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    if spread:
+        assert [r[0] for r in flusher.requests[1:]] == [600]  # all three in one sync
+    else:
+        assert flusher.requests[1][0] == 400  # the first one back alone, after ~1 ms
+    while len(flusher.requests) > 1 and not all(f.done() for f in back):
+        flusher.complete(len(flusher.requests) - 1)
+        await asyncio.sleep(0.01)
+    assert [r.opaque for r in await asyncio.gather(*back)] == [10, 11, 12]
+
+
+async def test_a_linger_that_sees_its_group_whole_measures_how_long_that_took() -> None:
+    flusher = FakeFlusher(on_loop=True)
+    gc = group_commit(flusher, linger=5.0)
+    group = [gc.wait(response(i), end=100 * (i + 1)) for i in range(3)]
+    await wait_until(lambda: len(flusher.requests) == 1, what="the first sync")
+    await asyncio.sleep(0.1)  # a sync of ~100 ms: the first window
+    flusher.complete(0)
+    await asyncio.gather(*group)
+    assert gc.spread == 0.0
+    back = [gc.wait(response(10), end=400)]
+    await asyncio.sleep(0.02)
+    back += [gc.wait(response(11 + i), end=500 + 100 * i) for i in range(2)]
+    await wait_until(lambda: len(flusher.requests) == 2, what="one sync for the group")
+    assert flusher.requests[1][0] == 600
+    assert 0.015 <= gc.spread < 0.09  # ~20 ms from the first one back to the whole group
+    flusher.complete(1)
+    await asyncio.gather(*back)
+
+
 async def test_a_sender_after_an_idle_pause_is_synced_at_once(flusher: FakeFlusher) -> None:
     """No group to wait for once the pause since everyone was answered is longer than the linger."""
     gc = group_commit(flusher, linger=0.01)
