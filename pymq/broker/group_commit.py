@@ -199,10 +199,11 @@ class GroupCommit:
         into groups that alternate between two syncs: those that sent during a sync wait for
         the next one while the others are being answered. A disk that flushes one range at a
         time then does a sync per group. Waiting until as many senders as were recently seen
-        wait again (``expected``), for at most about twice the time the recent groups took to come
-        back (:meth:`_linger_window`, never more than ``linger``), makes one sync cover them all: fewer, fuller syncs (RocketMQ's GroupCommitService waits too).
-        The wait spins the loop (``call_soon``), which keeps serving every connection; its
-        timers are too coarse for sub-millisecond waits.
+        wait again (``expected``), for at most about twice the time the recent groups took to
+        come back (:meth:`_linger_window`, never more than ``linger``), makes one sync cover them
+        all: fewer, fuller syncs (RocketMQ's GroupCommitService waits too). The wait spins
+        the loop (``call_soon``), which keeps serving every connection; its timers are too
+        coarse for sub-millisecond waits.
         """
         waiting = len(self._waiters)
         self.expected = max(answered + waiting, self.expected - 1)

@@ -146,6 +146,28 @@ def test_warming_by_pwrite_leaves_the_mapping_alone(tmp_path: Path, monkeypatch:
     (tmp_path / f"{0:020d}").unlink()
 
 
+def test_warming_by_pwrite_writes_in_pieces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pwrite holds the file's inode lock throughout and the loop's record pwrite waits for it: the
+    warmer writes a chunk in PREFAULT_PIECE pieces (8 MiB at once stalled the loop for milliseconds)."""
+    sizes: list[int] = []
+    real_pwrite = os.pwrite
+
+    def recording_pwrite(fd: int, data: memoryview, at: int) -> int:
+        sizes.append(len(data))
+        return real_pwrite(fd, data, at)
+
+    monkeypatch.setattr(mapped_file.os, "pwrite", recording_pwrite)
+    monkeypatch.setattr(mapped_file, "WARM_CHUNK", 256 * 1024)
+    monkeypatch.setattr(mapped_file, "PREFAULT_PIECE", 64 * 1024)
+    mf = MappedFile(tmp_path / f"{0:020d}", 1 << 20, create=True)
+    mf.enable_warming(0)
+    assert mf.warm_step(ahead=1 << 20, by_pwrite=True)
+    assert sizes == [64 * 1024] * 4 and mf.warm_pos == 256 * 1024
+    assert bytes(mf.view()[: mf.warm_pos]) == bytes(256 * 1024)
+    mf.close()
+    (tmp_path / f"{0:020d}").unlink()
+
+
 @pytest.mark.parametrize(
     ("flush", "write_ahead", "expected"),
     [("SYNC_FLUSH", True, True), ("SYNC_FLUSH", False, False), ("ASYNC_FLUSH", True, False)],
