@@ -51,7 +51,8 @@ run consume     $bench consumer --embedded --quiet --json --count 200000
 rate=$($py -c "import json;print(int(json.load(open('$out/prod-batch.json'))['msgs_per_sec']//2))" 2>/dev/null || echo 20000)
 run e2e-half    $bench e2e --embedded --quiet --json --rate "$rate" --duration 10 --batch-size 64
 run orderly     $bench consumer --embedded --quiet --json --count 50000 --orderly --queues 8
-run sendback    $bench consumer --embedded --quiet --json --count 20000 --fail-first
+# (200,000: 20,000 send-backs took 0.1-0.3 s, too short to compare)
+run sendback    $bench consumer --embedded --quiet --json --count 200000 --fail-first
 run prod-conc8-sync  $bench producer --embedded --quiet --json --count 20000 --concurrency 8 --flush SYNC_FLUSH
 run prod-conc8-async $bench producer --embedded --quiet --json --count 20000 --concurrency 8 --flush ASYNC_FLUSH
 # The same for 10 s: a store syncing ~2,000 times a second for longer than a second or two
