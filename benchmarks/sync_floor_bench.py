@@ -140,8 +140,12 @@ class _Store:
 
     def synced(self) -> None:
         assert self.syncer is not None
+        done = self.syncer.take()
+        if not done:
+            return
         self.syncing = False
-        for waiting, err in self.syncer.take():
+        self.spin_until = time.perf_counter() + 0.002  # (a fresh wait for the group answered now)
+        for waiting, err in done:
             if err:
                 raise OSError(err, "msync")
             for t in waiting:
