@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from itertools import accumulate
 from pathlib import Path
 
-from pymq.broker.store.mapped_file import NO_SPACE, MappedFile
+from pymq.broker.store.mapped_file import MappedFile, store_error
 from pymq.broker.store.mapped_file_queue import MappedFileQueue
-from pymq.errors import DiskFullError, StoreError
+from pymq.errors import StoreError
 from pymq.protocol.record import BLANK_SIZE, blank_marker, stored_record_size
 from pymq.protocol.record_batch import StoredScan, patch_broker_blocks, store_record
 
@@ -213,8 +213,7 @@ class CommitLog:
             while done < n:  # (a regular file writes everything or fails; stay correct if not)
                 done += os.pwrite(mf.fd, data[done:], at + done)
         except OSError as exc:
-            error = DiskFullError if exc.errno in NO_SPACE else StoreError
-            raise error(f"writing {mf.path} at {at}: {exc.strerror or exc}") from exc
+            raise store_error(exc, f"writing {mf.path} at {at}") from exc
 
     def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> list[StoredRef]:
         """Append bytes already in commitlog layout (a master's, for a slave) at exactly ``offset``.

@@ -26,7 +26,7 @@ from pymq.errors import DiskFullError, StoreError
 
 PAGE_SIZE = mmap.PAGESIZE
 #: errnos that mean the disk (or the quota) is full: DiskFullError, not a broken store
-NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 _MS_SYNC = 4  # Linux
 _MADV_POPULATE_WRITE = 23  # Linux >= 5.14
 
@@ -96,6 +96,12 @@ WRITE_BACK_PIECE = 256 << 10
 #: prefault by pwrite in pieces this big: a write holds the file's inode lock throughout, and the
 #: loop's own pwrite of a record (SYNC_FLUSH) waits for it (8 MiB at once: stalls of milliseconds)
 PREFAULT_PIECE = 64 << 10
+
+
+def store_error(exc: OSError, message: str) -> StoreError:
+    """``exc`` as the store reports it: DiskFullError for a full disk or quota, else StoreError."""
+    error = DiskFullError if exc.errno in _NO_SPACE else StoreError
+    return error(f"{message}: {exc.strerror or exc}")
 
 
 def data_extent(mm: mmap.mmap, start: int, end: int) -> int:
@@ -191,8 +197,7 @@ class MappedFile:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(open_path, flags, 0o644)
         except OSError as exc:
-            error = DiskFullError if exc.errno in NO_SPACE else StoreError
-            raise error(f"cannot open {open_path}: {exc}") from exc
+            raise store_error(exc, f"cannot open {open_path}") from exc
         try:
             if create:
                 with ALLOCATION_LOCK:
@@ -201,8 +206,7 @@ class MappedFile:
                     except OSError as exc:
                         with contextlib.suppress(OSError):
                             os.ftruncate(fd, 0)  # give the blocks back before anyone measures
-                        error = DiskFullError if exc.errno in NO_SPACE else StoreError
-                        raise error(f"cannot allocate {size} bytes for {path}: {exc}") from exc
+                        raise store_error(exc, f"cannot allocate {size} bytes for {path}") from exc
                 os.rename(open_path, path)
             else:
                 actual = os.fstat(fd).st_size
