@@ -8,8 +8,10 @@ Appends, when the broker exits, the p50 of each phase of a round (between two sy
 the last send's bytes in -> its waiter registered (the put path), -> the sync asked, -> the
 syncer's eventfd seen on the loop, -> the group commit's answers given (record + futures), ->
 the first answer written, -> the next round's first send in (the client's turnaround), and
-the spacing of the sends that follow. Wraps the server's Connection, GroupCommit and
-LoopSync; does nothing without ST_STATS.
+the spacing of the sends that follow; and how long ``LoopSync.request`` (plan and submit)
+holds the loop. The client process (it loads the probe too) adds, marked "client": its first
+answer in after an idle gap -> its first send out, and the spacing of its sends within a
+burst. Wraps Connection, GroupCommit and LoopSync; does nothing without ST_STATS.
 """
 
 import atexit
@@ -42,7 +44,17 @@ if _OUT:
 
     _orig_data_received = _conn.Connection.data_received
 
+    #: the client's side (only in a process that serves nothing: the broker's own calls are not it)
+    _c = {"last_send": 0.0, "first_answer": 0.0, "serving": False}
+    _IDLE = 40e-6  # (a client gap longer than this, and under 10 ms: it slept, waiting for answers)
+
     def data_received(self, data):  # type: ignore[no-untyped-def]
+        if self.server_side:
+            _c["serving"] = True
+        elif not _c["serving"]:
+            t = _now()
+            if not _c["first_answer"] and _c["last_send"] and _IDLE < t - _c["last_send"] < 0.01:
+                _c["first_answer"] = t
         if self.server_side:
             t = _now()
             _s["recv"] = t
@@ -53,6 +65,28 @@ if _OUT:
                 _add("6 spacing of the following sends", t - _s["prev_recv"])
             _s["prev_recv"] = t
         return _orig_data_received(self, data)
+
+    _orig_start_request = _conn.Connection._start_request
+
+    def _start_request(self, cmd, timeout):  # type: ignore[no-untyped-def]
+        t = _now()
+        if _c["serving"]:
+            pass
+        elif _c["first_answer"]:
+            if t - _c["first_answer"] < 0.01:  # (not a call made long after, e.g. a heartbeat)
+                _add("client: first answer in -> first send out", t - _c["first_answer"])
+            _c["first_answer"] = 0.0
+        elif _c["last_send"] and t - _c["last_send"] < _IDLE:
+            _add("client: spacing of its sends in a burst", t - _c["last_send"])
+        _c["last_send"] = t
+        return _orig_start_request(self, cmd, timeout)
+
+    _orig_request = _ls.LoopSync.request
+
+    def request(self, offset, callback):  # type: ignore[no-untyped-def]
+        t = _now()
+        _orig_request(self, offset, callback)
+        _add("LoopSync.request (plan, submit) on the loop", _now() - t)
 
     _orig_write_command = _conn.Connection.write_command
 
@@ -101,6 +135,8 @@ if _OUT:
 
     _conn.Connection.data_received = data_received
     _conn.Connection.write_command = write_command
+    _conn.Connection._start_request = _start_request
+    _ls.LoopSync.request = request
     _gc.GroupCommit.wait = wait
     _gc.GroupCommit._kick = _kick
     _ls.LoopSync._on_done = _on_done
@@ -111,6 +147,7 @@ if _OUT:
         if not _phases:
             return
         with open(_OUT, "a") as f:
+            f.write(f"pid {os.getpid()}\n")
             for name in sorted(_phases):
                 v = sorted(_phases[name])
                 f.write(f"{name}: p50 {v[len(v) // 2]:.0f} us p90 {v[int(len(v) * 0.9)]:.0f} us (n {len(v)})\n")
