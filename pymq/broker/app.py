@@ -1,7 +1,9 @@
 """The broker process: owns the store, the RPC server, the managers and every background service.
 
 This module only wires: each handler family gets the collaborators it needs (store,
-topics, offsets ...), never the app; a slave adds the read-only role interceptor; runtime
+topics, offsets ...), never the app, and is registered once; the broker's role is one
+:class:`~pymq.broker.role.state.RoleMachine` that handlers read per request and the write
+gate and master services follow (a role change swaps no handler); runtime
 config changes reach the managers through :class:`~pymq.broker.runtime_config.RuntimeConfig`;
 background work runs as :class:`~pymq.broker.service.Service` objects.
 
@@ -27,13 +29,11 @@ from pymq.broker.delay_hook import default_put_hooks
 from pymq.broker.ha.auth import acl_authenticate
 from pymq.broker.ha.meta_sync import SlaveMetaSync
 from pymq.broker.ha.replication import Replication
-from pymq.broker.ha.role_change import RoleChanger, newer_master
 from pymq.broker.handlers.admin import AdminHandlers
 from pymq.broker.handlers.clients import ClientHandlers
 from pymq.broker.handlers.locks import LockHandlers
 from pymq.broker.handlers.offsets import OffsetHandlers
 from pymq.broker.handlers.pop import PopHandlers
-from pymq.broker.handlers.pop import slave_table as pop_slave_table
 from pymq.broker.handlers.pull import PullHandlers
 from pymq.broker.handlers.query import QueryHandlers
 from pymq.broker.handlers.replication import ReplicationHandlers
@@ -44,14 +44,16 @@ from pymq.broker.handlers.transactions import TransactionHandlers
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
 from pymq.broker.loop_sync import LoopSync
-from pymq.broker.master_services import MasterServices, Step
 from pymq.broker.offsets import ConsumerOffsetManager
 from pymq.broker.pop.receipt import HandleSigner
 from pymq.broker.pop.revive import PopState
 from pymq.broker.priority import PriorityHook, PriorityInterceptor, PriorityService
 from pymq.broker.put_hooks import PutHook, PutPath
 from pymq.broker.registration import NamesrvRegistrar
-from pymq.broker.roles import ReadOnlyRole
+from pymq.broker.role.change import RoleChanger, newer_master
+from pymq.broker.role.gate import ReadOnlyRole, follow_role
+from pymq.broker.role.master_services import MasterServices, Step
+from pymq.broker.role.state import RoleEvent, RoleMachine, RoleState
 from pymq.broker.runtime_config import RuntimeConfig
 from pymq.broker.schedule import ScheduleService
 from pymq.broker.service import PeriodicService, Service
@@ -64,7 +66,7 @@ from pymq.broker.transaction_acl import transaction_resolvers
 from pymq.broker.transaction_check import TransactionCheckService
 from pymq.broker.transaction_hook import TransactionHook
 from pymq.broker.transactions import TransactionalMessageService
-from pymq.config import BrokerConfig, BrokerRole
+from pymq.config import BrokerConfig
 from pymq.errors import ConfigError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
@@ -111,14 +113,17 @@ class BrokerApp:
         self.loop_sync: LoopSync | None = None
         #: pop consumption's checkpoints and acks (while master: made by the master services)
         self.pop_state: PopState | None = None
+        #: pop's handlers (made with the others in start(); served while ``pop_state`` exists)
+        self.pop_handlers: PopHandlers = None  # type: ignore[assignment]
         #: every put goes through it: put hooks (delays ...), then the store
         self.put_path: PutPath = None  # type: ignore[assignment]
         self.dispatcher = Dispatcher(name="broker")
-        #: the slave's write gate; role changes add and remove it (see broker.ha.role_change)
+        #: the broker's role: read through this one object, changed only by its transitions
+        #: (see broker.role.state; broker.role.change drives them)
+        self.role = RoleMachine.from_config(config)
+        #: the write gate: on the dispatcher exactly while the role is not writable (broker.role.gate)
         self.read_only = ReadOnlyRole()
-        if self.is_slave:
-            # Writes belong to the master: one interceptor answers them (see broker.roles).
-            self.dispatcher.add_interceptor(self.read_only)
+        follow_role(self.role, self.dispatcher, self.read_only)
         limits = limits_from_settings(
             config.idle_timeout_seconds, config.frame_read_timeout_seconds, config.max_partial_frame_bytes
         )
@@ -129,7 +134,12 @@ class BrokerApp:
         #: master/slave replication (the HA service and the epoch file), wired once the store is up
         self.replication: Replication | None = None
         self.registrar = NamesrvRegistrar(
-            config, self.topics, self.namesrv_client, lambda: self.address, ha_address=self._ha_address
+            config,
+            self.topics,
+            self.namesrv_client,
+            lambda: self.address,
+            ha_address=self._ha_address,
+            broker_id=lambda: self.role.current.broker_id,
         )
         self.topics.on_change = self.registrar.trigger
         self.role_changer = RoleChanger(self)
@@ -166,8 +176,21 @@ class BrokerApp:
         ]
 
     def _register_handlers(self, store: MessageStore) -> None:
-        """Give each handler family the collaborators it needs (the store exists from here on)."""
+        """Give each handler family the collaborators it needs (once: the store exists from here on)."""
         cfg, address = self.config, self.address
+        # pop is served while the pop service runs (master only): it sets and clears ``state``
+        self.pop_handlers = PopHandlers(
+            store=store,
+            signer=HandleSigner.from_store(Path(cfg.store.store_dir) / "config"),
+            topics=self.topics,
+            subscription_groups=self.subscription_groups,
+            offsets=self.offsets,
+            pull_hold=self.pull_hold,
+            stats=self.stats,
+            config=cfg,
+            address=address,
+            before_read=self.priority.on_pull,
+        )
         families: tuple[Any, ...] = (
             SendHandlers(
                 store=store,
@@ -177,6 +200,7 @@ class BrokerApp:
                 stats=self.stats,
                 config=cfg,
                 address=address,
+                role=self.role,
                 wait_replicated=self._wait_replicated,
                 loop_sync=self.loop_sync,
             ),
@@ -197,13 +221,13 @@ class BrokerApp:
                 stats=self.stats,
                 config=cfg,
                 address=address,
-                slave=self.is_slave,
+                role=self.role,
             ),
             ClientHandlers(
                 consumers=self.consumers,
                 subscription_groups=self.subscription_groups,
                 topics=self.topics,
-                creates_retry_topics=not self.is_slave,
+                role=self.role,
             ),
             OffsetHandlers(
                 store=store,
@@ -212,15 +236,12 @@ class BrokerApp:
                 consumers=self.consumers,
                 broker_name=cfg.broker_name,
                 address=address,
-                inflight=self.pop_state.inflight_by_queue if self.pop_state is not None else None,
+                inflight=self._pop_inflight,
             ),
             QueryHandlers(store=store),
-            TimerHandlers(
-                metrics=self.timer.metrics if self.timer is not None and not self.is_slave else None,
-                checkpoint=self.timer.sync_state if self.timer is not None and not self.is_slave else None,
-            ),
+            TimerHandlers(timer=self.timer, role=self.role),
             LockHandlers(locks=self.locks),
-            TransactionHandlers(transactions=self.transactions),
+            TransactionHandlers(transactions=lambda: self.transactions),
             AdminHandlers(
                 store=store,
                 topics=self.topics,
@@ -232,31 +253,19 @@ class BrokerApp:
                 address=address,
             ),
             ReplicationHandlers(delay_offsets=lambda: self.schedule.offsets, role_change=self.role_changer.change),
+            self.pop_handlers,
         )
-        if self.pop_state is not None:
-            families += (
-                PopHandlers(
-                    store=store,
-                    state=self.pop_state,
-                    signer=HandleSigner.from_store(Path(cfg.store.store_dir) / "config"),
-                    topics=self.topics,
-                    subscription_groups=self.subscription_groups,
-                    offsets=self.offsets,
-                    pull_hold=self.pull_hold,
-                    stats=self.stats,
-                    config=cfg,
-                    address=address,
-                    before_read=self.priority.on_pull,
-                ),
-            )
-        table: dict[int, Any] = {} if self.pop_state is not None else pop_slave_table()
+        table: dict[int, Any] = {}
         for family in families:
             table.update(family.table())
         self.dispatcher.register_many(table)
 
     @property
     def is_slave(self) -> bool:
-        return self.config.role == BrokerRole.SLAVE or self.config.broker_id != 0
+        return self.role.current.is_slave
+
+    def _pop_inflight(self, group: str) -> dict[tuple[str, int], int] | None:
+        return self.pop_state.inflight_by_queue(group) if self.pop_state is not None else None
 
     async def start(self) -> None:
         cfg = self.config
@@ -318,6 +327,7 @@ class BrokerApp:
             connector_ssl=self.namesrv_client.ssl,
             authenticate=acl_authenticate(self.acl) if self.acl is not None else None,
             sign=self.namesrv_client.signer,
+            role=self.role,
         )
         self.services.append(self.replication)
         if not self.is_slave:
@@ -338,7 +348,8 @@ class BrokerApp:
         log.info(
             "broker_started",
             broker=cfg.broker_name,
-            broker_id=cfg.broker_id,
+            broker_id=self.role.current.broker_id,
+            role=self.role.current.name,
             cluster=cfg.cluster_name,
             address=self.address,
             store=str(cfg.store.store_dir),
@@ -383,15 +394,12 @@ class BrokerApp:
         group.add(Step("pop", self._start_pop, self._stop_pop))
 
     async def start_master_services(self) -> None:
-        """Run what a master runs (after startup as master, at a promotion); handlers follow."""
+        """Run what a master runs (after startup as master, at a promotion)."""
         await self.master_services.start()
-        self.register_role_handlers()
 
     async def stop_master_services(self) -> None:
         """Stop what a master runs (fence, demotion, close): after this the broker puts nothing itself."""
         await self.master_services.stop()
-        if self.store is not None and self.store.running:
-            self.register_role_handlers()
 
     def drop_master_state(self) -> None:
         """Delete the delivery state only a master keeps (a slave's, or a demoted master's, is stale):
@@ -458,6 +466,7 @@ class BrokerApp:
             max_inflight=cfg.pop_max_inflight_checkpoints,
         )
         self.pop_state.start()  # on the loop: replay commits consumer offsets the handlers also touch
+        self.pop_handlers.state = self.pop_state
         self._pop_revive = PeriodicService("pop-revive", cfg.pop_revive_interval_seconds, self.pop_state.revive_due)
         await self._pop_revive.start()
 
@@ -466,6 +475,7 @@ class BrokerApp:
         if revive is not None:
             await revive.stop()
         state, self.pop_state = self.pop_state, None
+        self.pop_handlers.state = None
         if state is not None:
             state.persist_offsets()
 
@@ -516,10 +526,11 @@ class BrokerApp:
         return {
             "version": __version__,
             "brokerName": self.config.broker_name,
-            "brokerId": self.config.broker_id,
+            "brokerId": self.role.current.broker_id,
             "cluster": self.config.cluster_name,
             "address": self.address,
-            "role": self.config.role.value,
+            "role": self.role.current.flavour.value,
+            "roleState": self.role.current.state.value,
             "flushDiskType": self.config.store.flush_disk_type.value,
             "uptimeSeconds": round(time.time() - self.started_at, 1) if self.started_at else 0,
             "storeSizeBytes": store.disk_bytes(),
@@ -543,11 +554,6 @@ class BrokerApp:
 
     # --- replication ------------------------------------------------------------------------------------------
 
-    def register_role_handlers(self) -> None:
-        """Register the handler families again for the current role (after a role change)."""
-        assert self.store is not None
-        self._register_handlers(self.store)
-
     async def _fence_at_startup(self, replication: Replication) -> None:
         """A master whose group has a master of a newer term starts as that master's slave."""
         cfg = self.config
@@ -569,15 +575,12 @@ class BrokerApp:
             own_epoch=replication.epochs.epoch,
             broker_id=broker_id,
         )
-        cfg.role = BrokerRole.SLAVE
-        cfg.broker_id = broker_id
-        cfg.master_addr = master
-        self.dispatcher.add_interceptor(self.read_only)
+        self.role.fire(RoleEvent.DEMOTE, master_addr=master, broker_id=broker_id, epoch=replication.epochs.epoch)
 
     async def _fence_check(self) -> None:
         """Each registration interval: a running master steps down for a master of a newer term."""
         rep = self.replication
-        if rep is None or rep.is_slave or self.role_changer.fenced:
+        if rep is None or self.role.current.state is not RoleState.MASTER:
             return
         newer = await newer_master(self.namesrv_client, self.config, self.address, rep.epochs.epoch)
         if newer is not None:
@@ -587,7 +590,7 @@ class BrokerApp:
 
     def _master_main_addr(self) -> str | None:
         """A slave's master (its normal port): what the nameserver answered, else the configured one."""
-        return self.registrar.master_addr or self.config.master_addr
+        return self.registrar.master_addr or self.role.current.master_addr
 
     def _ha_address(self) -> str:
         return self.replication.ha_address() if self.replication is not None else ""

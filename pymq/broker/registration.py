@@ -34,8 +34,12 @@ class NamesrvRegistrar:
         client: RpcClient,
         address: Callable[[], str],
         ha_address: Callable[[], str] | None = None,
+        *,
+        broker_id: Callable[[], int],
     ) -> None:
         self.config = config
+        #: the id this broker registers under (the role's: 0 while master)
+        self.broker_id = broker_id
         #: a master's HA listener address (announced as haServerAddr), if it has one
         self.ha_address = ha_address
         self.topics = topics
@@ -53,7 +57,7 @@ class NamesrvRegistrar:
             broker_addr=addr,
             broker_name=cfg.broker_name,
             cluster_name=cfg.cluster_name,
-            broker_id=cfg.broker_id,
+            broker_id=self.broker_id(),
             ha_server_addr=(self.ha_address() if self.ha_address is not None else "") or addr,
         )
 
@@ -87,7 +91,7 @@ class NamesrvRegistrar:
             broker_addr=self.address(),
             broker_name=cfg.broker_name,
             cluster_name=cfg.cluster_name,
-            broker_id=cfg.broker_id,
+            broker_id=self.broker_id(),
         ).to_ext()
 
         async def one(addr: str) -> None:

@@ -1,7 +1,7 @@
 """The admin's side of a role change: promote a slave to its group's master (``pymq-admin broker-role``).
 
 A switchover with the old master alive is three requests (see
-:mod:`pymq.broker.ha.role_change` for what each does on the broker):
+:mod:`pymq.broker.role.change` for what each does on the broker):
 
 1. FENCED to the old master: it refuses writes (producers move on to other groups) but
    keeps streaming to its slaves;

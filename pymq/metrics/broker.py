@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pymq.broker.ha.replication import Replication
     from pymq.broker.long_polling import PullHoldService
     from pymq.broker.offsets import ConsumerOffsetManager
+    from pymq.broker.role.state import RoleMachine
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
     from pymq.broker.timer.service import TimerService
@@ -47,6 +48,8 @@ class BrokerView(Protocol):
     def pull_hold(self) -> PullHoldService: ...
     @property
     def stats(self) -> BrokerStats: ...
+    @property
+    def role(self) -> RoleMachine: ...
     @property
     def server(self) -> RpcServer: ...
     @property
@@ -94,8 +97,8 @@ class BrokerCollector:
             value={
                 "cluster": cfg.cluster_name,
                 "broker": cfg.broker_name,
-                "broker_id": str(cfg.broker_id),
-                "role": cfg.role.value,
+                "broker_id": str(app.role.current.broker_id),
+                "role": app.role.current.name,
                 "address": app.address,
                 "version": __version__,
             },

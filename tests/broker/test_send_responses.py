@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from pymq.broker.handlers.send import SendHandlers
+from pymq.broker.role.state import RoleMachine
 from pymq.broker.stats import BrokerStats
 from pymq.broker.store import PutResult, PutStatus
 from pymq.broker.store.file_maker import BACKLOG_REASON
@@ -54,6 +55,7 @@ def _handlers(tmp_path: Path, results: list[PutResult]) -> tuple[SendHandlers, l
         stats=BrokerStats(),
         config=config,
         address="127.0.0.1:1",
+        role=RoleMachine.from_config(config),
     )
     return handlers, puts
 

@@ -210,8 +210,8 @@ async def test_switchover_promotes_the_slave_and_the_old_master_follows_it(tmp_p
                 assert result["epoch"] == 2 and result["oldMasterNewId"] == 1 and result["behindBytes"] == 0
                 members = await group_members(admin, master.config.broker_name)
             assert members == {0: slave.address, 1: master.address}
-            assert (slave.config.broker_id, slave.config.role.value) == (0, "ASYNC_MASTER")
-            assert (master.config.broker_id, master.config.role.value) == (1, "SLAVE")
+            assert (slave.role.current.broker_id, slave.role.current.name) == (0, "ASYNC_MASTER")
+            assert (master.role.current.broker_id, master.role.current.name) == (1, "SLAVE")
             assert slave.replication is not None and master.replication is not None
             switched_at = slave.store.commitlog.max_offset if slave.store else 0
             assert [(e.epoch, e.start_offset) for e in slave.replication.epochs.entries] == [(1, 0), (2, switched_at)]

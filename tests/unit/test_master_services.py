@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pymq.broker.master_services import MasterServices, Step
+from pymq.broker.role.master_services import MasterServices, Step
 
 
 class Recorder:

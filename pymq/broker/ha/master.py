@@ -30,6 +30,7 @@ from pymq.logs import get_logger
 
 if TYPE_CHECKING:
     from pymq.broker.ha.epoch_file import EpochFile
+    from pymq.broker.role.state import RoleMachine
     from pymq.broker.store import MessageStore
     from pymq.config import BrokerConfig
 
@@ -57,8 +58,11 @@ class HAMaster:
         advertised_host: str,
         ssl: ssl_module.SSLContext | None = None,
         authenticate: Authenticate | None = None,
+        role: RoleMachine,
     ) -> None:
         self.store = store
+        #: the broker's role: a SYNC_MASTER's frames ask for an ACK at once
+        self.role = role
         #: ACL on: every slave's HELLO must be signed by an admin account (see broker.ha.auth)
         self.authenticate = authenticate
         self.epochs = epochs
@@ -280,7 +284,6 @@ class HAMaster:
         the heartbeat timer), so a busy master pays no task or wait set per put.
         """
         store = self.store
-        cfg = self.config
         loop = asyncio.get_running_loop()
         transport = writer.transport
         batch = self.config.ha_batch_bytes
@@ -299,7 +302,7 @@ class HAMaster:
                 views = store.read_commitlog(pos, batch)
                 if not views:
                     raise ProtocolError(f"the commitlog at {pos} is gone (cleanup): the slave must start over")
-                flags = codec.ACK_NOW if cfg.role is BrokerRole.SYNC_MASTER else 0
+                flags = codec.ACK_NOW if self.role.current.flavour is BrokerRole.SYNC_MASTER else 0
                 for view in views:
                     # One send per slice: header and bytes together.
                     transport.writelines((codec.data_header(pos, end, len(view), flags), view))
@@ -320,7 +323,7 @@ class HAMaster:
                     raise TimeoutError(f"no ACK from the slave for {silent:.0f}s")
                 writer.write(codec.data_header(pos, store.commitlog.max_offset, 0))
                 await asyncio.wait_for(writer.drain(), silent)
-            elif cfg.role is not BrokerRole.SYNC_MASTER:
+            elif self.role.current.flavour is not BrokerRole.SYNC_MASTER:
                 # ASYNC: let the writes of the next moment join this one (fewer, larger frames);
                 # no send waits for it, the slave is only ASYNC_BATCH_SECONDS later.
                 await asyncio.sleep(ASYNC_BATCH_SECONDS)

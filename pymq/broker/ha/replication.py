@@ -16,12 +16,12 @@ from pymq.broker.ha.auth import Authenticate, Sign
 from pymq.broker.ha.epoch_file import EpochFile
 from pymq.broker.ha.master import HAMaster
 from pymq.broker.ha.slave import HASlave
-from pymq.config import BrokerRole
 
 if TYPE_CHECKING:
     import asyncio
 
     from pymq.broker.ha.meta_sync import SlaveMetaSync
+    from pymq.broker.role.state import RoleMachine
     from pymq.broker.store import MessageStore
     from pymq.config import BrokerConfig
     from pymq.transport.client import RpcClient
@@ -49,8 +49,13 @@ class Replication:
         connector_ssl: ssl_module.SSLContext | None = None,
         authenticate: Authenticate | None = None,
         sign: Sign | None = None,
+        role: RoleMachine,
     ) -> None:
         self.config = config
+        #: the broker's role (master or slave: which side of the HA link this broker runs)
+        self.role = role
+        #: the configured master's HA address: used until the first role change
+        self._ha_master_addr = config.ha_master_addr
         self.store = store
         self.rpc = rpc
         self.address = address
@@ -71,7 +76,7 @@ class Replication:
 
     @property
     def is_slave(self) -> bool:
-        return self.config.role == BrokerRole.SLAVE or self.config.broker_id != 0
+        return self.role.current.is_slave
 
     async def start(self) -> None:
         self.epochs.load()
@@ -93,6 +98,7 @@ class Replication:
             advertised_host=self.advertised_host,
             ssl=self.listener_ssl,
             authenticate=self.authenticate,
+            role=self.role,
         )
         await self.master.start()
 
@@ -106,6 +112,8 @@ class Replication:
             discovered_master=self.discovered_master,
             ssl=self.connector_ssl,
             sign=self.sign,
+            role=self.role,
+            ha_master_addr=self._ha_master_addr,
         )
         await self.slave.start()
         if self.meta_sync is not None:
@@ -132,8 +140,10 @@ class Replication:
         return new
 
     async def become_slave(self) -> None:
-        """Stop serving slaves (waiting SYNC sends answer FLUSH_SLAVE_TIMEOUT) and follow the configured master."""
+        """Stop serving slaves (waiting SYNC sends answer FLUSH_SLAVE_TIMEOUT) and follow the role's master
+        (its HA address asked from it: the configured one belonged to the configured master)."""
         await self.stop()
+        self._ha_master_addr = None
         await self._start_slave()
 
     def wait_replicated(self, end: int) -> asyncio.Future[int] | None:

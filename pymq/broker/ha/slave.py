@@ -34,6 +34,7 @@ from pymq.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from pymq.broker.ha.epoch_file import EpochFile
+    from pymq.broker.role.state import RoleMachine
     from pymq.broker.store import MessageStore
     from pymq.config import BrokerConfig
     from pymq.transport.client import RpcClient
@@ -59,8 +60,14 @@ class HASlave:
         discovered_master: Callable[[], str | None],
         ssl: ssl_module.SSLContext | None = None,
         sign: Sign | None = None,
+        role: RoleMachine,
+        ha_master_addr: str | None = None,
     ) -> None:
         self.store = store
+        #: the broker's role: its id and the master it follows
+        self.role = role
+        #: the master's HA address as configured (only for the master the broker was configured with)
+        self.ha_master_addr = ha_master_addr
         #: signs the HELLO when this broker has ACL credentials (a master with ACL on requires it)
         self.sign = sign
         self.epochs = epochs
@@ -119,13 +126,12 @@ class HASlave:
 
     async def resolve(self) -> str | None:
         """The master's HA address, or None if no master is known yet."""
-        cfg = self.config
-        if cfg.ha_master_addr:
-            self.master_ha_addr = cfg.ha_master_addr
-            return cfg.ha_master_addr
+        if self.ha_master_addr:
+            self.master_ha_addr = self.ha_master_addr
+            return self.ha_master_addr
         # The nameserver's answer is the group's current master (it follows role changes);
         # the configured address only until the first registration answered.
-        main = self.discovered_master() or cfg.master_addr
+        main = self.discovered_master() or self.role.current.master_addr
         if not main:
             return None
         self.master_addr = main
@@ -152,11 +158,13 @@ class HASlave:
             writer.close()
 
     async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ha: str) -> float:
-        store, cfg = self.store, self.config
+        store = self.store
         top = store.commitlog.max_offset
         tail_start, tail_size = tail_range(top, store.commitlog.min_offset)
         tail_crc = crc_of(store.read_commitlog(tail_start, tail_size))
-        hello = codec.Hello(top, cfg.broker_id, list(self.epochs.entries), self.address(), tail_size, tail_crc)
+        hello = codec.Hello(
+            top, self.role.current.broker_id, list(self.epochs.entries), self.address(), tail_size, tail_crc
+        )
         frame = codec.encode_hello(hello)
         if self.sign is not None:
             writer.write(codec.encode_auth(sign_hello(self.sign, frame[codec.FRAME_HEADER_SIZE :])))

@@ -15,6 +15,7 @@ from pymq.transport.dispatch import Handler
 
 if TYPE_CHECKING:
     from pymq.broker.consumers import ConsumerManager
+    from pymq.broker.role.state import RoleMachine
     from pymq.broker.subscription_groups import SubscriptionGroupManager
     from pymq.broker.topics import TopicConfigManager
 
@@ -26,13 +27,13 @@ class ClientHandlers:
         consumers: ConsumerManager,
         subscription_groups: SubscriptionGroupManager,
         topics: TopicConfigManager,
-        creates_retry_topics: bool,
+        role: RoleMachine,
     ) -> None:
         self.consumers = consumers
         self.subscription_groups = subscription_groups
         self.topics = topics
         #: masters create a clustering group's retry topic at its first heartbeat; slaves create no topics
-        self.creates_retry_topics = creates_retry_topics
+        self.role = role
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -58,7 +59,7 @@ class ClientHandlers:
                 group = str(c["groupName"])
                 sg = self.subscription_groups.get(group)
                 model = str(c.get("messageModel", "CLUSTERING"))
-                if sg is not None and model == "CLUSTERING" and self.creates_retry_topics:
+                if sg is not None and model == "CLUSTERING" and self.role.current.writable:
                     # The retry topic exists before anyone needs its route.
                     self.topics.ensure_system_topic(retry_topic(group), sg.retryQueueNums)
                 subs = [Subscription.from_dict(s) for s in c.get("subscriptionDataSet") or []]

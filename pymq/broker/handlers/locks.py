@@ -1,5 +1,5 @@
 """LOCK_BATCH_MQ and UNLOCK_BATCH_MQ for orderly consumers (masters only: a slave's role
-interceptor refuses LOCK_BATCH_MQ, see :mod:`pymq.broker.roles`)."""
+interceptor refuses LOCK_BATCH_MQ, see :mod:`pymq.broker.role.gate`)."""
 
 from __future__ import annotations
 

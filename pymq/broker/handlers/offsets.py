@@ -39,7 +39,7 @@ class OffsetHandlers:
         consumers: ConsumerManager,
         broker_name: str,
         address: str,
-        inflight: Callable[[str], dict[tuple[str, int], int]] | None = None,
+        inflight: Callable[[str], dict[tuple[str, int], int] | None] | None = None,
     ) -> None:
         self.store = store
         self.offsets = offsets
@@ -47,7 +47,7 @@ class OffsetHandlers:
         self.consumers = consumers
         self.broker_name = broker_name
         self.address = address
-        #: group -> (topic, queue) -> popped messages not acked yet (pop consumption; None on a slave)
+        #: group -> (topic, queue) -> popped messages not acked yet (pop consumption; None while not master)
         self.inflight = inflight
 
     def table(self) -> dict[int, Handler]:

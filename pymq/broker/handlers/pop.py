@@ -74,7 +74,6 @@ class PopHandlers:
         self,
         *,
         store: MessageStore,
-        state: PopState,
         signer: HandleSigner,
         topics: TopicConfigManager,
         subscription_groups: SubscriptionGroupManager,
@@ -88,7 +87,8 @@ class PopHandlers:
         self.store = store
         #: called with (topic, queue, offset) before a queue is read (priority topics refill there)
         self.before_read = before_read
-        self.state = state
+        #: pop's state while this broker is a master (its pop service sets and clears it); None: not served
+        self.state: PopState | None = None
         self.signer = signer
         self.topics = topics
         self.subscription_groups = subscription_groups
@@ -103,11 +103,29 @@ class PopHandlers:
 
     def table(self) -> dict[int, Handler]:
         return {
-            RequestCode.POP_MESSAGE: self.pop,
-            RequestCode.ACK_MESSAGE: self.ack,
-            RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.change_invisible_time,
-            RequestCode.BATCH_ACK_MESSAGE: self.batch_ack,
+            RequestCode.POP_MESSAGE: self._while_served(self.pop),
+            RequestCode.ACK_MESSAGE: self._while_served(self.ack),
+            RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self._while_served(self.change_invisible_time),
+            RequestCode.BATCH_ACK_MESSAGE: self._while_served(self.batch_ack),
         }
+
+    def _while_served(self, handler: Handler) -> Handler:
+        """``handler`` while pop is served here; the master's answer otherwise (the role gate answers
+        first on a slave or fenced master: this covers the moments a role change is under way)."""
+
+        def served(cmd: Command, channel: Channel) -> HandlerResult:
+            if self.state is None:
+                return _served_by_master(cmd, channel)
+            return handler(cmd, channel)
+
+        return served
+
+    @property
+    def _state(self) -> PopState:
+        state = self.state
+        if state is None:
+            raise PopError("store", "pop consumption is served by the master")
+        return state
 
     # --- pop ------------------------------------------------------------------------------------------------
 
@@ -146,7 +164,7 @@ class PopHandlers:
 
     def _answer(self, cmd: Command, h: PopMessageRequest, popped: _Popped) -> Command:
         ext = PopMessageResponse.build_ext(
-            pop_time=self.state.clock.time_ms(),
+            pop_time=self._state.clock.time_ms(),
             invisible_time=h.invisible_time,
             receipt_handles=" ".join(popped.handles),
         )
@@ -166,7 +184,7 @@ class PopHandlers:
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 return cmd.response(ResponseCode.POLLING_TIMEOUT, "no new message within the poll time")
-            if not await self.pull_hold.hold_many(waits, remaining) or not self.store.running:
+            if not await self.pull_hold.hold_many(waits, remaining) or not self.store.running or self.state is None:
                 # timed out, or woken by shutdown (PullHoldService.wake_all answers False)
                 return cmd.response(ResponseCode.POLLING_TIMEOUT, "no new message within the poll time")
             tc = self.topics.get(h.topic)
@@ -198,8 +216,8 @@ class PopHandlers:
         buffers: list[memoryview] = []
         handles: list[str] = []
         order, waits = self._queues(h, queues)
-        now = self.state.clock.time_ms()
-        state = self.state
+        state = self._state
+        now = state.clock.time_ms()
         for topic, qid in order:
             if want <= 0:
                 break
@@ -273,7 +291,7 @@ class PopHandlers:
     def ack(self, cmd: Command, channel: Channel) -> Command:
         req = AckMessageRequest.from_ext(cmd.ext)
         try:
-            self.state.ack(self._handle(req.consumer_group, req.topic, req.extra_info))
+            self._state.ack(self._handle(req.consumer_group, req.topic, req.extra_info))
         except PopError as exc:
             return self._refusal(cmd, exc)
         return cmd.response()
@@ -296,7 +314,7 @@ class PopHandlers:
                 handles.append(self._handle(req.consumer_group, req.topic, text))
             except PopError as exc:
                 handles.append(exc)
-        results = self.state.ack_many(handles)
+        results = self._state.ack_many(handles)
         codes = [
             ResponseCode.SUCCESS
             if r is None
@@ -310,7 +328,7 @@ class PopHandlers:
         req = ChangeInvisibleTimeRequest.from_ext(cmd.ext)
         try:
             h = self._handle(req.consumer_group, req.topic, req.extra_info)
-            ck = self.state.change_invisible(h, req.invisible_time)
+            ck = self._state.change_invisible(h, req.invisible_time)
         except PopError as exc:
             return self._refusal(cmd, exc)
         new = ReceiptHandle(
@@ -324,14 +342,3 @@ class PopHandlers:
 
 def _served_by_master(cmd: Command, channel: Channel) -> Command:
     return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, "pop consumption is served by the master")
-
-
-def slave_table() -> dict[int, Handler]:
-    """A slave's pop codes: registered (so the role interceptor's answer is reached), never run there."""
-    codes = (
-        RequestCode.POP_MESSAGE,
-        RequestCode.ACK_MESSAGE,
-        RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
-        RequestCode.BATCH_ACK_MESSAGE,
-    )
-    return dict.fromkeys(codes, _served_by_master)

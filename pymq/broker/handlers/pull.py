@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pymq.broker.consumers import ConsumerManager
     from pymq.broker.long_polling import PullHoldService
     from pymq.broker.offsets import ConsumerOffsetManager
+    from pymq.broker.role.state import RoleMachine
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
     from pymq.broker.subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
@@ -96,7 +97,7 @@ class PullHandlers:
         stats: BrokerStats,
         config: BrokerConfig,
         address: str,
-        slave: bool,
+        role: RoleMachine,
     ) -> None:
         self.store = store
         self.topics = topics
@@ -108,8 +109,8 @@ class PullHandlers:
         #: the live config (slave_read_enable and long_polling_max_seconds change at runtime)
         self.config = config
         self.address = address
-        #: a slave serves reads but never commits offsets (they are the master's)
-        self.slave = slave
+        #: only a writable master commits offsets a pull carries (a slave's are the master's)
+        self.role = role
         self._subs = SubscriptionCache()
 
     def table(self) -> dict[int, Handler]:
@@ -145,7 +146,7 @@ class PullHandlers:
             # Who pulls a queue is who owns it: consumer-progress shows it per queue.
             self.consumers.pull_owners[(group, topic, queue_id)] = client_id
         codes = self._subs.get(topic, h.subscription).codes or None
-        if sys_flag & FLAG_COMMIT_OFFSET and not self.slave and h.commit_offset >= 0:
+        if sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0 and self.role.current.writable:
             self.offsets.commit(group, topic, queue_id, h.commit_offset)
         read = _Read(group, topic, queue_id, offset, max_nums, h.max_msg_bytes, codes, sg)
         resp, result = self._read_result(cmd, read)

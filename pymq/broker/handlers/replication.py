@@ -1,5 +1,5 @@
 """Replication's requests on the normal port: the delay offsets a slave copies (GET_ALL_DELAY_OFFSET)
-and role changes (NOTIFY_BROKER_ROLE_CHANGED, see :mod:`pymq.broker.ha.role_change`)."""
+and role changes (NOTIFY_BROKER_ROLE_CHANGED, see :mod:`pymq.broker.role.change`)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from pymq.broker.store.results import PutResults, PutStatus, StoredRun
 from pymq.broker.timer.hook import TIMER_TOPIC
 from pymq.broker.topics import validate_topic_name
 from pymq.broker.transaction_hook import TRANSACTION_TOPICS
-from pymq.config import BrokerRole, FlushDiskType
+from pymq.config import FlushDiskType
 from pymq.errors import MessageDecodeError
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import FLAG_RESPONSE, Buffer, Command
@@ -34,6 +34,7 @@ from pymq.transport.dispatch import Handler, HandlerResult
 if TYPE_CHECKING:
     import asyncio
 
+    from pymq.broker.role.state import RoleMachine
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
     from pymq.broker.subscription_groups import SubscriptionGroupManager
@@ -65,7 +66,6 @@ PutMessages = Callable[[str, int, Buffer], PutResults]
 #: SYNC_MASTER: a future for "enough slaves hold everything below this offset" (resolved with
 #: pymq.broker.ha.acks.REPLICATED or TIMED_OUT), or None when no slave is in sync
 WaitReplicated = Callable[[int], "asyncio.Future[int] | None"]
-_SYNC_MASTER = BrokerRole.SYNC_MASTER
 _PUT_OK = PutStatus.PUT_OK
 _SUCCESS = int(ResponseCode.SUCCESS)
 _QUEUE_ID = SendMessageResponse.WIRE["queue_id"]
@@ -86,12 +86,14 @@ class SendHandlers:
         stats: BrokerStats,
         config: BrokerConfig,
         address: str,
+        role: RoleMachine,
         wait_replicated: WaitReplicated | None = None,
         loop_sync: LoopSync | None = None,
     ) -> None:
         self.store = store
         #: SYNC_MASTER's seam (the HA master service); the role is read per send (it can change)
         self.wait_replicated = wait_replicated
+        self.role = role
         #: every store write goes through here (the broker's put path, not the store directly)
         self.put_messages = put_messages
         self.topics = topics
@@ -185,9 +187,10 @@ class SendHandlers:
         else:
             resp = self.build_response(cmd, queue_id, results)
             self.stats.record_put(topic, results)
-        if (self.sync_flush or self.config.role is _SYNC_MASTER) and resp.code == ResponseCode.SUCCESS and results:
+        sync_master = self.role.current.sync_master
+        if (self.sync_flush or sync_master) and resp.code == ResponseCode.SUCCESS and results:
             end = max(r.physical_offset + r.size for r in results)
-            if self.config.role is _SYNC_MASTER and self.wait_replicated is not None:
+            if sync_master and self.wait_replicated is not None:
                 return self._await_replicas(resp, end)
             if self.group_commit is not None:
                 return self.group_commit.wait(resp, end)

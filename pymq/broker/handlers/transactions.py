@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pymq.logs import get_logger
@@ -19,7 +20,8 @@ log = get_logger("broker.transactions")
 
 
 class TransactionHandlers:
-    def __init__(self, *, transactions: TransactionalMessageService) -> None:
+    def __init__(self, *, transactions: Callable[[], TransactionalMessageService]) -> None:
+        #: the broker's current transaction service (a role change makes a new one: read it per request)
         self.transactions = transactions
 
     def table(self) -> dict[int, Handler]:
@@ -30,7 +32,7 @@ class TransactionHandlers:
 
     def end_transaction(self, cmd: Command, channel: Channel) -> Command | None:
         h = EndTransactionRequest.from_ext(cmd.ext)
-        outcome = self.transactions.end_transaction(h)
+        outcome = self.transactions().end_transaction(h)
         log.debug(
             "end_transaction",
             outcome=outcome,
@@ -44,5 +46,6 @@ class TransactionHandlers:
 
     def pending(self, cmd: Command, channel: Channel) -> Command:
         h = PendingHalfMessagesRequest.from_ext(cmd.ext)
-        rows = self.transactions.pending(h.producer_group, h.max_num)
-        return cmd.response(body=encode_body({"pending": rows, **self.transactions.state()}))
+        service = self.transactions()
+        rows = service.pending(h.producer_group, h.max_num)
+        return cmd.response(body=encode_body({"pending": rows, **service.state()}))

@@ -4,7 +4,7 @@ A slave must not put anything (its commitlog is a byte copy of its master's) and
 must run everything that delivers or re-puts on its own: delay levels (schedule), timer
 messages, the refill of priority topics, transaction check-back and pop revival. Which of
 them run follows the broker's *current* role: the app starts the group after the startup
-fence check if it is a master, :class:`~pymq.broker.ha.role_change.RoleChanger` starts it
+fence check if it is a master, :class:`~pymq.broker.role.change.RoleChanger` starts it
 at a promotion and stops it at a fence or demotion, and ``close`` stops it.
 
 :class:`MasterServices` is idempotent (a second start or stop does nothing) and keeps its

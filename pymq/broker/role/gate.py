@@ -1,6 +1,9 @@
-"""Role gating: what a slave broker refuses, as one interceptor instead of a check in each handler.
+"""Role gating: what a broker that is not a writable master refuses, as one interceptor instead of
+a check in each handler.
 
-A slave serves reads; writes belong to its master. The table keeps the answers handlers
+A slave serves reads; writes belong to its master. A fenced or promoting master refuses the
+same. :func:`follow_role` keeps the gate on the dispatcher exactly while the role is not
+writable (an observer of :class:`~pymq.broker.role.state.RoleMachine`). The table keeps the answers handlers
 used to give (codes and remarks unchanged). UPDATE_CONSUMER_OFFSET is accepted and
 ignored, as before: offsets are the master's, and a consumer reading from a slave keeps
 committing without errors.
@@ -8,10 +11,16 @@ committing without errors.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.transport.channel import Channel
 from pymq.transport.interceptor import Interceptor
+
+if TYPE_CHECKING:
+    from pymq.broker.role.state import Role, RoleMachine
+    from pymq.transport.dispatch import Dispatcher
 
 #: request code -> (response code, remark) a slave answers instead of running the handler
 SLAVE_REFUSALS: dict[int, tuple[int, str | None]] = {
@@ -45,3 +54,20 @@ class ReadOnlyRole(Interceptor):
     def before(self, request: Command, channel: Channel) -> Command | None:
         code, remark = self.refusals[request.code]
         return request.response(code, remark)
+
+
+def follow_role(machine: RoleMachine, dispatcher: Dispatcher, gate: ReadOnlyRole) -> None:
+    """Put ``gate`` on ``dispatcher`` now if the role is not writable, and keep it so at every transition."""
+
+    def follow(_old: Role | None, new: Role) -> None:
+        installed = gate in dispatcher.interceptors
+        if new.writable and installed:
+            dispatcher.remove_interceptor(gate)
+        elif not new.writable and not installed:
+            dispatcher.add_interceptor(gate)
+
+    follow(None, machine.current)
+    machine.subscribe(follow)
+
+
+__all__ = ["SLAVE_REFUSALS", "ReadOnlyRole", "follow_role"]

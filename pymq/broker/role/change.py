@@ -24,7 +24,11 @@ commitlog (or with ``--force``) — a master role to the slave, then SLAVE to th
   that broker's slave instead (see :func:`newer_master`). A master that keeps running through
   a partition is fenced by the same check each registration interval.
 
-The host is the broker app seen through :class:`RoleHost`; nothing here imports the app.
+Each of these drives :class:`~pymq.broker.role.state.RoleMachine` through its transitions (a
+demotion of a running master passes through FENCED: writes stop before anything else moves);
+the write gate and everything else that follows the role observe the machine. No handler is
+swapped: handlers read the role when they run. The host is the broker app seen through
+:class:`RoleHost`; nothing here imports the app.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Protocol
 
+from pymq.broker.role.state import RoleEvent, RoleMachine, RoleState
 from pymq.config import BrokerRole
 from pymq.errors import InvalidRequestError, PymqError
 from pymq.logs import get_logger
@@ -42,26 +47,20 @@ from pymq.protocol.headers import decode_body
 if TYPE_CHECKING:
     from pymq.broker.ha.replication import Replication
     from pymq.broker.registration import NamesrvRegistrar
-    from pymq.broker.roles import ReadOnlyRole
     from pymq.config import BrokerConfig
     from pymq.protocol.requests import BrokerRoleChangeRequest
     from pymq.transport.client import RpcClient
-    from pymq.transport.dispatch import Dispatcher
 
-log = get_logger("broker.ha.role")
+log = get_logger("broker.role")
 
-FENCED = "FENCED"
+FENCED = RoleState.FENCED.value
 
 
 class RoleHost(Protocol):
-    config: BrokerConfig
     address: str
-    dispatcher: Dispatcher
-    read_only: ReadOnlyRole
+    role: RoleMachine
     registrar: NamesrvRegistrar
     replication: Replication | None
-
-    def register_role_handlers(self) -> None: ...
 
     async def start_master_services(self) -> None: ...
 
@@ -71,10 +70,15 @@ class RoleHost(Protocol):
 
 
 class RoleChanger:
+    """Carries out role changes (admin requests, fence checks) as transitions of the host's role."""
+
     def __init__(self, host: RoleHost) -> None:
         self.host = host
-        self.fenced = False
         self._lock = asyncio.Lock()
+
+    @property
+    def fenced(self) -> bool:
+        return self.host.role.current.state is RoleState.FENCED
 
     async def change(self, req: BrokerRoleChangeRequest) -> dict[str, Any]:
         """Apply one NOTIFY_BROKER_ROLE_CHANGED request; returns the new replication state."""
@@ -95,76 +99,78 @@ class RoleChanger:
     def state(self) -> dict[str, Any]:
         h = self.host
         rep = h.replication
+        role = h.role.current
         return {
-            "role": FENCED if self.fenced else h.config.role.value,
-            "brokerId": h.config.broker_id,
+            "role": role.name,
+            "brokerId": role.broker_id,
             "address": h.address,
             **(rep.info() if rep is not None else {}),
         }
 
-    async def promote(self, role: BrokerRole, epoch: int = 0) -> None:
+    async def promote(self, flavour: BrokerRole, epoch: int = 0) -> None:
         h = self.host
-        cfg = h.config
+        machine = h.role
         rep = h.replication
         assert rep is not None
-        if not rep.is_slave and not self.fenced:
-            # Already master: only the flavour (ASYNC/SYNC) may change.
-            cfg.role = role
+        current = machine.current
+        if current.writable:
+            machine.fire(RoleEvent.RETUNE, flavour=flavour)  # already master: only the flavour changes
             return
-        old_id = cfg.broker_id
-        if rep.is_slave and rep.meta_sync is not None:
-            # A last copy of the master's topics and offsets, if it still answers (a switchover).
-            try:
-                await asyncio.wait_for(rep.meta_sync.sync_once(), 5.0)
-            except (PymqError, TimeoutError) as exc:
-                log.info("final_meta_sync_skipped", reason=str(exc) or type(exc).__name__)
-        new_epoch = await rep.become_master(epoch)
-        await h.registrar.pause()
-        if old_id != 0:
-            await h.registrar.unregister_all()  # the slave entry (the new id replaces it anyway)
-        cfg.role = role
-        cfg.broker_id = 0
-        cfg.master_addr = None
+        if not machine.allows(RoleEvent.PROMOTE):
+            raise InvalidRequestError(f"a broker in state {current.state.value} cannot be promoted")
+        old_id = current.broker_id
+        machine.fire(RoleEvent.PROMOTE)
+        try:
+            if current.state is RoleState.SLAVE and rep.meta_sync is not None:
+                # A last copy of the master's topics and offsets, if it still answers (a switchover).
+                try:
+                    await asyncio.wait_for(rep.meta_sync.sync_once(), 5.0)
+                except (PymqError, TimeoutError) as exc:
+                    log.info("final_meta_sync_skipped", reason=str(exc) or type(exc).__name__)
+            new_epoch = await rep.become_master(epoch)
+            await h.registrar.pause()
+            if old_id != 0:
+                await h.registrar.unregister_all()  # the slave entry (the new id replaces it anyway)
+        except BaseException:
+            machine.fire(RoleEvent.ABORT)
+            raise
+        machine.fire(RoleEvent.PROMOTED, flavour=flavour, epoch=new_epoch)
         h.registrar.master_addr = None
-        self.fenced = False
-        if h.read_only in h.dispatcher.interceptors:
-            h.dispatcher.remove_interceptor(h.read_only)
-        await h.start_master_services()  # registers the handlers for the master role too
+        await h.start_master_services()
         await h.registrar.resume()
-        log.warning("promoted_to_master", role=role.value, epoch=new_epoch, from_broker_id=old_id)
+        log.warning("promoted_to_master", role=flavour.value, epoch=new_epoch, from_broker_id=old_id)
 
     async def fence(self) -> None:
         h = self.host
-        if h.replication is None or h.replication.is_slave:
+        machine = h.role
+        if machine.current.state is RoleState.FENCED:
+            return
+        if h.replication is None or not machine.allows(RoleEvent.FENCE):
             raise InvalidRequestError("only a master can be fenced")
-        if h.read_only not in h.dispatcher.interceptors:
-            h.dispatcher.add_interceptor(h.read_only)
+        machine.fire(RoleEvent.FENCE, epoch=h.replication.epochs.epoch)
         await h.registrar.pause()
         await h.stop_master_services()
-        self.fenced = True
         log.warning("master_fenced", epoch=h.replication.epochs.epoch)
 
     async def demote(self, master_addr: str, broker_id: int) -> None:
         h = self.host
-        cfg = h.config
+        machine = h.role
         rep = h.replication
         assert rep is not None
         if master_addr == h.address:
             raise InvalidRequestError("a broker cannot follow itself")
-        new_id = broker_id if broker_id > 0 else (cfg.broker_id or 1)
-        if h.read_only not in h.dispatcher.interceptors:
-            h.dispatcher.add_interceptor(h.read_only)
+        current = machine.current
+        if not machine.allows(RoleEvent.DEMOTE):
+            raise InvalidRequestError(f"a broker in state {current.state.value} cannot be demoted")
+        new_id = broker_id if broker_id > 0 else (current.broker_id or 1)
+        if current.writable:
+            machine.fire(RoleEvent.FENCE, epoch=rep.epochs.epoch)  # writes stop first
         await h.registrar.pause()
-        if cfg.broker_id != new_id:
+        if current.broker_id != new_id:
             await h.registrar.unregister_all()  # removes nothing if the new master already holds the id
         await h.stop_master_services()
         h.drop_master_state()
-        cfg.role = BrokerRole.SLAVE
-        cfg.broker_id = new_id
-        cfg.master_addr = master_addr
-        cfg.ha_master_addr = None
-        self.fenced = False
-        h.register_role_handlers()
+        machine.fire(RoleEvent.DEMOTE, master_addr=master_addr, broker_id=new_id, epoch=rep.epochs.epoch)
         await rep.become_slave()
         await h.registrar.resume()
         log.warning("demoted_to_slave", master=master_addr, broker_id=new_id)
@@ -197,3 +203,6 @@ async def newer_master(
             free = next(i for i in range(1, len(taken) + 2) if i not in taken)
             return master, epoch, free
     return None
+
+
+__all__ = ["FENCED", "RoleChanger", "RoleHost", "newer_master"]
