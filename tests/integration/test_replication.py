@@ -205,6 +205,7 @@ async def test_switchover_promotes_the_slave_and_the_old_master_follows_it(tmp_p
             for i in range(30):
                 await p.send(Message("t", f"before-{i}".encode()))
             await wait_until(lambda: caught_up(master, slave) and slave.topics.get("t") is not None, 10)
+            handlers_before = [dict(b.dispatcher._handlers) for b in (master, slave)]
             async with AdminClient(cluster.namesrv_addr) as admin:
                 result = await promote_slave(admin, master.config.broker_name, slave.address)
                 assert result["epoch"] == 2 and result["oldMasterNewId"] == 1 and result["behindBytes"] == 0
@@ -212,6 +213,8 @@ async def test_switchover_promotes_the_slave_and_the_old_master_follows_it(tmp_p
             assert members == {0: slave.address, 1: master.address}
             assert (slave.role.current.broker_id, slave.role.current.name) == (0, "ASYNC_MASTER")
             assert (master.role.current.broker_id, master.role.current.name) == (1, "SLAVE")
+            # a role change swaps no handler (nothing is built again, so nothing leaks)
+            assert [dict(b.dispatcher._handlers) for b in (master, slave)] == handlers_before
             assert slave.replication is not None and master.replication is not None
             switched_at = slave.store.commitlog.max_offset if slave.store else 0
             assert [(e.epoch, e.start_offset) for e in slave.replication.epochs.entries] == [(1, 0), (2, switched_at)]
