@@ -47,8 +47,8 @@ class DelayHook:
         self.max_message_size = 0
 
     def install(self, store: MessageStore) -> None:
-        self.max_message_size = store.appender.max_message_size
-        store.dispatcher.set_tags_rule(SCHEDULE_TOPIC, self.tags_code)
+        self.max_message_size = store.max_message_size
+        store.set_tags_rule(SCHEDULE_TOPIC, self.tags_code)
 
     def tags_code(self, props: bytes, store_ts: int) -> int:
         """The schedule topic's tags code: the delivery time (level from ``DELAY``, 1 if unreadable)."""

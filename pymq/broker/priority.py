@@ -112,7 +112,7 @@ class PriorityHook:
         self.passing = False
 
     def install(self, store: MessageStore) -> None:
-        self.max_message_size = store.appender.max_message_size
+        self.max_message_size = store.max_message_size
 
     def refresh(self) -> bool:
         """Whether any priority topic exists (looked up again when the topic table changed)."""

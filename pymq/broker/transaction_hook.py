@@ -66,7 +66,7 @@ class TransactionHook:
         self.halves = 0
 
     def install(self, store: MessageStore) -> None:
-        self.max_message_size = store.appender.max_message_size
+        self.max_message_size = store.max_message_size
 
     #: ``wants`` is exactly "a record's properties contain this" (the put path scans once for all hooks)
     property_needles = (_TRAN,)

@@ -148,7 +148,7 @@ class BrokerCollector:
         store = self.app.store
         if store is None or not store.running:
             return
-        cl_max = store.commitlog.max_offset
+        cl_max = store.max_phy_offset
         flushed = store.flushed_offset
         yield gauge("pymq_store_size_bytes", "Bytes of commitlog, consume-queue and index files.", store.disk_bytes())
         yield gauge("pymq_disk_used_ratio", "Used fraction of the store's disk (0..1).", store.disk_ratio())
@@ -165,12 +165,12 @@ class BrokerCollector:
         yield gauge(
             "pymq_store_pending_queue_files",
             "New consume-queue files waiting to be made (their entries buffered in memory).",
-            len(store.map_pool.pending),
+            store.pending_queue_files,
         )
         yield gauge(
             "pymq_commitlog_min_offset_bytes",
             "First physical offset (bytes) still in the commitlog.",
-            store.commitlog.min_offset,
+            store.min_phy_offset,
         )
         yield gauge("pymq_commitlog_max_offset_bytes", "Physical offset (bytes) after the last stored record.", cl_max)
         yield gauge("pymq_commitlog_flushed_offset_bytes", "Physical offset (bytes) flushed to disk.", flushed)
@@ -246,7 +246,7 @@ class BrokerCollector:
             labels=["peer"],
         )
         if rep.master is not None:
-            top = store.commitlog.max_offset
+            top = store.max_phy_offset
             slaves = list(rep.master.acks.slaves.values())
             for s in slaves:
                 lag.add_metric([s.address], max(0, top - s.acked))

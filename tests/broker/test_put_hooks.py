@@ -23,8 +23,10 @@ class FakeStore:
     def __init__(self) -> None:
         self.calls: list[list[tuple[str, int, bytes]]] = []
         self.rules: dict[str, Any] = {}
-        self.appender = type("A", (), {"max_message_size": 1 << 20})()
-        self.dispatcher = type("D", (), {"set_tags_rule": lambda _self, t, r: self.rules.__setitem__(t, r)})()
+        self.max_message_size = 1 << 20
+
+    def set_tags_rule(self, topic: str, rule: Any) -> None:
+        self.rules[topic] = rule
 
     def split(self, topic: str, data: bytes) -> SplitBatch:
         return split_batch(data, topic_field(topic.encode()), 1 << 20)

@@ -362,3 +362,32 @@ def test_replication_pure_parts_do_no_io() -> None:
         ),
     )
     assert bad == []
+
+
+#: the store's parts: only pymq.broker.store itself touches them (everything else goes through the facade)
+STORE_PARTS = frozenset({"commitlog", "appender", "queues", "queue_table", "dispatcher", "map_pool", "lock"})
+
+
+def test_no_code_outside_the_store_reads_its_parts() -> None:
+    """Outside pymq/broker/store, no ``<something>store.<part>`` attribute read: the facade holds."""
+    found = []
+    store_dir = PKG / "broker" / "store"
+    for path in PKG.rglob("*.py"):
+        if store_dir in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr in STORE_PARTS:
+                owner = node.value
+                name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+                if name.endswith("store"):
+                    found.append(f"{path.relative_to(PKG)}:{node.lineno} {name}.{node.attr}")
+    assert found == []
+
+
+def test_no_code_outside_the_store_knows_consume_queue_entries() -> None:
+    """Consume-queue entry layouts (CQ_ENTRY, CQ_ENTRY_SIZE) are the store's: nothing else imports them."""
+    bad = offenders(
+        {m: i for m, i in modules().items() if not m.startswith("pymq.broker.store")},
+        lambda i: i.endswith((".CQ_ENTRY", ".CQ_ENTRY_SIZE")),
+    )
+    assert bad == []

@@ -125,7 +125,7 @@ class HAMaster:
     def wait_replicated(self, end: int) -> asyncio.Future[int] | None:
         """A future resolved with REPLICATED or TIMED_OUT for a send ending at ``end``; None: no slave in sync."""
         acks = self.acks
-        master_max = self.store.commitlog.max_offset
+        master_max = self.store.max_phy_offset
         if not acks.can_wait(master_max):
             return None
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
@@ -151,7 +151,7 @@ class HAMaster:
     # --- info -----------------------------------------------------------------------------------------------
 
     def slave_info(self) -> list[dict[str, object]]:
-        master_max = self.store.commitlog.max_offset
+        master_max = self.store.max_phy_offset
         return [
             {
                 "address": s.address,
@@ -204,7 +204,6 @@ class HAMaster:
                     raise ProtocolError(f"HA link must open with HELLO, got frame kind {kind}")
                 hello, hello_body = codec.decode_hello(body), body
         store = self.store
-        cl = store.commitlog
         if self.authenticate is not None:
             assert hello_body is not None
             peer = writer.get_extra_info("peername")
@@ -215,18 +214,24 @@ class HAMaster:
                 else self.authenticate(hello_request(hello_body, auth), peer_addr)
             )
             if reason is not None:
-                writer.write(codec.encode_join(codec.Join("refuse", 0, cl.file_size, [], f"not authorized: {reason}")))
+                writer.write(
+                    codec.encode_join(
+                        codec.Join("refuse", 0, store.commitlog_file_size, [], f"not authorized: {reason}")
+                    )
+                )
                 await writer.drain()
                 log.warning("slave_not_authorized", slave=hello.address, peer=peer_addr, reason=reason)
                 return
         tail_crcs = None
         tail_start = hello.max_offset - hello.tail_size
-        if hello.tail_size and cl.min_offset <= tail_start and hello.max_offset <= cl.max_offset:
+        if hello.tail_size and store.min_phy_offset <= tail_start and hello.max_offset <= store.max_phy_offset:
             tail_crcs = (hello.tail_crc, crc_of(store.read_commitlog(tail_start, hello.tail_size)))
         decision = decide_join(
-            self.epochs.entries, cl.min_offset, cl.max_offset, hello.epochs, hello.max_offset, tail_crcs
+            self.epochs.entries, store.min_phy_offset, store.max_phy_offset, hello.epochs, hello.max_offset, tail_crcs
         )
-        join = codec.Join(decision.action, decision.offset, cl.file_size, list(self.epochs.entries), decision.reason)
+        join = codec.Join(
+            decision.action, decision.offset, store.commitlog_file_size, list(self.epochs.entries), decision.reason
+        )
         writer.write(codec.encode_join(join))
         await writer.drain()
         if decision.action == "refuse":
@@ -271,7 +276,7 @@ class HAMaster:
                 if offset > state.acked:
                     state.acked = offset
                     if self.acks.waiting:
-                        self.acks.advance(self.store.commitlog.max_offset)
+                        self.acks.advance(self.store.max_phy_offset)
 
     async def _stream(
         self, writer: asyncio.StreamWriter, pos: int, acks: asyncio.Future[None], state: SlaveState
@@ -297,7 +302,7 @@ class HAMaster:
 
         acks.add_done_callback(wake_on_close)
         while not acks.done():
-            end = store.commitlog.max_offset
+            end = store.max_phy_offset
             if pos < end:
                 views = store.read_commitlog(pos, batch)
                 if not views:
@@ -321,7 +326,7 @@ class HAMaster:
             if timed_out:
                 if time.monotonic() - state.last_ack_at > silent:
                     raise TimeoutError(f"no ACK from the slave for {silent:.0f}s")
-                writer.write(codec.data_header(pos, store.commitlog.max_offset, 0))
+                writer.write(codec.data_header(pos, store.max_phy_offset, 0))
                 await asyncio.wait_for(writer.drain(), silent)
             elif self.role.current.flavour is not BrokerRole.SYNC_MASTER:
                 # ASYNC: let the writes of the next moment join this one (fewer, larger frames);

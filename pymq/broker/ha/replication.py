@@ -84,7 +84,7 @@ class Replication:
             await self._start_slave()
         else:
             if not self.epochs.entries:
-                self.epochs.begin_term(1, self.store.commitlog.min_offset)
+                self.epochs.begin_term(1, self.store.min_phy_offset)
             await self._start_master()
 
     async def _start_master(self) -> None:
@@ -135,7 +135,7 @@ class Replication:
         """Stop following and start a new term at the commitlog end (epoch above every known one)."""
         await self.stop()
         new = max(epoch, self.epochs.epoch + 1)
-        self.epochs.begin_term(new, self.store.commitlog.max_offset)
+        self.epochs.begin_term(new, self.store.max_phy_offset)
         await self._start_master()
         return new
 
@@ -158,7 +158,7 @@ class Replication:
         if self.slave is not None:
             return self.slave.lag_bytes
         if self.master is not None:
-            top = self.store.commitlog.max_offset
+            top = self.store.max_phy_offset
             return max((max(0, top - s.acked) for s in self.master.acks.slaves.values()), default=0)
         return 0
 

@@ -89,7 +89,7 @@ class HASlave:
 
     @property
     def offset(self) -> int:
-        return self.store.commitlog.max_offset
+        return self.store.max_phy_offset
 
     @property
     def lag_bytes(self) -> int:
@@ -159,8 +159,8 @@ class HASlave:
 
     async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ha: str) -> float:
         store = self.store
-        top = store.commitlog.max_offset
-        tail_start, tail_size = tail_range(top, store.commitlog.min_offset)
+        top = store.max_phy_offset
+        tail_start, tail_size = tail_range(top, store.min_phy_offset)
         tail_crc = crc_of(store.read_commitlog(tail_start, tail_size))
         hello = codec.Hello(
             top, self.role.current.broker_id, list(self.epochs.entries), self.address(), tail_size, tail_crc
@@ -183,7 +183,7 @@ class HASlave:
                 if kind != codec.JOIN:
                     raise ProtocolError(f"master must answer HELLO with JOIN, got frame kind {kind}")
                 join = codec.decode_join(body)
-        file_size = store.commitlog.file_size
+        file_size = store.commitlog_file_size
         if join.action == "refuse" or join.file_size != file_size:
             reason = (
                 join.reason
@@ -191,7 +191,7 @@ class HASlave:
                 else (f"commitlog file size differs (master {join.file_size}, slave {file_size})")
             )
             if reason != self.refused:
-                log.error("replication_refused", master=ha, offset=store.commitlog.max_offset, reason=reason)
+                log.error("replication_refused", master=ha, offset=store.max_phy_offset, reason=reason)
             self.refused = reason
             return RETRY_SECONDS * 10
         self.refused = None
@@ -200,10 +200,10 @@ class HASlave:
             log.warning(
                 "slave_truncated_to_master", master=ha, offset=join.offset, dropped_bytes=dropped, reason=join.reason
             )
-        if store.commitlog.max_offset == 0 and join.offset:
+        if store.max_phy_offset == 0 and join.offset:
             store.start_at(join.offset)
         self.epochs.replace(join.epochs)
-        expected = store.commitlog.max_offset
+        expected = store.max_phy_offset
         if expected != join.offset:
             raise ProtocolError(f"slave is at {expected} but the master streams from {join.offset}")
         self.connected = True

@@ -186,7 +186,7 @@ class PullHandlers:
     def _suggest(self, result: GetResult, group_config: SubscriptionGroupConfig) -> int:
         """Which broker of the group the consumer should pull from next (``slave_read_enable`` on)."""
         if result.message_count:
-            lag = self.store.commitlog.max_offset - result.max_physical_offset_read
+            lag = self.store.max_phy_offset - result.max_physical_offset_read
             if lag > self.slave_read_lag_bytes():
                 return group_config.whichBrokerWhenConsumeSlowly
         return group_config.brokerId

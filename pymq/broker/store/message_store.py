@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple, TypeVar
 
 from pymq.broker.store import replica_ops, residency, sync_plan
 from pymq.broker.store.appender import Appender, rejected_results
@@ -28,10 +29,10 @@ from pymq.broker.store.arrivals import ArrivalListener, ArrivalListeners, TopicF
 from pymq.broker.store.checkpoint import Checkpoint
 from pymq.broker.store.cleanup import disk_ratio, run_cleanup
 from pymq.broker.store.commitlog import CommitLog
-from pymq.broker.store.consume_queue import CQ_ENTRY_SIZE, ConsumeQueue
+from pymq.broker.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
 from pymq.broker.store.dir_lock import DirLock, fsync_dir
 from pymq.broker.store.disk_guard import DiskGuard, WriteRefusal
-from pymq.broker.store.dispatcher import Dispatcher
+from pymq.broker.store.dispatcher import Dispatcher, TagsRule
 from pymq.broker.store.flush import FlushCallback, flush_logics_pass
 from pymq.broker.store.index import IndexService
 from pymq.broker.store.queue_table import QueueTable
@@ -47,6 +48,15 @@ from pymq.protocol.record import pack_host, record_store_timestamp
 from pymq.protocol.record_batch import SplitBatch, count_records
 
 log = get_logger("broker.store")
+
+T = TypeVar("T")
+
+
+class QueueEntries(NamedTuple):
+    """Entries read from a consume queue: the offset of the first, and each (phys, size, tags code)."""
+
+    offset: int
+    entries: list[tuple[int, int, int]]
 
 
 class MessageStore:
@@ -209,6 +219,16 @@ class MessageStore:
         return self.queue_table.queue_for(topic, queue_id)
 
     # --- writing --------------------------------------------------------------------------------------------
+
+    def set_tags_rule(self, topic: str, rule: TagsRule) -> None:
+        """Let ``rule(properties, store_ts)`` give the tags code of ``topic``'s consume-queue entries
+        (a delivery time, for the schedule and timer topics); register before start."""
+        self.dispatcher.set_tags_rule(topic, rule)
+
+    @property
+    def pending_queue_files(self) -> int:
+        """New consume-queue files waiting to be made (their entries buffered in memory)."""
+        return len(self.map_pool.pending)
 
     def add_arrival_listener(self, listener: ArrivalListener, topics: TopicFilter | None = None) -> None:
         """``listener(topic, queue_id, max_offset)`` after messages land in a queue (writer's thread).
@@ -501,6 +521,24 @@ class MessageStore:
         with self.lock:
             return self.commitlog.read_record(phys)
 
+    def map_records(self, phys: Sequence[int], fn: Callable[[memoryview], T]) -> list[T | None]:
+        """``fn`` of each record stored at the commitlog offsets ``phys`` (None where none is), under one
+        lock hold: ``fn`` must not keep the view (copy with ``bytes``, or read what it needs)."""
+        with self.lock:
+            read = self.commitlog.read_record
+            return [None if (view := read(p)) is None else fn(view) for p in phys]
+
+    def read_queue_entries(self, topic: str, queue_id: int, offset: int, max_entries: int) -> QueueEntries:
+        """Up to ``max_entries`` consume-queue entries from ``offset`` (moved up to the queue's first kept
+        entry), decoded: what a broker service reading a queue of its own needs (the timer's)."""
+        with self.lock:
+            cq = self.queues.get((topic, queue_id))
+            if cq is None:
+                return QueueEntries(offset, [])
+            offset = max(offset, cq.min_offset)
+            raw = cq.read_entries(offset, max_entries)
+            return QueueEntries(offset, [CQ_ENTRY.unpack_from(raw, at) for at in range(0, len(raw), CQ_ENTRY_SIZE)])
+
     def query_by_key(
         self, topic: str, key: str, max_count: int = 32, begin_ts: int = 0, end_ts: int | None = None
     ) -> list[memoryview]:
@@ -583,6 +621,25 @@ class MessageStore:
     def flushed_offset(self) -> int:
         return self.commitlog.mfq.flushed_offset
 
+    @property
+    def min_phy_offset(self) -> int:
+        """The commitlog's first kept byte (RocketMQ's getMinPhyOffset)."""
+        return self.commitlog.min_offset
+
+    @property
+    def max_phy_offset(self) -> int:
+        """The commitlog's end: where the next record goes (RocketMQ's getMaxPhyOffset)."""
+        return self.commitlog.max_offset
+
+    @property
+    def commitlog_file_size(self) -> int:
+        return self.commitlog.file_size
+
+    @property
+    def max_message_size(self) -> int:
+        """The largest record the store takes (put hooks that rewrite a record check against it)."""
+        return self.appender.max_message_size
+
     def earliest_store_time(self) -> int:
         with self.lock:
             mf = self.commitlog.mfq.files[0] if self.commitlog.mfq.files else None
@@ -591,4 +648,4 @@ class MessageStore:
             return record_store_timestamp(mf.mm, 0)
 
 
-__all__ = ["CQ_ENTRY_SIZE", "GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus"]
+__all__ = ["CQ_ENTRY_SIZE", "GetResult", "GetStatus", "MessageStore", "PutResult", "PutStatus", "QueueEntries"]

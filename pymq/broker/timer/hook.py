@@ -85,8 +85,8 @@ class TimerHook:
         self.max_message_size = 0
 
     def install(self, store: MessageStore) -> None:
-        self.max_message_size = store.appender.max_message_size
-        store.dispatcher.set_tags_rule(TIMER_TOPIC, self.tags_code)
+        self.max_message_size = store.max_message_size
+        store.set_tags_rule(TIMER_TOPIC, self.tags_code)
 
     @staticmethod
     def tags_code(props: bytes, store_ts: int) -> int:

@@ -34,7 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pymq.broker.store.consume_queue import BLANK_SIZE, CQ_ENTRY, CQ_ENTRY_SIZE
+from pymq.broker.store import BLANK_SIZE
 from pymq.broker.store.results import PutStatus
 from pymq.broker.timer.checkpoint import TimerCheckpoint
 from pymq.broker.timer.hook import MERGE_QUEUE, PLAIN_QUEUE, TIMER_PROPERTIES, TIMER_TOPIC, TimerHook
@@ -256,27 +256,19 @@ class TimerService:
         assert store is not None
         moved = 0
         for qid in (PLAIN_QUEUE, MERGE_QUEUE):
-            cq = store.queues.get((TIMER_TOPIC, qid))
-            if cq is None:
-                continue
-            offset = self.queue_offsets.get(qid, 0)
-            with store.lock:
-                if offset < cq.min_offset:
-                    offset = cq.min_offset
-                raw = cq.read_entries(offset, READ_ENTRIES)
-                n = len(raw) // CQ_ENTRY_SIZE
-                entries = [CQ_ENTRY.unpack_from(raw, i * CQ_ENTRY_SIZE) for i in range(n)]
-                # the real topic of each (pending counts per topic); one lock hold for the read
-                topics = [_real_topic(store.commitlog.read_record(e[0])) for e in entries] if qid == PLAIN_QUEUE else []
+            offset, entries = store.read_queue_entries(TIMER_TOPIC, qid, self.queue_offsets.get(qid, 0), READ_ENTRIES)
+            n = len(entries)
+            # the real topic of each (pending counts per topic)
+            topics = store.map_records([e[0] for e in entries], _real_topic) if qid == PLAIN_QUEUE else []
             take = self.takeover
             for i, (phys, size, deliver_ms) in enumerate(entries):
                 if take is not None and take.filed_by_master(qid, offset + i):
                     if size != BLANK_SIZE and size > 0:
-                        take.refile(self, qid, deliver_ms, phys, size, topics[i] if topics else "")
+                        take.refile(self, qid, deliver_ms, phys, size, (topics[i] or "") if topics else "")
                 elif size != BLANK_SIZE and size > 0:
                     if qid == PLAIN_QUEUE:
                         self.file_unit(deliver_ms, phys, size, 0)
-                        self.count_pending(topics[i], 1)
+                        self.count_pending(topics[i] or "", 1)
                     else:
                         self._file_merged(deliver_ms, phys, size)
                 self.queue_offsets[qid] = offset + i + 1
@@ -390,10 +382,7 @@ class TimerService:
         store = app.store
         assert store is not None
         groups: dict[tuple[str, int], list[tuple[TimerUnit, bytes]]] = defaultdict(list)
-        with store.lock:  # one hold for the batch's commitlog reads; copies: no view outlives the lock
-            views = [store.commitlog.read_record(u.phys) for u in units]
-            records = [None if v is None else bytes(v) for v in views]
-            del views
+        records = store.map_records([u.phys for u in units], bytes)  # copies: no view outlives the store's lock
         for u, record in zip(units, records, strict=True):
             out = self._restore(u, record)
             if out is not None:
