@@ -38,7 +38,6 @@ from pymq.broker.handlers.pull import PullHandlers
 from pymq.broker.handlers.query import QueryHandlers
 from pymq.broker.handlers.replication import ReplicationHandlers
 from pymq.broker.handlers.send import SendHandlers
-from pymq.broker.handlers.sendback import SendBackHandlers
 from pymq.broker.handlers.timer import TimerHandlers
 from pymq.broker.handlers.transactions import TransactionHandlers
 from pymq.broker.locks import QueueLockManager
@@ -50,6 +49,7 @@ from pymq.broker.pop.revive import PopState
 from pymq.broker.priority import PriorityHook, PriorityInterceptor, PriorityService
 from pymq.broker.put_hooks import PutHook, PutPath
 from pymq.broker.registration import NamesrvRegistrar
+from pymq.broker.retry.sendback import SendBackHandlers
 from pymq.broker.role.change import RoleChanger, newer_master
 from pymq.broker.role.gate import ReadOnlyRole, follow_role
 from pymq.broker.role.master_services import MasterServices, Step

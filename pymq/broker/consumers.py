@@ -69,6 +69,13 @@ class ConsumerManager:
         #: (group, topic, queueId) -> client id of the last consumer that pulled it
         self.pull_owners: dict[tuple[str, str, int], str] = {}
 
+    def note_pull_owner(self, group: str, topic: str, queue_id: int, client_id: str) -> None:
+        """``client_id`` pulled the queue last: who pulls a queue is who owns it (consumer progress)."""
+        self.pull_owners[(group, topic, queue_id)] = client_id
+
+    def pull_owner(self, group: str, topic: str, queue_id: int) -> str | None:
+        return self.pull_owners.get((group, topic, queue_id))
+
     def configure(self, config: BrokerConfig) -> None:
         """Follow the live broker config (see :class:`~pymq.broker.runtime_config.RuntimeConfig`)."""
         self.expiry_seconds = config.client_channel_expiry_seconds

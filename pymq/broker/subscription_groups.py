@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pymq.broker.retry.policy import DEFAULT_MAX_RECONSUME_TIMES
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.errors import InvalidRequestError
 
@@ -24,7 +25,7 @@ class SubscriptionGroupConfig:
     consumeFromMinEnable: bool = True
     consumeBroadcastEnable: bool = True
     retryQueueNums: int = 1
-    retryMaxTimes: int = 16
+    retryMaxTimes: int = DEFAULT_MAX_RECONSUME_TIMES
     brokerId: int = 0
     whichBrokerWhenConsumeSlowly: int = 1
     notifyConsumerIdsChangedEnable: bool = True

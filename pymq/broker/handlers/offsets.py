@@ -122,7 +122,7 @@ class OffsetHandlers:
                 max_off = store.max_offset(topic, qid)
                 consumer = committed.get(qid, -1)
                 last_ts = store.store_time_at(topic, qid, max_off - 1) if max_off > 0 else 0
-                owner = consumers.pull_owners.get((group, topic, qid))
+                owner = consumers.pull_owner(group, topic, qid)
                 if owner is not None and consumers.find_channel(group, owner) is None:
                     owner = None  # the last puller has left the group
                 rows.append(

@@ -22,6 +22,7 @@ from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple, cast
 
+from pymq.broker.handlers.read_checks import check_read
 from pymq.broker.pop.receipt import HandleError, HandleSigner, ReceiptHandle
 from pymq.broker.pop.records import CheckPoint
 from pymq.broker.pop.revive import PopError, PopState
@@ -44,7 +45,6 @@ from pymq.protocol.requests import (
     PopMessageResponse,
     pop_retry_topic,
 )
-from pymq.protocol.route import perm_readable
 from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler, HandlerResult
 
@@ -131,26 +131,13 @@ class PopHandlers:
 
     def pop(self, cmd: Command, channel: Channel) -> HandlerResult:
         h = PopMessageRequest.from_ext(cmd.ext)
-        tc = self.topics.get(h.topic)
-        if tc is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] does not exist on {self.address}")
-        if not perm_readable(tc.perm):
-            return cmd.response(ResponseCode.NO_PERMISSION, f"topic[{h.topic}] is not readable on {self.address}")
-        if h.queue_id >= tc.readQueueNums:
-            return cmd.response(
-                ResponseCode.INVALID_PARAMETER,
-                f"header field 'queueId' out of range: {h.queue_id}, topic {h.topic} has read queues "
-                f"0..{tc.readQueueNums - 1}",
-            )
-        sg = self.subscription_groups.get(h.consumer_group)
-        if sg is None:
-            return cmd.response(
-                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {h.consumer_group} does not exist"
-            )
-        if not sg.consumeEnable:
-            return cmd.response(
-                ResponseCode.NO_PERMISSION, f"consumer group {h.consumer_group} is not allowed to consume"
-            )
+        # queue id -1: any of the topic's queues
+        checked = check_read(
+            cmd, self.topics, self.subscription_groups, self.address, h.topic, h.queue_id, h.consumer_group
+        )
+        if isinstance(checked, Command):
+            return checked
+        tc = checked[0]
         try:
             sub = self._subs.get(h.topic, h.exp)
         except ValueError as exc:

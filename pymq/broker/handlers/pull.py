@@ -22,12 +22,13 @@ import asyncio
 import os
 from typing import TYPE_CHECKING, NamedTuple
 
+from pymq.broker.handlers.read_checks import check_read
 from pymq.broker.store.results import GetResult, GetStatus
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.filter import SubscriptionCache
 from pymq.protocol.requests import FLAG_COMMIT_OFFSET, FLAG_SUSPEND, PullMessageRequest, PullMessageResponse
-from pymq.protocol.route import MASTER_ID, perm_readable
+from pymq.protocol.route import MASTER_ID
 from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler, HandlerResult
 
@@ -125,26 +126,15 @@ class PullHandlers:
         max_nums = h.max_msg_nums  # 1..1024, checked by from_ext
         sys_flag = h.sys_flag
         suspend_ms = h.suspend_timeout_millis
-        tc = self.topics.get(topic)
-        if tc is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {self.address}")
-        if not perm_readable(tc.perm):
-            return cmd.response(ResponseCode.NO_PERMISSION, f"topic[{topic}] is not readable on {self.address}")
-        if queue_id >= tc.readQueueNums:  # negative ones were refused by from_ext
-            return cmd.response(
-                ResponseCode.INVALID_PARAMETER,
-                f"header field 'queueId' out of range: {queue_id}, topic {topic} has read queues "
-                f"0..{tc.readQueueNums - 1}",
-            )
-        sg = self.subscription_groups.get(group)
-        if sg is None:
-            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {group} does not exist")
-        if not sg.consumeEnable:
-            return cmd.response(ResponseCode.NO_PERMISSION, f"consumer group {group} is not allowed to consume")
+        # negative queue ids were refused by from_ext
+        checked = check_read(cmd, self.topics, self.subscription_groups, self.address, topic, queue_id, group)
+        if isinstance(checked, Command):
+            return checked
+        sg = checked[1]
         client_id = channel.attrs.get("client_id")
         if client_id is not None:
             # Who pulls a queue is who owns it: consumer-progress shows it per queue.
-            self.consumers.pull_owners[(group, topic, queue_id)] = client_id
+            self.consumers.note_pull_owner(group, topic, queue_id, client_id)
         codes = self._subs.get(topic, h.subscription).codes or None
         if sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0 and self.role.current.writable:
             self.offsets.commit(group, topic, queue_id, h.commit_offset)

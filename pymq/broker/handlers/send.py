@@ -16,18 +16,16 @@ from typing import TYPE_CHECKING
 from pymq.broker.delay_hook import SCHEDULE_TOPIC
 from pymq.broker.group_commit import GroupCommit, on_the_loop
 from pymq.broker.loop_sync import LoopSync
+from pymq.broker.retry.policy import dead_letter_if_exhausted
 from pymq.broker.store.results import PutResults, PutStatus, StoredRun
 from pymq.broker.timer.hook import TIMER_TOPIC
 from pymq.broker.topics import validate_topic_name
 from pymq.broker.transaction_hook import TRANSACTION_TOPICS
 from pymq.config import FlushDiskType
-from pymq.errors import MessageDecodeError
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import FLAG_RESPONSE, Buffer, Command
-from pymq.protocol.message import Prop
-from pymq.protocol.record import decode_properties, encode_properties, parse_record, reencode
-from pymq.protocol.requests import RETRY_PREFIX, SendMessageRequest, SendMessageResponse, dlq_topic
-from pymq.protocol.route import PERM_READ_WRITE, PERM_WRITE, perm_writable
+from pymq.protocol.requests import RETRY_PREFIX, SendMessageRequest, SendMessageResponse
+from pymq.protocol.route import PERM_WRITE, perm_writable
 from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler, HandlerResult
 
@@ -155,7 +153,7 @@ class SendHandlers:
         # The usual send passes every check of check_topic at once: a writable topic this broker
         # has, a queue in range, not a broker-only topic. Anything else gets the full check
         # (auto-creation, a random queue, the error answers), in its order.
-        tc = self.topics.topics.get(topic)
+        tc = self.topics.get(topic)
         if (
             tc is None
             or not tc.perm & PERM_WRITE
@@ -170,7 +168,9 @@ class SendHandlers:
         if not len(body):
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, EMPTY_BODY_REMARK)
         if topic.startswith(RETRY_PREFIX):
-            topic, queue_id, body = self.dead_letter_if_exhausted(topic, queue_id, body)
+            topic, queue_id, body = dead_letter_if_exhausted(
+                topic, queue_id, body, self.subscription_groups, self.topics
+            )
         results = self.put_messages(topic, queue_id, body)
         if len(results) == 1 and results[0].status is _PUT_OK:
             # A single send stored: build_response's answer, built here (its ext's wire names
@@ -195,32 +195,6 @@ class SendHandlers:
             if self.group_commit is not None:
                 return self.group_commit.wait(resp, end)
         return resp
-
-    def dead_letter_if_exhausted(self, topic: str, queue_id: int, body: Buffer) -> tuple[str, int, Buffer]:
-        """A retry a client published itself (its send-back failed) goes to ``%DLQ%`` past the limit.
-
-        As RocketMQ does: the record's reconsume count (already incremented by the client) is
-        checked against its MAX_RECONSUME_TIMES property, else the group's ``retryMaxTimes``.
-        """
-        try:
-            r = parse_record(body)
-        except MessageDecodeError:
-            return topic, queue_id, body  # the store refuses it with MESSAGE_ILLEGAL
-        if r.total_size != len(body):
-            return topic, queue_id, body  # a batch: clients publish retries one at a time
-        props = decode_properties(r.properties)
-        group = topic[len(RETRY_PREFIX) :]
-        raw = props.get(Prop.MAX_RECONSUME_TIMES, "")
-        max_times = int(raw) if raw.lstrip("-").isdigit() else -1
-        if max_times < 0:
-            sg = self.subscription_groups.get(group)
-            max_times = sg.retryMaxTimes if sg is not None else 16
-        if r.reconsume_times <= max_times:
-            return topic, queue_id, body
-        target = dlq_topic(group)
-        self.topics.ensure_system_topic(target, 1, PERM_READ_WRITE)
-        props.pop(Prop.DELAY, None)
-        return target, 0, reencode(r, target.encode(), encode_properties(props))
 
     @staticmethod
     def build_response(cmd: Command, queue_id: int, results: PutResults) -> Command:

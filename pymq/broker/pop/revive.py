@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from pymq.broker.pop.receipt import ReceiptHandle
 from pymq.broker.pop.records import ACK_TAG, CK_TAG, CheckPoint, ack_record, parse_ack, revive_queue_of, revive_topic
+from pymq.broker.retry.policy import exhausted, keep_origin, retry_limit
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.broker.store.results import GetStatus, PutStatus
 from pymq.clock import SYSTEM_CLOCK, Clock
@@ -342,7 +343,7 @@ class PopState:
     def _revive(self, ck: CheckPoint) -> tuple[bool, int]:
         """Re-put the unacked messages of ``ck``; (all handled, how many re-put)."""
         sg = self.subscription_groups.get(ck.group)
-        max_times = sg.retryMaxTimes if sg is not None else 16
+        limit = retry_limit(sg)
         n = 0
         for i in ck.unacked():
             offset = ck.offsets[i]
@@ -356,13 +357,10 @@ class PopState:
             topic = r.topic.decode()
             original = props.get(Prop.RETRY_TOPIC) if topic.startswith(RETRY_PREFIX) else None
             original = original or topic
-            props[Prop.RETRY_TOPIC] = original
+            keep_origin(props, original, props.get(Prop.UNIQ_KEY))
             for timing in _TIMING_PROPS:  # delivered already: a redelivery must not be delayed again
                 props.pop(timing, None)
-            uniq = props.get(Prop.UNIQ_KEY)
-            if uniq:
-                props.setdefault(Prop.ORIGIN_MESSAGE_ID, uniq)
-            if r.reconsume_times >= max_times:
+            if exhausted(r.reconsume_times, limit):
                 target = dlq_topic(ck.group)
                 tc = self.topics.ensure_system_topic(target, 1, PERM_READ_WRITE)
             else:

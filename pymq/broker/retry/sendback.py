@@ -13,6 +13,7 @@ import random
 from typing import TYPE_CHECKING
 
 from pymq.broker.handlers.send import PUT_STATUS_TO_CODE, PutMessages
+from pymq.broker.retry.policy import exhausted, keep_origin, retry_limit
 from pymq.broker.store.results import PutStatus
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode, ResponseCode
@@ -65,16 +66,10 @@ class SendBackHandlers:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no message at commitlog offset {offset}")
         r = parse_record(rec)
         props = decode_properties(r.properties)
-        original_topic = props.get(Prop.RETRY_TOPIC) or r.topic.decode()
-        props[Prop.RETRY_TOPIC] = original_topic
         origin_id = header.origin_msg_id or props.get(Prop.UNIQ_KEY, "")
-        if origin_id:
-            props.setdefault(Prop.ORIGIN_MESSAGE_ID, origin_id)
-        max_times = header.max_reconsume_times
-        if max_times < 0:
-            max_times = sg.retryMaxTimes
+        keep_origin(props, props.get(Prop.RETRY_TOPIC) or r.topic.decode(), origin_id)
         props.pop(Prop.DELAY, None)
-        if r.reconsume_times >= max_times or delay_level < 0:
+        if exhausted(r.reconsume_times, retry_limit(sg, header.max_reconsume_times)) or delay_level < 0:
             target = dlq_topic(group)
             self.topics.ensure_system_topic(target, 1, PERM_READ_WRITE)
             queue_id = 0
