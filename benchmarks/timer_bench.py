@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pymq.broker.delay_hook import default_put_hooks
-from pymq.broker.put_hooks import PutPath
+from pymq.broker.delay.hook import default_put_hooks
+from pymq.broker.put_path import PutPath
 from pymq.broker.stats import BrokerStats
 from pymq.broker.store import MessageStore
 from pymq.broker.timer.service import TimerService

@@ -25,29 +25,27 @@ from typing import Any
 
 from pymq import __version__
 from pymq.broker.consumers import ClientChannel, ConsumerManager
-from pymq.broker.delay_hook import default_put_hooks
+from pymq.broker.delay.hook import default_put_hooks
+from pymq.broker.delay.service import ScheduleService
 from pymq.broker.ha.auth import acl_authenticate
+from pymq.broker.ha.handlers import ReplicationHandlers
 from pymq.broker.ha.meta_sync import SlaveMetaSync
 from pymq.broker.ha.replication import Replication
 from pymq.broker.handlers.admin import AdminHandlers
 from pymq.broker.handlers.clients import ClientHandlers
 from pymq.broker.handlers.locks import LockHandlers
 from pymq.broker.handlers.offsets import OffsetHandlers
-from pymq.broker.handlers.pop import PopHandlers
 from pymq.broker.handlers.pull import PullHandlers
 from pymq.broker.handlers.query import QueryHandlers
-from pymq.broker.handlers.replication import ReplicationHandlers
 from pymq.broker.handlers.send import SendHandlers
-from pymq.broker.handlers.timer import TimerHandlers
-from pymq.broker.handlers.transactions import TransactionHandlers
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
-from pymq.broker.loop_sync import LoopSync
 from pymq.broker.offsets import ConsumerOffsetManager
+from pymq.broker.pop.handlers import PopHandlers
 from pymq.broker.pop.receipt import HandleSigner
 from pymq.broker.pop.revive import PopState
 from pymq.broker.priority import PriorityHook, PriorityInterceptor, PriorityService
-from pymq.broker.put_hooks import PutHook, PutPath
+from pymq.broker.put_path import PutHook, PutPath
 from pymq.broker.registration import NamesrvRegistrar
 from pymq.broker.retry.sendback import SendBackHandlers
 from pymq.broker.role.change import RoleChanger, newer_master
@@ -55,17 +53,19 @@ from pymq.broker.role.gate import ReadOnlyRole, follow_role
 from pymq.broker.role.master_services import MasterServices, Step
 from pymq.broker.role.state import RoleEvent, RoleMachine, RoleState
 from pymq.broker.runtime_config import RuntimeConfig
-from pymq.broker.schedule import ScheduleService
 from pymq.broker.service import PeriodicService, Service
 from pymq.broker.stats import BrokerStats
 from pymq.broker.store import MessageStore
 from pymq.broker.subscription_groups import SubscriptionGroupManager
+from pymq.broker.sync_flush.loop_sync import LoopSync
+from pymq.broker.timer.handlers import TimerHandlers
 from pymq.broker.timer.service import TimerService
 from pymq.broker.topics import TopicConfigManager
-from pymq.broker.transaction_acl import transaction_resolvers
-from pymq.broker.transaction_check import TransactionCheckService
-from pymq.broker.transaction_hook import TransactionHook
-from pymq.broker.transactions import TransactionalMessageService
+from pymq.broker.transaction.acl import transaction_resolvers
+from pymq.broker.transaction.check import TransactionCheckService
+from pymq.broker.transaction.handlers import TransactionHandlers
+from pymq.broker.transaction.hook import TransactionHook
+from pymq.broker.transaction.service import TransactionalMessageService
 from pymq.config import BrokerConfig
 from pymq.errors import ConfigError
 from pymq.logs import get_logger

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from pymq.broker.offsets import ConsumerOffsetManager
-    from pymq.broker.put_hooks import PutPath
+    from pymq.broker.put_path import PutPath
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
     from pymq.broker.topics import TopicConfigManager

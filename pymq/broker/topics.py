@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pymq.broker.delay_hook import SCHEDULE_TOPIC
+from pymq.broker.delay.hook import SCHEDULE_TOPIC
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.errors import InvalidRequestError
 from pymq.logs import get_logger
@@ -105,6 +105,10 @@ class TopicConfigManager:
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)
+
+    def configs(self) -> list[TopicConfig]:
+        """Every topic's config (a copy of the list: the table may change while the caller iterates)."""
+        return list(self.topics.values())
 
     def upsert(self, tc: TopicConfig) -> TopicConfig:
         if tc.readQueueNums < 1 or tc.writeQueueNums < 1 or tc.readQueueNums > 1024 or tc.writeQueueNums > 1024:

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from pymq.broker.store import MessageStore
     from pymq.broker.timer.service import TimerService
     from pymq.broker.topics import TopicConfigManager
-    from pymq.broker.transaction_hook import TransactionHook
-    from pymq.broker.transactions import TransactionalMessageService
+    from pymq.broker.transaction.hook import TransactionHook
+    from pymq.broker.transaction.service import TransactionalMessageService
     from pymq.config import BrokerConfig
     from pymq.transport.dispatch import Dispatcher
     from pymq.transport.server import RpcServer

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pymq.broker.group_commit import GroupCommit, on_the_loop
+from pymq.broker.sync_flush.group_commit import GroupCommit, on_the_loop
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.command import Command
 from tests.helpers import wait_until

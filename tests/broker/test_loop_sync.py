@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pymq.broker.group_commit import GroupCommit
-from pymq.broker.loop_sync import LoopSync
 from pymq.broker.store import MessageStore
+from pymq.broker.sync_flush.group_commit import GroupCommit
+from pymq.broker.sync_flush.loop_sync import LoopSync
 from pymq.config import FlushDiskType
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.command import Command

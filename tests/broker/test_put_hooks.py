@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymq.broker.delay_hook import SCHEDULE_TOPIC, DelayHook
-from pymq.broker.put_hooks import PutPath, Segment
+from pymq.broker.delay.hook import SCHEDULE_TOPIC, DelayHook
+from pymq.broker.put_path import PutPath, Segment
 from pymq.broker.store import PutResult, PutStatus
 from pymq.protocol.record import encode_record, parse_record, topic_field
 from pymq.protocol.record_batch import SplitBatch, split_batch
@@ -123,7 +123,7 @@ def test_hooks_chain_over_the_previous_hooks_segments() -> None:
 
 def _needle_hooks() -> list[Any]:
     from pymq.broker.timer.hook import TimerHook
-    from pymq.broker.transaction_hook import TransactionHook
+    from pymq.broker.transaction.hook import TransactionHook
 
     return [TransactionHook(), TimerHook(86_400_000, lambda: 0), DelayHook(LEVELS)]
 

@@ -6,8 +6,8 @@ import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 
-from pymq.broker.delay_hook import default_put_hooks
-from pymq.broker.put_hooks import PutPath
+from pymq.broker.delay.hook import default_put_hooks
+from pymq.broker.put_path import PutPath
 from pymq.broker.stats import BrokerStats
 from pymq.broker.store import GetStatus, MessageStore
 from pymq.broker.store.results import PutStatus

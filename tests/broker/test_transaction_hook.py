@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pymq.broker.delay_hook import DelayHook, default_put_hooks
-from pymq.broker.put_hooks import PutPath
-from pymq.broker.transaction_hook import HALF_TOPIC, OP_TOPIC, TransactionHook
+from pymq.broker.delay.hook import DelayHook, default_put_hooks
+from pymq.broker.put_path import PutPath
+from pymq.broker.transaction.hook import HALF_TOPIC, OP_TOPIC, TransactionHook
 from pymq.protocol.record import decode_properties, encode_properties, encode_record, parse_record
 from pymq.protocol.transaction import TRANSACTION_PREPARED_TYPE
 from tests.broker.test_put_hooks import FakeStore

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pymq.broker.app import BrokerApp
-from pymq.broker.delay_hook import SCHEDULE_TOPIC
+from pymq.broker.delay.hook import SCHEDULE_TOPIC
 from pymq.broker.priority import PRIORITY_ATTRIBUTE, level_topic
 from pymq.broker.store.config_files import read_json
 from pymq.broker.timer.hook import TIMER_TOPIC

@@ -3,7 +3,7 @@ and a sync slower than ``store.sync_flush_timeout_ms`` answers FLUSH_DISK_TIMEOU
 
 The periodic commitlog flush is pushed out to 60 s, so whatever is on disk when a send
 returns was synced because of a send. Each test runs both ways a sync goes: the C syncer
-answered on the loop (pymq.broker.loop_sync) and, without the accelerator, the flusher thread.
+answered on the loop (pymq.broker.sync_flush.loop_sync) and, without the accelerator, the flusher thread.
 """
 
 from __future__ import annotations

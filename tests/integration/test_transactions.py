@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pymq.broker.transaction_hook import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
+from pymq.broker.transaction.hook import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from pymq.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, Producer, PushConsumer, sync
 from pymq.client.admin import AdminClient
 from pymq.client.transaction_producer import TransactionProducer, TransactionState

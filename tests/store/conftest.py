@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from pymq.broker.delay_hook import default_put_hooks
-from pymq.broker.put_hooks import PutPath
+from pymq.broker.delay.hook import default_put_hooks
+from pymq.broker.put_path import PutPath
 from pymq.broker.store import MessageStore
 from tests.store.storeutil import STORE_HOST, make_config, open_store
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pymq.broker.delay_hook import SCHEDULE_TOPIC
+from pymq.broker.delay.hook import SCHEDULE_TOPIC
 from pymq.broker.store import MessageStore
 from pymq.errors import StoreError
 from tests.store.conftest import PutPathFactory, StoreFactory

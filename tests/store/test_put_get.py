@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from pymq.broker.delay_hook import SCHEDULE_TOPIC
+from pymq.broker.delay.hook import SCHEDULE_TOPIC
 from pymq.broker.store import GetStatus, MessageStore, PutStatus
 from pymq.broker.store.mapped_file_queue import MappedFileQueue
 from pymq.errors import StoreError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pymq.broker.delay_hook import SCHEDULE_TOPIC
+from pymq.broker.delay.hook import SCHEDULE_TOPIC
 from pymq.broker.store import MessageStore, PutStatus, file_maker
 from pymq.broker.store.index import HEADER_SIZE
 from pymq.broker.store.map_pool import PooledMappedFile

@@ -18,7 +18,7 @@ import os
 
 _OUT = os.environ.get("GC_STATS")
 if _OUT:
-    from pymq.broker import group_commit as _gc
+    from pymq.broker.sync_flush import group_commit as _gc
 
     _synced_at = {"t": 0.0, "n": 0}
     _sync_times: list[float] = []

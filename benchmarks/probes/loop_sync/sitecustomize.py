@@ -17,7 +17,7 @@ import time
 
 _OUT = os.environ.get("LS_STATS")
 if _OUT:
-    from pymq.broker import loop_sync as _ls
+    from pymq.broker.sync_flush import loop_sync as _ls
 
     _now = time.perf_counter
     _request_times: list[float] = []

@@ -16,9 +16,9 @@ import threading
 import time
 
 if os.environ.get("GC2_STATS"):
-    import pymq.broker.group_commit as gc
     import pymq.broker.store.flush as fl
     import pymq.broker.store.mapped_file as mf
+    import pymq.broker.sync_flush.group_commit as gc
 
     pc = time.perf_counter
     lock = threading.Lock()

@@ -20,8 +20,8 @@ import time
 
 _OUT = os.environ.get("ST_STATS")
 if _OUT:
-    from pymq.broker import group_commit as _gc
-    from pymq.broker import loop_sync as _ls
+    from pymq.broker.sync_flush import group_commit as _gc
+    from pymq.broker.sync_flush import loop_sync as _ls
     from pymq.transport import connection as _conn
 
     _now = time.perf_counter

@@ -13,14 +13,14 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from pymq.broker.delay_hook import SCHEDULE_TOPIC
-from pymq.broker.group_commit import GroupCommit, on_the_loop
-from pymq.broker.loop_sync import LoopSync
+from pymq.broker.delay.hook import SCHEDULE_TOPIC
 from pymq.broker.retry.policy import dead_letter_if_exhausted
 from pymq.broker.store.results import PutResults, PutStatus, StoredRun
+from pymq.broker.sync_flush.group_commit import GroupCommit, on_the_loop
+from pymq.broker.sync_flush.loop_sync import LoopSync
 from pymq.broker.timer.hook import TIMER_TOPIC
 from pymq.broker.topics import validate_topic_name
-from pymq.broker.transaction_hook import TRANSACTION_TOPICS
+from pymq.broker.transaction.hook import TRANSACTION_TOPICS
 from pymq.config import FlushDiskType
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import FLAG_RESPONSE, Buffer, Command

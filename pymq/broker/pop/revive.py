@@ -50,7 +50,7 @@ from pymq.protocol.route import PERM_READ, PERM_READ_WRITE, PERM_WRITE
 
 if TYPE_CHECKING:
     from pymq.broker.offsets import ConsumerOffsetManager
-    from pymq.broker.put_hooks import PutPath
+    from pymq.broker.put_path import PutPath
     from pymq.broker.store import MessageStore
     from pymq.broker.subscription_groups import SubscriptionGroupManager
     from pymq.broker.topics import TopicConfigManager

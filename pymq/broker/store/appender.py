@@ -13,7 +13,7 @@ time is set (see :class:`pymq.protocol.record_batch.StoredScan`). Consume-queue 
 entries are written after the records they point to.
 
 The store stores what it is given: moving a record elsewhere first (delays, retries) is
-the broker's business (:mod:`pymq.broker.put_hooks`).
+the broker's business (:mod:`pymq.broker.put_path`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
   on the first request, takes every queued request, runs one sync covering all of them,
   then answers each (``True`` if the flushed offset covers it). With the accelerator the
   broker's group commit syncs through the store's C ``Syncer`` instead (no GIL hand-offs:
-  :mod:`pymq.broker.store.sync_plan`, :mod:`pymq.broker.loop_sync`), and this thread only
+  :mod:`pymq.broker.store.sync_plan`, :mod:`pymq.broker.sync_flush.loop_sync`), and this thread only
   flushes periodically, like ASYNC; both record into the same flushed positions, which only
   move forward.
   After each sync it records ``physic_ts`` (the store time of the newest record covered)
@@ -20,7 +20,7 @@
 
 Callbacks of :meth:`CommitLogFlusher.request` run on the flusher thread; the broker hops back
 to its loop with ``call_soon_threadsafe``. The 5 s FLUSH_DISK_TIMEOUT is the caller's (the
-broker's :mod:`pymq.broker.group_commit`, which keeps one or two requests out for all waiting sends).
+broker's :mod:`pymq.broker.sync_flush.group_commit`, which keeps one or two requests out for all waiting sends).
 """
 
 from __future__ import annotations

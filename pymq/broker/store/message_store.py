@@ -280,7 +280,7 @@ class MessageStore:
         Each ``(topic, queue_id, data)`` gets the queue offsets of its own queue, in order;
         the answer holds one result list per batch, one result per record. If a file cannot
         be created, that batch is undone (``CREATE_MAPPED_FILE_FAILED``); with ``atomic``
-        (the pieces of one request, see :class:`pymq.broker.put_hooks.PutPath`) the batches
+        (the pieces of one request, see :class:`pymq.broker.put_path.PutPath`) the batches
         stored before it are undone too and every record gets that status. ``splits``, if
         given, holds :meth:`split` of each batch (None: validate it here).
         """

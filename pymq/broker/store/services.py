@@ -3,7 +3,7 @@
 * :class:`~pymq.broker.store.flush.CommitLogFlusher`: periodic commitlog syncs, and SYNC_FLUSH's
   group commit without the accelerator;
 * the C :class:`~pymq.broker.store.sync_plan.Syncer` (SYNC_FLUSH with the accelerator: the
-  broker's loop hands it the syncs senders wait for, see :mod:`pymq.broker.loop_sync`);
+  broker's loop hands it the syncs senders wait for, see :mod:`pymq.broker.sync_flush.loop_sync`);
 * :class:`~pymq.broker.store.flush.LogicsFlusher`: consume queues, index, checkpoint;
 * :class:`~pymq.broker.store.cleanup.CleanupService`: retention and the disk-full check;
 * :class:`~pymq.broker.store.flush.Warmer`: prefaults the commitlog ahead of the writer;

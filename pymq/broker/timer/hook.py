@@ -11,7 +11,7 @@ goes the same way with ``TIMER_OUT_MS`` = now + window, into queue 1 of the time
 The timer topic's consume-queue tags code is ``TIMER_OUT_MS``: the enqueuer learns each
 message's delivery time from the consume queue alone. A delivery time in the past means
 now; beyond now + ``timer_max_delay_ms`` the whole request is refused with MESSAGE_ILLEGAL
-and a remark naming the limit (:class:`~pymq.broker.put_hooks.PutRefused`).
+and a remark naming the limit (:class:`~pymq.broker.put_path.PutRefused`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pymq.broker.put_hooks import PutRefused, Segment, movable_record, move_records
+from pymq.broker.put_path import PutRefused, Segment, movable_record, move_records
 from pymq.broker.store.results import PutStatus
 from pymq.protocol.message import Prop
 from pymq.protocol.record import (

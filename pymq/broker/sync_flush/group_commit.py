@@ -3,7 +3,7 @@
 Sends that must wait for the disk (from any connection) register ``(end offset, response)``
 here and get a future. The first waiter of an idle period asks for a sync at the end of its
 loop tick (so every send decoded in that tick shares it): from the store's C syncer through
-:mod:`pymq.broker.loop_sync` when the accelerator is built (the answer arrives on the loop
+:mod:`pymq.broker.sync_flush.loop_sync` when the accelerator is built (the answer arrives on the loop
 through an eventfd), else from the store's flusher thread (back by ``call_soon_threadsafe``).
 Waiters arriving while that sync runs queue one more request, up to the highest end
 waiting, which the syncer takes as soon as the running sync is done (no round trip

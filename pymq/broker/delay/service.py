@@ -1,6 +1,6 @@
 """Delay levels: moving scheduled messages to their real topic when they fall due.
 
-A message with delay level L is stored (by the put hook in :mod:`pymq.broker.delay_hook`)
+A message with delay level L is stored (by the put hook in :mod:`pymq.broker.delay.hook`)
 in ``SCHEDULE_TOPIC_XXXX``, queue L-1, with its real topic and queue in REAL_TOPIC/REAL_QID.
 One task per level walks that queue in order (every message of a level has the same delay, so due times only grow),
 waits until the head is due (store time + the level's delay), re-stores it on the real
@@ -17,7 +17,7 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pymq.broker.delay_hook import SCHEDULE_TOPIC
+from pymq.broker.delay.hook import SCHEDULE_TOPIC
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.broker.store.results import GetStatus, PutStatus
 from pymq.clock import SYSTEM_CLOCK, Clock

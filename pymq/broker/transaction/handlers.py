@@ -14,7 +14,7 @@ from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler
 
 if TYPE_CHECKING:
-    from pymq.broker.transactions import TransactionalMessageService
+    from pymq.broker.transaction.service import TransactionalMessageService
 
 log = get_logger("broker.transactions")
 

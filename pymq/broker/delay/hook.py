@@ -2,7 +2,7 @@
 
 As RocketMQ does, the record is re-encoded for ``SCHEDULE_TOPIC_XXXX``, queue ``L - 1``
 (``L`` capped at the number of levels), with its real topic and queue in the
-``REAL_TOPIC``/``REAL_QID`` properties; :mod:`pymq.broker.schedule` moves it back when due.
+``REAL_TOPIC``/``REAL_QID`` properties; :mod:`pymq.broker.delay.service` moves it back when due.
 The schedule topic's consume-queue tags code is the delivery time in ms (store time +
 the level's delay): this hook registers that rule with the store's dispatcher, so the live
 path, recovery and replication all build the same entries.
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pymq.broker.put_hooks import PutHook, Segment, movable_record, move_records
-from pymq.broker.transaction_hook import TransactionHook
+from pymq.broker.put_path import PutHook, Segment, movable_record, move_records
+from pymq.broker.transaction.hook import TransactionHook
 from pymq.protocol.message import Prop
 from pymq.protocol.record import (
     decode_properties,

@@ -1,34 +1,4 @@
-"""Priority topics: higher-priority messages are consumed first, FIFO within a priority, no starvation.
-
-A topic with the attribute ``priority.levels=L`` (2..100; ``pymq-admin topic-create
---attribute priority.levels=10``) takes messages with the property ``PRIORITY`` = 0..L-1
-(higher is more urgent; missing or unreadable is 0, above L-1 is L-1).
-
-Inside the RocketMQ model, behind each queue ``q`` of the topic stand L internal level
-queues: :class:`PriorityHook` (last on the put path) stores a message for ``(topic, q)`` in
-``rmq_sys_priority_<topic>`` queue ``q*L + level`` instead. Consumers keep reading the
-topic's ordinary queues; :class:`PriorityService` *refills* queue ``q`` from its level
-queues when a pull (any group) has read everything moved so far (:class:`PriorityInterceptor`
-sees PULL_MESSAGE before its handler), and when a message reaches a level queue while a
-consumer is waiting on ``q`` (long polling). A refill moves up to ``priority_refill_batch``
-messages, chosen by one rule:
-
-1. messages that have waited ``priority_max_wait_ms`` or longer in a level queue go first,
-   oldest first (the anti-starvation rule: nothing waits much longer than that while the
-   queue is being consumed);
-2. then the highest non-empty level, in arrival order, then the next level down.
-
-So among the messages not yet moved, higher priority is consumed first; within one
-priority, one queue is FIFO. The order is fixed when messages move: a message already
-moved (or buffered by a push consumer) is not overtaken by a later, more urgent one.
-Orderly consumption works on the moved order: messages of one queue with the same
-priority keep their send order; messages of different priorities do not (by design).
-Refill progress per level queue is persisted every second (``config/priorityOffset.json``);
-after a kill -9 up to a second of moves may be repeated (at-least-once). Masters only.
-The same offsets are kept as consumer offsets of :data:`PRIORITY_GROUP` on the level
-queues, so a slave's consumer-offset copy carries them and a promoted slave goes on where
-its old master stopped (issue 16; moves since the last copy are repeated).
-"""
+"""The refill of priority topics' queues from their level queues (a master-only service; see the package)."""
 
 from __future__ import annotations
 
@@ -37,118 +7,26 @@ import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pymq.broker.put_hooks import Segment, move_records
+from pymq.broker.priority.hook import PriorityHook
+from pymq.broker.priority.levels import (
+    PERSIST_INTERVAL,
+    PRIORITY_GROUP,
+    PRIORITY_PREFIX,
+    is_level_topic,
+    level_topic,
+    priority_levels,
+)
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.broker.store.results import GetStatus, PutStatus
 from pymq.clock import SYSTEM_CLOCK, Clock
-from pymq.errors import MessageDecodeError
 from pymq.logs import get_logger
-from pymq.protocol.codes import RequestCode
-from pymq.protocol.command import Command
-from pymq.protocol.record import find_property, iter_spans, parse_record, reencode
-from pymq.protocol.record_batch import SplitBatch
+from pymq.protocol.record import iter_spans, parse_record, reencode
 from pymq.tasks import cancel_and_wait
-from pymq.transport.channel import Channel
-from pymq.transport.interceptor import Interceptor
 
 if TYPE_CHECKING:
     from pymq.broker.hosts import OffsetsDeliveryHost as PriorityHost
-    from pymq.broker.store import MessageStore
-    from pymq.broker.topics import TopicConfigManager
-    from pymq.protocol.route import TopicConfig
-
 
 log = get_logger("broker.priority")
-
-PRIORITY_ATTRIBUTE = "priority.levels"
-PRIORITY_PREFIX = "rmq_sys_priority_"
-MAX_LEVELS = 100
-_PRIORITY = b"PRIORITY\x01"
-PERSIST_INTERVAL = 1.0
-#: the group whose consumer offsets on the level queues are the refill offsets (copied to slaves)
-PRIORITY_GROUP = "CID_RMQ_SYS_PRIORITY"
-
-
-def priority_levels(tc: TopicConfig | None) -> int:
-    """How many levels a topic has (0: not a priority topic)."""
-    if tc is None or not tc.attributes:
-        return 0
-    raw = tc.attributes.get(PRIORITY_ATTRIBUTE)
-    try:
-        n = int(raw) if raw is not None else 0
-    except ValueError:
-        return 0
-    return n if 2 <= n <= MAX_LEVELS else 0
-
-
-def level_topic(topic: str) -> str:
-    return PRIORITY_PREFIX + topic
-
-
-def is_level_topic(topic: str) -> bool:
-    """Whether ``topic`` is the internal level topic of a priority topic (the service's arrivals)."""
-    return topic.startswith(PRIORITY_PREFIX)
-
-
-def message_level(props: bytes, levels: int) -> int:
-    raw = find_property(props, _PRIORITY) if props else None
-    try:
-        p = int(raw) if raw else 0
-    except ValueError:
-        p = 0
-    return min(max(p, 0), levels - 1)
-
-
-class PriorityHook:
-    """Moves every record put on a priority topic's queue ``q`` to its level queue ``q*L + level``."""
-
-    def __init__(self, topics: TopicConfigManager) -> None:
-        self.topics = topics
-        self.max_message_size = 0
-        #: whether any priority topic exists (refreshed when the topic table's version changes)
-        self.active = False
-        self._seen = -1
-        #: set while the service moves records to the topic itself (they must pass)
-        self.passing = False
-
-    def install(self, store: MessageStore) -> None:
-        self.max_message_size = store.max_message_size
-
-    def refresh(self) -> bool:
-        """Whether any priority topic exists (looked up again when the topic table changed)."""
-        counter = self.topics.data_version["counter"]
-        if counter != self._seen:
-            self._seen = counter
-            self.active = any(priority_levels(tc) for tc in self.topics.topics.values())
-        return self.active
-
-    def wants(self, data: bytes, split: SplitBatch) -> bool:
-        # refresh() only when the topic table changed: this runs on every put
-        if self.topics.data_version["counter"] != self._seen:
-            self.refresh()
-        return self.active and not self.passing
-
-    def rewrite(self, topic: str, queue_id: int, data: bytes) -> list[Segment]:
-        levels = priority_levels(self.topics.get(topic))
-        if not levels:
-            return [(topic, queue_id, data)]
-        target = level_topic(topic).encode()
-        topic_b = topic.encode()
-        real = target.decode()
-
-        def move(pos: int, size: int) -> Segment | None:
-            try:
-                r = parse_record(data, pos, check_crc=True)
-            except MessageDecodeError:
-                return None  # the store refuses it where it stands
-            if r.total_size != size or r.topic != topic_b:
-                return None
-            rec = reencode(r, target, bytes(r.properties))
-            if len(rec) > self.max_message_size:
-                return None
-            return (real, queue_id * levels + message_level(r.properties, levels), rec)
-
-        return move_records(topic, queue_id, data, move)
 
 
 class PriorityService:
@@ -341,35 +219,3 @@ class PriorityService:
             self._dirty = True
             self.moved += done
         return done
-
-
-class PriorityInterceptor(Interceptor):
-    """Before a PULL_MESSAGE of a priority topic's queue: refill it if the pull has read everything."""
-
-    codes = frozenset({RequestCode.PULL_MESSAGE})
-
-    def __init__(self, service: PriorityService) -> None:
-        self.service = service
-
-    def before(self, request: Command, channel: Channel) -> Command | None:
-        if not self.service.hook.refresh():
-            return None
-        ext = request.ext
-        try:
-            self.service.on_pull(str(ext["topic"]), int(ext["queueId"]), int(ext["queueOffset"]))
-        except (KeyError, TypeError, ValueError):
-            pass  # the handler answers a malformed request
-        except Exception as exc:  # a refill failure must not fail the pull
-            log.warning("priority_refill_failed", reason=repr(exc))
-        return None
-
-
-__all__ = [
-    "PRIORITY_ATTRIBUTE",
-    "PRIORITY_PREFIX",
-    "PriorityHook",
-    "PriorityInterceptor",
-    "PriorityService",
-    "level_topic",
-    "priority_levels",
-]

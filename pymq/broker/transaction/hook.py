@@ -4,7 +4,7 @@ As RocketMQ's TransactionalMessageBridge does, the record is re-encoded for
 ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 with its real topic and queue in the
 ``REAL_TOPIC``/``REAL_QID`` properties and its sys flag's transaction bits cleared (as RocketMQ does);
 no consumer subscribes to that topic, so the message stays invisible until
-:mod:`pymq.broker.transactions` commits it (re-stores it on its real topic) or rolls it
+:mod:`pymq.broker.transaction.service` commits it (re-stores it on its real topic) or rolls it
 back. Transactional messages are never delayed: ``DELAY`` and the timer and merge properties
 are dropped here (this hook runs first on the put path, so the timer hook never sees them).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pymq.broker.put_hooks import Segment, movable_record, move_records
+from pymq.broker.put_path import Segment, movable_record, move_records
 from pymq.protocol.message import Prop
 from pymq.protocol.record import (
     decode_properties,

@@ -25,7 +25,7 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from pymq.broker.transactions import HalfEntry, TransactionalMessageService
+from pymq.broker.transaction.service import HalfEntry, TransactionalMessageService
 from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode

@@ -1,7 +1,7 @@
 """Transactional messages on the broker: commit, rollback, the op log and the pending half messages.
 
 RocketMQ's TransactionalMessageServiceImpl, in pymq's seams. Half messages are stored in
-``RMQ_SYS_TRANS_HALF_TOPIC`` by the put hook (:mod:`pymq.broker.transaction_hook`). An
+``RMQ_SYS_TRANS_HALF_TOPIC`` by the put hook (:mod:`pymq.broker.transaction.hook`). An
 outcome is an *op* record in ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` whose body is the half
 message's *origin* (its first offset in the half queue):
 
@@ -14,7 +14,7 @@ message's *origin* (its first offset in the half queue):
 * **rollback**: only the op record.
 
 A message whose outcome is still unknown is *checked back* by
-:class:`~pymq.broker.transaction_check.TransactionCheckService`: as RocketMQ does, the
+:class:`~pymq.broker.transaction.check.TransactionCheckService`: as RocketMQ does, the
 half message is first stored again at the end of the half queue (``put back``, with
 ``TRANSACTION_CHECK_TIMES`` + 1 and ``TRAN_PREPARED_QUEUE_OFFSET`` naming the origin), so
 the queue's scan position can move on, then a producer of its group is asked. Every copy
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.broker.store.results import GetStatus, PutResult, PutStatus
-from pymq.broker.transaction_hook import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC, ORIGIN_OFFSET
+from pymq.broker.transaction.hook import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC, ORIGIN_OFFSET
 from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.errors import MessageDecodeError
 from pymq.logs import get_logger
@@ -289,7 +289,7 @@ class TransactionalMessageService:
     def find_half(self, h: EndTransactionRequest, *, quiet: bool = False) -> tuple[RecordFields, dict[str, str]] | str:
         """The half message ``h`` names (its fields and properties), or why there is none
         ("not-found", "mismatch"; logged unless ``quiet``). Also how the broker's ACL finds the
-        topic of a request that names none (:mod:`pymq.broker.transaction_acl`: it logs its refusals)."""
+        topic of a request that names none (:mod:`pymq.broker.transaction.acl`: it logs its refusals)."""
         view = self.store.read_record(h.commit_log_offset)
         if view is None:
             if not quiet:

@@ -22,7 +22,7 @@ from pymq.protocol.requests import EndTransactionRequest
 from pymq.security.permissions import Resolver, ResourceNotFound
 
 if TYPE_CHECKING:
-    from pymq.broker.transactions import TransactionalMessageService
+    from pymq.broker.transaction.service import TransactionalMessageService
 
 
 def half_message_topic(transactions: Callable[[], TransactionalMessageService | None]) -> Resolver:

@@ -1,8 +1,8 @@
 """Broker-side put hooks: rewrite a batch's records before the store sees them.
 
 The store stores what it is given (:meth:`MessageStore.put_batches`). Anything that moves
-a record elsewhere first — delay levels (:mod:`pymq.broker.delay_hook`), transactions' half
-topic (:mod:`pymq.broker.transaction_hook`); timers and priorities later — is a :class:`PutHook`. Every put of the
+a record elsewhere first — delay levels (:mod:`pymq.broker.delay.hook`), transactions' half
+topic (:mod:`pymq.broker.transaction.hook`); timers and priorities later — is a :class:`PutHook`. Every put of the
 broker (send, send-back, scheduled delivery) goes through one :class:`PutPath`, which runs
 the hooks in order, stores the resulting segments in one store call (one lock hold, one
 store time) and hands back one result per record of the original batch, in order.
