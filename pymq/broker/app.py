@@ -25,7 +25,7 @@ from typing import Any
 
 from pymq import __version__
 from pymq.broker.consumers import ClientChannel, ConsumerManager
-from pymq.broker.delay.hook import default_put_hooks
+from pymq.broker.delay.hook import DelayHook
 from pymq.broker.delay.service import ScheduleService
 from pymq.broker.ha.auth import acl_authenticate
 from pymq.broker.ha.handlers import ReplicationHandlers
@@ -44,6 +44,7 @@ from pymq.broker.offsets import ConsumerOffsetManager
 from pymq.broker.pop.handlers import PopHandlers
 from pymq.broker.pop.receipt import HandleSigner
 from pymq.broker.pop.revive import PopState
+from pymq.broker.pop.revive import drop_state as drop_pop_state
 from pymq.broker.priority import PriorityHook, PriorityInterceptor, PriorityService
 from pymq.broker.put_path import PutHook, PutPath
 from pymq.broker.registration import NamesrvRegistrar
@@ -61,11 +62,7 @@ from pymq.broker.sync_flush.loop_sync import LoopSync
 from pymq.broker.timer.handlers import TimerHandlers
 from pymq.broker.timer.service import TimerService
 from pymq.broker.topics import TopicConfigManager
-from pymq.broker.transaction.acl import transaction_resolvers
-from pymq.broker.transaction.check import TransactionCheckService
-from pymq.broker.transaction.handlers import TransactionHandlers
-from pymq.broker.transaction.hook import TransactionHook
-from pymq.broker.transaction.service import TransactionalMessageService
+from pymq.broker.transaction.feature import Transactions
 from pymq.config import BrokerConfig
 from pymq.errors import ConfigError
 from pymq.logs import get_logger
@@ -151,12 +148,14 @@ class BrokerApp:
         #: what only a master runs (schedule, timers, priority refill, check-back, pop revival), started and
         #: stopped as one with the role (see broker.master_services; filled in start())
         self.master_services = MasterServices()
-        # transactional messages: the half-message put hook, commit/rollback, check-back (masters only)
-        self.transaction_hook: TransactionHook | None = None  # one of the put path's hooks
-        self.transactions: TransactionalMessageService = None  # type: ignore[assignment]
-        self.transaction_check: TransactionCheckService | None = None
-        #: whether ``transactions`` was loaded at startup and not used by a slave since
-        self._transactions_fresh = False
+        #: transactional messages: the half-message put hook, commit/rollback, check-back (masters only)
+        self.transaction = Transactions(
+            config=config,
+            topics=self.topics,
+            stats=self.stats,
+            producer_channels=self.consumers.producer_channels,
+            address=lambda: self.address,
+        )
         self._pop_revive: PeriodicService | None = None
         # --- timer messages (issue 17): its put hook wherever timer_enable (a slave's copy of the
         # timer topic gets the same consume-queue entries); only masters run the service ---
@@ -241,7 +240,7 @@ class BrokerApp:
             QueryHandlers(store=store),
             TimerHandlers(timer=self.timer, role=self.role),
             LockHandlers(locks=self.locks),
-            TransactionHandlers(transactions=lambda: self.transactions),
+            self.transaction.handlers(),
             AdminHandlers(
                 store=store,
                 topics=self.topics,
@@ -287,9 +286,9 @@ class BrokerApp:
             self.store = MessageStore(cfg.store, store_host=self.address)
             # Order matters: transactions' half messages first (never delayed), then timers, delay
             # levels, and priority levels last (a due timer message enters its level when delivered).
-            tx_hook, delay_hook = default_put_hooks(cfg.store.delay_levels_ms)
+            delay_hook = DelayHook(cfg.store.delay_levels_ms)
             timer_hooks = [self.timer.hook] if self.timer is not None else []
-            hooks: list[PutHook] = [tx_hook, *timer_hooks, delay_hook, self.priority_hook]
+            hooks: list[PutHook] = [self.transaction.hook, *timer_hooks, delay_hook, self.priority_hook]
             self.put_path = PutPath(self.store, hooks)
             # Recovery can take seconds: keep the loop free to handle signals meanwhile.
             await asyncio.to_thread(self.store.start)
@@ -334,7 +333,7 @@ class BrokerApp:
             await self._fence_at_startup(self.replication)
         if self.is_slave:
             self.drop_master_state()  # a slave keeps no delivery state of its own (see drop_master_state)
-        self._start_transactions(self.store)
+        self.transaction.open(self.store, master=not self.is_slave)
         self._build_master_services()
         self._register_handlers(self.store)
         for svc in self.services:
@@ -361,7 +360,7 @@ class BrokerApp:
         """ACL interceptor (first in the chain: nothing is answered to an unsigned peer), TLS on
         the listener, credentials and TLS for the calls to nameservers (issue 20)."""
         cfg = self.config
-        self.acl = acl_interceptor(cfg.acl, "broker", transaction_resolvers(lambda: self.transactions))
+        self.acl = acl_interceptor(cfg.acl, "broker", self.transaction.acl_resolvers())
         if self.acl is not None:
             self.dispatcher.add_interceptor(self.acl)
             self.dispatcher.move_first(self.acl)
@@ -372,16 +371,6 @@ class BrokerApp:
         self.namesrv_client.ssl = outgoing_tls(cfg.tls, cfg.namesrv_addrs)
         self.namesrv_client.signer = daemon_signer(cfg.acl)
 
-    def _start_transactions(self, store: MessageStore) -> None:
-        self.transaction_hook = next((h for h in self.put_path.hooks if isinstance(h, TransactionHook)), None)
-        self.transactions = TransactionalMessageService(
-            store, self.topics, self.stats, Path(self.config.store.store_dir) / "config"
-        )
-        self.transactions.load()
-        # a slave lists pending half messages (from what it replicated) but never checks back; a
-        # promotion loads a new service (see _start_transaction_check)
-        self._transactions_fresh = not self.is_slave
-
     # --- master-only services (issue 16: they follow the role; see broker.master_services) -----------------
 
     def _build_master_services(self) -> None:
@@ -390,7 +379,7 @@ class BrokerApp:
         if self.timer is not None:
             group.add(self.timer)
         group.add(Step("priority", self._start_priority, self._stop_priority))
-        group.add(Step("transaction-check", self._start_transaction_check, self._stop_transaction_check))
+        group.add(Step("transaction-check", self.transaction.start_check, self.transaction.stop_check))
         group.add(Step("pop", self._start_pop, self._stop_pop))
 
     async def start_master_services(self) -> None:
@@ -407,19 +396,12 @@ class BrokerApp:
         promotion rebuilds them from the replicated topics and what the slave copied from its master."""
         if self.master_services.running:
             raise RuntimeError("drop master state only while the master services are stopped")
-        cfg_dir = Path(self.config.store.store_dir) / "config"
-        for name in ("transactionOffset.json", "popReviveOffset.json", "priorityOffset.json"):
-            for path in (cfg_dir / name, cfg_dir / (name + ".bak")):
-                path.unlink(missing_ok=True)
+        # each feature deletes its own files
+        self.transaction.drop_state()
+        drop_pop_state(Path(self.config.store.store_dir) / "config")
+        self.priority.drop_state()
         if self.timer is not None:
             self.timer.drop_files()
-        self.priority.offsets.clear()
-        if self.transactions is not None and self.store is not None:
-            # A demoted master's view of the half queue is its own term's: a slave lists from the start.
-            self.transactions = TransactionalMessageService(
-                self.store, self.topics, self.stats, Path(self.config.store.store_dir) / "config"
-            )
-            self._transactions_fresh = False
 
     async def _start_priority(self) -> None:
         await self.priority.start()
@@ -428,26 +410,6 @@ class BrokerApp:
     async def _stop_priority(self) -> None:
         self.dispatcher.remove_interceptor(self.priority_interceptor)
         await self.priority.stop()
-
-    async def _start_transaction_check(self) -> None:
-        store = self.store
-        assert store is not None
-        if not self._transactions_fresh:
-            # Promoted: what the slave tracked may predate a truncation; read it again from the positions.
-            self.transactions = TransactionalMessageService(
-                store, self.topics, self.stats, Path(self.config.store.store_dir) / "config"
-            )
-            self.transactions.load()
-        self._transactions_fresh = False
-        self.transaction_check = TransactionCheckService(
-            self.transactions, self.config, self.consumers.producer_channels, lambda: self.address
-        )
-        await self.transaction_check.start()
-
-    async def _stop_transaction_check(self) -> None:
-        check, self.transaction_check = self.transaction_check, None
-        if check is not None:
-            await check.stop()
 
     async def _start_pop(self) -> None:
         """Replay the revive log into the pop state and run its revive service."""

@@ -20,8 +20,7 @@ if TYPE_CHECKING:
     from pymq.broker.store import MessageStore
     from pymq.broker.timer.service import TimerService
     from pymq.broker.topics import TopicConfigManager
-    from pymq.broker.transaction.hook import TransactionHook
-    from pymq.broker.transaction.service import TransactionalMessageService
+    from pymq.broker.transaction.feature import Transactions
     from pymq.config import BrokerConfig
     from pymq.transport.dispatch import Dispatcher
     from pymq.transport.server import RpcServer
@@ -57,9 +56,7 @@ class BrokerView(Protocol):
     @property
     def replication(self) -> Replication | None: ...
     @property
-    def transaction_hook(self) -> TransactionHook | None: ...
-    @property
-    def transactions(self) -> TransactionalMessageService | None: ...
+    def transaction(self) -> Transactions: ...
     @property
     def timer(self) -> TimerService | None: ...
 
@@ -194,8 +191,8 @@ class BrokerCollector:
         yield gauge("pymq_held_pulls", "Pull requests held by long polling.", app.pull_hold.held_count)
 
     def _transactions(self) -> Iterator[Any]:
-        tx, hook = self.app.transactions, self.app.transaction_hook
-        if tx is None or hook is None:
+        tx, hook = self.app.transaction.maybe_service(), self.app.transaction.hook
+        if tx is None:
             return
         yield CounterMetricFamily(
             "pymq_transaction_half_messages", "Transactional (half) messages received.", value=hook.halves

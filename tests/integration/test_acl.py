@@ -219,7 +219,7 @@ async def test_end_transaction_needs_pub_on_the_half_messages_topic(secured) -> 
                 resp = await rpc.invoke(broker.address, end_tx("tx-acl", half, topic=topic))  # not oneway: seen
                 assert (resp.code, resp.remark) == (ResponseCode.NO_PERMISSION, "no PUB permission on topic orders")
         assert orders_stored(cluster) == 0
-        assert broker.transactions.commits == 0
+        assert broker.transaction.service().commits == 0
         await tp.end_transaction(half, TransactionState.COMMIT)
         await wait_until(lambda: orders_stored(cluster) == 1, what="the producer's own commit")
 
@@ -241,7 +241,7 @@ async def test_end_transaction_without_topic_commits_for_an_account_with_pub(sec
         while not got and time.monotonic() < deadline:
             got += [m.body for m in await pull.poll(timeout=0.5)]
     assert got == [b"from a RocketMQ 4 client"]
-    assert broker.transactions.commits == 1
+    assert broker.transaction.service().commits == 1
 
 
 async def test_end_transaction_without_topic_naming_no_half_message_is_refused(secured) -> None:

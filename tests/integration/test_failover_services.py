@@ -36,7 +36,7 @@ def runs_master_services(b: BrokerApp) -> bool:
         and b.timer is not None
         and b.timer.files is not None
         and b.pop_state is not None
-        and b.transaction_check is not None
+        and b.transaction.check is not None
         and b.priority_interceptor in b.dispatcher.interceptors
         and b.schedule._started
     )
@@ -47,7 +47,7 @@ def runs_none(b: BrokerApp) -> bool:
         not b.master_services.running
         and (b.timer is None or b.timer.files is None)
         and b.pop_state is None
-        and b.transaction_check is None
+        and b.transaction.check is None
         and b.priority_interceptor not in b.dispatcher.interceptors
         and not b.schedule._started
     )
@@ -220,7 +220,7 @@ async def test_a_half_message_without_outcome_is_checked_back_by_the_new_master(
         await wait_until(lambda: caught_up(master, slave), 10)
         async with AdminClient(cluster.namesrv_addr) as admin:
             await promote_slave(admin, master.config.broker_name, slave.address)
-        assert slave.transaction_check is not None and master.transaction_check is None
+        assert slave.transaction.check is not None and master.transaction.check is None
         async with TransactionProducer(cluster.namesrv_addr, "tx-p", checker, topics=["orders"]):
             got = await read_all_orders(cluster)
         assert sorted(m.body for m in got) == [b"committed", b"open"]

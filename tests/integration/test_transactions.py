@@ -95,14 +95,14 @@ async def test_commit_is_delivered_only_once_the_commit_lands_with_its_propertie
         assert internal not in m.properties
     assert m.properties["PGROUP"] == "tx-p"
     assert len(stored(cluster, OP_TOPIC)) == 1
-    assert cluster.brokers[0].transactions.pending() == []
+    assert cluster.brokers[0].transaction.service().pending() == []
 
 
 async def test_rollback_is_never_delivered(cluster: LocalCluster) -> None:
     async with TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
         result = await producer.send_in_transaction(Message("orders", b"cancelled"), lambda m, a: ROLLBACK)
         assert result.local_state is ROLLBACK
-        tx = cluster.brokers[0].transactions
+        tx = cluster.brokers[0].transaction.service()
         await wait_until(lambda: tx.rollbacks == 1, what="the rollback")
         await asyncio.sleep(1.5)  # past the transaction timeout: no check-back either
     assert stored(cluster, "orders") == []
@@ -122,7 +122,7 @@ async def test_unknown_is_resolved_by_check_back_commit_and_rollback(cluster: Lo
         for body in ("keep", "drop"):
             result = await producer.send_in_transaction(Message("orders", body.encode()), lambda m, a: UNKNOWN)
             assert result.local_state is UNKNOWN
-        tx = cluster.brokers[0].transactions
+        tx = cluster.brokers[0].transaction.service()
         await wait_until(lambda: tx.commits == 1 and tx.rollbacks == 1, timeout=15, what="check-back outcomes")
     assert sorted(asked) == ["drop", "keep"]
     assert [m.body for m in stored(cluster, "orders")] == [b"keep"]
@@ -150,7 +150,7 @@ async def test_checks_used_up_go_to_the_check_max_topic(tmp_path: Path) -> None:
         with capture_logs() as events:
             async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: asked.append(m) or UNKNOWN) as p:
                 await p.send_in_transaction(Message("orders", b"limbo", keys=["k1"]), lambda m, a: UNKNOWN)
-                tx = cluster.brokers[0].transactions
+                tx = cluster.brokers[0].transaction.service()
                 await wait_until(lambda: tx.discarded == 1, timeout=20, what="the discard")
         [logged] = [e for e in events if e["event"] == "transaction_discarded"]
         assert logged["log_level"] == "warning" and logged["to"] == CHECK_MAX_TOPIC and logged["group"] == "tx-p"
@@ -169,7 +169,7 @@ async def test_per_message_timeout_defers_the_first_check(cluster: LocalCluster)
         await wait_until(lambda: asked == [b"soon"], timeout=15, what="the default-timeout check")
         await asyncio.sleep(1.5)
         assert asked == [b"soon"]
-        [pending] = cluster.brokers[0].transactions.pending("tx-p")
+        [pending] = cluster.brokers[0].transaction.service().pending("tx-p")
         assert pending["checkTimes"] == 0 and pending["topic"] == "orders"
 
 
@@ -186,7 +186,7 @@ async def test_check_back_goes_to_another_live_producer_of_the_group(cluster: Lo
 async def test_end_transaction_must_name_the_half_message_and_commits_once(cluster: LocalCluster) -> None:
     async with TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
         half = await producer.send_half(Message("orders", b"once"))
-        tx = cluster.brokers[0].transactions
+        tx = cluster.brokers[0].transaction.service()
 
         def end(group: str = "tx-p", offset: int = half.queue_offset) -> str:
             return tx.end_transaction(
@@ -214,7 +214,7 @@ async def test_pending_listing_and_metrics(cluster: LocalCluster) -> None:
         )
         await producer.send_in_transaction(Message("orders", b"b"), lambda m, a: COMMIT)
         await producer.send_in_transaction(Message("orders", b"c"), lambda m, a: ROLLBACK)
-        tx = cluster.brokers[0].transactions
+        tx = cluster.brokers[0].transaction.service()
         await wait_until(lambda: tx.commits == 1 and tx.rollbacks == 1, what="outcomes")
         async with AdminClient(cluster.namesrv_addr) as admin:
             rows = await admin.pending_half_messages(group="tx-p")
@@ -237,16 +237,18 @@ async def test_pending_half_messages_survive_a_restart_and_commit_after_it(tmp_p
             done = await producer.send_half(Message("orders", b"done"))
             await producer.end_transaction(done, COMMIT)
             half = await producer.send_half(Message("orders", b"later"))
-            await wait_until(lambda: cluster.brokers[0].transactions.commits == 1, what="first commit")
+            await wait_until(lambda: cluster.brokers[0].transaction.service().commits == 1, what="first commit")
             broker = cluster.brokers[0]
             await cluster.stop_broker(broker)
             restarted = await cluster.add_broker(0, port=int(broker.address.rpartition(":")[2]))
-            assert [p["msgId"] for p in restarted.transactions.pending()] == [half.msg_id]
-            assert restarted.transactions.is_resolved(done.queue_offset)
+            assert [p["msgId"] for p in restarted.transaction.service().pending()] == [half.msg_id]
+            assert restarted.transaction.service().is_resolved(done.queue_offset)
             await producer.end_transaction(half, COMMIT)
-            await wait_until(lambda: restarted.transactions.commits == 1, timeout=10, what="commit after restart")
+            await wait_until(
+                lambda: restarted.transaction.service().commits == 1, timeout=10, what="commit after restart"
+            )
         assert sorted(m.body for m in stored(cluster, "orders")) == [b"done", b"later"]
-        assert restarted.transactions.pending() == []
+        assert restarted.transaction.service().pending() == []
 
 
 async def test_plain_sends_are_not_touched(cluster: LocalCluster) -> None:
@@ -277,7 +279,7 @@ async def test_a_thousand_concurrent_transactions_deliver_exactly_the_committed_
                     await producer.send_in_transaction(Message("orders", key.encode(), keys=[key]), local_tx, key)
 
             await asyncio.gather(*(one(k) for k in outcomes))
-            tx = cluster.brokers[0].transactions
+            tx = cluster.brokers[0].transaction.service()
             await wait_until(lambda: tx.commits + tx.rollbacks == 1000, timeout=30, what="all 1000 outcomes")
         expected = sorted(k for k, v in truth.items() if v is COMMIT)
         assert sorted(m.body.decode() for m in stored(cluster, "orders")) == expected
@@ -309,7 +311,7 @@ async def test_the_sqlite_example_delivers_exactly_the_orders_in_its_table(
     lines = out.decode().splitlines()
     assert [line.rsplit(": ", 1)[1] for line in lines[:4]] == ["COMMIT", "UNKNOWN", "ROLLBACK", "COMMIT"]
     assert lines[4] == "in the table: 3 orders; delivered: 3; same: True"
-    assert cluster.brokers[0].transactions.checks >= 1
+    assert cluster.brokers[0].transaction.service().checks >= 1
 
 
 async def test_sync_facade_runs_local_tx_on_the_caller_and_raises_typed_errors(cluster: LocalCluster) -> None:
@@ -334,7 +336,7 @@ async def test_sync_facade_runs_local_tx_on_the_caller_and_raises_typed_errors(c
             wait_until_sync(lambda: tx.rollbacks == 1, timeout=15, what="the checked-back rollback")
         return seen
 
-    tx = cluster.brokers[0].transactions
+    tx = cluster.brokers[0].transaction.service()
     caller = await asyncio.to_thread(lambda: (threading.current_thread().name, blocking_client()))
     assert caller[1] == [caller[0], caller[0]]
     assert tx.commits == 1
@@ -347,7 +349,7 @@ async def test_a_transactional_message_is_never_delayed_by_a_timer(cluster: Loca
     msg.set_delay_ms(60_000)
     async with TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
         await producer.send_in_transaction(msg, lambda m, a: COMMIT)
-        tx = cluster.brokers[0].transactions
+        tx = cluster.brokers[0].transaction.service()
         await wait_until(lambda: tx.commits == 1, what="the commit")
     [m] = stored(cluster, "orders")
     assert m.body == b"now" and "TIMER_DELAY_MS" not in m.properties
@@ -366,7 +368,7 @@ async def test_positions_past_the_queue_ends_are_clamped_at_start(tmp_path: Path
         state.write_text(json.dumps({"halfOffset": 10**6, "opOffset": 10**6}))
         restarted = await cluster.add_broker(0)
         await cluster.wait_for_route("orders", 1)
-        assert restarted.transactions.state() == {"halfOffset": 0, "opOffset": 0, "horizon": 0}
+        assert restarted.transaction.service().state() == {"halfOffset": 0, "opOffset": 0, "horizon": 0}
         async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
             await producer.send_in_transaction(Message("orders", b"seen"), lambda m, a: UNKNOWN)
             await wait_until(lambda: len(stored(cluster, "orders")) == 1, timeout=15, what="the checked-back commit")
@@ -393,7 +395,7 @@ async def test_a_resolved_message_with_a_copy_past_the_positions_stays_resolved_
         async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: answer[0]) as producer:
             a = await producer.send_half(Message("orders", b"A"))
             await producer.send_half(Message("orders", b"B"), transaction_timeout=60)
-            tx = cluster.brokers[0].transactions
+            tx = cluster.brokers[0].transaction.service()
             await wait_until(lambda: tx.checks >= 1, timeout=15, what="A checked back (put back after B)")
             await producer.end_transaction(a, COMMIT)
             store = cluster.brokers[0].store
@@ -410,7 +412,7 @@ async def test_a_resolved_message_with_a_copy_past_the_positions_stays_resolved_
             await cluster.stop_broker(broker)
             answer[0] = COMMIT  # a check of A now would commit it a second time
             restarted = await cluster.add_broker(0, port=int(broker.address.rpartition(":")[2]))
-            assert [p["msgId"] for p in restarted.transactions.pending()] == [
+            assert [p["msgId"] for p in restarted.transaction.service().pending()] == [
                 m.properties["UNIQ_KEY"] for m in stored(cluster, HALF_TOPIC) if m.body == b"B"
             ]
             await asyncio.sleep(2.0)  # past the timeout and a few check rounds
@@ -425,7 +427,7 @@ async def test_check_settings_change_at_runtime(tmp_path: Path) -> None:
         async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
             await producer.send_in_transaction(Message("orders", b"x"), lambda m, a: UNKNOWN)
             await asyncio.sleep(1.5)
-            tx = cluster.brokers[0].transactions
+            tx = cluster.brokers[0].transaction.service()
             assert tx.checks == 0
             async with AdminClient(cluster.namesrv_addr) as admin:
                 await admin.update_broker_config({"transaction_timeout_seconds": 1})
@@ -454,7 +456,7 @@ async def test_end_transaction_never_commits_a_half_record_forged_inside_a_messa
     res = store.put_messages("orders", 1, encode_record(b"orders", fake(phys), b""))
     assert res[0].physical_offset + body_at == phys
     assert store.read_record(phys) is not None  # the forged record does look like one
-    outcome = broker.transactions.end_transaction(
+    outcome = broker.transaction.service().end_transaction(
         EndTransactionRequest(
             producer_group="evil",
             tran_state_table_offset=0,
@@ -486,7 +488,7 @@ async def test_clients_cannot_send_to_the_transaction_timer_and_schedule_topics(
 async def test_end_transaction_naming_another_topic_than_the_halfs_is_ignored(cluster: LocalCluster) -> None:
     """END_TRANSACTION's topic (what the ACL checks PUB on) must be the half message's real topic:
     a PUB on some other topic does not end a half message of ``orders``."""
-    tx = cluster.brokers[0].transactions
+    tx = cluster.brokers[0].transaction.service()
     async with TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
         half = await producer.send_half(Message("orders", b"mine"))
 
@@ -510,7 +512,7 @@ async def test_end_transaction_naming_another_topic_than_the_halfs_is_ignored(cl
 async def test_a_half_message_cannot_claim_another_ones_origin(cluster: LocalCluster) -> None:
     """TRAN_PREPARED_QUEUE_OFFSET is the broker's own (put-back copies): a producer that sets it
     on its half message must not supersede, and by rolling back resolve, someone else's."""
-    tx = cluster.brokers[0].transactions
+    tx = cluster.brokers[0].transaction.service()
     async with (
         TransactionProducer(cluster.namesrv_addr, "tx-p", never) as victim,
         TransactionProducer(cluster.namesrv_addr, "evil-p", never, instance_name="evil") as evil,

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from pymq.broker.pop.receipt import ReceiptHandle
 from pymq.broker.pop.records import ACK_TAG, CK_TAG, CheckPoint, ack_record, parse_ack, revive_queue_of, revive_topic
 from pymq.broker.retry.policy import exhausted, keep_origin, retry_limit
-from pymq.broker.store.config_files import read_json, write_json_atomic
+from pymq.broker.store.config_files import read_json, remove_json, write_json_atomic
 from pymq.broker.store.results import GetStatus, PutStatus
 from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.logs import get_logger
@@ -76,6 +76,15 @@ class PopError(Exception):
         self.reason = reason
 
 
+#: the revive offsets (a master's own: a slave's or a demoted master's are stale)
+STATE_FILE = "popReviveOffset.json"
+
+
+def drop_state(config_dir: Path) -> None:
+    """Delete the revive offsets (a slave keeps none; a promotion starts from the copied consumer offsets)."""
+    remove_json(config_dir / STATE_FILE)
+
+
 class PopState:
     def __init__(
         self,
@@ -101,7 +110,7 @@ class PopState:
         self.revive_queues = revive_queues
         #: open checkpoints at most before pops stop taking messages (bounds the index below)
         self.max_inflight = max_inflight
-        self.path = config_dir / "popReviveOffset.json"
+        self.path = config_dir / STATE_FILE
         #: ck commitlog offset -> open checkpoint
         self.open: dict[int, CheckPoint] = {}
         #: revive qid -> {revive queue offset: ck}, in log order (the first is the oldest open one)

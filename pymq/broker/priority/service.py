@@ -16,7 +16,7 @@ from pymq.broker.priority.levels import (
     level_topic,
     priority_levels,
 )
-from pymq.broker.store.config_files import read_json, write_json_atomic
+from pymq.broker.store.config_files import read_json, remove_json, write_json_atomic
 from pymq.broker.store.results import GetStatus, PutStatus
 from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.logs import get_logger
@@ -45,6 +45,11 @@ class PriorityService:
         self._dirty = False
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def drop_state(self) -> None:
+        """Forget the refill positions (a slave's or demoted master's are stale): its file and memory."""
+        remove_json(self.path)
+        self.offsets.clear()
 
     async def start(self) -> None:
         data = read_json(self.path) or {}

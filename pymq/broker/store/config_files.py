@@ -44,6 +44,12 @@ def write_json_atomic(path: Path, data: Any) -> None:
         os.close(dir_fd)
 
 
+def remove_json(path: Path) -> None:
+    """Delete the file and its ``.bak`` (state that no longer applies); missing files are fine."""
+    for candidate in (path, path.with_name(path.name + ".bak")):
+        candidate.unlink(missing_ok=True)
+
+
 def read_json(path: Path) -> Any | None:
     """The file's content, falling back to ``.bak`` when it is missing or corrupt; None if neither loads."""
     for candidate in (path, path.with_name(path.name + ".bak")):

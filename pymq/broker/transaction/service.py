@@ -83,6 +83,10 @@ _OP_PROPS = encode_properties({Prop.TAGS: OP_TAG})
 _READ_BATCH = 256
 
 
+#: the service's positions (halfOffset, opOffset): a master's own, stale for a slave
+STATE_FILE = "transactionOffset.json"
+
+
 @dataclass(slots=True)
 class HalfEntry:
     """One stored copy of a half message, as the scan reads it."""
@@ -129,7 +133,7 @@ class TransactionalMessageService:
         self.topics = topics
         self.stats = stats
         self.clock = clock
-        self.path = config_dir / "transactionOffset.json"
+        self.path = config_dir / STATE_FILE
         self.half_offset = 0
         self.op_offset = 0
         #: origins with an op record (from ``op_offset`` on)
