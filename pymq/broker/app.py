@@ -41,10 +41,8 @@ from pymq.broker.handlers.send import SendHandlers
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
 from pymq.broker.offsets import ConsumerOffsetManager
-from pymq.broker.pop.handlers import PopHandlers
-from pymq.broker.pop.receipt import HandleSigner
+from pymq.broker.pop.feature import Pop
 from pymq.broker.pop.revive import PopState
-from pymq.broker.pop.revive import drop_state as drop_pop_state
 from pymq.broker.priority import PriorityHook, PriorityInterceptor, PriorityService
 from pymq.broker.put_path import PutHook, PutPath
 from pymq.broker.registration import NamesrvRegistrar
@@ -108,10 +106,6 @@ class BrokerApp:
         self.store: MessageStore | None = None
         #: SYNC_FLUSH with the C syncer: the group commit's syncs, answered on the loop (made at start)
         self.loop_sync: LoopSync | None = None
-        #: pop consumption's checkpoints and acks (while master: made by the master services)
-        self.pop_state: PopState | None = None
-        #: pop's handlers (made with the others in start(); served while ``pop_state`` exists)
-        self.pop_handlers: PopHandlers = None  # type: ignore[assignment]
         #: every put goes through it: put hooks (delays ...), then the store
         self.put_path: PutPath = None  # type: ignore[assignment]
         self.dispatcher = Dispatcher(name="broker")
@@ -156,7 +150,6 @@ class BrokerApp:
             producer_channels=self.consumers.producer_channels,
             address=lambda: self.address,
         )
-        self._pop_revive: PeriodicService | None = None
         # --- timer messages (issue 17): its put hook wherever timer_enable (a slave's copy of the
         # timer topic gets the same consume-queue entries); only masters run the service ---
         self.timer: TimerService | None = TimerService(self) if config.timer_enable else None
@@ -165,6 +158,16 @@ class BrokerApp:
         self.priority_hook = PriorityHook(self.topics)
         self.priority = PriorityService(self, self.priority_hook)
         self.priority_interceptor = PriorityInterceptor(self.priority)
+        #: pop consumption (RocketMQ 5's SimpleConsumer): served while master
+        self.pop = Pop(
+            config=config,
+            topics=self.topics,
+            subscription_groups=self.subscription_groups,
+            offsets=self.offsets,
+            pull_hold=self.pull_hold,
+            stats=self.stats,
+            before_read=self.priority.on_pull,
+        )
         #: started once serving, stopped first (the registrar last in, first out)
         self.serving_services: list[Service] = [
             PeriodicService("client-scan", config.client_scan_interval_seconds, self.consumers.scan_expired),
@@ -177,19 +180,6 @@ class BrokerApp:
     def _register_handlers(self, store: MessageStore) -> None:
         """Give each handler family the collaborators it needs (once: the store exists from here on)."""
         cfg, address = self.config, self.address
-        # pop is served while the pop service runs (master only): it sets and clears ``state``
-        self.pop_handlers = PopHandlers(
-            store=store,
-            signer=HandleSigner.from_store(Path(cfg.store.store_dir) / "config"),
-            topics=self.topics,
-            subscription_groups=self.subscription_groups,
-            offsets=self.offsets,
-            pull_hold=self.pull_hold,
-            stats=self.stats,
-            config=cfg,
-            address=address,
-            before_read=self.priority.on_pull,
-        )
         families: tuple[Any, ...] = (
             SendHandlers(
                 store=store,
@@ -235,7 +225,7 @@ class BrokerApp:
                 consumers=self.consumers,
                 broker_name=cfg.broker_name,
                 address=address,
-                inflight=self._pop_inflight,
+                inflight=self.pop.inflight,
             ),
             QueryHandlers(store=store),
             TimerHandlers(timer=self.timer, role=self.role),
@@ -252,7 +242,7 @@ class BrokerApp:
                 address=address,
             ),
             ReplicationHandlers(delay_offsets=lambda: self.schedule.offsets, role_change=self.role_changer.change),
-            self.pop_handlers,
+            self.pop.handlers(store, self.put_path, address),
         )
         table: dict[int, Any] = {}
         for family in families:
@@ -263,8 +253,10 @@ class BrokerApp:
     def is_slave(self) -> bool:
         return self.role.current.is_slave
 
-    def _pop_inflight(self, group: str) -> dict[tuple[str, int], int] | None:
-        return self.pop_state.inflight_by_queue(group) if self.pop_state is not None else None
+    @property
+    def pop_state(self) -> PopState | None:
+        """Pop's open checkpoints and acks while this broker serves pops (a master), else None."""
+        return self.pop.state
 
     async def start(self) -> None:
         cfg = self.config
@@ -380,7 +372,7 @@ class BrokerApp:
             group.add(self.timer)
         group.add(Step("priority", self._start_priority, self._stop_priority))
         group.add(Step("transaction-check", self.transaction.start_check, self.transaction.stop_check))
-        group.add(Step("pop", self._start_pop, self._stop_pop))
+        group.add(self.pop)
 
     async def start_master_services(self) -> None:
         """Run what a master runs (after startup as master, at a promotion)."""
@@ -398,7 +390,7 @@ class BrokerApp:
             raise RuntimeError("drop master state only while the master services are stopped")
         # each feature deletes its own files
         self.transaction.drop_state()
-        drop_pop_state(Path(self.config.store.store_dir) / "config")
+        self.pop.drop_state()
         self.priority.drop_state()
         if self.timer is not None:
             self.timer.drop_files()
@@ -410,36 +402,6 @@ class BrokerApp:
     async def _stop_priority(self) -> None:
         self.dispatcher.remove_interceptor(self.priority_interceptor)
         await self.priority.stop()
-
-    async def _start_pop(self) -> None:
-        """Replay the revive log into the pop state and run its revive service."""
-        store = self.store
-        assert store is not None
-        cfg = self.config
-        self.pop_state = PopState(
-            store=store,
-            put_path=self.put_path,
-            topics=self.topics,
-            subscription_groups=self.subscription_groups,
-            offsets=self.offsets,
-            config_dir=Path(cfg.store.store_dir) / "config",
-            cluster=cfg.cluster_name,
-            revive_queues=cfg.pop_revive_queue_nums,
-            max_inflight=cfg.pop_max_inflight_checkpoints,
-        )
-        self.pop_state.start()  # on the loop: replay commits consumer offsets the handlers also touch
-        self.pop_handlers.state = self.pop_state
-        self._pop_revive = PeriodicService("pop-revive", cfg.pop_revive_interval_seconds, self.pop_state.revive_due)
-        await self._pop_revive.start()
-
-    async def _stop_pop(self) -> None:
-        revive, self._pop_revive = self._pop_revive, None
-        if revive is not None:
-            await revive.stop()
-        state, self.pop_state = self.pop_state, None
-        self.pop_handlers.state = None
-        if state is not None:
-            state.persist_offsets()
 
     def _close_metrics(self) -> None:
         if self.metrics is not None:
