@@ -38,6 +38,7 @@ from pymq.broker.handlers.offsets import OffsetHandlers
 from pymq.broker.handlers.pull import PullHandlers
 from pymq.broker.handlers.query import QueryHandlers
 from pymq.broker.handlers.send import SendHandlers
+from pymq.broker.hosts import BrokerParts
 from pymq.broker.locks import QueueLockManager
 from pymq.broker.long_polling import PullHoldService
 from pymq.broker.offsets import ConsumerOffsetManager
@@ -103,11 +104,10 @@ class BrokerApp:
             self.runtime.subscribe(manager.configure)
         self.pull_hold = PullHoldService()
         self.stats = BrokerStats()
-        self.store: MessageStore | None = None
+        #: what the delivering services (schedule, timers, priority refill) get instead of the app
+        self.parts = BrokerParts(config=config, topics=self.topics, stats=self.stats, offsets=self.offsets)
         #: SYNC_FLUSH with the C syncer: the group commit's syncs, answered on the loop (made at start)
         self.loop_sync: LoopSync | None = None
-        #: every put goes through it: put hooks (delays ...), then the store
-        self.put_path: PutPath = None  # type: ignore[assignment]
         self.dispatcher = Dispatcher(name="broker")
         #: the broker's role: read through this one object, changed only by its transitions
         #: (see broker.role.state; broker.role.change drives them)
@@ -136,7 +136,7 @@ class BrokerApp:
         self.role_changer = RoleChanger(self)
         self.started_at = 0.0
         self.metrics: Any = None
-        self.schedule = ScheduleService(self)
+        self.schedule = ScheduleService(self.parts)
         #: started after the store, before serving, and stopped after serving (replication joins at start)
         self.services: list[Service] = []
         #: what only a master runs (schedule, timers, priority refill, check-back, pop revival), started and
@@ -152,11 +152,11 @@ class BrokerApp:
         )
         # --- timer messages (issue 17): its put hook wherever timer_enable (a slave's copy of the
         # timer topic gets the same consume-queue entries); only masters run the service ---
-        self.timer: TimerService | None = TimerService(self) if config.timer_enable else None
+        self.timer: TimerService | None = TimerService(self.parts) if config.timer_enable else None
         # --- priority topics (issue 17): masters move messages from level queues on demand (the
         # service and its interceptor run with the master services) ---
         self.priority_hook = PriorityHook(self.topics)
-        self.priority = PriorityService(self, self.priority_hook)
+        self.priority = PriorityService(self.parts, self.priority_hook)
         self.priority_interceptor = PriorityInterceptor(self.priority)
         #: pop consumption (RocketMQ 5's SimpleConsumer): served while master
         self.pop = Pop(
@@ -250,6 +250,14 @@ class BrokerApp:
         self.dispatcher.register_many(table)
 
     @property
+    def store(self) -> MessageStore | None:
+        return self.parts.store
+
+    @property
+    def put_path(self) -> PutPath:
+        return self.parts.put_path
+
+    @property
     def is_slave(self) -> bool:
         return self.role.current.is_slave
 
@@ -275,29 +283,29 @@ class BrokerApp:
         try:
             self._setup_security()
             check_store_dir(cfg.store.store_dir)
-            self.store = MessageStore(cfg.store, store_host=self.address)
+            store = self.parts.store = MessageStore(cfg.store, store_host=self.address)
             # Order matters: transactions' half messages first (never delayed), then timers, delay
             # levels, and priority levels last (a due timer message enters its level when delivered).
             delay_hook = DelayHook(cfg.store.delay_levels_ms)
             timer_hooks = [self.timer.hook] if self.timer is not None else []
             hooks: list[PutHook] = [self.transaction.hook, *timer_hooks, delay_hook, self.priority_hook]
-            self.put_path = PutPath(self.store, hooks)
+            self.parts.put_path = PutPath(store, hooks)
             # Recovery can take seconds: keep the loop free to handle signals meanwhile.
-            await asyncio.to_thread(self.store.start)
+            await asyncio.to_thread(store.start)
         except BaseException:
             sock.close()
             self._close_metrics()
             raise
         # --- SYNC_FLUSH through the C syncer (issue 19): one for the store's life, handlers come and go ---
-        self.loop_sync = LoopSync.for_store(self.store)
-        self.store.add_arrival_listener(self.pull_hold.notify)
+        self.loop_sync = LoopSync.for_store(store)
+        store.add_arrival_listener(self.pull_hold.notify)
         self.topics.load()
         self.topics.persist()
         self.offsets.load()
         self.subscription_groups.load()
         self.replication = Replication(
             cfg,
-            self.store,
+            store,
             rpc=self.namesrv_client,
             address=lambda: self.address,
             discovered_master=lambda: self.registrar.master_addr,
@@ -325,9 +333,9 @@ class BrokerApp:
             await self._fence_at_startup(self.replication)
         if self.is_slave:
             self.drop_master_state()  # a slave keeps no delivery state of its own (see drop_master_state)
-        self.transaction.open(self.store, master=not self.is_slave)
+        self.transaction.open(store, master=not self.is_slave)
         self._build_master_services()
-        self._register_handlers(self.store)
+        self._register_handlers(store)
         for svc in self.services:
             await svc.start()
         if not self.is_slave:

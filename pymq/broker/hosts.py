@@ -1,7 +1,14 @@
-"""What broker services see of the broker: the app passes itself, and no service imports it."""
+"""What broker services see of the broker: the parts they use, never the app.
+
+:class:`BrokerParts` is the one object the app hands to the services that deliver or re-put
+messages (schedule, timers, priority refill); the protocols say what each needs of it (tests
+hand them a namespace with the same names). ``store`` and ``put_path`` exist once the app has
+started its store.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -33,3 +40,20 @@ class OffsetsDeliveryHost(DeliveryHost, Protocol):
 
     @property
     def offsets(self) -> ConsumerOffsetManager: ...
+
+
+@dataclass
+class BrokerParts:
+    """The broker's shared parts, as services see them (satisfies :class:`OffsetsDeliveryHost`)."""
+
+    config: BrokerConfig
+    topics: TopicConfigManager
+    stats: BrokerStats
+    offsets: ConsumerOffsetManager
+    #: set by the app once the store is made (None before start)
+    store: MessageStore | None = None
+    #: set by the app with the store: every put goes through it
+    put_path: PutPath = None  # type: ignore[assignment]
+
+
+__all__ = ["BrokerParts", "DeliveryHost", "OffsetsDeliveryHost"]
