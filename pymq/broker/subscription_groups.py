@@ -10,12 +10,14 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pymq.broker.retry.policy import DEFAULT_MAX_RECONSUME_TIMES
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.errors import InvalidRequestError
 
 if TYPE_CHECKING:
     from pymq.config import BrokerConfig
+
+#: RocketMQ's default retry limit (a group's ``retryMaxTimes``; see pymq.broker.retry.policy)
+DEFAULT_MAX_RECONSUME_TIMES = 16
 
 
 @dataclass

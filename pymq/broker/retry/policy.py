@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pymq.broker.subscription_groups import DEFAULT_MAX_RECONSUME_TIMES
 from pymq.errors import MessageDecodeError
 from pymq.protocol.command import Buffer
 from pymq.protocol.message import Prop
@@ -26,9 +27,6 @@ from pymq.protocol.route import PERM_READ_WRITE
 if TYPE_CHECKING:
     from pymq.broker.subscription_groups import SubscriptionGroupConfig, SubscriptionGroupManager
     from pymq.broker.topics import TopicConfigManager
-
-#: RocketMQ's default retry limit (subscription groups' ``retryMaxTimes``, consumers' maxReconsumeTimes)
-DEFAULT_MAX_RECONSUME_TIMES = 16
 
 
 def retry_limit(group: SubscriptionGroupConfig | None, requested: int = -1) -> int:
