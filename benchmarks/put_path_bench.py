@@ -35,7 +35,7 @@ from pymq.protocol.record import encode_properties, encode_record
 from pymq.protocol.route import TopicConfig
 
 try:  # the put path exists from issue 13 on; older trees measure the store and the dispatch only
-    from pymq.broker.delay.hook import default_put_hooks
+    from pymq.broker.put_order import default_put_hooks
     from pymq.broker.put_path import PutPath
 except ImportError:  # pragma: no cover - comparing with an older checkout
     PutPath = None  # type: ignore[assignment,misc]

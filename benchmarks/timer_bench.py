@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pymq.broker.delay.hook import default_put_hooks
+from pymq.broker.put_order import default_put_hooks
 from pymq.broker.put_path import PutPath
 from pymq.broker.stats import BrokerStats
 from pymq.broker.store import MessageStore

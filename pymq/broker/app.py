@@ -45,7 +45,8 @@ from pymq.broker.offsets import ConsumerOffsetManager
 from pymq.broker.pop.feature import Pop
 from pymq.broker.pop.revive import PopState
 from pymq.broker.priority import PriorityHook, PriorityInterceptor, PriorityService
-from pymq.broker.put_path import PutHook, PutPath
+from pymq.broker.put_order import ordered_hooks
+from pymq.broker.put_path import PutPath
 from pymq.broker.registration import NamesrvRegistrar
 from pymq.broker.retry.sendback import SendBackHandlers
 from pymq.broker.role.change import RoleChanger, newer_master
@@ -284,11 +285,12 @@ class BrokerApp:
             self._setup_security()
             check_store_dir(cfg.store.store_dir)
             store = self.parts.store = MessageStore(cfg.store, store_host=self.address)
-            # Order matters: transactions' half messages first (never delayed), then timers, delay
-            # levels, and priority levels last (a due timer message enters its level when delivered).
-            delay_hook = DelayHook(cfg.store.delay_levels_ms)
-            timer_hooks = [self.timer.hook] if self.timer is not None else []
-            hooks: list[PutHook] = [self.transaction.hook, *timer_hooks, delay_hook, self.priority_hook]
+            hooks = ordered_hooks(
+                self.transaction.hook,
+                DelayHook(cfg.store.delay_levels_ms),
+                timer=self.timer.hook if self.timer is not None else None,
+                priority=self.priority_hook,
+            )
             self.parts.put_path = PutPath(store, hooks)
             # Recovery can take seconds: keep the loop free to handle signals meanwhile.
             await asyncio.to_thread(store.start)

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from pymq.broker.store.results import PutResult, PutResults, PutStatus
 from pymq.errors import MessageDecodeError
+from pymq.protocol.codes import ResponseCode
+from pymq.protocol.command import Buffer
 from pymq.protocol.record import MAX_PROPERTIES_SIZE, RecordFields, iter_spans, parse_record
 from pymq.protocol.record_batch import any_property_contains
 
@@ -35,6 +37,23 @@ if TYPE_CHECKING:
 
 #: (topic, queue id, encoded records)
 Segment = tuple[str, int, bytes]
+
+#: the broker's put path: (topic, queue id, records) -> one result per record
+PutMessages = Callable[[str, int, Buffer], PutResults]
+
+#: a put's status -> the response code a request that put it answers with
+PUT_STATUS_TO_CODE = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.OS_PAGE_CACHE_BUSY: ResponseCode.SYSTEM_BUSY,
+    PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
+}
 
 
 def movable_record(data: bytes, pos: int, size: int, topic_b: bytes, max_message_size: int) -> RecordFields | None:
@@ -207,4 +226,4 @@ class PutPath:
         return segments
 
 
-__all__ = ["PutHook", "PutPath", "PutRefused", "Segment"]
+__all__ = ["PUT_STATUS_TO_CODE", "PutHook", "PutMessages", "PutPath", "PutRefused", "Segment"]

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pymq.broker.delay.hook import SCHEDULE_TOPIC
 from pymq.broker.store.config_files import read_json, write_json_atomic
+from pymq.broker.system_topics import SCHEDULE_TOPIC
 from pymq.errors import InvalidRequestError
 from pymq.logs import get_logger
 from pymq.protocol.requests import AUTO_CREATE_TOPIC

@@ -6,9 +6,9 @@ import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 
-from pymq.broker.delay.hook import default_put_hooks
 from pymq.broker.delay.service import ScheduleService
 from pymq.broker.long_polling import PullHoldService
+from pymq.broker.put_order import default_put_hooks
 from pymq.broker.put_path import PutPath
 from pymq.broker.stats import BrokerStats
 from pymq.broker.store import GetStatus, MessageStore

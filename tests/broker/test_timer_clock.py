@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 
-from pymq.broker.delay.hook import default_put_hooks
+from pymq.broker.put_order import default_put_hooks
 from pymq.broker.put_path import PutPath
 from pymq.broker.stats import BrokerStats
 from pymq.broker.store import GetStatus, MessageStore

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pymq.broker.delay.hook import DelayHook, default_put_hooks
+from pymq.broker.delay.hook import DelayHook
+from pymq.broker.put_order import default_put_hooks
 from pymq.broker.put_path import PutPath
 from pymq.broker.transaction.hook import HALF_TOPIC, OP_TOPIC, TransactionHook
 from pymq.protocol.record import decode_properties, encode_properties, encode_record, parse_record

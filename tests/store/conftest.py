@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pymq.broker.delay.hook import default_put_hooks
+from pymq.broker.put_order import default_put_hooks
 from pymq.broker.put_path import PutPath
 from pymq.broker.store import MessageStore
 from tests.store.storeutil import STORE_HOST, make_config, open_store

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pymq.broker.put_path import PutHook, Segment, movable_record, move_records
-from pymq.broker.transaction.hook import TransactionHook
+from pymq.broker.put_path import Segment, movable_record, move_records
+from pymq.broker.system_topics import SCHEDULE_TOPIC
 from pymq.protocol.message import Prop
 from pymq.protocol.record import (
     decode_properties,
@@ -30,7 +30,6 @@ from pymq.protocol.record_batch import SplitBatch, any_property_contains
 if TYPE_CHECKING:
     from pymq.broker.store import MessageStore
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 _DELAY = b"DELAY\x01"
 
 
@@ -98,9 +97,4 @@ class DelayHook:
         return SCHEDULE_TOPIC, level - 1, rec
 
 
-def default_put_hooks(delay_levels_ms: list[int]) -> list[PutHook]:
-    """The broker's put hooks, in order: transactions' half messages first (they are never delayed)."""
-    return [TransactionHook(), DelayHook(delay_levels_ms)]
-
-
-__all__ = ["SCHEDULE_TOPIC", "DelayHook", "default_put_hooks", "delivery_time"]
+__all__ = ["SCHEDULE_TOPIC", "DelayHook", "delivery_time"]

@@ -13,11 +13,12 @@ from collections.abc import Callable
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
-from pymq.broker.delay.hook import SCHEDULE_TOPIC
+from pymq.broker.put_path import PUT_STATUS_TO_CODE, PutMessages
 from pymq.broker.retry.policy import dead_letter_if_exhausted
 from pymq.broker.store.results import PutResults, PutStatus, StoredRun
 from pymq.broker.sync_flush.group_commit import GroupCommit, on_the_loop
 from pymq.broker.sync_flush.loop_sync import LoopSync
+from pymq.broker.system_topics import SCHEDULE_TOPIC
 from pymq.broker.timer.hook import TIMER_TOPIC
 from pymq.broker.topics import validate_topic_name
 from pymq.broker.transaction.hook import TRANSACTION_TOPICS
@@ -39,18 +40,6 @@ if TYPE_CHECKING:
     from pymq.broker.topics import TopicConfigManager
     from pymq.config import BrokerConfig
 
-PUT_STATUS_TO_CODE = {
-    PutStatus.PUT_OK: ResponseCode.SUCCESS,
-    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
-    PutStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
-    PutStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
-    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
-    PutStatus.CREATE_MAPPED_FILE_FAILED: ResponseCode.SYSTEM_ERROR,
-    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.OS_PAGE_CACHE_BUSY: ResponseCode.SYSTEM_BUSY,
-    PutStatus.UNKNOWN_ERROR: ResponseCode.SYSTEM_ERROR,
-}
 
 #: the answer to a send whose body holds no record at all
 EMPTY_BODY_REMARK = "empty message body: a send must carry at least one encoded record"
@@ -59,8 +48,6 @@ EMPTY_BODY_REMARK = "empty message body: a send must carry at least one encoded 
 #: names its own REAL_TOPIC, and would be committed or delivered past the sender's permissions
 NOT_ALLOWED_SEND_TOPICS = TRANSACTION_TOPICS | {TIMER_TOPIC, SCHEDULE_TOPIC}
 
-#: the broker's put path: (topic, queue id, records) -> one result per record
-PutMessages = Callable[[str, int, Buffer], PutResults]
 #: SYNC_MASTER: a future for "enough slaves hold everything below this offset" (resolved with
 #: pymq.broker.ha.acks.REPLICATED or TIMED_OUT), or None when no slave is in sync
 WaitReplicated = Callable[[int], "asyncio.Future[int] | None"]

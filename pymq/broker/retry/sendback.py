@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from pymq.broker.handlers.send import PUT_STATUS_TO_CODE, PutMessages
+from pymq.broker.put_path import PUT_STATUS_TO_CODE, PutMessages
 from pymq.broker.retry.policy import exhausted, keep_origin, retry_limit
 from pymq.broker.store.results import PutStatus
 from pymq.logs import get_logger

@@ -45,7 +45,6 @@ from pymq.protocol.command import Command
 from pymq.protocol.headers import decode_body
 
 if TYPE_CHECKING:
-    from pymq.broker.ha.replication import Replication
     from pymq.broker.registration import NamesrvRegistrar
     from pymq.config import BrokerConfig
     from pymq.protocol.requests import BrokerRoleChangeRequest
@@ -56,11 +55,37 @@ log = get_logger("broker.role")
 FENCED = RoleState.FENCED.value
 
 
+class _MetaSync(Protocol):
+    async def sync_once(self) -> bool: ...
+
+
+class _Epochs(Protocol):
+    @property
+    def epoch(self) -> int: ...
+
+
+class ReplicationSide(Protocol):
+    """What a role change does to replication (``pymq.broker.ha.replication.Replication``)."""
+
+    @property
+    def epochs(self) -> _Epochs: ...
+    @property
+    def meta_sync(self) -> _MetaSync | None: ...
+
+    async def become_master(self, epoch: int = 0) -> int: ...
+
+    async def become_slave(self) -> None: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+
 class RoleHost(Protocol):
     address: str
     role: RoleMachine
     registrar: NamesrvRegistrar
-    replication: Replication | None
+
+    @property
+    def replication(self) -> ReplicationSide | None: ...
 
     async def start_master_services(self) -> None: ...
 
@@ -205,4 +230,4 @@ async def newer_master(
     return None
 
 
-__all__ = ["FENCED", "RoleChanger", "RoleHost", "newer_master"]
+__all__ = ["FENCED", "ReplicationSide", "RoleChanger", "RoleHost", "newer_master"]
