@@ -133,7 +133,7 @@ def main() -> None:
         )
         count = 0
         while count * 1100 < args.mb << 20:
-            store.put_messages("Cold", 0, batch)
+            store.put("Cold", 0, batch)
             count += 64
         store.shutdown()
         drop_cache(root)

@@ -70,7 +70,7 @@ def main() -> None:
     def put_round(qs: list[tuple[str, int]]) -> float:
         t0 = time.perf_counter()
         for topic, qid in qs:
-            store.put_messages(topic, qid, records[topic])
+            store.put(topic, qid, records[topic])
         return time.perf_counter() - t0
 
     try:

@@ -94,7 +94,7 @@ def append_run(root: Path, batches: list[bytes], profile: bool = False) -> tuple
     store = open_store(root)
     warmer_head_start(store)
     n = sum(count_records(b) for b in batches)
-    put = store.put_messages
+    put = getattr(store, "put", None) or store.put_messages  # put_messages before issue 29
     prof = cProfile.Profile() if profile else None
     if prof:
         prof.enable()
@@ -153,7 +153,7 @@ def bench_recovery(root: Path, megabytes: int) -> dict[str, float]:
     while written < megabytes * 1_000_000:
         data = encode_batches(64 * 64, 1024, 64, first=i)  # encoded as we go: it need not fit in memory
         for j, b in enumerate(data):
-            store.put_messages(TOPIC, j % QUEUES, b)
+            store.put(TOPIC, j % QUEUES, b)
         i += 64 * 64
         written += len(data) * per_batch
     end = store.commitlog.max_offset

@@ -176,22 +176,11 @@ class PutPath:
         if not isinstance(data, bytes):
             data = bytes(data)
         if not self._hooks:
-            return self.store.put_split(topic, queue_id, data)
+            return self.store.put(topic, queue_id, data)
         store = self.store
         split = store.split(topic, data)
-        positions = split.positions
-        if len(positions) == 1:  # the usual send: _anyone_wants inline
-            scan = self._scan
-            wanted = scan is not None and scan(data, split.props_ats[0], positions[0] + split.sizes[0]) is not None
-            if not wanted:
-                for hook in self._asked:
-                    if hook.wants(data, split):
-                        wanted = True
-                        break
-        else:
-            wanted = self._anyone_wants(data, split)
-        if not wanted:  # no hook wants it: the batch as it came, split already made
-            return store.put_split(topic, queue_id, data, split)
+        if not self._anyone_wants(data, split):  # no hook wants it: the batch as it came, split already made
+            return store.put(topic, queue_id, data, split)
         segments: list[Segment] | None = None
         try:
             segments = self._rewrite(topic, queue_id, data, split)
@@ -202,7 +191,7 @@ class PutPath:
         if segments is None or (
             len(segments) == 1 and segments[0][2] is data and segments[0][0] == topic and segments[0][1] == queue_id
         ):  # no hook moved anything: the batch as it came, with the split already made
-            return store.put_split(topic, queue_id, data, split)
+            return store.put(topic, queue_id, data, split)
         if len(segments) == 1:
             return self.store.put_batches(segments)[0]
         # The pieces of one request stand or fall together, as one batch does.

@@ -1,7 +1,7 @@
 """Capture pymq's log events in a test, as dicts (like structlog's ``capture_logs``).
 
     with capture_logs() as events:
-        store.put_messages(...)
+        store.put(...)
     assert [e["event"] for e in events if e["log_level"] == "error"] == ["disk_full_writes_refused"]
 
 Each event is ``{"event": ..., **fields, "log_level": "info", "component": "broker.store"}``,

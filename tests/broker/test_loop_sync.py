@@ -39,7 +39,7 @@ def store(tmp_path: Path) -> Iterator[MessageStore]:
 
 
 def put(store: MessageStore, i: int) -> int:
-    r = store.put_messages("T", 0, keyed(i, size=500))[0]
+    r = store.put("T", 0, keyed(i, size=500))[0]
     return r.physical_offset + r.size
 
 

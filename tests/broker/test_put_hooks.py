@@ -18,7 +18,7 @@ def rec(topic: str, body: bytes, props: bytes = b"") -> bytes:
 
 
 class FakeStore:
-    """Records put_batches (and put_split) calls; answers PUT_OK per record with the segment's topic and queue."""
+    """Records put_batches (and put) calls; answers PUT_OK per record with the segment's topic and queue."""
 
     def __init__(self) -> None:
         self.calls: list[list[tuple[str, int, bytes]]] = []
@@ -31,7 +31,7 @@ class FakeStore:
     def split(self, topic: str, data: bytes) -> SplitBatch:
         return split_batch(data, topic_field(topic.encode()), 1 << 20)
 
-    def put_split(self, topic: str, queue_id: int, data: bytes, split: Any = None) -> list[PutResult]:
+    def put(self, topic: str, queue_id: int, data: bytes, split: Any = None) -> list[PutResult]:
         return self.put_batches([(topic, queue_id, data)], splits=[split])[0]
 
     def put_batches(

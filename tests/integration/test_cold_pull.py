@@ -26,7 +26,7 @@ async def test_a_cold_backlog_is_pulled_whole_and_in_order(tmp_path: Path) -> No
         count = 0
         while store.commitlog.max_offset < residency.COLD_LAG + 4 * (1 << 20):  # ~12 MiB, 1 KiB bodies
             body = [b"%08d" % (count + i) + bytes(1016) for i in range(64)]
-            store.put_messages("cold", 0, b"".join(encode_record(b"cold", b, b"", born_host=host) for b in body))
+            store.put("cold", 0, b"".join(encode_record(b"cold", b, b"", born_host=host) for b in body))
             count += 64
         c = PullConsumer(cluster.namesrv_addr, "cold-g", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
         c.assign([MessageQueue("cold", app.config.broker_name, 0)])

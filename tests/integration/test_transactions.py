@@ -453,7 +453,7 @@ async def test_end_transaction_never_commits_a_half_record_forged_inside_a_messa
     placeholder = fake(0)
     body_at = encode_record(b"orders", placeholder, b"").index(placeholder)
     phys = store.commitlog.max_offset + body_at
-    res = store.put_messages("orders", 1, encode_record(b"orders", fake(phys), b""))
+    res = store.put("orders", 1, encode_record(b"orders", fake(phys), b""))
     assert res[0].physical_offset + body_at == phys
     assert store.read_record(phys) is not None  # the forged record does look like one
     outcome = broker.transaction.service().end_transaction(

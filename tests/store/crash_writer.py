@@ -3,7 +3,7 @@
 It opens a :class:`MessageStore` and appends batches of keyed messages to four queues until it
 is killed. Only once a batch is acknowledged (SYNC_FLUSH: ``request_flush`` confirmed the sync,
 or in ``sync-c`` mode the store's C syncer did, the way the broker's loop_sync drives it;
-ASYNC_FLUSH: ``put_messages`` returned) does it append one line per message to the ack log,
+ASYNC_FLUSH: ``put`` returned) does it append one line per message to the ack log,
 ``run seq queue_id queue_offset physical_offset size``, and fsync that log. Message ``(run, seq)``
 has deterministic content (:func:`make_record`), so the checker can rebuild its exact bytes.
 
@@ -104,7 +104,7 @@ def main(argv: list[str]) -> None:
     while True:
         count = rng.randint(1, 24)
         qid = rng.randrange(QUEUES)
-        results = store.put_messages(TOPIC, qid, b"".join(make_record(run, seq + i) for i in range(count)))
+        results = store.put(TOPIC, qid, b"".join(make_record(run, seq + i) for i in range(count)))
         if any(r.status != PutStatus.PUT_OK for r in results):
             raise SystemExit(f"put failed: {results[0]}")
         if by_syncer:

@@ -50,7 +50,7 @@ def put_all(store: MessageStore, qs: list[tuple[str, int]], round_: int) -> floa
     t0 = time.perf_counter()
     for topic, qid in qs:
         rec = encode_record(topic.encode(), body(topic, qid, round_), b"", born_timestamp=1, born_host=BORN_HOST)
-        (r,) = store.put_messages(topic, qid, rec)
+        (r,) = store.put(topic, qid, rec)
         assert r.status is PutStatus.PUT_OK and r.queue_offset == round_, (topic, qid, r)
     return time.perf_counter() - t0
 

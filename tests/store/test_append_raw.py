@@ -44,7 +44,7 @@ def _commitlog_bytes(store: MessageStore, start: int = 0) -> bytes:
 def test_read_spans_files(store: MessageStore) -> None:
     """read(offset, size) returns one view per file, stops at the end of the data."""
     for i in range(120):
-        store.put_messages("T", 0, keyed(i, size=300))
+        store.put("T", 0, keyed(i, size=300))
     cl = store.commitlog
     files = cl.mfq.files
     assert len(files) >= 3
@@ -91,7 +91,7 @@ def test_append_raw_refuses_gaps_and_partial_records(
 ) -> None:
     """Data must continue the commitlog exactly and hold whole, broker-stamped records; nothing is written otherwise."""
     for i in range(5):
-        store.put_messages("T", 0, keyed(i))
+        store.put("T", 0, keyed(i))
     data = _commitlog_bytes(store)
     first = store.commitlog.read_record(0)
     assert first is not None
@@ -127,7 +127,7 @@ def test_append_raw_waits_while_puts_are_refused(store: MessageStore, new_store:
     """A slave whose consume-queue files are not being made (or whose disk is full) stores nothing more
     until that clears: replication retries rather than queueing entries without bound."""
     for i in range(5):
-        store.put_messages("T", 0, keyed(i))
+        store.put("T", 0, keyed(i))
     data = _commitlog_bytes(store)
     replica = new_store(tmp_path / "replica")
     replica.set_queue_file_backlog("250,000 consume-queue files wait to be made")

@@ -25,11 +25,11 @@ def test_a_filtered_listener_hears_only_its_topics_and_its_filter_is_asked_once_
 
     store.add_arrival_listener(lambda t, q, m: every.append((t, q, m)))
     store.add_arrival_listener(lambda t, q, m: wanted.append((t, q, m)), wants)
-    store.put_messages("T", 0, record("T", b"a"))
-    store.put_messages("sys_x", 2, record("sys_x", b"b") + record("sys_x", b"c"))
-    store.put_messages("T", 0, record("T", b"d"))
+    store.put("T", 0, record("T", b"a"))
+    store.put("sys_x", 2, record("sys_x", b"b") + record("sys_x", b"c"))
+    store.put("T", 0, record("T", b"d"))
     store.put_batches([("sys_x", 2, record("sys_x", b"e")), ("T", 1, record("T", b"f"))])
-    store.put_messages("sys_x", 2, record("sys_x", b"g"))
+    store.put("sys_x", 2, record("sys_x", b"g"))
     assert every[:3] == [("T", 0, 1), ("sys_x", 2, 2), ("T", 0, 2)]
     assert sorted(every[3:5]) == [("T", 1, 1), ("sys_x", 2, 3)] and every[5:] == [("sys_x", 2, 4)]
     assert wanted == [("sys_x", 2, 2), ("sys_x", 2, 3), ("sys_x", 2, 4)]
@@ -42,9 +42,9 @@ def test_the_end_of_a_put_with_a_refused_record_is_the_queue_end(store: MessageS
     store.add_arrival_listener(lambda t, q, m: arrivals.append((t, q, m)))
     bad = bytearray(record("T", b"bad"))
     struct.pack_into(">I", bad, 4, 0xDEAD)  # wrong magic
-    results = store.put_messages("T", 0, record("T", b"ok") + bytes(bad))
+    results = store.put("T", 0, record("T", b"ok") + bytes(bad))
     assert [r.status for r in results] == [PutStatus.PUT_OK, PutStatus.MESSAGE_ILLEGAL]
-    store.put_messages("T", 0, bytes(bad))
+    store.put("T", 0, bytes(bad))
     assert arrivals == [("T", 0, 1)] and store.max_offset("T", 0) == 1
 
 
@@ -58,14 +58,14 @@ def test_listeners_added_or_removed_later_are_seen_by_topics_already_resolved(st
         heard.append("second")
 
     store.add_arrival_listener(first)
-    store.put_messages("T", 0, record("T"))
+    store.put("T", 0, record("T"))
     store.add_arrival_listener(second, "T".__eq__)
     store.add_arrival_listener(second, "other".__eq__)
-    store.put_messages("T", 0, record("T"))
+    store.put("T", 0, record("T"))
     store.remove_arrival_listener(first)
     store.remove_arrival_listener(second)  # its first registration ("T") only
-    store.put_messages("T", 0, record("T"))
-    store.put_messages("other", 0, record("other"))
+    store.put("T", 0, record("T"))
+    store.put("other", 0, record("other"))
     assert heard == ["first", "first", "second", "second"]
     assert store.arrivals.listeners == [second]
     store.remove_arrival_listener(first)  # not registered: nothing happens
@@ -74,7 +74,7 @@ def test_listeners_added_or_removed_later_are_seen_by_topics_already_resolved(st
 
 def test_a_deleted_topic_leaves_no_cached_entry(store: MessageStore) -> None:
     store.add_arrival_listener(lambda t, q, m: None, "T".__eq__)
-    store.put_messages("T", 0, record("T"))
+    store.put("T", 0, record("T"))
     assert "T" in store.arrivals.by_topic
     store.delete_topic("T")
     assert "T" not in store.arrivals.by_topic

@@ -35,7 +35,7 @@ def fill(store: MessageStore, files: int) -> list:  # type: ignore[type-arg]
     out = []
     i = 0
     while len(store.commitlog.mfq.files) < files:
-        out += store.put_messages("T", (i // 4) % 2, b"".join(keyed(j, size=400) for j in range(i, i + 4)))
+        out += store.put("T", (i // 4) % 2, b"".join(keyed(j, size=400) for j in range(i, i + 4)))
         i += 4
     # New consume-queue files are made on the maker thread: have them all on disk before a
     # test counts them (a race that failed once in a CI run).
@@ -182,7 +182,7 @@ def test_forced_deletion_can_be_turned_off(new_store: StoreFactory) -> None:
     report = store.run_cleanup(now=now)
     assert report.deleted_commitlog_files == 0 and len(store.commitlog.mfq.files) == 8
     assert store.disk_full
-    assert store.put_messages("T", 0, keyed(9999))[0].status == PutStatus.SERVICE_NOT_AVAILABLE
+    assert store.put("T", 0, keyed(9999))[0].status == PutStatus.SERVICE_NOT_AVAILABLE
 
 
 class _FakeStatvfs(NamedTuple):
@@ -253,10 +253,10 @@ def test_expired_pending_queue_files_are_dropped_without_being_made(
         return create(self)
 
     monkeypatch.setattr(PooledMappedFile, "create_mapping", recording)
-    store.put_messages("Q", 0, b"".join(keyed(i, "Q") for i in range(10)))  # three files, all pending
+    store.put("Q", 0, b"".join(keyed(i, "Q") for i in range(10)))  # three files, all pending
     i = 0
     while len(store.commitlog.mfq.files) < 4:
-        store.put_messages("T", 0, keyed(i, size=400))
+        store.put("T", 0, keyed(i, size=400))
         i += 1
     cq = store.queues[("Q", 0)]
     first, second, third = cq.mfq.files
@@ -275,7 +275,7 @@ def test_expired_pending_queue_files_are_dropped_without_being_made(
     assert created == [], created  # nothing was made by cleanup
     assert not first.path.exists() and not second.path.exists() and third.pending is not None
     store.settle_queue_files()
-    assert third.path.exists() and store.put_messages("Q", 0, keyed(99, "Q"))[0].queue_offset == 10
+    assert third.path.exists() and store.put("Q", 0, keyed(99, "Q"))[0].queue_offset == 10
     store.shutdown()
     again = new_store(consume_queue_file_entries=4)
     assert (again.min_offset("Q", 0), again.max_offset("Q", 0)) == (10, 11)

@@ -43,14 +43,14 @@ def test_a_failed_pwrite_stores_nothing_of_the_batch(
     store = open_store(tmp_path / "s", flush_disk_type="SYNC_FLUSH")
     try:
         assert store.commitlog.pwrite
-        first = store.put_messages("T", 0, record(body=b"kept"))
+        first = store.put("T", 0, record(body=b"kept"))
         assert [r.status for r in first] == [PutStatus.PUT_OK]
         end = store.commitlog.max_offset
         # A batch with a refused record in the middle is written as two runs: the second fails.
         bad = bytearray(record(body=b"bad"))
         bad[8:12] = b"\0\0\0\1"  # body CRC
         calls = failing_pwrite(store, monkeypatch, err, fail_at_call=2)
-        results = store.put_messages("T", 0, record(body=b"a") + bytes(bad) + record(body=b"b"))
+        results = store.put("T", 0, record(body=b"a") + bytes(bad) + record(body=b"b"))
         assert calls[0] == 2
         assert PutStatus.PUT_OK not in [r.status for r in results]
         assert status in [r.status for r in results]
@@ -62,7 +62,7 @@ def test_a_failed_pwrite_stores_nothing_of_the_batch(
         if err == errno.ENOSPC:
             assert store.disk_full  # refused until a cleanup pass finds room, as for a file that cannot be made
             store.disk_full = False
-        after = store.put_messages("T", 0, record(body=b"later"))
+        after = store.put("T", 0, record(body=b"later"))
         assert [r.status for r in after] == [PutStatus.PUT_OK]
         assert [r.body for r in records_of(store.get_messages("g", "T", 0, 0))] == [b"kept", b"later"]
     finally:

@@ -186,7 +186,7 @@ def test_async_flush_durable_point_lags_by_at_most_the_flush_interval(tmp_path: 
         samples: list[tuple[float, int, int, int, int]] = []
         stop = time.monotonic() + 2.5
         while time.monotonic() < stop:
-            res = store.put_messages("T", 0, batch)
+            res = store.put("T", 0, batch)
             end = res[-1].physical_offset + res[-1].size
             samples.append(
                 (time.monotonic(), end, store.flushed_offset, store.last_store_ts, store.checkpoint.physic_ts)

@@ -36,7 +36,7 @@ def test_store_restarted_on_a_full_disk_refuses_writes_until_cleanup(
     store.shutdown()
     store = quiet(new_store(delete_when=other_hour(now), simulated_disk_capacity=int(used / 0.93)))
     assert store.disk_full
-    refused = store.put_messages("T", 0, keyed(1000) + keyed(1001))
+    refused = store.put("T", 0, keyed(1000) + keyed(1001))
     assert [r.status for r in refused] == [PutStatus.SERVICE_NOT_AVAILABLE] * 2
     assert refused[0].reason == "disk full: writes refused until cleanup"
     caplog.clear()
@@ -45,7 +45,7 @@ def test_store_restarted_on_a_full_disk_refuses_writes_until_cleanup(
     logs = logged(caplog)
     assert report.deleted_commitlog_files >= 1 and report.disk_ratio < 0.85 and not store.disk_full
     assert any(e["event"] == "disk_space_recovered_writes_accepted" for e in logs)
-    ok = store.put_messages("T", 0, keyed(1002))[0]
+    ok = store.put("T", 0, keyed(1002))[0]
     assert ok.status == PutStatus.PUT_OK
     kept = [r for r in results if r.physical_offset >= store.commitlog.min_offset and r.queue_id == 0]
     assert [r.physical_offset for r in read_queue(store, "T", 0, store.min_offset("T", 0))] == [
@@ -61,7 +61,7 @@ def test_disk_filling_while_running_refuses_then_accepts(
     now = time.time()
     store = quiet(new_store(delete_when=other_hour(now), disk_clean_forcibly_ratio=1.0))
     fill(store, 6)
-    assert store.put_messages("T", 1, keyed(5000))[0].status == PutStatus.PUT_OK
+    assert store.put("T", 1, keyed(5000))[0].status == PutStatus.PUT_OK
     store.config.simulated_disk_capacity = int(store.disk_bytes() / 0.92)  # the disk shrinks under us
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="pymq"):
@@ -70,12 +70,12 @@ def test_disk_filling_while_running_refuses_then_accepts(
     assert report.deleted_commitlog_files == 0 and store.disk_full
     full = [e for e in logs if e["event"] == "disk_full_writes_refused"]
     assert full and full[0]["level"] == "error" and full[0]["disk_ratio"] >= 0.9
-    assert store.put_messages("T", 1, keyed(5001))[0].status == PutStatus.SERVICE_NOT_AVAILABLE
+    assert store.put("T", 1, keyed(5001))[0].status == PutStatus.SERVICE_NOT_AVAILABLE
     assert store.get_messages("g", "T", 1, 0).status == GetStatus.FOUND  # reads still work
     store.config.disk_clean_forcibly_ratio = 0.85
     report = store.run_cleanup(now=now)
     assert report.deleted_commitlog_files >= 1 and not store.disk_full
-    res = store.put_messages("T", 1, keyed(5002))[0]
+    res = store.put("T", 1, keyed(5002))[0]
     assert res.status == PutStatus.PUT_OK and res.queue_offset == store.max_offset("T", 1) - 1
     assert store.get_messages("g", "T", 1, 0).status == GetStatus.OFFSET_TOO_SMALL
 
@@ -90,7 +90,7 @@ def test_write_path_refuses_once_a_new_file_takes_the_disk_above_the_limit(new_s
     statuses = []
     with capture_logs() as logs:
         for j in range(300):  # ~8 files' worth of records
-            statuses.append(store.put_messages("T", 0, keyed(10_000 + j, size=400))[0].status)
+            statuses.append(store.put("T", 0, keyed(10_000 + j, size=400))[0].status)
     assert PutStatus.SERVICE_NOT_AVAILABLE in statuses and store.disk_full
     first = statuses.index(PutStatus.SERVICE_NOT_AVAILABLE)
     assert set(statuses[:first]) == {PutStatus.PUT_OK} and set(statuses[first:]) == {PutStatus.SERVICE_NOT_AVAILABLE}
@@ -105,16 +105,16 @@ def test_write_path_rechecks_after_enough_bytes(new_store: StoreFactory, monkeyp
     monkeypatch.setattr(disk_guard, "DISK_CHECK_BYTES", 8 * 1024)
     now = time.time()
     store = quiet(new_store(delete_when=other_hour(now), commitlog_file_size=4 * 1024 * 1024))
-    assert store.put_messages("T", 0, keyed(1, size=400))[0].status == PutStatus.PUT_OK
+    assert store.put("T", 0, keyed(1, size=400))[0].status == PutStatus.PUT_OK
     # The write path's check after the first put is skipped (and retried at the next put)
     # while a file is being allocated, e.g. the queue's first file on the maker thread: let
     # the allocations finish and one more put run that check, so that only the bytes written
     # can trigger it below (it raced once in a CI run).
     store.settle_queue_files()
     wait_until_sync(lambda: try_disk_ratio(store) is not None, timeout=10, what="no file being allocated")
-    assert store.put_messages("T", 0, keyed(1, size=400))[0].status == PutStatus.PUT_OK
+    assert store.put("T", 0, keyed(1, size=400))[0].status == PutStatus.PUT_OK
     store.config.simulated_disk_capacity = int(store.disk_bytes() / 0.95)  # the disk shrinks under us
-    statuses = [store.put_messages("T", 0, keyed(j, size=400))[0].status for j in range(2, 60)]
+    statuses = [store.put("T", 0, keyed(j, size=400))[0].status for j in range(2, 60)]
     first = statuses.index(PutStatus.SERVICE_NOT_AVAILABLE)
     assert 10 <= first <= 25  # ~8 KiB of 500-byte records, then refused
     assert len(store.commitlog.mfq.files) == 1
@@ -135,7 +135,7 @@ def test_no_space_left_answers_disk_full_and_logs_once(
     fill(store, 2)
     monkeypatch.setattr(os, "posix_fallocate", _no_space)
     with capture_logs() as logs:
-        results = [store.put_messages("T", 0, keyed(20_000 + j, size=400))[0] for j in range(100)]
+        results = [store.put("T", 0, keyed(20_000 + j, size=400))[0] for j in range(100)]
     failed = [r for r in results if r.status != PutStatus.PUT_OK]
     assert failed and {r.status for r in failed} == {PutStatus.SERVICE_NOT_AVAILABLE}
     assert failed[0].reason.startswith("disk full") and "No space left" in failed[0].reason
@@ -148,7 +148,7 @@ def test_no_space_left_answers_disk_full_and_logs_once(
     monkeypatch.undo()
     store.run_cleanup(now=now)
     assert not store.disk_full
-    assert store.put_messages("T", 0, keyed(30_000))[0].status == PutStatus.PUT_OK
+    assert store.put("T", 0, keyed(30_000))[0].status == PutStatus.PUT_OK
 
 
 def test_warmer_logs_a_failing_preallocation_rate_limited(

@@ -20,7 +20,7 @@ def test_sync_flush_acknowledges_after_the_data_is_synced(new_store: StoreFactor
     done = threading.Event()
     ends = []
     for i in range(50):
-        r = store.put_messages("T", 0, keyed(i))[0]
+        r = store.put("T", 0, keyed(i))[0]
         end = r.physical_offset + r.size
         ends.append(end)
 
@@ -39,7 +39,7 @@ def test_sync_flush_acknowledges_after_the_data_is_synced(new_store: StoreFactor
 def test_flush_requests_that_cannot_be_met_are_refused(new_store: StoreFactory) -> None:
     """A request past the end of the commitlog, or after shutdown, is answered False (never left hanging)."""
     store = new_store(flush_disk_type=FlushDiskType.SYNC_FLUSH)
-    store.put_messages("T", 0, keyed(1))
+    store.put("T", 0, keyed(1))
     got: list[bool] = []
     done = threading.Event()
     store.request_flush(10**9, lambda ok: (got.append(ok), done.set()))
@@ -52,7 +52,7 @@ def test_flush_requests_that_cannot_be_met_are_refused(new_store: StoreFactory) 
 def test_async_flush_catches_up_on_its_own(new_store: StoreFactory) -> None:
     """ASYNC_FLUSH: the background flush reaches the end of what was written without being asked."""
     store = new_store(flush_interval_ms=20, flush_least_pages=0)
-    store.put_messages("T", 0, b"".join(keyed(i, size=2000) for i in range(20)))
+    store.put("T", 0, b"".join(keyed(i, size=2000) for i in range(20)))
     end = store.commitlog.max_offset
     wait_until_sync(lambda: store.flushed_offset >= end, timeout=5, what="async flush")
     assert store.checkpoint.flushed_phys >= end
@@ -61,7 +61,7 @@ def test_async_flush_catches_up_on_its_own(new_store: StoreFactory) -> None:
 def test_flush_logics_records_times_in_the_checkpoint(new_store: StoreFactory) -> None:
     """flush_logics syncs queues and index and records their store times in the checkpoint."""
     store = new_store()
-    res = store.put_messages("T", 0, keyed(1) + keyed(2))
+    res = store.put("T", 0, keyed(1) + keyed(2))
     store.flush_logics()
     assert store.checkpoint.logics_ts == store.checkpoint.index_ts == res[-1].store_timestamp
 

@@ -30,9 +30,9 @@ def _commitlog_bytes(store: MessageStore, phys: int, size: int) -> bytes:
 def test_record_layout_on_disk(store: MessageStore) -> None:
     """A stored record is the producer's bytes with only the broker block (bytes 48..84) patched."""
     rec = record("T", b"payload-bytes", tags="tagX", keys=["k1"], uniq="UID-1", flag=7)
-    store.put_messages("T", 0, rec)  # queue offset 0 of queue 0
+    store.put("T", 0, rec)  # queue offset 0 of queue 0
     rec2 = record("T", b"second", uniq="UID-2")
-    r = store.put_messages("T", 3, rec2)[0]
+    r = store.put("T", 3, rec2)[0]
     store.shutdown()
     raw = _commitlog_bytes(store, r.physical_offset, r.size)
     assert len(raw) == len(rec2) == r.size
@@ -55,7 +55,7 @@ def test_commitlog_rollover_writes_blank_marker_and_never_splits_records(store: 
     results = []
     for i in range(120):
         body = os.urandom(50 + (i * 37) % 700)
-        results += store.put_messages("T", i % 2, record("T", body, uniq=f"u{i}"))
+        results += store.put("T", i % 2, record("T", body, uniq=f"u{i}"))
     files = sorted(p.name for p in (store.root / "commitlog").iterdir())
     assert len(files) >= 4
     assert files[:4] == [f"{n * file_size:020d}" for n in range(4)]
@@ -86,7 +86,7 @@ def test_consume_queue_entries_and_rollover(store: MessageStore) -> None:
     results = []
     for i in range(40):
         rec = record("T", f"m{i}".encode(), tags="A" if i % 2 else None)
-        results += store.put_messages("T", 2, rec)
+        results += store.put("T", 2, rec)
     store.flush_logics()
     qdir = store.root / "consumequeue" / "T" / "2"
     per_file = store.config.consume_queue_file_entries * 20
@@ -105,7 +105,7 @@ def test_index_file_header_slots_entries_and_chains(store: MessageStore) -> None
     """Index: 40-byte header, slots holding the newest entry, 20-byte entries chained newest to oldest."""
     results = []
     for i in range(20):
-        results += store.put_messages("T", 0, record("T", b"x", uniq=f"U{i}", keys=[f"K{i % 3}"]))
+        results += store.put("T", 0, record("T", b"x", uniq=f"U{i}", keys=[f"K{i % 3}"]))
     store.shutdown()
     files = sorted((store.root / "index").iterdir())
     assert len(files) == 1 and re.fullmatch(r"\d{17}", files[0].name)
@@ -140,7 +140,7 @@ def test_index_file_header_slots_entries_and_chains(store: MessageStore) -> None
 def test_index_rolls_to_a_new_file_when_full(store: MessageStore) -> None:
     """A full index file (index_count == max_entries) is followed by a new one; lookups search both."""
     for i in range(50):  # two keys each: 100 entries, 63 per file
-        store.put_messages("T", 0, keyed(i))
+        store.put("T", 0, keyed(i))
     names = sorted(p.name for p in (store.root / "index").iterdir())
     assert len(names) == 2
     first = (store.root / "index" / names[0]).read_bytes()
@@ -155,7 +155,7 @@ def test_index_rolls_to_a_new_file_when_full(store: MessageStore) -> None:
 def test_checkpoint_layout(new_store: StoreFactory) -> None:
     """checkpoint: physic_ts, logics_ts, index_ts, flushed_phys, clean_end (-1 while running), big-endian."""
     store = new_store()
-    res = store.put_messages("T", 0, keyed(1) + keyed(2))
+    res = store.put("T", 0, keyed(1) + keyed(2))
     end = res[-1].physical_offset + res[-1].size
     flushed = threading.Event()
     store.request_flush(end, lambda ok: ok and flushed.set())

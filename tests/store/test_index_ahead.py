@@ -65,7 +65,7 @@ def test_rolls_to_files_made_ahead_on_the_maker_thread(
     idx = store.index
     for i in range(60):  # two index entries per record (UNIQ_KEY and KEYS): ~120 entries, 31 a file
         _wait_made(store)
-        assert store.put_messages("T", i % 2, keyed(i))[0].status == PutStatus.PUT_OK
+        assert store.put("T", i % 2, keyed(i))[0].status == PutStatus.PUT_OK
     assert len(idx.files) >= 4 and idx.made_on_writer == 0 and idx.made_ahead == len(idx.files)
     assert threads and set(threads) == {"pymq-file-maker"}, threads
     assert all(store.query_by_key("T", f"K{i}") for i in range(60))
@@ -88,7 +88,7 @@ def test_the_writer_makes_the_next_file_when_it_is_not_ready(
     _wait_made(store)  # the first file, queued at start
     monkeypatch.setattr(store.map_pool.maker, "submit", lambda mf: None)  # the maker never sees the next ones
     for i in range(40):
-        assert store.put_messages("T", 0, keyed(i))[0].status == PutStatus.PUT_OK
+        assert store.put("T", 0, keyed(i))[0].status == PutStatus.PUT_OK
     idx = store.index
     assert idx.made_ahead == 1 and idx.made_on_writer == len(idx.files) - 1 >= 2
     assert threads[0] == "pymq-file-maker" and set(threads[1:]) == {threading.current_thread().name}
@@ -102,7 +102,7 @@ def test_restart_after_a_crash_drops_a_file_made_ahead_but_unused(new_store: Sto
     idx = store.index
     i = 0
     while idx.next is None or len(idx.files) < 2:  # into the second file, past 90 %
-        store.put_messages("T", 0, keyed(i))
+        store.put("T", 0, keyed(i))
         i += 1
     _wait_made(store)
     prepared = idx.next.path  # type: ignore[union-attr]
@@ -118,14 +118,14 @@ def test_restart_after_a_crash_drops_a_file_made_ahead_but_unused(new_store: Sto
     # Writing goes on: the next roll takes a new file made ahead, named after the used ones.
     for j in range(i, i + 40):
         _wait_made(again)
-        assert again.put_messages("T", 0, keyed(j))[0].status == PutStatus.PUT_OK
+        assert again.put("T", 0, keyed(j))[0].status == PutStatus.PUT_OK
     names = [f.mf.path.name for f in again.index.files]
     assert names == sorted(names) and len(names) > len(used) and again.index.made_on_writer == 0
     assert all(again.query_by_key("T", f"K{j}") for j in range(i + 40))
     # A clean shutdown deletes the file made ahead: nothing for the next load to drop.
     j = i + 40
     while again.index.next is None:
-        again.put_messages("T", 0, keyed(j))
+        again.put("T", 0, keyed(j))
         j += 1
     _wait_made(again)
     leftover = again.index.next.path

@@ -39,14 +39,14 @@ def test_ten_thousand_queues_under_a_low_descriptor_limit(tmp_path: Path) -> Non
 def test_lru_unmaps_clean_files_and_remaps_on_read(new_store: StoreFactory) -> None:
     store = new_store(consume_queue_max_mapped_files=4, consume_queue_flush_interval_ms=3_600_000)
     for q in range(12):
-        store.put_messages("T", q, record("T", b"m%d" % q))
+        store.put("T", q, record("T", b"m%d" % q))
     store.settle_queue_files()  # (new files are made by the maker thread: all of them now)
     pool = store.map_pool
     # Written but not yet synced: nothing may be unmapped.
     assert len(pool) == 12 and pool.evictions == 0
     store.flush_logics()
     assert not store.dirty_queues
-    store.put_messages("U", 0, record("U", b"u"))
+    store.put("U", 0, record("U", b"u"))
     store.settle_queue_files()  # maps one more: the oldest clean ones go
     assert len(pool) <= 4 and pool.evictions >= 9
     for q in range(12):
@@ -58,9 +58,9 @@ def test_lru_unmaps_clean_files_and_remaps_on_read(new_store: StoreFactory) -> N
 def test_flush_syncs_only_written_queues(new_store: StoreFactory) -> None:
     store = new_store(consume_queue_flush_interval_ms=3_600_000)
     for q in range(8):
-        store.put_messages("T", q, record("T"))
+        store.put("T", q, record("T"))
     store.flush_logics()
-    store.put_messages("T", 3, record("T"))
+    store.put("T", 3, record("T"))
     assert store.dirty_queues == {store.queues[("T", 3)]}
     store.flush_logics()
     assert not store.dirty_queues
@@ -70,7 +70,7 @@ def test_flush_syncs_only_written_queues(new_store: StoreFactory) -> None:
 def test_clean_restart_restores_ends_without_mapping(new_store: StoreFactory, tmp_path: Path) -> None:
     store = new_store()
     for q in range(3):
-        store.put_messages("T", q, b"".join(record("T", b"x%d" % i) for i in range(q * 20 + 1)))
+        store.put("T", q, b"".join(record("T", b"x%d" % i) for i in range(q * 20 + 1)))
     ends = {q: (store.min_offset("T", q), store.max_offset("T", q)) for q in range(3)}
     store.shutdown()
     again = new_store()
@@ -79,7 +79,7 @@ def test_clean_restart_restores_ends_without_mapping(new_store: StoreFactory, tm
     assert all(again.queues[("T", q)].restored for q in range(3))
     got = again.get_messages("g", "T", 2, 40)
     assert got.message_count == 1 and b"x40" in bytes(got.buffers[0])
-    (r,) = again.put_messages("T", 2, record("T", b"next"))
+    (r,) = again.put("T", 2, record("T", b"next"))
     assert r.queue_offset == ends[2][1]
     # The record is read once: a crash later must not find it.
     assert not (again.root / "queue_ends").exists()
@@ -87,7 +87,7 @@ def test_clean_restart_restores_ends_without_mapping(new_store: StoreFactory, tm
 
 def test_queue_ends_of_another_commitlog_range_are_not_trusted(new_store: StoreFactory) -> None:
     store = new_store()
-    store.put_messages("T", 0, b"".join(record("T") for _ in range(5)))
+    store.put("T", 0, b"".join(record("T") for _ in range(5)))
     store.shutdown()
     ends = store.root / "queue_ends"
     data = json.loads(ends.read_text())
@@ -101,12 +101,12 @@ def test_queue_ends_of_another_commitlog_range_are_not_trusted(new_store: StoreF
 def test_a_view_outlives_its_files_eviction(new_store: StoreFactory) -> None:
     """Entries read from a consume-queue file stay readable after the pool unmaps that file."""
     store = new_store(consume_queue_max_mapped_files=1, consume_queue_flush_interval_ms=3_600_000)
-    store.put_messages("T", 0, record("T", b"first"))
+    store.put("T", 0, record("T", b"first"))
     cq = store.queues[("T", 0)]
     store.flush_logics()
     raw = cq.read_entries(0, 1)
     mf = cq.mfq.files[0]
-    store.put_messages("T", 1, record("T", b"second"))
+    store.put("T", 1, record("T", b"second"))
     store.settle_queue_files()  # maps another file: the first one goes
     assert not mf.mapped and store.map_pool.evictions >= 1
     assert bytes(raw) == bytes(cq.read_entries(0, 1)) and len(raw) == 20  # still the mapping it came from
@@ -121,14 +121,14 @@ def test_new_queue_files_are_made_off_the_writers_thread(new_store: StoreFactory
         assert not FD_LESS
         return
     with maker.cond:  # the maker cannot take the file before we looked at it
-        store.put_messages("N", 0, record("N", b"first"))
+        store.put("N", 0, record("N", b"first"))
         (mf,) = store.queues[("N", 0)].mfq.files
         assert mf.pending is not None and not mf.path.exists()
         got = store.get_messages("g", "N", 0, 0)
         assert got.message_count == 1 and b"first" in bytes(got.buffers[0])
     wait_until_sync(lambda: not pool.pending, timeout=30, what="the maker thread")
     assert mf.mapped and mf.path.exists() and maker.made >= 1
-    store.put_messages("N", 0, record("N", b"second"))
+    store.put("N", 0, record("N", b"second"))
     store.flush_logics(settle=False)
     assert not store.dirty_queues
     with open(mf.path, "rb") as f:  # both entries on disk, in the made file
@@ -144,8 +144,8 @@ def test_pending_files_are_made_by_truncation_and_cancelled_by_deletion(
     if maker is None:
         return
     monkeypatch.setattr(maker, "submit", lambda mf: None)  # the thread never sees them
-    store.put_messages("N", 0, b"".join(record("N", b"m%d" % i) for i in range(3)))
-    store.put_messages("D", 0, record("D"))
+    store.put("N", 0, b"".join(record("N", b"m%d" % i) for i in range(3)))
+    store.put("D", 0, record("D"))
     cq = store.queues[("N", 0)]
     assert len(store.map_pool.pending) == 2
     cq.truncate_to(2)  # trimmed in memory: truncation never creates a file (that could fail halfway)
@@ -184,7 +184,7 @@ def test_a_queues_files_reach_the_disk_in_order_when_making_one_fails(
 
     monkeypatch.setattr(PooledMappedFile, "create_mapping", flaky)
     with maker.cond:  # three pending files of one queue, queued in order
-        store.put_messages("Q", 0, b"".join(record("Q", b"m%d" % i) for i in range(10)))
+        store.put("Q", 0, b"".join(record("Q", b"m%d" % i) for i in range(10)))
         assert len(store.queues[("Q", 0)].mfq.files) == 3
     wait_until_sync(lambda: not store.map_pool.pending, timeout=30, what="the maker thread")
     assert made == sorted(made) and made[0] == failed[0], (failed, made)
@@ -202,7 +202,7 @@ def test_making_a_pending_file_now_makes_its_queues_earlier_pending_files_first(
     if maker is None:
         return
     monkeypatch.setattr(maker, "submit", lambda mf: None)  # the thread never sees them
-    store.put_messages("Q", 0, b"".join(record("Q", b"m%d" % i) for i in range(10)))
+    store.put("Q", 0, b"".join(record("Q", b"m%d" % i) for i in range(10)))
     first, second, third = store.queues[("Q", 0)].mfq.files
     third.view()  # e.g. a repair writing into the last file
     assert first.path.exists() and second.path.exists() and third.path.exists()

@@ -32,9 +32,9 @@ def patched(rec: bytes, offset: int, fmt: str, value: int) -> bytes:
 
 def test_put_ok_assigns_queue_and_commitlog_offsets(store: MessageStore) -> None:
     """PUT_OK results carry consecutive queue offsets per queue, rising commitlog offsets, the store time."""
-    first = store.put_messages("T", 0, record(body=b"a") + record(body=b"bb"))
-    other = store.put_messages("T", 1, record(body=b"c"))
-    more = store.put_messages("T", 0, record(body=b"d"))
+    first = store.put("T", 0, record(body=b"a") + record(body=b"bb"))
+    other = store.put("T", 1, record(body=b"c"))
+    more = store.put("T", 0, record(body=b"d"))
     results = first + other + more
     assert [r.status for r in results] == [PutStatus.PUT_OK] * 4
     assert [(r.queue_id, r.queue_offset) for r in results] == [(0, 0), (0, 1), (1, 0), (0, 2)]
@@ -45,16 +45,16 @@ def test_put_ok_assigns_queue_and_commitlog_offsets(store: MessageStore) -> None
     assert store.max_offset("T", 0) == 3 and store.max_offset("T", 1) == 1 and store.queue_ids("T") == [0, 1]
 
 
-def test_put_split_answers_like_put_messages(store: MessageStore) -> None:
-    """put_split (the put path's single call) stores as put_messages does, and refuses on a full disk."""
+def test_put_with_the_callers_split_answers_like_put_without(store: MessageStore) -> None:
+    """put with the put path's split stores as put without one does, and refuses on a full disk."""
     rec = record(body=b"one")
-    first = store.put_split("T", 0, rec, store.split("T", rec))
-    second = store.put_split("T", 0, rec)  # the split made by the store
+    first = store.put("T", 0, rec, store.split("T", rec))
+    second = store.put("T", 0, rec)  # the split made by the store
     assert [(r.status, r.queue_offset) for r in first + second] == [(PutStatus.PUT_OK, 0), (PutStatus.PUT_OK, 1)]
     assert second[0].physical_offset == first[0].physical_offset + len(rec)
     assert [bytes(r.body) for r in read_queue(store, "T", 0)] == [b"one", b"one"]
     store.disk_full = True
-    refused = store.put_split("T", 0, rec, store.split("T", rec))
+    refused = store.put("T", 0, rec, store.split("T", rec))
     assert [r.status for r in refused] == [PutStatus.SERVICE_NOT_AVAILABLE]
     assert store.max_offset("T", 0) == 2
 
@@ -63,7 +63,7 @@ def test_put_batches_mixes_queues_in_one_call(store: MessageStore) -> None:
     """One put_batches call appends to several queues: offsets per queue, one store time, a bad record alone refused."""
     arrivals: list[tuple[str, int, int]] = []
     store.add_arrival_listener(lambda t, q, m: arrivals.append((t, q, m)))
-    store.put_messages("A", 0, record("A", b"before"))
+    store.put("A", 0, record("A", b"before"))
     bad = patched(record("B", b"bad"), 4, ">I", 0xDEAD)  # wrong magic: refused, ends its batch
     answers = store.put_batches(
         [("A", 0, record("A", b"a1") + record("A", b"a2")), ("B", 3, record("B", b"b1")), ("A", 1, bad)]
@@ -99,7 +99,7 @@ def test_message_illegal_reasons(new_store: StoreFactory, mutate, reason: str) -
     good = record("T", b"hello")
     assert len(good) == FIXED.size + 5 + 2 + 1 + 2
     bad = mutate(good)
-    results = store.put_messages("T", 0, good + bad + good)
+    results = store.put("T", 0, good + bad + good)
     assert [r.status for r in results] == [PutStatus.PUT_OK, PutStatus.MESSAGE_ILLEGAL, PutStatus.PUT_OK]
     assert results[1].reason == reason and results[1].queue_offset == -1
     assert [r.queue_offset for r in (results[0], results[2])] == [0, 1]
@@ -110,13 +110,13 @@ def test_bad_header_or_truncated_tail_ends_the_batch(store: MessageStore) -> Non
     """A record whose header cannot be trusted, or a truncated tail, is rejected and ends the batch."""
     good = record("T", b"hello")
     bad_magic = patched(good, 4, ">I", 0x12345678)
-    res = store.put_messages("T", 0, good + bad_magic + good)
+    res = store.put("T", 0, good + bad_magic + good)
     assert [r.status for r in res] == [PutStatus.PUT_OK, PutStatus.MESSAGE_ILLEGAL]
     assert res[1].reason == f"bad record header at byte {len(good)} of the batch"
     oversize = patched(good, 0, ">i", len(good) + 1)
-    res = store.put_messages("T", 0, good + oversize)
+    res = store.put("T", 0, good + oversize)
     assert [r.status for r in res] == [PutStatus.PUT_OK, PutStatus.MESSAGE_ILLEGAL]
-    res = store.put_messages("T", 0, good + good[:50])
+    res = store.put("T", 0, good + good[:50])
     assert res[1].reason == f"truncated record at byte {len(good)} of the batch"
     assert store.max_offset("T", 0) == 3
 
@@ -124,7 +124,7 @@ def test_bad_header_or_truncated_tail_ends_the_batch(store: MessageStore) -> Non
 def test_message_larger_than_a_commitlog_file_is_illegal(store: MessageStore) -> None:
     """A record that cannot fit in one commitlog file (with its blank marker) is refused, not split."""
     limit = store.config.commitlog_file_size - 8
-    res = store.put_messages("T", 0, record("T", b"z" * limit))
+    res = store.put("T", 0, record("T", b"z" * limit))
     assert res[0].status == PutStatus.MESSAGE_ILLEGAL and str(limit) in res[0].reason
 
 
@@ -132,7 +132,7 @@ def test_properties_size_exceeded(new_store: StoreFactory) -> None:
     """Properties over 32767 bytes are PROPERTIES_SIZE_EXCEEDED; a neighbour in the batch is stored."""
     store = new_store(commitlog_file_size=256 * 1024)
     big = raw_record(b"T", b"body", b"BIG\x01" + b"v" * 40000 + b"\x02")
-    res = store.put_messages("T", 0, big + record("T", b"ok"))
+    res = store.put("T", 0, big + record("T", b"ok"))
     assert [r.status for r in res] == [PutStatus.PROPERTIES_SIZE_EXCEEDED, PutStatus.PUT_OK]
     assert "40005" in res[0].reason and res[1].queue_offset == 0
 
@@ -140,22 +140,22 @@ def test_properties_size_exceeded(new_store: StoreFactory) -> None:
 def test_service_not_available_when_not_running(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Before start and after shutdown every record of a batch is SERVICE_NOT_AVAILABLE."""
     store = MessageStore(make_config(tmp_path / "s"))
-    res = store.put_messages("T", 0, record() + record())
+    res = store.put("T", 0, record() + record())
     assert [r.status for r in res] == [PutStatus.SERVICE_NOT_AVAILABLE] * 2
     assert res[0].reason == "store is not running"
     store.start()
-    assert store.put_messages("T", 0, record())[0].status == PutStatus.PUT_OK
+    assert store.put("T", 0, record())[0].status == PutStatus.PUT_OK
     store.shutdown()
-    assert [r.status for r in store.put_messages("T", 0, record() * 3)] == [PutStatus.SERVICE_NOT_AVAILABLE] * 3
+    assert [r.status for r in store.put("T", 0, record() * 3)] == [PutStatus.SERVICE_NOT_AVAILABLE] * 3
 
 
 def test_service_not_available_when_disk_full(new_store: StoreFactory) -> None:
     """Once a cleanup pass finds the (simulated) disk over 90 % full, records are SERVICE_NOT_AVAILABLE."""
     store = new_store(disk_clean_forcibly_ratio=1.0)  # nothing may be deleted to make room
-    store.put_messages("T", 0, b"".join(record(body=b"x" * 2000) for i in range(20)))
+    store.put("T", 0, b"".join(record(body=b"x" * 2000) for i in range(20)))
     store.config.simulated_disk_capacity = int(store.disk_bytes() / 0.95)
     assert store.run_cleanup().deleted_commitlog_files == 0 and store.disk_full
-    res = store.put_messages("T", 0, record() + record())
+    res = store.put("T", 0, record() + record())
     assert [r.status for r in res] == [PutStatus.SERVICE_NOT_AVAILABLE] * 2
     assert res[0].reason == "disk full: writes refused until cleanup"
 
@@ -165,7 +165,7 @@ def test_file_creation_failure_undoes_the_batch(
     store: MessageStore, monkeypatch: pytest.MonkeyPatch, failing: str
 ) -> None:
     """If a commitlog or consume-queue file cannot be created mid-batch, the whole batch is undone."""
-    store.put_messages("T", 0, record("T", b"before"))
+    store.put("T", 0, record("T", b"before"))
     original = MappedFileQueue.create_file
 
     def refuse(self: MappedFileQueue, start: int):  # type: ignore[no-untyped-def]
@@ -180,12 +180,12 @@ def test_file_creation_failure_undoes_the_batch(
     end_before = store.commitlog.max_offset
     monkeypatch.setattr(MappedFileQueue, "create_file", refuse)
     batch = b"".join(record("T", bytes([i]) * 1500) for i in range(20))  # crosses files of both kinds
-    res = store.put_messages("T", 0, batch)
+    res = store.put("T", 0, batch)
     assert [r.status for r in res] == [PutStatus.CREATE_MAPPED_FILE_FAILED] * 20
     assert "No space" in res[0].reason
     assert store.commitlog.max_offset == end_before and store.max_offset("T", 0) == 1
     monkeypatch.undo()
-    after = store.put_messages("T", 0, record("T", b"after"))[0]
+    after = store.put("T", 0, record("T", b"after"))[0]
     assert after.queue_offset == 1 and after.physical_offset == end_before
     assert [bytes(r.body) for r in read_queue(store, "T", 0)] == [b"before", b"after"]
 
@@ -196,7 +196,7 @@ def test_file_creation_failure_undoes_a_split_batch_too(
     """A batch the put hooks split into pieces (delayed records) is undone as a whole, as one batch is."""
     path = new_put_path()
     store = path.store
-    store.put_messages("T", 0, record("T", b"before"))
+    store.put("T", 0, record("T", b"before"))
     original = MappedFileQueue.create_file
 
     def refuse(self: MappedFileQueue, start: int):  # type: ignore[no-untyped-def]
@@ -224,7 +224,7 @@ def test_file_creation_failure_undoes_a_split_batch_too(
 
 def test_get_statuses(store: MessageStore) -> None:
     """FOUND, OFFSET_OVERFLOW_ONE, OFFSET_OVERFLOW_BADLY, NO_MATCHED_LOGIC_QUEUE and their next offsets."""
-    store.put_messages("T", 0, b"".join(record(body=f"m{i}".encode()) for i in range(5)))
+    store.put("T", 0, b"".join(record(body=f"m{i}".encode()) for i in range(5)))
     r = store.get_messages("g", "T", 0, 2, 32)
     assert (r.status, r.message_count, r.next_begin_offset, r.min_offset, r.max_offset) == (
         GetStatus.FOUND,
@@ -248,14 +248,14 @@ def test_no_message_in_queue(store: MessageStore) -> None:
     (Delayed messages no longer create their request's queue: the broker's put path sends
     them to the schedule topic before the store sees them. Pulls answer both cases alike.)
     """
-    assert store.put_messages("T", 4, record("U", b"other topic"))[0].status == PutStatus.MESSAGE_ILLEGAL
+    assert store.put("T", 4, record("U", b"other topic"))[0].status == PutStatus.MESSAGE_ILLEGAL
     r = store.get_messages("g", "T", 4, 0)
     assert (r.status, r.next_begin_offset, r.max_offset) == (GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0)
 
 
 def test_tag_filter_and_no_matched_message(store: MessageStore) -> None:
     """Filtering by tag code returns only matching records; when none match: NO_MATCHED_MESSAGE."""
-    store.put_messages("T", 0, b"".join(keyed(i) for i in range(10)))  # odd: tag A, even: tag B
+    store.put("T", 0, b"".join(keyed(i) for i in range(10)))  # odd: tag A, even: tag B
     r = store.get_messages("g", "T", 0, 0, 32, tag_codes={tag_hash("A")})
     assert r.status == GetStatus.FOUND and [rec.queue_offset for rec in records_of(r)] == [1, 3, 5, 7, 9]
     r = store.get_messages("g", "T", 0, 0, 32, tag_codes=frozenset({tag_hash("Z")}))
@@ -265,7 +265,7 @@ def test_tag_filter_and_no_matched_message(store: MessageStore) -> None:
 def test_max_count_and_max_bytes(store: MessageStore) -> None:
     """max_count caps the records; max_bytes caps the bytes but one record is always returned."""
     recs = [record(body=bytes([65 + i]) * 100) for i in range(10)]
-    store.put_messages("T", 0, b"".join(recs))
+    store.put("T", 0, b"".join(recs))
     r = store.get_messages("g", "T", 0, 0, 4)
     assert r.message_count == 4 and r.next_begin_offset == 4
     r = store.get_messages("g", "T", 0, 0, 32, max_bytes=len(recs[0]) * 3 + 10)
@@ -276,9 +276,9 @@ def test_max_count_and_max_bytes(store: MessageStore) -> None:
 
 def test_adjacent_records_come_back_as_one_buffer(store: MessageStore) -> None:
     """Records adjacent in the commitlog come back as one zero-copy slice; interleaved queues split them."""
-    store.put_messages("T", 0, record(body=b"a") + record(body=b"b"))
-    store.put_messages("T", 1, record(body=b"x"))
-    store.put_messages("T", 0, record(body=b"c"))
+    store.put("T", 0, record(body=b"a") + record(body=b"b"))
+    store.put("T", 1, record(body=b"x"))
+    store.put("T", 0, record(body=b"c"))
     r = store.get_messages("g", "T", 0, 0)
     assert len(r.buffers) == 2 and r.message_count == 3 and bodies(r) == [b"a", b"b", b"c"]
     assert all(isinstance(b, memoryview) for b in r.buffers)
@@ -287,7 +287,7 @@ def test_adjacent_records_come_back_as_one_buffer(store: MessageStore) -> None:
 
 def test_read_record_by_physical_offset(store: MessageStore) -> None:
     """read_record returns the record at a commitlog offset, nothing for offsets inside or past records."""
-    res = store.put_messages("T", 0, record(body=b"one") + record(body=b"two"))
+    res = store.put("T", 0, record(body=b"one") + record(body=b"two"))
     rec = store.read_record(res[1].physical_offset)
     assert rec is not None and bytes(parse_record(rec, check_crc=True).body) == b"two"
     assert store.read_record(res[1].physical_offset + 4) is None
@@ -301,7 +301,7 @@ def test_offset_by_time_and_store_time_at(store: MessageStore, monkeypatch: pyte
     monkeypatch.setattr(time, "time", lambda: clock[0])
     for t in (1000.0, 1002.0, 1002.0, 1005.0, 1003.0, 1009.0):  # 1003 < 1005: the clock went back
         clock[0] = t
-        store.put_messages("T", 0, record())
+        store.put("T", 0, record())
     monkeypatch.undo()
     times = [store.store_time_at("T", 0, i) for i in range(6)]
     assert times == [1_000_000, 1_002_000, 1_002_000, 1_005_000, 1_005_000, 1_009_000]
@@ -367,15 +367,15 @@ def test_delayed_records_keep_their_place_among_the_batch_results(new_put_path: 
 
 def test_the_store_alone_knows_no_delays(store: MessageStore) -> None:
     """Without the broker's put path a DELAY property is just a property: the record stays on its topic."""
-    res = store.put_messages("T", 0, record("T", b"x", delay=2))
+    res = store.put("T", 0, record("T", b"x", delay=2))
     assert (res[0].status, res[0].topic, res[0].queue_id) == (PutStatus.PUT_OK, "T", 0)
     assert store.queues[("T", 0)].entry(0)[2] == 0
 
 
 def test_delete_topic_removes_its_queues(store: MessageStore) -> None:
     """delete_topic drops the consume queues and their files; other topics stay."""
-    store.put_messages("T", 0, record())
-    store.put_messages("U", 0, record("U"))
+    store.put("T", 0, record())
+    store.put("U", 0, record("U"))
     store.delete_topic("T")
     assert store.get_messages("g", "T", 0, 0).status == GetStatus.NO_MATCHED_LOGIC_QUEUE
     assert not (store.root / "consumequeue" / "T").exists()

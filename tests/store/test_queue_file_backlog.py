@@ -64,7 +64,7 @@ def test_bytes_backlog_refuses_puts_then_accepts_once_files_are_made(
     acked = []
     with capture_logs() as logs:
         for i in range(400):
-            r = store.put_messages("B", 0, keyed(i, "B"))[0]
+            r = store.put("B", 0, keyed(i, "B"))[0]
             if r.status != PutStatus.PUT_OK:
                 break
             acked.append(r.queue_offset)
@@ -72,7 +72,7 @@ def test_bytes_backlog_refuses_puts_then_accepts_once_files_are_made(
                 wait_until_sync(lambda: failing.refused >= 1, timeout=30, what="the first failed creation")
             if i >= 24:  # over the limit: let the maker measure (every 50 ms while it retries)
                 wait_until_sync(lambda: store.refused is not None, timeout=30, what="the backlog refusal")
-        refused = store.put_messages("B", 1, keyed(10_000, "B"))[0]
+        refused = store.put("B", 1, keyed(10_000, "B"))[0]
     assert failing.refused >= 1 and 20 < len(acked) < 400
     assert refused.status == PutStatus.SERVICE_NOT_AVAILABLE
     assert refused.reason.startswith("consume-queue files not made") and "Permission denied" in refused.reason
@@ -91,7 +91,7 @@ def test_bytes_backlog_refuses_puts_then_accepts_once_files_are_made(
         wait_until_sync(lambda: store.refused is None, timeout=30, what="the maker catching up")
     assert any(e["event"] == "consume_queue_backlog_cleared_writes_accepted" for e in logs)
     assert not store.map_pool.pending
-    ok = store.put_messages("B", 0, keyed(20_000, "B"))[0]
+    ok = store.put("B", 0, keyed(20_000, "B"))[0]
     assert ok.status == PutStatus.PUT_OK and ok.queue_offset == len(acked)
     assert acked == list(range(len(acked)))
     store.shutdown()
@@ -107,7 +107,7 @@ def test_files_backlog_refuses_at_once_and_a_crash_loses_nothing(
     store = _maker_store(new_store, consume_queue_max_pending_files=3)
     if store is None:
         return
-    statuses = [store.put_messages("F", q, keyed(q, "F"))[0].status for q in range(8)]
+    statuses = [store.put("F", q, keyed(q, "F"))[0].status for q in range(8)]
     # the 4th file waiting passes the limit: that put is stored (its entry buffered), later ones refused
     assert statuses == [PutStatus.PUT_OK] * 4 + [PutStatus.SERVICE_NOT_AVAILABLE] * 4
     assert "files waiting" in (store.refused or "") or "Permission denied" in (store.refused or "")

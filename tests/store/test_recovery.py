@@ -23,7 +23,7 @@ FILE = 16 * 1024
 def _fill(store: MessageStore, n: int, queues: int = 3) -> list:  # type: ignore[type-arg]
     out = []
     for i in range(0, n, 5):
-        out += store.put_messages("T", (i // 5) % queues, b"".join(keyed(j, size=300) for j in range(i, i + 5)))
+        out += store.put("T", (i // 5) % queues, b"".join(keyed(j, size=300) for j in range(i, i + 5)))
     assert all(r.status == PutStatus.PUT_OK for r in out)
     return out
 
@@ -73,7 +73,7 @@ def test_clean_restart_scans_only_the_last_file(new_store: StoreFactory) -> None
     assert rep is not None and not rep.abnormal and rep.commitlog_end == end
     assert rep.scanned_bytes == end % FILE and rep.redispatched_cq == rep.truncated_bytes == 0
     _assert_intact(store, results)
-    nxt = store.put_messages("T", 0, keyed(999))[0]
+    nxt = store.put("T", 0, keyed(999))[0]
     assert nxt.physical_offset == end and nxt.queue_offset == len(_expected(results, 0))
 
 
@@ -89,7 +89,7 @@ def test_abnormal_restart_keeps_everything(new_store: StoreFactory) -> None:
     assert rep is not None and rep.abnormal and rep.commitlog_end == end and rep.truncated_bytes == 0
     assert rep.scanned_records > 0 and rep.redispatched_cq == 0 and rep.dropped_cq_entries == 0
     _assert_intact(store, results)
-    assert store.put_messages("T", 1, keyed(500))[0].physical_offset == end
+    assert store.put("T", 1, keyed(500))[0].physical_offset == end
 
 
 def _garbage(store: MessageStore, results: list) -> bytes:  # type: ignore[type-arg]
@@ -128,7 +128,7 @@ def test_torn_tail_is_truncated_and_never_served(new_store: StoreFactory, tail) 
     assert _commitlog_file(store, end).read_bytes()[end % FILE : end % FILE + len(junk)] == bytes(len(junk))
     _assert_intact(store, results)
     assert store.read_record(end) is None
-    nxt = store.put_messages("T", 0, keyed(50))[0]
+    nxt = store.put("T", 0, keyed(50))[0]
     assert nxt.physical_offset == end and nxt.queue_offset == 20
     assert parse_record(store.read_record(end), check_crc=True).queue_offset == 20  # type: ignore[arg-type]
 
@@ -146,7 +146,7 @@ def test_consume_queue_entries_past_the_commitlog_end_are_dropped(new_store: Sto
     assert rep is not None and rep.commitlog_end == lost[0].physical_offset and rep.dropped_cq_entries == 3
     assert store.max_offset("T", 0) == 17
     assert [r.physical_offset for r in read_queue(store, "T", 0)] == _expected(results[:-3], 0)
-    assert store.put_messages("T", 0, keyed(99))[0].queue_offset == 17
+    assert store.put("T", 0, keyed(99))[0].queue_offset == 17
 
 
 def test_missing_consume_queue_and_index_entries_are_redispatched(new_store: StoreFactory) -> None:
@@ -215,7 +215,7 @@ def test_leftover_preallocated_file_after_a_crash(new_store: StoreFactory) -> No
     assert (store.root / "commitlog" / nxt.path.name).exists()
     store = new_store()
     _assert_intact(store, results)
-    more = store.put_messages("T", 0, b"".join(keyed(i, size=300) for i in range(100, 160)))
+    more = store.put("T", 0, b"".join(keyed(i, size=300) for i in range(100, 160)))
     assert [r.queue_offset for r in more] == list(range(25, 85))
     assert len(read_queue(store, "T", 0)) == 85
 
@@ -233,7 +233,7 @@ def test_second_store_on_the_same_directory_is_refused(new_store: StoreFactory, 
 def test_index_uncounted_entries_restore_the_slots(new_store: StoreFactory) -> None:
     """Entries past the header count are undone at load, restoring each slot's previous head."""
     store = new_store(index_max_entries=1000)
-    store.put_messages("T", 0, b"".join(record("T", b"x", keys=[f"k{i}"]) for i in range(20)))
+    store.put("T", 0, b"".join(record("T", b"x", keys=[f"k{i}"]) for i in range(20)))
     _crash(store)
     path = next((store.root / "index").iterdir())
     before = path.read_bytes()
@@ -257,7 +257,7 @@ def test_index_uncounted_entries_restore_the_slots(new_store: StoreFactory) -> N
 def test_index_file_killed_before_its_header_is_dropped(new_store: StoreFactory) -> None:
     """An index file created but never written (kill -9 right after creation) is dropped, and its keys re-indexed."""
     store = new_store(index_max_entries=1000)
-    store.put_messages("T", 0, b"".join(record("T", b"x", keys=[f"k{i}"]) for i in range(5)))
+    store.put("T", 0, b"".join(record("T", b"x", keys=[f"k{i}"]) for i in range(5)))
     _crash(store)
     path = next((store.root / "index").iterdir())
     path.write_bytes(bytes(path.stat().st_size))  # right size, nothing written: the header is all zeros
@@ -279,7 +279,7 @@ def test_entries_of_files_still_being_made_are_redispatched(
     maker = store.map_pool.maker
     assert maker is not None
     monkeypatch.setattr(maker, "submit", lambda mf: setattr(mf, "making", file_maker.QUEUED))  # never made
-    late = store.put_messages("T", 7, b"".join(keyed(j, size=300) for j in range(100, 105)))
+    late = store.put("T", 7, b"".join(keyed(j, size=300) for j in range(100, 105)))
     assert store.map_pool.pending and [r.queue_offset for r in read_queue(store, "T", 7)] == list(range(5))
     logics_ts = store.checkpoint.logics_ts
     store.flush_logics(settle=False)  # the periodic pass: must not claim the pending entries
@@ -301,7 +301,7 @@ def test_a_file_that_cannot_be_made_at_shutdown_leaves_a_crash_behind(
     maker = store.map_pool.maker
     assert maker is not None
     monkeypatch.setattr(maker, "submit", lambda mf: None)
-    results = store.put_messages("T", 0, b"".join(keyed(j, size=300) for j in range(3)))
+    results = store.put("T", 0, b"".join(keyed(j, size=300) for j in range(3)))
 
     def refuse(self: PooledMappedFile) -> tuple[memoryview, int]:
         raise StoreError("no room")

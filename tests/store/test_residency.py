@@ -16,7 +16,7 @@ def test_cold_reads_are_missing_until_prefaulted_and_hot_ones_never(new_store: S
     assert res.block == MIB
     batch = b"".join(record("T", bytes(1000)) for _ in range(64))
     while store.commitlog.max_offset < residency.COLD_LAG + (residency.AHEAD_BLOCKS + 3) * MIB:  # ~19 MiB
-        store.put_messages("T", 0, batch)
+        store.put("T", 0, batch)
     cold = store.get_messages("g", "T", 0, 0, 32)
     hot = store.get_messages("g", "T", 0, store.max_offset("T", 0) - 32, 32)
     assert not store.pages_missing(hot)  # within COLD_LAG of the end: never looked at

@@ -36,16 +36,16 @@ def test_a_run_is_the_sequence_of_its_results() -> None:
 
 def test_a_whole_batch_answers_a_run_and_a_partial_one_a_list(store: MessageStore, record_impl: str) -> None:
     good = [encode_record(b"T", b"body %d" % i, b"") for i in range(3)]
-    whole = store.put_messages("T", 1, b"".join(good))
+    whole = store.put("T", 1, b"".join(good))
     assert type(whole) is StoredRun and [r.queue_offset for r in whole] == [0, 1, 2]
     first = whole[0].physical_offset
     assert [r.physical_offset for r in whole] == [first, first + len(good[0]), first + len(good[0]) + len(good[1])]
     assert all(r.status is PutStatus.PUT_OK and r.topic == "T" and r.queue_id == 1 for r in whole)
     bad = bytearray(good[1])
     bad[90] ^= 0xFF  # a body byte: the CRC no longer matches
-    partial = store.put_messages("T", 1, good[0] + bytes(bad) + good[2])
+    partial = store.put("T", 1, good[0] + bytes(bad) + good[2])
     assert type(partial) is list
     assert [r.status for r in partial] == [PutStatus.PUT_OK, PutStatus.MESSAGE_ILLEGAL, PutStatus.PUT_OK]
     assert [r.queue_offset for r in partial] == [3, -1, 4]
-    single = store.put_messages("T", 1, good[0])
+    single = store.put("T", 1, good[0])
     assert type(single) is list and single[0].queue_offset == 5

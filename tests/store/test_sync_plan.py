@@ -48,7 +48,7 @@ def msync_errno(address: int, length: int) -> int:
 def put(store: MessageStore, count: int, size: int = 1000) -> int:
     """``count`` records of about ``size`` bytes; returns the commitlog end."""
     for i in range(count):
-        store.put_messages("T", i % 2, keyed(i, size=size))
+        store.put("T", i % 2, keyed(i, size=size))
     return store.commitlog.max_offset
 
 
@@ -128,7 +128,7 @@ def test_a_truncation_after_planning_keeps_the_plan_from_recording(new_store: St
     """HA truncation (or a failed put's undo) between plan and record: later data must not count as synced."""
     store = new_store(**SYNC)
     put(store, 3)
-    r = store.put_messages("T", 0, keyed(99))[0]
+    r = store.put("T", 0, keyed(99))[0]
     end = put(store, 3)
     plan = store.sync_plan(end)
     assert plan is not None
@@ -161,7 +161,7 @@ def test_deleting_a_file_with_a_job_in_flight_waits_for_the_job(new_store: Store
     """A truncation deletes a file the job syncs (HA): unlinked at once, unmapped only when the job is over."""
     store = new_store(**SYNC)
     put(store, 10)
-    r = store.put_messages("T", 0, keyed(7))[0]
+    r = store.put("T", 0, keyed(7))[0]
     end = put(store, 60)
     plan = store.sync_plan(end)
     assert plan is not None and len(plan.ranges) == 2

@@ -53,7 +53,7 @@ def test_truncate_equals_a_store_that_never_had_the_tail(new_put_path: PutPathFa
 def test_truncate_survives_restart_and_refuses_non_boundaries(new_store: StoreFactory, tmp_path: Path) -> None:
     root = tmp_path / "t"
     s = new_store(root)
-    phys = [s.put_messages("T", i % 2, keyed(i, size=300))[0].physical_offset for i in range(40)]
+    phys = [s.put("T", i % 2, keyed(i, size=300))[0].physical_offset for i in range(40)]
     first = s.commitlog.read_record(0)
     assert first is not None
     with pytest.raises(StoreError):
@@ -73,7 +73,7 @@ def test_truncate_survives_restart_and_refuses_non_boundaries(new_store: StoreFa
     assert [bytes(r) for r in again.query_by_key("T", "U20")] == []
     assert len(again.query_by_key("T", "U10")) == 1
     # Writes continue at the cut.
-    res = again.put_messages("T", 0, keyed(99))
+    res = again.put("T", 0, keyed(99))
     assert res[0].physical_offset == cut and res[0].queue_offset == 6
 
 

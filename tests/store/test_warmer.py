@@ -24,7 +24,7 @@ def _write_and_verify(store: MessageStore, rounds: int) -> None:
     sent: list[tuple[bytes, object]] = []
     for i in range(rounds):
         recs = [record("T", os.urandom(rng.randint(10, 6000)), uniq=f"u{i}-{j}") for j in range(rng.randint(1, 20))]
-        for rec, res in zip(recs, store.put_messages("T", i % 3, b"".join(recs)), strict=True):
+        for rec, res in zip(recs, store.put("T", i % 3, b"".join(recs)), strict=True):
             sent.append((rec, res))
     assert len(store.commitlog.mfq.files) >= 5
     for rec, res in sent:
@@ -65,7 +65,7 @@ def test_the_preallocated_next_file_is_used(new_store: StoreFactory) -> None:
         last = mfq.last
         assert nxt is not None and last is not None and nxt.file_from == last.file_to
         while mfq.last is last:
-            store.put_messages("T", 0, record("T", b"x" * 3000))
+            store.put("T", 0, record("T", b"x" * 3000))
         assert mfq.last is nxt, f"roll {roll}"
     assert len(read_queue(store, "T", 0)) == store.max_offset("T", 0)
 
@@ -177,5 +177,5 @@ def test_the_warmer_writes_back_only_under_sync_flush(
 ) -> None:
     store = new_store(commitlog_file_size=FILE, flush_disk_type=flush, sync_flush_write_ahead=write_ahead)
     assert store.services.warmer is not None and store.services.warmer.write_back is expected
-    store.put_messages("T", 0, record("T", b"x" * 100))
+    store.put("T", 0, record("T", b"x" * 100))
     assert len(read_queue(store, "T", 0)) == 1

@@ -59,7 +59,7 @@ def test_decoder_refuses_bad_frames() -> None:
 def test_whole_records_prefix_cuts_at_records_and_file_ends(tmp_path) -> None:  # type: ignore[no-untyped-def]
     store = open_store(tmp_path / "s")
     try:
-        phys = [store.put_messages("T", 0, keyed(i, size=500))[0].physical_offset for i in range(60)]
+        phys = [store.put("T", 0, keyed(i, size=500))[0].physical_offset for i in range(60)]
         file_size = store.commitlog.file_size
         data = b"".join(bytes(v) for v in store.read_commitlog(0, store.commitlog.max_offset))
     finally:

@@ -197,14 +197,6 @@ class SendHandlers:
         if not results:  # nothing was stored, so nothing succeeded (never "SUCCESS at offset -1")
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, EMPTY_BODY_REMARK)
         ok = PutStatus.PUT_OK
-        if len(results) == 1 and results[0].status is ok:  # single sends: no scans of the results
-            r = results[0]
-            return cmd.response(
-                ResponseCode.SUCCESS,
-                ext=SendMessageResponse.build_ext(
-                    queue_id=r.queue_id, queue_offset=r.queue_offset, commit_log_offsets=[r.physical_offset]
-                ),
-            )
         statuses = list(map(_STATUS, results))
         first_fail = None if statuses.count(ok) == len(statuses) else next(r for r in results if r.status != ok)
         ext = SendMessageResponse.build_ext(

@@ -246,27 +246,10 @@ class MessageStore:
         oldest data starts there); the next :meth:`append_raw` must come at ``offset``."""
         replica_ops.start_at(self, offset)
 
-    def put_messages(self, topic: str, queue_id: int, data: bytes | bytearray | memoryview) -> PutResults:
-        """Append the encoded records in ``data`` to queue ``(topic, queue_id)``; one result per record.
-
-        A record that fails validation gets its own status and the others are stored.
-        """
-        return self.put_batches([(topic, queue_id, data)])[0]
-
     def split(self, topic: str, data: bytes) -> SplitBatch:
         """Validate ``data`` as a batch for ``topic`` without storing it (the put path validates once,
         lets its hooks look at the records' properties, then hands the split to :meth:`put_batches`)."""
         return self.appender.split(topic, data)
-
-    def put_split(self, topic: str, queue_id: int, data: bytes, split: SplitBatch | None = None) -> PutResults:
-        """:meth:`put_messages` of ``data`` with its :meth:`split` already made (None: made here).
-
-        The put path's usual call (one batch, one queue): :meth:`put_batches` without the
-        lists around its argument and its answer.
-        """
-        if self.running and self.refused is None:
-            return self._put_one(topic, queue_id, data, split)
-        return self.put_batches([(topic, queue_id, data)], splits=[split])[0]
 
     def put_batches(
         self,
@@ -284,10 +267,9 @@ class MessageStore:
         stored before it are undone too and every record gets that status. ``splits``, if
         given, holds :meth:`split` of each batch (None: validate it here).
         """
-        if len(batches) == 1 and self.running and self.refused is None:
-            # One batch (every single send): the same steps without the multi-batch bookkeeping.
+        if len(batches) == 1:  # one batch: put's steps, without the multi-batch bookkeeping
             topic, queue_id, data = batches[0]
-            return [self._put_one(topic, queue_id, data, splits[0] if splits else None)]
+            return [self.put(topic, queue_id, data, splits[0] if splits else None)]
         todo: list[tuple[str, int, bytes]] = [(t, q, d if isinstance(d, bytes) else bytes(d)) for t, q, d in batches]
         refused = self.refused if self.running else "store is not running"
         if refused is not None:
@@ -335,12 +317,22 @@ class MessageStore:
         self.arrivals.notify_queues(arrived, self.queues)
         return answers
 
-    def _put_one(
-        self, topic: str, queue_id: int, data: bytes | bytearray | memoryview, split: SplitBatch | None
+    def put(
+        self, topic: str, queue_id: int, data: bytes | bytearray | memoryview, split: SplitBatch | None = None
     ) -> PutResults:
-        """:meth:`put_batches` of one batch (not atomic: one batch is undone as a whole anyway)."""
+        """Append the encoded records in ``data`` to queue ``(topic, queue_id)``; one result per record.
+
+        A record that fails validation gets its own status and the others are stored; if a
+        file cannot be created, nothing of the batch stays (``CREATE_MAPPED_FILE_FAILED``).
+        ``split``: :meth:`split` of ``data`` if the caller made it (the put path validates once).
+        Every put of one batch comes here (a single send is a batch of one); several queues
+        at once go through :meth:`put_batches`.
+        """
         if not isinstance(data, bytes):
             data = bytes(data)
+        refused = self.refused if self.running else "store is not running"
+        if refused is not None:
+            return rejected_results(count_records(data), PutStatus.SERVICE_NOT_AVAILABLE, refused)
         appender = self.appender
         with self.lock:
             if not self.running:
@@ -349,12 +341,7 @@ class MessageStore:
             store_ts = now if now > self.last_store_ts else self.last_store_ts
             results: PutResults
             try:
-                if split is not None and len(split[0]) == 1 and not split[3]:  # one valid record
-                    results = appender.put_single(
-                        topic, queue_id, data, split[0][0], split[1][0], split[2][0], store_ts
-                    )
-                else:
-                    results = appender.put(topic, queue_id, data, store_ts, split)
+                results = appender.put(topic, queue_id, data, store_ts, split)
             except StoreError as exc:
                 failed, reason = self.disk_guard.append_failed(exc)
                 results = rejected_results(count_records(data), failed, reason)
