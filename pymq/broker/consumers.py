@@ -192,6 +192,16 @@ class ConsumerManager:
         info = self.groups.get(group)
         return info.client_ids() if info else []
 
+    def channels_of(self, group: str) -> list[ClientChannel]:
+        """The group's connected consumers (empty if none)."""
+        info = self.groups.get(group)
+        return list(info.channels.values()) if info else []
+
+    def subscribed_topics(self, group: str) -> list[str]:
+        """The topics the group's consumers subscribe to (as their heartbeats said)."""
+        info = self.groups.get(group)
+        return list(info.subscriptions) if info else []
+
     def find_channel(self, group: str, client_id: str) -> ClientChannel | None:
         info = self.groups.get(group)
         return info.channels.get(client_id) if info else None

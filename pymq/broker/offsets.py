@@ -27,12 +27,13 @@ class ConsumerOffsetManager:
             for key, offsets in data.get("offsetTable", {}).items():
                 self.table[key] = {int(q): int(o) for q, o in offsets.items()}
 
+    def wire_table(self) -> dict[str, dict[str, int]]:
+        """Every ``topic@group`` key's offsets by queue id as text (the file's and GET_ALL_CONSUMER_OFFSET's form)."""
+        return {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.table.items())}
+
     def persist(self) -> None:
         self._dirty = False
-        write_json_atomic(
-            self.path,
-            {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.table.items())}},
-        )
+        write_json_atomic(self.path, {"offsetTable": self.wire_table()})
 
     def persist_if_dirty(self) -> bool:
         if self._dirty:

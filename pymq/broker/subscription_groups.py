@@ -76,9 +76,7 @@ class SubscriptionGroupManager:
                 self.groups[name] = SubscriptionGroupConfig.from_dict(d)
 
     def persist(self) -> None:
-        write_json_atomic(
-            self.path, {"subscriptionGroupTable": {n: g.to_dict() for n, g in sorted(self.groups.items())}}
-        )
+        write_json_atomic(self.path, {"subscriptionGroupTable": self.table()})
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         cfg = self.groups.get(group)
@@ -86,6 +84,10 @@ class SubscriptionGroupManager:
             cfg = self.groups[group] = SubscriptionGroupConfig(group)
             self.persist()
         return cfg
+
+    def table(self) -> dict[str, dict[str, Any]]:
+        """Every group's config as a dict, by name (the file's and GET_ALL_SUBSCRIPTIONGROUP_CONFIG's form)."""
+        return {n: g.to_dict() for n, g in sorted(self.groups.items())}
 
     def upsert(self, cfg: SubscriptionGroupConfig) -> None:
         self.groups[cfg.groupName] = cfg

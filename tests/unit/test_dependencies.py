@@ -398,3 +398,27 @@ def test_no_code_outside_the_store_knows_consume_queue_entries() -> None:
         lambda i: i.endswith((".CQ_ENTRY", ".CQ_ENTRY_SIZE")),
     )
     assert bad == []
+
+
+#: managers' own tables, which request handlers read and change through the managers' methods only
+MANAGER_TABLES = {
+    "topics": {"topics"},
+    "consumers": {"groups", "pull_owners"},
+    "subscription_groups": {"groups"},
+    "offsets": {"table"},
+}
+
+
+def test_handlers_do_not_reach_into_managers_tables() -> None:
+    """No handler reads or writes a manager's dict (``topics.topics``, ``consumers.pull_owners`` ...)."""
+    found = []
+    for module in handler_modules():
+        path = PKG.parent / (module.replace(".", "/") + ".py")
+        if not path.exists():  # a package: its __init__
+            path = path.with_suffix("") / "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute | ast.Name):
+                owner = node.value.attr if isinstance(node.value, ast.Attribute) else node.value.id
+                if node.attr in MANAGER_TABLES.get(owner, ()):
+                    found.append(f"{module}:{node.lineno} {owner}.{node.attr}")
+    assert found == []

@@ -130,8 +130,7 @@ class AdminHandlers:
         return cmd.response(body=encode_body(cfg.to_dict()))
 
     def all_groups(self, cmd: Command, channel: Channel) -> Command:
-        groups = {n: g.to_dict() for n, g in self.subscription_groups.groups.items()}
-        return cmd.response(body=encode_body({"subscriptionGroupTable": groups}))
+        return cmd.response(body=encode_body({"subscriptionGroupTable": self.subscription_groups.table()}))
 
     def delete_group(self, cmd: Command, channel: Channel) -> Command:
         group = DeleteSubscriptionGroupRequest.from_ext(cmd.ext).group_name

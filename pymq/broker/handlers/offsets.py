@@ -95,8 +95,7 @@ class OffsetHandlers:
         return cmd.response(ext=StoreTimeResponse(timestamp=ts).to_ext())
 
     def all_consumer_offsets(self, cmd: Command, channel: Channel) -> Command:
-        table = {k: {str(q): o for q, o in v.items()} for k, v in self.offsets.table.items()}
-        return cmd.response(body=encode_body({"offsetTable": table}))
+        return cmd.response(body=encode_body({"offsetTable": self.offsets.wire_table()}))
 
     def consume_stats(self, cmd: Command, channel: Channel) -> Command:
         """Per queue of the group's topics on this broker: broker max offset, consumer offset, last store time."""
@@ -106,10 +105,7 @@ class OffsetHandlers:
         topics = (
             [h.topic]
             if h.topic
-            else sorted(
-                set(self.offsets.topics_of_group(group))
-                | set(getattr(consumers.groups.get(group), "subscriptions", {}) or {})
-            )
+            else sorted(set(self.offsets.topics_of_group(group)) | set(consumers.subscribed_topics(group)))
         )
         rows = []
         inflight = self.inflight(group) if self.inflight is not None else None
@@ -162,14 +158,10 @@ class OffsetHandlers:
         push_body = encode_body(
             {"offsetTable": [[MessageQueue(topic, self.broker_name, q).to_dict(), o] for q, o in table.items()]}
         )
-        info = self.consumers.groups.get(group)
         notified = 0
-        if info is not None:
-            for ch in info.channels.values():
-                ch.channel.push_oneway(
-                    Command.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, dict(push_ext), push_body)
-                )
-                notified += 1
+        for ch in self.consumers.channels_of(group):
+            ch.channel.push_oneway(Command.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, dict(push_ext), push_body))
+            notified += 1
         return cmd.response(
             body=encode_body({"offsetTable": {str(q): o for q, o in table.items()}, "notified": notified})
         )
