@@ -29,7 +29,7 @@ from pymq.protocol.filter import SubscriptionCache
 from pymq.protocol.requests import FLAG_COMMIT_OFFSET, FLAG_SUSPEND, PullMessageRequest, PullMessageResponse
 from pymq.protocol.route import MASTER_ID, perm_readable
 from pymq.transport.channel import Channel
-from pymq.transport.dispatch import Handler, HandlerResult
+from pymq.transport.dispatch import Handler, HandlerResult, Parked
 
 if TYPE_CHECKING:
     from pymq.broker.consumers import ConsumerManager
@@ -151,7 +151,7 @@ class PullHandlers:
         resp, result = self._read_result(cmd, read)
         if resp.code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND and suspend_ms > 0:
             timeout = min(suspend_ms / 1000, self.config.long_polling_max_seconds)
-            return self._hold(cmd, read, timeout)
+            return Parked(self._hold(cmd, read, timeout))  # held: no handler slot (issue 36)
         if resp.code == ResponseCode.SUCCESS and self.store.pages_missing(result):
             return self._answer_when_in_memory(resp, result)
         return resp
