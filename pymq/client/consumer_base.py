@@ -24,12 +24,12 @@ from pymq.client.process_queue import ProcessQueue
 from pymq.client.pull_api import PullNodes, PullResult, decode_pulled, pull
 from pymq.client.rebalance import QueueOwnership, assign
 from pymq.clock import SYSTEM_CLOCK, Clock
-from pymq.errors import ClientError, ClosedError, PymqError
+from pymq.errors import ClientError, ClosedError, PymqError, RemoteError
 from pymq.logs import get_logger
-from pymq.protocol.codes import RequestCode
+from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.filter import Subscription, parse_tags_strict
 from pymq.protocol.message import MessageExt
-from pymq.protocol.requests import I32_MAX, MAX_PULL_MSG_NUMS, RETRY_PREFIX
+from pymq.protocol.requests import I32_MAX, MAX_PULL_MSG_NUMS, MAX_QUEUES_PER_REQUEST, RETRY_PREFIX
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.consumer")
@@ -103,7 +103,7 @@ class ConsumerBase:
         self.pull_nodes = PullNodes()
         #: the owned queues: a process queue and a pull task each (see pymq.client.rebalance)
         self.ownership = QueueOwnership(
-            group, clock, start_offset=self._start_offset, commit=self._commit_released, pull=self._pull_loop
+            group, clock, start_offsets=self._start_offsets, commit=self._commit_released, pull=self._pull_loop
         )
         self._rebalance_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
@@ -253,6 +253,59 @@ class ConsumerBase:
             await store.persist([mq])
         store.remove(mq)
         self.pull_nodes.table.pop(mq, None)
+
+    async def _start_offsets(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        """Where each taken queue starts (left out: not taken now): one QUERY_QUEUE_OFFSETS per
+        broker for all of them, not a round trip or two per queue (issue 36)."""
+        inst = self._instance()
+        by_addr: dict[str, list[MessageQueue]] = {}
+        out: dict[MessageQueue, int] = {}
+        one_by_one: list[MessageQueue] = []
+        for mq in mqs:
+            addr = inst.broker_addr(mq.brokerName) or inst.broker_addr(mq.brokerName, master_only=False)
+            if addr is None:
+                one_by_one.append(mq)  # the per-queue path refreshes the route
+            else:
+                by_addr.setdefault(addr, []).append(mq)
+        ts = None
+        if self.consume_from_where is ConsumeFromWhere.TIMESTAMP:
+            ts = self.consume_timestamp if self.consume_timestamp is not None else self.clock.time_ms() - 1800_000
+        for addr, queues in by_addr.items():
+            for i in range(0, len(queues), MAX_QUEUES_PER_REQUEST):
+                chunk = queues[i : i + MAX_QUEUES_PER_REQUEST]
+                cmd = broker_api.query_queue_offsets(self.group, chunk, ts)
+                try:
+                    resp = await inst.rpc.invoke_ok(addr, cmd, inst.config.rpc_timeout_seconds)
+                    rows = broker_api.read_queue_offsets(resp, len(chunk))
+                except RemoteError as exc:
+                    if exc.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                        one_by_one += chunk  # a broker without the batch query
+                    else:
+                        log.warning("start_offsets_failed", group=self.group, broker=addr, reason=str(exc))
+                    continue
+                except PymqError as exc:
+                    log.warning("start_offsets_failed", group=self.group, broker=addr, reason=str(exc))
+                    continue
+                for mq, row in zip(chunk, rows, strict=True):
+                    out[mq] = self._start_from(mq, *row)
+        for mq in one_by_one:
+            out[mq] = await self._start_offset(mq)
+        return out
+
+    def _start_from(self, mq: MessageQueue, committed: int, min_offset: int, max_offset: int, by_time: int) -> int:
+        """Where ``mq`` starts, from a batch query's offsets (as :meth:`_start_offset` decides)."""
+        store = self.offset_store
+        assert store is not None
+        last = store.committed_from(mq, committed if store.on_broker else -1)
+        if last >= 0:
+            return last
+        if mq.topic.startswith(RETRY_PREFIX):
+            return 0
+        if self.consume_from_where is ConsumeFromWhere.FIRST_OFFSET:
+            return min_offset
+        if self.consume_from_where is ConsumeFromWhere.TIMESTAMP:
+            return by_time
+        return max_offset
 
     async def _start_offset(self, mq: MessageQueue) -> int:
         store = self.offset_store

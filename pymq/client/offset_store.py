@@ -37,6 +37,15 @@ class OffsetStore(ABC):
     async def read(self, mq: MessageQueue) -> int:
         """The committed offset from durable storage (broker or file); -1 if none."""
 
+    def committed_from(self, mq: MessageQueue, broker_offset: int) -> int:
+        """Where ``mq`` resumes, given the broker's committed offset for it (-1: none) from a batch query."""
+        return self.table.get(mq, -1)
+
+    @property
+    def on_broker(self) -> bool:
+        """Whether the committed offsets are the broker's (a batch query then reads them)."""
+        return False
+
     @abstractmethod
     async def persist(self, mqs: list[MessageQueue]) -> None:
         """Make the in-memory offsets of ``mqs`` durable."""
@@ -77,7 +86,14 @@ class RemoteOffsetStore(OffsetStore):
         addr = await self._addr(mq) or self.instance.broker_addr(mq.brokerName, master_only=False)
         if addr is None:
             raise PymqError(f"no address for broker {mq.brokerName}")
-        offset = await self._query(addr, mq)
+        return self.committed_from(mq, await self._query(addr, mq))
+
+    @property
+    def on_broker(self) -> bool:
+        return True
+
+    def committed_from(self, mq: MessageQueue, broker_offset: int) -> int:
+        offset = broker_offset
         kept = self.pending.pop(mq, None)
         if kept is not None and kept > offset:
             # Our own progress the master has not seen yet: it is still to be committed.
