@@ -106,7 +106,10 @@ class RemoteOffsetStore(OffsetStore):
         refreshed: set[str] = set()
         for mq in mqs:
             offset = self.table.get(mq)
-            if offset is None or offset < 0:
+            if offset is None or offset < 0 or self._acked.get(mq) == offset:
+                # Unchanged since the master took it: a consumer of thousands of idle queues
+                # would otherwise make thousands of round trips every persist (issue 36). Pulls
+                # carry the offset too: a master that lost it gets it back with the next pull.
                 continue
             addr = await self._addr(mq, refreshed)
             if addr is None:
