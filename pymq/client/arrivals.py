@@ -118,6 +118,10 @@ class ArrivalWaiter:
             cmd = broker_api.wait_queue_arrival(self.group, waits, self.suspend_ms)
             resp = await self.instance.rpc.invoke_ok(addr, cmd, self.timeout)
             ready = set(broker_api.read_ready(resp))
+        except asyncio.CancelledError:
+            for _mq, _offset, fut in batch:
+                fut.cancel()  # closed: its waiters stop waiting too
+            raise
         except PymqError as exc:
             failed = True
             if isinstance(exc, RemoteError) and exc.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
