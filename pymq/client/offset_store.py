@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable
 from pathlib import Path
 
 from pymq.client import broker_api
@@ -14,6 +16,9 @@ from pymq.logs import get_logger
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.offsets")
+
+#: offset commits a persist keeps in flight at once
+COMMITS_IN_FLIGHT = 64
 
 
 class OffsetStore(ABC):
@@ -104,6 +109,8 @@ class RemoteOffsetStore(OffsetStore):
 
     async def persist(self, mqs: list[MessageQueue]) -> None:
         refreshed: set[str] = set()
+        # Up to COMMITS_IN_FLIGHT commits at a time, not one round trip after the other (issue 36).
+        commits: list[Awaitable[None]] = []
         for mq in mqs:
             offset = self.table.get(mq)
             if offset is None or offset < 0 or self._acked.get(mq) == offset:
@@ -114,8 +121,11 @@ class RemoteOffsetStore(OffsetStore):
             addr = await self._addr(mq, refreshed)
             if addr is None:
                 continue  # no master now: kept until it is back
-            if await self._commit(addr, mq, offset):
-                self._acked[mq] = offset
+            commits.append(self._commit_one(addr, mq, offset))
+            if len(commits) >= COMMITS_IN_FLIGHT:
+                await asyncio.gather(*commits)
+                commits = []
+        await asyncio.gather(*commits)
         for mq, offset in list(self.pending.items()):
             if mq in self.table:
                 continue  # taken again: committed from the table
@@ -141,6 +151,10 @@ class RemoteOffsetStore(OffsetStore):
         except QueryNotFoundError:
             return -1
         return int(resp.ext.get("offset", -1))
+
+    async def _commit_one(self, addr: str, mq: MessageQueue, offset: int) -> None:
+        if await self._commit(addr, mq, offset):
+            self._acked[mq] = offset
 
     async def _commit(self, addr: str, mq: MessageQueue, offset: int) -> bool:
         cmd = broker_api.update_consumer_offset(self.group, mq.topic, mq.queueId, offset)
