@@ -24,12 +24,17 @@ class _Held:
 class PullHoldService:
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._held: dict[tuple[str, int], list[_Held]] = defaultdict(list)
+        #: set by :meth:`wake_all` (shutdown): a hold asked for after it ends at once
+        self.closed = False
         #: times the suspend timeouts (a FakeClock in tests)
         self.clock = clock
 
     def hold(self, topic: str, queue_id: int, offset: int, timeout: float) -> asyncio.Future[bool]:
         """A future that becomes True when the queue grows past ``offset``, False on timeout."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if self.closed:
+            fut.set_result(False)  # shutting down: a request that comes now is not held
+            return fut
         key = (topic, queue_id)
         entry = _Held(offset, fut)
         self._held[key].append(entry)
@@ -41,6 +46,9 @@ class PullHoldService:
         """One future for several queues ``(topic, queueId, offset)``: True when any grows past its
         offset, False on timeout (a pop that may take from any queue of a topic waits on all)."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        if self.closed:
+            fut.set_result(False)
+            return fut
         entries = []
         for topic, queue_id, offset in waits:
             key = (topic, queue_id)
@@ -100,7 +108,8 @@ class PullHoldService:
         return sum(len(v) for v in self._held.values())
 
     def wake_all(self) -> None:
-        """Answer every held pull now (shutdown)."""
+        """Answer every held pull now, and every later one at once (shutdown)."""
+        self.closed = True
         for waiters in list(self._held.values()):
             for w in waiters:
                 if not w.future.done():

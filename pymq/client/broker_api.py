@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pymq.errors import InvalidRequestError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription
 from pymq.protocol.frame import Body, Command
@@ -42,6 +43,7 @@ from pymq.protocol.requests import (
     PullMessageResponse,
     QueryConsumerOffsetRequest,
     QueryMessageRequest,
+    QueryQueueOffsetsRequest,
     QueueOffsetRequest,
     ResetOffsetRequest,
     SearchOffsetRequest,
@@ -50,7 +52,9 @@ from pymq.protocol.requests import (
     UnregisterClientRequest,
     UpdateConsumerOffsetRequest,
     ViewMessageRequest,
+    WaitQueueArrivalRequest,
 )
+from pymq.protocol.requests_many import queues_body, read_list
 from pymq.protocol.route import PERM_READ_WRITE, MessageQueue, encode_attributes
 
 # --- produce (hot path) ------------------------------------------------------------------------------
@@ -187,6 +191,36 @@ def queue_offset(code: int, topic: str, queue_id: int, timestamp: int | None = N
         search = SearchOffsetRequest(topic=topic, queue_id=queue_id, timestamp=timestamp)
         return Command.request(code, search.to_ext())
     return Command.request(code, QueueOffsetRequest(topic=topic, queue_id=queue_id).to_ext())
+
+
+# --- many queues at once (issue 36) ---------------------------------------------------------------------
+
+
+def query_queue_offsets(group: str, mqs: list[MessageQueue], timestamp: int | None = None) -> Command:
+    """QUERY_QUEUE_OFFSETS: committed, min, max (and by ``timestamp``) offsets of queues of one broker."""
+    header = QueryQueueOffsetsRequest(consumer_group=group, timestamp=timestamp)
+    return Command.request(
+        RequestCode.QUERY_QUEUE_OFFSETS, header.to_ext(), queues_body([(mq.topic, mq.queueId) for mq in mqs])
+    )
+
+
+def read_queue_offsets(resp: Command, count: int) -> list[tuple[int, int, int, int]]:
+    """``(committed, min, max, byTime)`` per queue of a QUERY_QUEUE_OFFSETS answer, in the request's order."""
+    rows = read_list(resp.body, "offsets")
+    if len(rows) != count:
+        raise InvalidRequestError(f"asked for {count} queues' offsets, got {len(rows)}")
+    return [(int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in rows]
+
+
+def wait_queue_arrival(group: str, waits: list[tuple[str, int, int]], suspend_ms: int) -> Command:
+    """WAIT_QUEUE_ARRIVAL: held until one of ``(topic, queueId, offset)`` has a message at its offset."""
+    header = WaitQueueArrivalRequest(consumer_group=group, suspend_timeout_millis=suspend_ms)
+    return Command.request(RequestCode.WAIT_QUEUE_ARRIVAL, header.to_ext(), queues_body(waits))
+
+
+def read_ready(resp: Command) -> list[int]:
+    """The indexes of the waited queues that have messages (a WAIT_QUEUE_ARRIVAL answer)."""
+    return [int(i) for i in read_list(resp.body, "ready")]
 
 
 # --- clients -----------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 
 from pymq.client import broker_api
 from pymq.client.allocate import AllocateAveragely, AllocateStrategy
+from pymq.client.arrivals import ArrivalWaiter
 from pymq.client.consumer_types import ConsumeFromWhere, MessageModel, PullStatus
 from pymq.client.instance import ClientInstance
 from pymq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore, default_offset_dir
@@ -24,12 +25,12 @@ from pymq.client.process_queue import ProcessQueue
 from pymq.client.pull_api import PullNodes, PullResult, decode_pulled, pull
 from pymq.client.rebalance import QueueOwnership, assign
 from pymq.clock import SYSTEM_CLOCK, Clock
-from pymq.errors import ClientError, ClosedError, PymqError
+from pymq.errors import ClientError, ClosedError, PymqError, RemoteError
 from pymq.logs import get_logger
-from pymq.protocol.codes import RequestCode
+from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.filter import Subscription, parse_tags_strict
 from pymq.protocol.message import MessageExt
-from pymq.protocol.requests import I32_MAX, MAX_PULL_MSG_NUMS, RETRY_PREFIX
+from pymq.protocol.requests import I32_MAX, MAX_PULL_MSG_NUMS, MAX_QUEUES_PER_REQUEST, RETRY_PREFIX
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.consumer")
@@ -55,6 +56,8 @@ class ConsumerBase:
     pulls_ahead = False
     #: clustering push consumers also consume their group's retry topic
     uses_retry_topic = True
+    #: idle queues wait for messages through one ArrivalWaiter (issue 36), not a long poll each
+    wait_for_arrivals = True
 
     def __init__(
         self,
@@ -103,8 +106,10 @@ class ConsumerBase:
         self.pull_nodes = PullNodes()
         #: the owned queues: a process queue and a pull task each (see pymq.client.rebalance)
         self.ownership = QueueOwnership(
-            group, clock, start_offset=self._start_offset, commit=self._commit_released, pull=self._pull_loop
+            group, clock, start_offsets=self._start_offsets, commit=self._commit_released, pull=self._pull_loop
         )
+        #: where idle queues wait for messages (set at start; None: each idle queue long-polls)
+        self.arrivals: ArrivalWaiter | None = None
         self._rebalance_lock = asyncio.Lock()
         self._background: set[asyncio.Task[None]] = set()
         self._started = False
@@ -138,6 +143,10 @@ class ConsumerBase:
             await inst.release()
             raise ClientError(f"consumer group {self.group} is already started in client {inst.client_id}")
         self.instance = inst
+        if self.wait_for_arrivals:
+            self.arrivals = ArrivalWaiter(
+                inst, self.group, suspend_ms=BROKER_SUSPEND_MS, timeout=PULL_TIMEOUT, locate=self._pull_addr
+            )
         self.pull_nodes.follow = inst.config.follow_pull_suggestion
         if self.message_model is MessageModel.CLUSTERING:
             if self.uses_retry_topic:
@@ -178,6 +187,8 @@ class ConsumerBase:
         # _closing and do nothing), so that no pull task starts after these are stopped.
         async with self._rebalance_lock:
             await self.ownership.stop_all()
+        if self.arrivals is not None:
+            self.arrivals.close()
         # Consumption in flight finishes and moves the offsets before they are committed.
         await self._on_close()
         for pq in self.process_queues.values():
@@ -254,6 +265,59 @@ class ConsumerBase:
         store.remove(mq)
         self.pull_nodes.table.pop(mq, None)
 
+    async def _start_offsets(self, mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        """Where each taken queue starts (left out: not taken now): one QUERY_QUEUE_OFFSETS per
+        broker for all of them, not a round trip or two per queue (issue 36)."""
+        inst = self._instance()
+        by_addr: dict[str, list[MessageQueue]] = {}
+        out: dict[MessageQueue, int] = {}
+        one_by_one: list[MessageQueue] = []
+        for mq in mqs:
+            addr = inst.broker_addr(mq.brokerName) or inst.broker_addr(mq.brokerName, master_only=False)
+            if addr is None:
+                one_by_one.append(mq)  # the per-queue path refreshes the route
+            else:
+                by_addr.setdefault(addr, []).append(mq)
+        ts = None
+        if self.consume_from_where is ConsumeFromWhere.TIMESTAMP:
+            ts = self.consume_timestamp if self.consume_timestamp is not None else self.clock.time_ms() - 1800_000
+        for addr, queues in by_addr.items():
+            for i in range(0, len(queues), MAX_QUEUES_PER_REQUEST):
+                chunk = queues[i : i + MAX_QUEUES_PER_REQUEST]
+                cmd = broker_api.query_queue_offsets(self.group, chunk, ts)
+                try:
+                    resp = await inst.rpc.invoke_ok(addr, cmd, inst.config.rpc_timeout_seconds)
+                    rows = broker_api.read_queue_offsets(resp, len(chunk))
+                except RemoteError as exc:
+                    if exc.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                        one_by_one += chunk  # a broker without the batch query
+                    else:
+                        log.warning("start_offsets_failed", group=self.group, broker=addr, reason=str(exc))
+                    continue
+                except PymqError as exc:
+                    log.warning("start_offsets_failed", group=self.group, broker=addr, reason=str(exc))
+                    continue
+                for mq, row in zip(chunk, rows, strict=True):
+                    out[mq] = self._start_from(mq, *row)
+        for mq in one_by_one:
+            out[mq] = await self._start_offset(mq)
+        return out
+
+    def _start_from(self, mq: MessageQueue, committed: int, min_offset: int, max_offset: int, by_time: int) -> int:
+        """Where ``mq`` starts, from a batch query's offsets (as :meth:`_start_offset` decides)."""
+        store = self.offset_store
+        assert store is not None
+        last = store.committed_from(mq, committed if store.on_broker else -1)
+        if last >= 0:
+            return last
+        if mq.topic.startswith(RETRY_PREFIX):
+            return 0
+        if self.consume_from_where is ConsumeFromWhere.FIRST_OFFSET:
+            return min_offset
+        if self.consume_from_where is ConsumeFromWhere.TIMESTAMP:
+            return by_time
+        return max_offset
+
     async def _start_offset(self, mq: MessageQueue) -> int:
         store = self.offset_store
         assert store is not None
@@ -291,6 +355,10 @@ class ConsumerBase:
         # next batch while this one is decoded and handed over.
         inst = self._instance()
         ahead: asyncio.Future[PullResult] | None = None
+        arrivals = self.arrivals
+        # With the arrival waiter an empty pull is answered at once and the queue waits there
+        # (one held request for many queues); a pull long-polls only when that wait failed.
+        long_poll = arrivals is None
         try:
             while not pq.dropped:
                 if ahead is not None:
@@ -312,7 +380,7 @@ class ConsumerBase:
                     if mq.topic not in self.subscriptions:
                         return
                     try:
-                        result = await self._pull_once(inst, mq, offset)
+                        result = await self._pull_once(inst, mq, offset, long_poll)
                     except asyncio.CancelledError:
                         raise
                     except PymqError as exc:
@@ -326,7 +394,9 @@ class ConsumerBase:
                 if result.body is not None:
                     # Pulled ahead-style (undecoded): send the next pull first, then decode this one.
                     if not self._flow_control_delay(mq, pq) and mq.topic in self.subscriptions:
-                        ahead = asyncio.ensure_future(self._pull_once(inst, mq, result.next_begin_offset))
+                        ahead = asyncio.ensure_future(
+                            self._pull_once(inst, mq, result.next_begin_offset, arrivals is None)
+                        )
                         await asyncio.sleep(0)  # let it write its request before this answer is decoded
                     if pq.dropped:
                         return
@@ -340,18 +410,30 @@ class ConsumerBase:
                         continue
                     result.body = None
                 offset = await self._handle_pull(mq, pq, offset, result)
+                long_poll = arrivals is None
+                if arrivals is not None and result.status is PullStatus.NO_NEW_MSG and not pq.dropped:
+                    long_poll = not await arrivals.wait(result.addr, mq, offset)
         finally:
             if ahead is not None:
                 ahead.cancel()
                 if ahead.done() and not ahead.cancelled():
                     ahead.exception()  # retrieved: the queue is gone, the answer is not needed
 
+    def _pull_addr(self, mq: MessageQueue) -> str | None:
+        """The broker ``mq`` is pulled from now (None: none known)."""
+        inst = self.instance
+        target = inst.routes.pull_addr(mq.brokerName, self.pull_nodes.broker_id(mq)) if inst is not None else None
+        return target[0] if target is not None else None
+
     async def _pull_failed(self, mq: MessageQueue, exc: PymqError) -> None:
         log.info("pull_failed", group=self.group, queue=str(mq), reason=str(exc))
         await asyncio.sleep(PULL_DELAY_ERROR)
 
-    async def _pull_once(self, inst: ClientInstance, mq: MessageQueue, offset: int) -> PullResult:
-        """One long-polling pull of ``mq`` from ``offset``, committing the queue's consumed offset with it."""
+    async def _pull_once(
+        self, inst: ClientInstance, mq: MessageQueue, offset: int, long_poll: bool = True
+    ) -> PullResult:
+        """One pull of ``mq`` from ``offset`` (held by the broker when ``long_poll``), committing the
+        queue's consumed offset with it."""
         store = self.offset_store
         assert store is not None
         commit = store.read_memory(mq) if self.message_model is MessageModel.CLUSTERING else -1
@@ -364,8 +446,8 @@ class ConsumerBase:
             max_nums=self.pull_batch_size or MAX_PULL_MSG_NUMS,
             max_bytes=self.pull_batch_bytes,
             commit_offset=commit,
-            suspend_ms=BROKER_SUSPEND_MS,
-            timeout=PULL_TIMEOUT,
+            suspend_ms=BROKER_SUSPEND_MS if long_poll else 0,
+            timeout=PULL_TIMEOUT if long_poll else inst.config.rpc_timeout_seconds,
             nodes=self.pull_nodes,
             decode=not self.pulls_ahead,
         )

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable
 from pathlib import Path
 
 from pymq.client import broker_api
@@ -14,6 +16,9 @@ from pymq.logs import get_logger
 from pymq.protocol.route import MessageQueue
 
 log = get_logger("client.offsets")
+
+#: offset commits a persist keeps in flight at once
+COMMITS_IN_FLIGHT = 64
 
 
 class OffsetStore(ABC):
@@ -36,6 +41,15 @@ class OffsetStore(ABC):
     @abstractmethod
     async def read(self, mq: MessageQueue) -> int:
         """The committed offset from durable storage (broker or file); -1 if none."""
+
+    def committed_from(self, mq: MessageQueue, broker_offset: int) -> int:
+        """Where ``mq`` resumes, given the broker's committed offset for it (-1: none) from a batch query."""
+        return self.table.get(mq, -1)
+
+    @property
+    def on_broker(self) -> bool:
+        """Whether the committed offsets are the broker's (a batch query then reads them)."""
+        return False
 
     @abstractmethod
     async def persist(self, mqs: list[MessageQueue]) -> None:
@@ -77,7 +91,14 @@ class RemoteOffsetStore(OffsetStore):
         addr = await self._addr(mq) or self.instance.broker_addr(mq.brokerName, master_only=False)
         if addr is None:
             raise PymqError(f"no address for broker {mq.brokerName}")
-        offset = await self._query(addr, mq)
+        return self.committed_from(mq, await self._query(addr, mq))
+
+    @property
+    def on_broker(self) -> bool:
+        return True
+
+    def committed_from(self, mq: MessageQueue, broker_offset: int) -> int:
+        offset = broker_offset
         kept = self.pending.pop(mq, None)
         if kept is not None and kept > offset:
             # Our own progress the master has not seen yet: it is still to be committed.
@@ -88,15 +109,23 @@ class RemoteOffsetStore(OffsetStore):
 
     async def persist(self, mqs: list[MessageQueue]) -> None:
         refreshed: set[str] = set()
+        # Up to COMMITS_IN_FLIGHT commits at a time, not one round trip after the other (issue 36).
+        commits: list[Awaitable[None]] = []
         for mq in mqs:
             offset = self.table.get(mq)
-            if offset is None or offset < 0:
+            if offset is None or offset < 0 or self._acked.get(mq) == offset:
+                # Unchanged since the master took it: a consumer of thousands of idle queues
+                # would otherwise make thousands of round trips every persist (issue 36). Pulls
+                # carry the offset too: a master that lost it gets it back with the next pull.
                 continue
             addr = await self._addr(mq, refreshed)
             if addr is None:
                 continue  # no master now: kept until it is back
-            if await self._commit(addr, mq, offset):
-                self._acked[mq] = offset
+            commits.append(self._commit_one(addr, mq, offset))
+            if len(commits) >= COMMITS_IN_FLIGHT:
+                await asyncio.gather(*commits)
+                commits = []
+        await asyncio.gather(*commits)
         for mq, offset in list(self.pending.items()):
             if mq in self.table:
                 continue  # taken again: committed from the table
@@ -122,6 +151,10 @@ class RemoteOffsetStore(OffsetStore):
         except QueryNotFoundError:
             return -1
         return int(resp.ext.get("offset", -1))
+
+    async def _commit_one(self, addr: str, mq: MessageQueue, offset: int) -> None:
+        if await self._commit(addr, mq, offset):
+            self._acked[mq] = offset
 
     async def _commit(self, addr: str, mq: MessageQueue, offset: int) -> bool:
         cmd = broker_api.update_consumer_offset(self.group, mq.topic, mq.queueId, offset)

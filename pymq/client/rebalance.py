@@ -99,7 +99,7 @@ PullLoop = Callable[[MessageQueue, ProcessQueue, int], Coroutine[Any, Any, None]
 class QueueOwnership:
     """The queues one consumer owns, each with a process queue and a pull task.
 
-    ``start_offset(mq)`` says where a taken queue starts (negative: do not take it),
+    ``start_offsets(mqs)`` says where taken queues start (missing or negative: do not take it),
     ``commit(mq)`` commits a released queue's offset and forgets it, and ``pull(mq, pq,
     offset)`` is the pull loop run for each owned queue.
     """
@@ -109,7 +109,7 @@ class QueueOwnership:
         group: str,
         clock: Clock,
         *,
-        start_offset: Callable[[MessageQueue], Awaitable[int]],
+        start_offsets: Callable[[list[MessageQueue]], Awaitable[dict[MessageQueue, int]]],
         commit: Callable[[MessageQueue], Awaitable[None]],
         pull: PullLoop,
     ) -> None:
@@ -120,7 +120,7 @@ class QueueOwnership:
         self.pull_tasks: dict[MessageQueue, asyncio.Task[None]] = {}
         #: set when the consumer closes: a rebalance under way takes nothing more
         self.closing = False
-        self._start_offset = start_offset
+        self._start_offsets = start_offsets
         self._commit = commit
         self._pull = pull
 
@@ -132,15 +132,19 @@ class QueueOwnership:
                 log.info("queue_release_deferred", group=self.group, queue=str(mq), reason="master away")
                 continue
             await self.release(mq)
+        taken = []
         for mq in sorted(mine - current):
             if self.closing:
                 break  # close() is waiting for this rebalance: take nothing more
             # Lock first, then read the offset (as RocketMQ does): a previous orderly owner
             # commits before it unlocks, so its last commit is in once the lock is ours.
-            if not await self.hooks.can_take(mq):
-                continue
-            offset = await self._start_offset(mq)
-            if offset < 0:
+            if await self.hooks.can_take(mq):
+                taken.append(mq)
+        # One request per broker for all of their offsets, not a round trip or two per queue (issue 36).
+        offsets = await self._start_offsets(taken) if taken and not self.closing else {}
+        for mq in taken:
+            offset = offsets.get(mq, -1)
+            if offset < 0 or self.closing:
                 await self.hooks.after_queue_released(mq)  # not taken after all: give the lock back
                 continue
             pq = self._start(mq, offset)

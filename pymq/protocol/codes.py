@@ -66,6 +66,10 @@ class RequestCode(IntEnum):
     CHECK_TRANSACTION_STATE = 39
     # pymq admin (RocketMQ has no such request): a broker's pending half messages
     GET_PENDING_HALF_MESSAGES = 980
+    # pymq (issue 36; RocketMQ has none): a consumer of many queues asks about them in one request:
+    # committed/min/max offsets at rebalance, and one held wait for messages on many idle queues
+    QUERY_QUEUE_OFFSETS = 981
+    WAIT_QUEUE_ARRIVAL = 982
     # pop consumption (SimpleConsumer), RocketMQ 5's numbers
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051

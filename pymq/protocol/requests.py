@@ -1,8 +1,9 @@
 """Typed request and response headers: the one source of truth for field names, flags and prefixes.
 
 Every request the broker and the nameserver serve has a header class here (the pop,
-transaction and replication ones in :mod:`~pymq.protocol.requests_pop`,
-:mod:`~pymq.protocol.requests_transaction` and :mod:`~pymq.protocol.requests_replication`,
+transaction, replication and many-queue ones in :mod:`~pymq.protocol.requests_pop`,
+:mod:`~pymq.protocol.requests_transaction`, :mod:`~pymq.protocol.requests_replication` and
+:mod:`~pymq.protocol.requests_many`,
 re-exported here; the generator below in :mod:`~pymq.protocol.wire_header`), shared by the
 client (which builds it and calls :meth:`Header.to_ext`) and the server (which calls
 :meth:`Header.from_ext` on the received ext map). Attributes are snake_case; on the wire
@@ -39,6 +40,9 @@ from pymq.errors import InvalidRequestError
 # The ``import X as X`` lines re-export the machinery (wire_header) and the pop, transaction and
 # replication headers, which live in their own modules: ``from pymq.protocol.requests import X``
 # keeps working for every header and constant.
+from pymq.protocol.requests_many import MAX_QUEUES_PER_REQUEST as MAX_QUEUES_PER_REQUEST
+from pymq.protocol.requests_many import QueryQueueOffsetsRequest as QueryQueueOffsetsRequest
+from pymq.protocol.requests_many import WaitQueueArrivalRequest as WaitQueueArrivalRequest
 from pymq.protocol.requests_pop import MAX_BATCH_ACK as MAX_BATCH_ACK
 from pymq.protocol.requests_pop import MAX_INVISIBLE_MS as MAX_INVISIBLE_MS
 from pymq.protocol.requests_pop import MAX_POP_MSG_NUMS as MAX_POP_MSG_NUMS

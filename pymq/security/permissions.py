@@ -34,6 +34,7 @@ from pymq.protocol.requests import (
     PullMessageRequest,
     QueryConsumerOffsetRequest,
     QueryMessageRequest,
+    QueryQueueOffsetsRequest,
     QueueOffsetRequest,
     ResetOffsetRequest,
     SearchOffsetRequest,
@@ -41,7 +42,9 @@ from pymq.protocol.requests import (
     TopicRequest,
     UnregisterClientRequest,
     UpdateConsumerOffsetRequest,
+    WaitQueueArrivalRequest,
 )
+from pymq.protocol.requests_many import read_queues
 from pymq.security.acl import ANY, PUB, SUB
 
 TOPIC = 0
@@ -144,6 +147,16 @@ def _lock_needs(cmd: Command) -> list[Need]:
     return [(GROUP, str(body["consumerGroup"]), SUB)]
 
 
+def _queues_needs(cmd: Command) -> list[Need]:
+    """SUB on each topic a many-queue request names (the group is a header field)."""
+    with_offset = cmd.code == C.WAIT_QUEUE_ARRIVAL
+    try:
+        rows = read_queues(cmd.body, with_offset=with_offset)
+    except Exception as exc:
+        raise BodyNotUnderstood("undecodable queue list") from exc
+    return [resource(TOPIC, topic, SUB) for topic in sorted({r[0] for r in rows})]
+
+
 def _w(header: Any, attr: str) -> str:
     wire: dict[str, str] = header.WIRE
     return wire[attr]
@@ -176,6 +189,17 @@ REQUIREMENTS: dict[int, Requirement] = {
             (TOPIC, _w(UpdateConsumerOffsetRequest, "topic"), SUB),
             (GROUP, _w(UpdateConsumerOffsetRequest, "consumer_group"), SUB),
         )
+    ),
+    # many queues at once (issue 36): the group, and SUB on every topic of the body
+    C.QUERY_QUEUE_OFFSETS: Requirement(
+        fields=((GROUP, _w(QueryQueueOffsetsRequest, "consumer_group"), SUB),),
+        body=_queues_needs,
+        required=frozenset({_w(QueryQueueOffsetsRequest, "consumer_group")}),
+    ),
+    C.WAIT_QUEUE_ARRIVAL: Requirement(
+        fields=((GROUP, _w(WaitQueueArrivalRequest, "consumer_group"), SUB),),
+        body=_queues_needs,
+        required=frozenset({_w(WaitQueueArrivalRequest, "consumer_group")}),
     ),
     C.GET_MAX_OFFSET: Requirement(fields=((TOPIC, _w(QueueOffsetRequest, "topic"), ANY),)),
     C.GET_MIN_OFFSET: Requirement(fields=((TOPIC, _w(QueueOffsetRequest, "topic"), ANY),)),

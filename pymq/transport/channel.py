@@ -39,12 +39,18 @@ class ServerChannel(Channel, Protocol):
 
     #: handlers of this channel's requests that have not answered yet
     inflight: int
+    #: requests held waiting for an event (:class:`~pymq.transport.dispatch.Parked`), and the most it may hold
+    parked: int
+    max_parked: int
 
     def write_command(self, cmd: Command) -> None:
         """Write a response now; dropped if the connection is gone."""
 
     def handler_finished(self) -> None:
         """An asynchronous handler of this channel answered."""
+
+    def unparked(self) -> None:
+        """A parked request of this channel answered."""
 
 
 class RequestSink(Protocol):

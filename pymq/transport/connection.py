@@ -31,6 +31,9 @@ _opaques = itertools.count(1)
 MAX_INFLIGHT_HANDLERS = 1024
 #: Requests waiting for a handler slot above which the connection stops reading.
 MAX_BACKLOG = 1024
+#: Held requests (long-polling pulls, waits for arrivals) one connection may have parked: they
+#: take no handler slot (issue 36); past this the next is refused with SYSTEM_BUSY.
+MAX_PARKED = 65_536
 
 #: Output buffered above this pauses the writer (server: stops reading that peer).
 WRITE_HIGH_WATER = 4 * 1024 * 1024
@@ -77,6 +80,9 @@ class Connection(asyncio.Protocol):
         self._backlog: deque[Command] = deque()
         #: handlers of this connection's requests that have not answered yet (set by the dispatcher)
         self.inflight = 0
+        #: this connection's held requests, which take no handler slot (see dispatch.Parked)
+        self.parked = 0
+        self.max_parked = MAX_PARKED
         self._close_callbacks: list[Callable[[Connection], None]] = []
         #: signs each request this end sends (client credentials); None: unsigned
         self.signer: Callable[[Command], None] | None = None
@@ -200,6 +206,10 @@ class Connection(asyncio.Protocol):
         self.inflight -= 1
         if self._backlog:
             self._run_backlog()
+
+    def unparked(self) -> None:
+        """A held request of this connection answered (called by the dispatcher)."""
+        self.parked -= 1
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.release_partial()

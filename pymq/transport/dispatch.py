@@ -13,13 +13,20 @@ lookup for handler and chains together, and nothing for hooks that do not apply 
 
 A handler that raises :class:`~pymq.errors.RemoteError` answers with that error's code and
 message; any other exception answers SYSTEM_ERROR with the reason and is logged.
+
+A handler that waits on something outside itself (a held long-polling pull) returns its
+awaitable wrapped in :class:`Parked`: it is counted in the channel's ``parked``, not in
+``inflight``, so it does not take one of the connection's handler slots (issue 36). Past
+``max_parked`` such waits on one channel, the next is refused with SYSTEM_BUSY: what a held
+request costs stays bounded per connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any
 
 from pymq.errors import LocalProtocolError, RemoteError
 from pymq.logs import get_logger
@@ -28,7 +35,23 @@ from pymq.protocol.command import FLAG_ONEWAY, Command
 from pymq.transport.channel import Channel, ServerChannel
 from pymq.transport.interceptor import Interceptor
 
-HandlerResult = Command | None | Awaitable[Command | None]
+
+class Parked:
+    """A handler's answer that waits for an event, not for work: no handler slot while it waits.
+
+    Awaitable like what it wraps (so a caller of the handler may await it directly).
+    """
+
+    __slots__ = ("aw",)
+
+    def __init__(self, aw: Awaitable[Command | None]) -> None:
+        self.aw = aw
+
+    def __await__(self) -> Generator[Any, None, Command | None]:
+        return self.aw.__await__()
+
+
+HandlerResult = Command | None | Awaitable[Command | None] | Parked
 Handler = Callable[[Command, Channel], HandlerResult]
 Before = Callable[[Command, Channel], Command | None]
 After = Callable[[Command, Channel, Command | None, float], None]
@@ -139,6 +162,8 @@ class Dispatcher:
                     after(cmd, channel, result, seconds)
         elif result is None or isinstance(result, Command):
             self._answer(channel, cmd, result, started, afters)
+        elif result.__class__ is Parked:
+            self._park(channel, cmd, result.aw, started, afters)
         elif isinstance(result, asyncio.Future):
             # A plain future (e.g. a SYNC_FLUSH group commit): answered from its done callback.
             self._futures.add(result)
@@ -152,6 +177,28 @@ class Dispatcher:
             task.add_done_callback(lambda _t: channel.handler_finished())
         else:  # pragma: no cover - programming error in a handler
             self._answer_error(channel, cmd, TypeError(f"handler returned {type(result).__name__}"), started, afters)
+
+    def _park(
+        self,
+        channel: ServerChannel,
+        cmd: Command,
+        aw: Awaitable[Command | None],
+        started: float,
+        afters: tuple[After, ...],
+    ) -> None:
+        if channel.parked >= channel.max_parked:
+            if inspect.iscoroutine(aw):
+                aw.close()  # never started: nothing to clean up
+            busy = RemoteError(
+                ResponseCode.SYSTEM_BUSY, f"too many held requests on this connection ({channel.parked})"
+            )
+            self._answer_error(channel, cmd, busy, started, afters)
+            return
+        task = asyncio.ensure_future(self._finish(channel, cmd, aw, started, afters))
+        self._tasks.add(task)
+        channel.parked += 1
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(lambda _t: channel.unparked())
 
     async def _finish(
         self,

@@ -40,8 +40,9 @@ class Watched(Protocol):
     #: bytes of its unfinished frame, and when that frame began
     partial_bytes: int
     partial_since: float
-    #: its requests whose handlers have not answered yet
+    #: its requests whose handlers have not answered yet, and its held requests
     inflight: int
+    parked: int
 
     @property
     def in_flight(self) -> int:
@@ -77,7 +78,7 @@ class ConnectionLimits:
         if read_timeout is not None and conn.partial_bytes and now - conn.partial_since > read_timeout:
             return f"frame incomplete after {read_timeout:g}s ({conn.partial_bytes} bytes received)"
         idle = self.idle_timeout
-        if idle is not None and now - conn.last_read > idle and not conn.inflight and not conn.in_flight:
+        if idle is not None and now - conn.last_read > idle and not (conn.inflight or conn.parked or conn.in_flight):
             return f"idle for more than {idle:g}s"
         return None
 

@@ -318,3 +318,22 @@ def test_heartbeat_bodies_the_check_cannot_read_are_refused(interceptor: AclInte
     refused = answer(interceptor, hb)
     assert refused is not None and refused[0] == ResponseCode.NO_PERMISSION
     assert (refused[1] or "").startswith("request body not understood")
+
+
+@pytest.mark.parametrize("code", [RequestCode.QUERY_QUEUE_OFFSETS, RequestCode.WAIT_QUEUE_ARRIVAL])
+def test_many_queue_requests_need_sub_on_every_topic_they_name(interceptor: AclInterceptor, code: int) -> None:
+    """Issue 36's batch requests name their topics in the body: each one is checked, as a pull's."""
+    from pymq.protocol.requests_many import queues_body
+
+    width = 3 if code == RequestCode.WAIT_QUEUE_ARRIVAL else 2
+    ok = queues_body([("orders", 0, 5)[:width], ("audit", 3, 0)[:width]])
+    assert answer(interceptor, request(code, {"consumerGroup": "billing"}, ok, creds=APP)) is None
+    one_blocked = queues_body([("orders", 0, 5)[:width], ("blocked", 1, 0)[:width]])
+    refused = answer(interceptor, request(code, {"consumerGroup": "billing"}, one_blocked, creds=APP, opaque=2))
+    assert refused == (ResponseCode.NO_PERMISSION, "no SUB permission on topic blocked")
+    refused = answer(interceptor, request(code, {"consumerGroup": "nosy"}, ok, creds=APP, opaque=3))
+    assert refused is not None and "on group nosy" in str(refused[1])
+    unreadable = answer(interceptor, request(code, {"consumerGroup": "billing"}, b"\xc1", creds=APP, opaque=4))
+    assert unreadable is not None and unreadable[0] != ResponseCode.SUCCESS
+    no_group = answer(interceptor, request(code, {}, ok, creds=APP, opaque=5))
+    assert no_group is not None and no_group[0] != ResponseCode.SUCCESS

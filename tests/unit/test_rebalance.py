@@ -58,8 +58,8 @@ async def test_ownership_takes_allowed_queues_and_releases_in_order() -> None:
     pulls: dict[int, int] = {}
     clock = FakeClock()
 
-    async def start_offset(mq: MessageQueue) -> int:
-        return 10 * mq.queueId
+    async def start_offsets(mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        return {mq: 10 * mq.queueId for mq in mqs}
 
     async def commit(mq: MessageQueue) -> None:
         log.append(f"commit {mq.queueId}")
@@ -68,7 +68,7 @@ async def test_ownership_takes_allowed_queues_and_releases_in_order() -> None:
         pulls[mq.queueId] = offset
         await asyncio.Event().wait()  # pulls until cancelled
 
-    own = QueueOwnership("g", clock, start_offset=start_offset, commit=commit, pull=pull)
+    own = QueueOwnership("g", clock, start_offsets=start_offsets, commit=commit, pull=pull)
     own.hooks = Hooks(log, refuse={QUEUES[1]})
     await own.update("orders", set(QUEUES[:3]))
     await asyncio.sleep(0)
@@ -94,8 +94,8 @@ async def test_a_queue_that_may_not_be_released_is_kept_until_it_may() -> None:
     """An orderly queue whose master is away is neither released nor committed until the master is back."""
     log: list[str] = []
 
-    async def start_offset(mq: MessageQueue) -> int:
-        return 0
+    async def start_offsets(mqs: list[MessageQueue]) -> dict[MessageQueue, int]:
+        return dict.fromkeys(mqs, 0)
 
     async def commit(mq: MessageQueue) -> None:
         log.append(f"commit {mq.queueId}")
@@ -103,7 +103,7 @@ async def test_a_queue_that_may_not_be_released_is_kept_until_it_may() -> None:
     async def pull(mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         await asyncio.Event().wait()
 
-    own = QueueOwnership("g", FakeClock(), start_offset=start_offset, commit=commit, pull=pull)
+    own = QueueOwnership("g", FakeClock(), start_offsets=start_offsets, commit=commit, pull=pull)
     hooks = Hooks(log, refuse=set(), keep=frozenset({QUEUES[0]}))
     own.hooks = hooks
     await own.update("orders", {QUEUES[0], QUEUES[1]})

@@ -219,6 +219,11 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
         {"popTime": 1, "invisibleTime": 2, "extraInfo": "h"},
     ),
     (rq.BatchAckRequest(consumer_group="g", topic="t"), {"consumerGroup": "g", "topic": "t"}),
+    (rq.QueryQueueOffsetsRequest(consumer_group="g", timestamp=5), {"consumerGroup": "g", "timestamp": 5}),
+    (
+        rq.WaitQueueArrivalRequest(consumer_group="g", suspend_timeout_millis=15000),
+        {"consumerGroup": "g", "suspendTimeoutMillis": 15000},
+    ),
 ]
 
 IDS = [type(h).__name__ for h, _ in CASES]
@@ -237,7 +242,7 @@ def test_every_header_class_is_covered() -> None:
     modules = [importlib.import_module(m.name) for m in pkgutil.iter_modules(protocol.__path__, "pymq.protocol.")]
     classes = set().union(*(_header_classes_of(m) for m in modules))
     assert classes == {type(h) for h, _ in CASES}
-    assert {"requests_pop", "requests_transaction", "requests_replication"} <= {
+    assert {"requests_pop", "requests_transaction", "requests_replication", "requests_many"} <= {
         m.__name__.rsplit(".", 1)[1] for m in modules if _header_classes_of(m)
     }
 
@@ -409,3 +414,25 @@ def test_headers_have_slots() -> None:
     h = rq.QueueOffsetRequest(topic="t", queue_id=0)
     with pytest.raises(AttributeError):
         h.other = 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("rows", "with_offset", "match"),
+    [
+        ([["t", 1]], True, "each queue is"),
+        ([["t", -1]], False, "each queue is"),
+        ([["t", True]], False, "each queue is"),
+        ([[1, 1]], False, "each queue is"),
+        ([["t", 0]] * (rq.MAX_QUEUES_PER_REQUEST + 1), False, "at most"),
+    ],
+)
+def test_many_queue_bodies_are_checked(rows: list[Any], with_offset: bool, match: str) -> None:
+    from pymq.protocol.headers import encode_body
+    from pymq.protocol.requests_many import queues_body, read_queues
+
+    with pytest.raises(InvalidRequestError, match=match):
+        read_queues(encode_body({"queues": rows}), with_offset=with_offset)
+    with pytest.raises(InvalidRequestError, match="'queues' list"):
+        read_queues(encode_body({"q": []}), with_offset=False)
+    assert read_queues(queues_body([("t", 2, 7)]), with_offset=True) == [("t", 2, 7)]
+    assert read_queues(queues_body([("t", 2)]), with_offset=False) == [("t", 2, 0)]

@@ -12,12 +12,14 @@ from pymq.protocol.requests import (
     ConsumeStatsRequest,
     OffsetResponse,
     QueryConsumerOffsetRequest,
+    QueryQueueOffsetsRequest,
     QueueOffsetRequest,
     ResetOffsetRequest,
     SearchOffsetRequest,
     StoreTimeResponse,
     UpdateConsumerOffsetRequest,
 )
+from pymq.protocol.requests_many import read_queues
 from pymq.protocol.route import MessageQueue
 from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler
@@ -61,6 +63,7 @@ class OffsetHandlers:
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offsets,
             RequestCode.GET_CONSUME_STATS: self.consume_stats,
             RequestCode.RESET_CONSUMER_OFFSET: self.reset_offset,
+            RequestCode.QUERY_QUEUE_OFFSETS: self.query_queue_offsets,
         }
 
     def query_consumer_offset(self, cmd: Command, channel: Channel) -> Command:
@@ -69,6 +72,17 @@ class OffsetHandlers:
         if offset < 0:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND, "no committed offset for this group and queue")
         return cmd.response(ext=OffsetResponse(offset=offset).to_ext())
+
+    def query_queue_offsets(self, cmd: Command, channel: Channel) -> Command:
+        """Committed, min, max (and by-time) offsets of many queues: a rebalance's one round trip (issue 36)."""
+        h = QueryQueueOffsetsRequest.from_ext(cmd.ext)
+        store, group, ts = self.store, h.consumer_group, h.timestamp
+        rows = []
+        for topic, qid, _ in read_queues(cmd.body, with_offset=False):
+            by_time = store.offset_by_time(topic, qid, ts) if ts is not None else -1
+            committed = self.offsets.query(group, topic, qid)
+            rows.append([committed, store.min_offset(topic, qid), store.max_offset(topic, qid), by_time])
+        return cmd.response(body=encode_body({"offsets": rows}))
 
     def update_consumer_offset(self, cmd: Command, channel: Channel) -> Command:
         # A slave never gets here: its role interceptor accepts and drops the commit.

@@ -27,10 +27,12 @@ from pymq.broker.store.results import GetResult, GetStatus
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.filter import SubscriptionCache
+from pymq.protocol.headers import encode_body
 from pymq.protocol.requests import FLAG_COMMIT_OFFSET, FLAG_SUSPEND, PullMessageRequest, PullMessageResponse
+from pymq.protocol.requests_many import WaitQueueArrivalRequest, read_queues
 from pymq.protocol.route import MASTER_ID
 from pymq.transport.channel import Channel
-from pymq.transport.dispatch import Handler, HandlerResult
+from pymq.transport.dispatch import Handler, HandlerResult, Parked
 
 if TYPE_CHECKING:
     from pymq.broker.consumers import ConsumerManager
@@ -115,7 +117,7 @@ class PullHandlers:
         self._subs = SubscriptionCache()
 
     def table(self) -> dict[int, Handler]:
-        return {RequestCode.PULL_MESSAGE: self.pull}
+        return {RequestCode.PULL_MESSAGE: self.pull, RequestCode.WAIT_QUEUE_ARRIVAL: self.wait_arrival}
 
     def pull(self, cmd: Command, channel: Channel) -> HandlerResult:
         h = PullMessageRequest.from_ext(cmd.ext)
@@ -142,7 +144,7 @@ class PullHandlers:
         resp, result = self._read_result(cmd, read)
         if resp.code == ResponseCode.PULL_NOT_FOUND and sys_flag & FLAG_SUSPEND and suspend_ms > 0:
             timeout = min(suspend_ms / 1000, self.config.long_polling_max_seconds)
-            return self._hold(cmd, read, timeout)
+            return Parked(self._hold(cmd, read, timeout))  # held: no handler slot (issue 36)
         if resp.code == ResponseCode.SUCCESS and self.store.pages_missing(result):
             return self._answer_when_in_memory(resp, result)
         return resp
@@ -187,6 +189,47 @@ class PullHandlers:
         if cfg.slave_read_lag_bytes is not None:
             return cfg.slave_read_lag_bytes
         return _PHYSICAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100
+
+    def wait_arrival(self, cmd: Command, channel: Channel) -> HandlerResult:
+        """One held wait for messages on many queues (a consumer's idle ones): issue 36.
+
+        Answers at once with the queues that already have messages at their offsets; else
+        waits on all of them (one future, one hold entry per queue: ``hold_many``).
+        """
+        h = WaitQueueArrivalRequest.from_ext(cmd.ext)
+        sg = self.subscription_groups.get(h.consumer_group)
+        if sg is None:
+            return cmd.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group {h.consumer_group} does not exist"
+            )
+        waits = read_queues(cmd.body, with_offset=True)
+        ready = self._ready(waits)
+        if ready or h.suspend_timeout_millis <= 0:
+            return self._ready_answer(cmd, ready)
+        timeout = min(h.suspend_timeout_millis / 1000, self.config.long_polling_max_seconds)
+        return Parked(self._wait_arrival(cmd, waits, timeout))
+
+    async def _wait_arrival(self, cmd: Command, waits: list[tuple[str, int, int]], timeout: float) -> Command:
+        # As _hold: look again a loop step after the first look, before waiting.
+        ready = self._ready(waits)
+        if not ready:
+            await self.pull_hold.hold_many(waits, timeout)
+            ready = self._ready(waits)
+        return self._ready_answer(cmd, ready)
+
+    def _ready(self, waits: list[tuple[str, int, int]]) -> list[int]:
+        """Indexes of ``waits`` with a message at or past their offset (or that no pull could wait on)."""
+        topics, store = self.topics, self.store
+        out = []
+        for i, (topic, queue_id, offset) in enumerate(waits):
+            tc = topics.get(topic)
+            if tc is None or queue_id >= tc.readQueueNums or store.max_offset(topic, queue_id) > offset:
+                out.append(i)
+        return out
+
+    @staticmethod
+    def _ready_answer(cmd: Command, ready: list[int]) -> Command:
+        return cmd.response(body=encode_body({"ready": ready}))
 
     async def _hold(self, cmd: Command, r: _Read, timeout: float) -> Command:
         # This runs a loop step after the read: a message that arrived in between woke nobody (the

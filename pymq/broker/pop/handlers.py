@@ -46,7 +46,7 @@ from pymq.protocol.requests import (
     pop_retry_topic,
 )
 from pymq.transport.channel import Channel
-from pymq.transport.dispatch import Handler, HandlerResult
+from pymq.transport.dispatch import Handler, HandlerResult, Parked
 
 if TYPE_CHECKING:
     from pymq.broker.long_polling import PullHoldService
@@ -146,7 +146,7 @@ class PopHandlers:
         if popped.buffers:
             return self._answer(cmd, h, popped)
         if h.poll_time > 0:
-            return self._poll(cmd, h, tc.readQueueNums, sub.codes or None, popped.waits)
+            return Parked(self._poll(cmd, h, tc.readQueueNums, sub.codes or None, popped.waits))
         return cmd.response(ResponseCode.NO_MESSAGE, "no message to pop")
 
     def _answer(self, cmd: Command, h: PopMessageRequest, popped: _Popped) -> Command:
