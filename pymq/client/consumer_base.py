@@ -58,6 +58,9 @@ class ConsumerBase:
     uses_retry_topic = True
     #: idle queues wait for messages through one ArrivalWaiter (issue 36), not a long poll each
     wait_for_arrivals = True
+    #: ... once the consumer owns this many queues: below it each idle queue long-polls (one round
+    #: trip from a message's arrival to its delivery; the waiter's answer-then-pull takes two)
+    arrival_wait_min_queues = 64
 
     def __init__(
         self,
@@ -348,6 +351,12 @@ class ConsumerBase:
 
     # --- pulling ---------------------------------------------------------------------------------------------
 
+    def _arrivals_for_many_queues(self) -> ArrivalWaiter | None:
+        """The arrival waiter while this consumer owns at least ``arrival_wait_min_queues`` queues."""
+        if self.arrivals is not None and len(self.process_queues) >= self.arrival_wait_min_queues:
+            return self.arrivals
+        return None
+
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         # With ``pulls_ahead`` the next pull is sent as soon as an answer with records is in, before
         # they are decoded (when the queue's flow control allows it, counting what is already in
@@ -355,9 +364,10 @@ class ConsumerBase:
         # next batch while this one is decoded and handed over.
         inst = self._instance()
         ahead: asyncio.Future[PullResult] | None = None
-        arrivals = self.arrivals
-        # With the arrival waiter an empty pull is answered at once and the queue waits there
-        # (one held request for many queues); a pull long-polls only when that wait failed.
+        # With the arrival waiter (a consumer of many queues) an empty pull is answered at once and
+        # the queue waits there (one held request for many queues); a pull long-polls only when
+        # that wait failed. A consumer of a few queues long-polls each (the lower latency).
+        arrivals = self._arrivals_for_many_queues()
         long_poll = arrivals is None
         try:
             while not pq.dropped:
@@ -410,6 +420,7 @@ class ConsumerBase:
                         continue
                     result.body = None
                 offset = await self._handle_pull(mq, pq, offset, result)
+                arrivals = self._arrivals_for_many_queues()
                 long_poll = arrivals is None
                 if arrivals is not None and result.status is PullStatus.NO_NEW_MSG and not pq.dropped:
                     long_poll = not await arrivals.wait(result.addr, mq, offset)
