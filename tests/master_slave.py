@@ -126,6 +126,17 @@ async def group_addrs(namesrv: str, topic: str, broker_name: str) -> dict[int, s
 # --- consumers watched across a master's absence ------------------------------------------------
 
 
+def fast_client_options(interval: float, persist: float) -> dict[str, Any]:
+    """Client options for tests of a master going away: rebalance and heartbeat every ``interval`` s,
+    offsets persisted every ``persist`` s, the route polled every 0.5 s."""
+    return {
+        "rebalance_interval_seconds": interval,
+        "heartbeat_interval_seconds": interval,
+        "persist_offset_interval_seconds": persist,
+        "poll_namesrv_interval_seconds": 0.5,
+    }
+
+
 def record_pull_addrs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The broker address of every pull answer the consumers get from now on, in order."""
     addrs: list[str] = []
