@@ -305,7 +305,8 @@ async def test_plain_sends_are_not_touched(cluster: LocalCluster) -> None:
 
 
 async def test_a_thousand_concurrent_transactions_deliver_exactly_the_committed_ones(tmp_path: Path) -> None:
-    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS) as cluster:
+    clock = FakeClock(wall_ms=int(time.time() * 1000))
+    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS, clock=clock) as cluster:
         await cluster.create_topic("orders", 4)
         rng = random.Random(18)
         outcomes = {f"tx-{i}": rng.choice([COMMIT, ROLLBACK, UNKNOWN]) for i in range(1000)}
@@ -325,6 +326,7 @@ async def test_a_thousand_concurrent_transactions_deliver_exactly_the_committed_
 
             await asyncio.gather(*(one(k) for k in outcomes))
             tx = cluster.brokers[0].transaction.service()
+            age(clock, 1.0)  # the transaction timeout of the UNKNOWN ones
             await wait_until(lambda: tx.commits + tx.rollbacks == 1000, timeout=30, what="all 1000 outcomes")
         expected = sorted(k for k, v in truth.items() if v is COMMIT)
         assert sorted(m.body.decode() for m in stored(cluster, "orders")) == expected
@@ -405,7 +407,8 @@ async def test_positions_past_the_queue_ends_are_clamped_at_start(tmp_path: Path
     """A state file ahead of the store (its tail lost in an OS crash) must not hide new half messages."""
     import json
 
-    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS) as cluster:
+    clock = FakeClock(wall_ms=int(time.time() * 1000))
+    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS, clock=clock) as cluster:
         await cluster.create_topic("orders", 2)
         broker = cluster.brokers[0]
         state = Path(broker.config.store.store_dir) / "config" / "transactionOffset.json"
@@ -416,6 +419,7 @@ async def test_positions_past_the_queue_ends_are_clamped_at_start(tmp_path: Path
         assert restarted.transaction.service().state() == {"halfOffset": 0, "opOffset": 0, "horizon": 0}
         async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
             await producer.send_in_transaction(Message("orders", b"seen"), lambda m, a: UNKNOWN)
+            age(clock, 1.0)  # the transaction timeout
             await wait_until(lambda: len(stored(cluster, "orders")) == 1, timeout=15, what="the checked-back commit")
 
 
