@@ -26,12 +26,6 @@ FAST_REVIVE = {"pop_revive_interval_seconds": 0.05}
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    """The brokers' clock for pop times and invisible times: moved only by the test."""
-    return FakeClock(wall_ms=int(time.time() * 1000))
-
-
-@pytest.fixture
 async def cluster(tmp_path: Path, clock: FakeClock):
     async with LocalCluster(tmp_path / "c", brokers=1, broker=FAST_REVIVE, clock=clock) as c:
         await c.create_topic("jobs", 4)

@@ -41,12 +41,6 @@ async def cluster(tmp_path: Path):
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    """The brokers' clock for transaction timeouts: the real wall time at first, then moved only by the test."""
-    return FakeClock(wall_ms=int(time.time() * 1000))
-
-
-@pytest.fixture
 async def clocked(tmp_path: Path, clock: FakeClock):
     """``cluster`` with its broker on ``clock``: a timeout passes when the test says so, not after sleeping it."""
     async with LocalCluster(tmp_path / "c", brokers=1, broker=FAST_CHECKS, clock=clock) as c:
@@ -177,9 +171,8 @@ async def test_local_transaction_exception_leaves_it_to_the_check_back(clocked: 
         await wait_until(lambda: len(stored(cluster, "orders")) == 1, timeout=15, what="checked-back commit")
 
 
-async def test_checks_used_up_go_to_the_check_max_topic(tmp_path: Path) -> None:
+async def test_checks_used_up_go_to_the_check_max_topic(tmp_path: Path, clock: FakeClock) -> None:
     broker = {**FAST_CHECKS, "transaction_check_max": 2}
-    clock = FakeClock(wall_ms=int(time.time() * 1000))
     async with LocalCluster(tmp_path / "c", broker=broker, clock=clock) as cluster:
         await cluster.create_topic("orders", 2)
         asked = []
@@ -304,8 +297,9 @@ async def test_plain_sends_are_not_touched(cluster: LocalCluster) -> None:
     assert stored(cluster, HALF_TOPIC) == []
 
 
-async def test_a_thousand_concurrent_transactions_deliver_exactly_the_committed_ones(tmp_path: Path) -> None:
-    clock = FakeClock(wall_ms=int(time.time() * 1000))
+async def test_a_thousand_concurrent_transactions_deliver_exactly_the_committed_ones(
+    tmp_path: Path, clock: FakeClock
+) -> None:
     async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS, clock=clock) as cluster:
         await cluster.create_topic("orders", 4)
         rng = random.Random(18)
@@ -403,11 +397,10 @@ async def test_a_transactional_message_is_never_delayed_by_a_timer(cluster: Loca
     assert stored(cluster, "rmq_sys_wheel_timer") == []
 
 
-async def test_positions_past_the_queue_ends_are_clamped_at_start(tmp_path: Path) -> None:
+async def test_positions_past_the_queue_ends_are_clamped_at_start(tmp_path: Path, clock: FakeClock) -> None:
     """A state file ahead of the store (its tail lost in an OS crash) must not hide new half messages."""
     import json
 
-    clock = FakeClock(wall_ms=int(time.time() * 1000))
     async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS, clock=clock) as cluster:
         await cluster.create_topic("orders", 2)
         broker = cluster.brokers[0]
@@ -434,11 +427,10 @@ async def test_a_takeover_producer_for_an_unknown_topic_fails_to_start_cleanly(c
 
 
 async def test_a_resolved_message_with_a_copy_past_the_positions_stays_resolved_after_a_restart(
-    tmp_path: Path,
+    tmp_path: Path, clock: FakeClock
 ) -> None:
     """A (checked once: a copy after B) is committed; B waits. A's op record is then passed (its origin is
     below B's), but A's copy lies past halfOffset: after a restart it must not be checked and committed again."""
-    clock = FakeClock(wall_ms=int(time.time() * 1000))
     async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS, clock=clock) as cluster:
         await cluster.create_topic("orders", 1)
         answer = [UNKNOWN]
@@ -472,10 +464,9 @@ async def test_a_resolved_message_with_a_copy_past_the_positions_stays_resolved_
         assert [m.body for m in stored(cluster, "orders")] == [b"A"]
 
 
-async def test_check_settings_change_at_runtime(tmp_path: Path) -> None:
+async def test_check_settings_change_at_runtime(tmp_path: Path, clock: FakeClock) -> None:
     """UPDATE_BROKER_CONFIG reaches the check service: a 60 s timeout lowered to 1 s checks at once."""
     slow = {"transaction_timeout_seconds": 60.0, "transaction_check_interval_seconds": 0.2}
-    clock = FakeClock(wall_ms=int(time.time() * 1000))
     async with LocalCluster(tmp_path / "c", broker=slow, clock=clock) as cluster:
         await cluster.create_topic("orders", 1)
         async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
