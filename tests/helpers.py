@@ -1,12 +1,19 @@
-"""Small helpers shared by tests: polling with a deadline instead of sleeping."""
+"""Small helpers shared by tests: polling with a deadline instead of sleeping, admin runs, reading a topic."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pymq.client import ConsumeFromWhere, MessageQueue, PullConsumer
+
+if TYPE_CHECKING:
+    from pymq.protocol.message import MessageExt
+    from pymq.testing import LocalCluster
 
 
 async def wait_until(
@@ -82,3 +89,21 @@ class RecordingTransport:
 
     def resume_reading(self) -> None:
         pass
+
+
+_readers = itertools.count()
+
+
+async def read_all(cluster: LocalCluster, topic: str, want: int, timeout: float = 15.0) -> list[MessageExt]:
+    """Poll every queue of ``topic`` until ``want`` messages arrived (or the timeout); what arrived."""
+    tc = cluster.brokers[0].topics.get(topic)
+    assert tc is not None
+    group = f"reader-{topic}-{next(_readers)}"  # a new group each time: reads from the first offset
+    pc = PullConsumer(cluster.namesrv_addr, group, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    pc.assign([MessageQueue(topic, "broker-a", q) for q in range(tc.readQueueNums)])
+    out: list[MessageExt] = []
+    deadline = time.monotonic() + timeout
+    async with pc:
+        while len(out) < want and time.monotonic() < deadline:
+            out.extend(await pc.poll(timeout=0.5))
+    return out

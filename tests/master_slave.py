@@ -126,6 +126,17 @@ async def group_addrs(namesrv: str, topic: str, broker_name: str) -> dict[int, s
 # --- consumers watched across a master's absence ------------------------------------------------
 
 
+def fast_client_options(interval: float, persist: float) -> dict[str, Any]:
+    """Client options for tests of a master going away: rebalance and heartbeat every ``interval`` s,
+    offsets persisted every ``persist`` s, the route polled every 0.5 s."""
+    return {
+        "rebalance_interval_seconds": interval,
+        "heartbeat_interval_seconds": interval,
+        "persist_offset_interval_seconds": persist,
+        "poll_namesrv_interval_seconds": 0.5,
+    }
+
+
 def record_pull_addrs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The broker address of every pull answer the consumers get from now on, in order."""
     addrs: list[str] = []
@@ -195,3 +206,26 @@ class OrderlyLog:
         await asyncio.sleep(1.0)  # several renewals: no lock anywhere, nothing consumed
         assert self.total() == paused_at
         return paused_at
+
+
+# --- slaves started with an empty store (test_replication*.py, test_failover_services.py) -------------
+
+
+def commitlog(b: BrokerApp) -> bytes:
+    store = b.store
+    assert store is not None
+    return b"".join(bytes(v) for v in store.read_commitlog(0, store.commitlog.max_offset))
+
+
+def caught_up(master: BrokerApp, slave: BrokerApp) -> bool:
+    assert master.store is not None and slave.store is not None
+    return slave.store.commitlog.max_offset == master.store.commitlog.max_offset
+
+
+async def add_slave(
+    cluster: LocalCluster, master: BrokerApp, tmp_path: Path, name: str = "slave", **kw: Any
+) -> BrokerApp:
+    return await cluster.add_broker(
+        0, broker_id=kw.pop("broker_id", 1), role="SLAVE", master_addr=master.address,
+        store={"store_dir": str(tmp_path / name)}, **kw,
+    )  # fmt: skip

@@ -63,6 +63,7 @@ from pymq.broker.timer.handlers import TimerHandlers
 from pymq.broker.timer.service import TimerService
 from pymq.broker.topics import TopicConfigManager
 from pymq.broker.transaction.feature import Transactions
+from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.config import BrokerConfig
 from pymq.errors import ConfigError
 from pymq.logs import get_logger
@@ -90,7 +91,7 @@ def check_store_dir(path: Path) -> None:
 
 
 class BrokerApp:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
         self.address = ""
         #: the one way config changes at runtime; managers follow it through ``configure``
@@ -150,6 +151,7 @@ class BrokerApp:
             stats=self.stats,
             producer_channels=self.consumers.producer_channels,
             address=lambda: self.address,
+            clock=clock,
         )
         # --- timer messages (issue 17): its put hook wherever timer_enable (a slave's copy of the
         # timer topic gets the same consume-queue entries); only masters run the service ---
@@ -168,6 +170,7 @@ class BrokerApp:
             pull_hold=self.pull_hold,
             stats=self.stats,
             before_read=self.priority.on_pull,
+            clock=clock,
         )
         #: started once serving, stopped first (the registrar last in, first out)
         self.serving_services: list[Service] = [

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pymq.broker.app import BrokerApp
+from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.config import SMALL_STORE_SIZES, BrokerConfig, NamesrvConfig, StoreConfig
 from pymq.nameserver.app import NamesrvApp
 from pymq.protocol.route import PERM_READ_WRITE, TopicConfig
@@ -46,6 +47,7 @@ class LocalCluster:
         store: dict[str, Any] | None = None,
         namesrv: dict[str, Any] | None = None,
         small_store: bool = True,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.base_dir = Path(base_dir)
         self.cluster_name = cluster_name
@@ -56,6 +58,8 @@ class LocalCluster:
         self._namesrv_overrides = dict(namesrv or {})
         self.namesrvs: list[NamesrvApp] = []
         self.brokers: list[BrokerApp] = []
+        #: the brokers' clock for pop invisibility and transaction timeouts (a FakeClock in tests)
+        self.clock = clock
 
     @property
     def namesrv_addr(self) -> str:
@@ -102,7 +106,7 @@ class LocalCluster:
     async def add_broker(self, i: int | None = None, **overrides: Any) -> BrokerApp:
         """Start one more broker (``i`` picks its name: 0 -> broker-a)."""
         i = len(self.brokers) if i is None else i
-        app = BrokerApp(self.broker_config(i, **overrides))
+        app = BrokerApp(self.broker_config(i, **overrides), clock=self.clock)
         try:
             await app.start()
         except BaseException:

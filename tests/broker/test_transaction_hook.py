@@ -8,7 +8,7 @@ from pymq.broker.put_path import PutPath
 from pymq.broker.transaction.hook import HALF_TOPIC, OP_TOPIC, TransactionHook
 from pymq.protocol.record import decode_properties, encode_properties, encode_record, parse_record
 from pymq.protocol.transaction import TRANSACTION_PREPARED_TYPE
-from tests.broker.test_put_hooks import FakeStore
+from tests.broker.fakes import FakeStore
 
 TX = encode_properties({"TRAN_MSG": "true", "PGROUP": "g", "KEYS": "k1", "TAGS": "paid", "DELAY": "3"})
 

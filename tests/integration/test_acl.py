@@ -24,37 +24,16 @@ from pymq.protocol.transaction import TRANSACTION_COMMIT_TYPE
 from pymq.security.signing import Credentials, sign, signer
 from pymq.testing import LocalCluster, capture_logs
 from pymq.transport.client import RpcClient
+from tests.acl_accounts import BROKER_CREDENTIALS, account, acl_toml, admin_account, write_acl
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.integration
 
-ACL = """
-[[accounts]]
-access_key = "broker"
-secret_key = "broker-secret"
-admin = true
-default_topic_perm = "PUB|SUB"
-default_group_perm = "PUB|SUB"
-
-[[accounts]]
-access_key = "ops"
-secret_key = "ops-secret"
-admin = true
-default_topic_perm = "PUB|SUB"
-default_group_perm = "PUB|SUB"
-
-[[accounts]]
-access_key = "app"
-secret_key = "app-secret"
-topic_perms = { orders = "PUB|SUB" }
-default_group_perm = "SUB"
-
-[[accounts]]
-access_key = "reader"
-secret_key = "reader-secret"
-topic_perms = { orders = "SUB" }
-default_group_perm = "SUB"
-"""
+ACL = acl_toml(
+    admin_account("ops"),
+    account("app", topic_perms={"orders": "PUB|SUB"}, default_group_perm="SUB"),
+    account("reader", topic_perms={"orders": "SUB"}, default_group_perm="SUB"),
+)
 APP = {"access_key": "app", "secret_key": "app-secret"}
 OPS = {"access_key": "ops", "secret_key": "ops-secret"}
 FAST = {"rebalance_interval_seconds": 0.5, "heartbeat_interval_seconds": 0.5, "persist_offset_interval_seconds": 0.5}
@@ -66,9 +45,8 @@ def acl_settings(path: Path, **extra: object) -> dict[str, object]:
 
 @pytest.fixture
 async def secured(tmp_path: Path):
-    acl_file = tmp_path / "acl.toml"
-    acl_file.write_text(ACL)
-    broker_acl = acl_settings(acl_file, access_key="broker", secret_key="broker-secret")
+    acl_file = write_acl(tmp_path / "acl.toml", ACL)
+    broker_acl = acl_settings(acl_file, **BROKER_CREDENTIALS)
     async with LocalCluster(
         tmp_path / "c", brokers=1, namesrv={"acl": acl_settings(acl_file)}, broker={"acl": broker_acl}
     ) as c:

@@ -10,23 +10,13 @@ from pathlib import Path
 import pytest
 
 from pymq.client import LatencyAwareSelector, Message, Producer, RoundRobinSelector
-from pymq.client.admin import AdminClient
 from pymq.client.sync import ConsumeFromWhere, PullConsumer
 from pymq.client.sync import Producer as SyncProducer
 from pymq.errors import PymqError
-from pymq.protocol.codes import RequestCode
-from pymq.protocol.frame import Command
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
-from pymq.transport.client import RpcClient
+from tests.daemon_helpers import create_topic, wait_for_route
 
 pytestmark = pytest.mark.integration
-
-
-async def create_topic(brokers: list[DaemonProcess], topic: str, queues: int = 4) -> None:
-    async with RpcClient() as rpc:
-        for b in brokers:
-            ext = {"topic": topic, "readQueueNums": queues, "writeQueueNums": queues}
-            await rpc.invoke_ok(b.address, Command.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
 
 
 @pytest.fixture
@@ -41,20 +31,6 @@ def daemons(tmp_path: Path, processes: list[DaemonProcess]) -> tuple[DaemonProce
     asyncio.run(create_topic(brokers, "orders"))
     asyncio.run(wait_for_route(ns.address, "orders", len(brokers)))
     return ns, brokers
-
-
-async def wait_for_route(namesrv: str, topic: str, brokers: int) -> None:
-    """Brokers register a new topic with the nameserver asynchronously: wait until all of them have."""
-    async with AdminClient(namesrv) as admin:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if len((await admin.topic_route(topic)).brokerDatas) >= brokers:
-                    return
-            except PymqError:
-                pass
-            assert time.monotonic() < deadline, f"{topic} not routed to {brokers} brokers within 10 s"
-            await asyncio.sleep(0.05)
 
 
 def test_latency_aware_avoids_frozen_broker_round_robin_does_not(daemons) -> None:

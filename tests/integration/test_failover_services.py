@@ -23,9 +23,8 @@ from pymq.client.transaction_producer import TransactionProducer, TransactionSta
 from pymq.errors import InvalidReceiptHandleError
 from pymq.protocol.message import Prop
 from pymq.testing import LocalCluster
-from tests.helpers import wait_until
-from tests.integration.test_replication import add_slave, caught_up, commitlog
-from tests.integration.test_timer_messages import read_all
+from tests.helpers import read_all, wait_until
+from tests.master_slave import add_slave, caught_up, commitlog
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,21 +20,16 @@ from tests.helpers import wait_until, wait_until_async
 from tests.master_slave import (
     OrderlyLog,
     collect_bodies,
+    fast_client_options,
     group_addrs,
     master_and_slave_daemons,
-    record_pull_addrs,
     slow_consumer,
 )
 
 pytestmark = pytest.mark.integration
 
 TOPIC = "killed"
-FAST: dict[str, Any] = {
-    "rebalance_interval_seconds": 1.0,
-    "heartbeat_interval_seconds": 1.0,
-    "persist_offset_interval_seconds": 0.3,
-    "poll_namesrv_interval_seconds": 0.5,
-}
+FAST = fast_client_options(interval=1.0, persist=0.3)
 
 
 async def create_topic(addrs: list[str], queues: int = 2) -> None:
@@ -64,7 +58,7 @@ async def routed(ns: str, broker: str, ids: set[int]) -> bool:
 
 
 async def test_kill_master_consumers_use_the_slave_producers_fail_over_offsets_reach_the_restarted_master(
-    tmp_path: Path, processes: list[DaemonProcess], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, processes: list[DaemonProcess], pulled_from: list[str]
 ) -> None:
     ns = namesrv_process(tmp_path).start()
     processes.append(ns)
@@ -80,7 +74,6 @@ async def test_kill_master_consumers_use_the_slave_producers_fail_over_offsets_r
     a, slave = master_and_slave_daemons(a, processes=processes, slave_env={"PYMQ_LONG_POLLING_MAX_SECONDS": "1"})
     await wait_until_async(lambda: routed(ns.address, "broker-a", {0, 1}), what="broker-a routed with its slave")
 
-    pulled_from = record_pull_addrs(monkeypatch)
     seen: list[bytes] = []
     c = slow_consumer(ns.address, "kg", "kc", TOPIC, **FAST)
     collect_bodies(c, seen, pause=0.05)

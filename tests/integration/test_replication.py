@@ -6,11 +6,9 @@ Crash scenarios (kill -9, restarts) run on real processes in test_replication_da
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from pymq.broker.app import BrokerApp
 from pymq.broker.ha import codec as ha_codec
 from pymq.broker.store import MessageStore
 from pymq.broker.store.config_files import read_json
@@ -22,28 +20,9 @@ from pymq.client.producer import SendStatus
 from pymq.testing import LocalCluster
 from pymq.testing.logs import capture_logs
 from tests.helpers import wait_until
+from tests.master_slave import add_slave, caught_up, commitlog
 
 pytestmark = pytest.mark.integration
-
-
-def commitlog(b: BrokerApp) -> bytes:
-    store = b.store
-    assert store is not None
-    return b"".join(bytes(v) for v in store.read_commitlog(0, store.commitlog.max_offset))
-
-
-def caught_up(master: BrokerApp, slave: BrokerApp) -> bool:
-    assert master.store is not None and slave.store is not None
-    return slave.store.commitlog.max_offset == master.store.commitlog.max_offset
-
-
-async def add_slave(
-    cluster: LocalCluster, master: BrokerApp, tmp_path: Path, name: str = "slave", **kw: Any
-) -> BrokerApp:
-    return await cluster.add_broker(
-        0, broker_id=kw.pop("broker_id", 1), role="SLAVE", master_addr=master.address,
-        store={"store_dir": str(tmp_path / name)}, **kw,
-    )  # fmt: skip
 
 
 async def test_async_master_streams_commitlog_queues_and_index(tmp_path: Path) -> None:

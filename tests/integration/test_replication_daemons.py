@@ -26,7 +26,7 @@ from pymq.protocol.headers import decode_body
 from pymq.protocol.record import parse_record
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
-from tests.integration.test_daemon_clients import create_topic, wait_for_route
+from tests.daemon_helpers import create_topic, wait_for_route
 
 pytestmark = pytest.mark.integration
 

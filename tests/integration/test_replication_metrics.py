@@ -11,8 +11,8 @@ from pymq.client import Message, Producer
 from pymq.client.admin import AdminClient
 from pymq.testing import LocalCluster
 from tests.helpers import wait_until
-from tests.integration.test_metrics import scrape, value
-from tests.integration.test_replication import add_slave, caught_up
+from tests.master_slave import add_slave, caught_up
+from tests.metrics_helpers import scrape, value
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from pymq.client.simple_consumer import ReceivedMessage, SimpleConsumer
 from pymq.errors import ClientError, InvalidReceiptHandleError
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
-from pymq.testing import LocalCluster
+from pymq.testing import FakeClock, LocalCluster
 from pymq.transport.client import RpcClient
 from tests.helpers import wait_until
 
@@ -26,10 +26,16 @@ FAST_REVIVE = {"pop_revive_interval_seconds": 0.05}
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path):
-    async with LocalCluster(tmp_path / "c", brokers=1, broker=FAST_REVIVE) as c:
+async def cluster(tmp_path: Path, clock: FakeClock):
+    async with LocalCluster(tmp_path / "c", brokers=1, broker=FAST_REVIVE, clock=clock) as c:
         await c.create_topic("jobs", 4)
         yield c
+
+
+async def pass_time(clock: FakeClock, seconds: float) -> None:
+    """Move the brokers' clock ``seconds`` on, then give the revive scan (every 50 ms) a few rounds to run."""
+    clock.advance(seconds)
+    await asyncio.sleep(0.15)
 
 
 def simple(cluster: LocalCluster, group: str = "workers", tags: str = "*") -> SimpleConsumer:
@@ -55,7 +61,7 @@ async def receive_all(c: SimpleConsumer, expected: int, invisible: float = 30.0,
     return got
 
 
-async def test_receive_ack_then_nothing_comes_back(cluster: LocalCluster) -> None:
+async def test_receive_ack_then_nothing_comes_back(cluster: LocalCluster, clock: FakeClock) -> None:
     bodies = await send(cluster, 10)
     async with simple(cluster) as c:
         got = await receive_all(c, 10, invisible=2.0)
@@ -63,21 +69,26 @@ async def test_receive_ack_then_nothing_comes_back(cluster: LocalCluster) -> Non
         assert all(m.topic == "jobs" and m.reconsume_times == 0 and m.receipt_handle for m in got)
         for m in got:
             await c.ack(m)
-        await asyncio.sleep(2.2)  # past the invisible time: acked messages must not come back
+        await pass_time(clock, 2.2)  # past the invisible time: acked messages must not come back
         assert await c.receive(32, 2.0, await_duration=0.3) == []
     state = cluster.brokers[0].pop_state
     assert state is not None and state.inflight("workers") == {}
 
 
-async def test_unacked_message_invisible_then_back_with_reconsume_count(cluster: LocalCluster) -> None:
+async def test_unacked_message_invisible_then_back_with_reconsume_count(
+    cluster: LocalCluster, clock: FakeClock
+) -> None:
     await send(cluster, 1)
     async with simple(cluster) as c:
         first = await receive_all(c, 1, invisible=2.0)
-        t0 = time.monotonic()
-        # invisible to the group meanwhile
+        t0 = clock.monotonic()
+        # invisible to the group meanwhile (to the last moment of its invisible time)
         assert await c.receive(32, 2.0, await_duration=0.3) == []
+        await pass_time(clock, 1.99)
+        assert await c.receive(32, 2.0, await_duration=0.3) == []
+        await pass_time(clock, 0.02)
         again = await receive_all(c, 1, invisible=5.0)
-        assert time.monotonic() - t0 >= 1.5
+        assert clock.monotonic() - t0 >= 1.5
         m = again[0]
         assert m.body == first[0].body and m.topic == "jobs" and m.reconsume_times == 1
         assert m.msg_id == first[0].msg_id
@@ -88,7 +99,7 @@ async def test_unacked_message_invisible_then_back_with_reconsume_count(cluster:
         assert err.value.reason == "expired"
 
 
-async def test_dead_letter_after_max_reconsume_times(cluster: LocalCluster) -> None:
+async def test_dead_letter_after_max_reconsume_times(cluster: LocalCluster, clock: FakeClock) -> None:
     cluster.brokers[0].subscription_groups.upsert(SubscriptionGroupConfig("dlq-g", retryMaxTimes=2))
     await send(cluster, 1)
     deliveries: list[int] = []
@@ -97,7 +108,9 @@ async def test_dead_letter_after_max_reconsume_times(cluster: LocalCluster) -> N
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and broker.topics.get("%DLQ%dlq-g") is None:
             deliveries.extend(m.reconsume_times for m in await c.receive(32, 0.3, await_duration=0.3))
+            await pass_time(clock, 0.3)  # the invisible time of what was received
         # dead-lettered instead of a fourth delivery: nothing more comes
+        await pass_time(clock, 0.3)
         assert await c.receive(32, 0.3, await_duration=0.8) == []
     assert deliveries == [0, 1, 2]
     pc = PullConsumer(cluster.namesrv_addr, "dlq-reader", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
@@ -110,7 +123,7 @@ async def test_dead_letter_after_max_reconsume_times(cluster: LocalCluster) -> N
     assert [m.body for m in dead] == [b"m0"] and dead[0].reconsume_times == 3
 
 
-async def test_change_invisible_duration_delays_reappearance(cluster: LocalCluster) -> None:
+async def test_change_invisible_duration_delays_reappearance(cluster: LocalCluster, clock: FakeClock) -> None:
     await send(cluster, 1)
     async with simple(cluster) as c:
         (m,) = await receive_all(c, 1, invisible=2.0)
@@ -125,24 +138,27 @@ async def test_change_invisible_duration_delays_reappearance(cluster: LocalClust
         with pytest.raises(InvalidReceiptHandleError) as err:
             await c.ack(stale)
         assert err.value.reason == "acked"
-        await asyncio.sleep(2.5)  # the first invisible time is over, the new one not
+        await pass_time(clock, 2.5)  # the first invisible time is over, the new one not
         assert await c.receive(32, 1.0, await_duration=0.2) == []
         await c.ack(m)
         with pytest.raises(InvalidReceiptHandleError) as err:
             await c.ack(m)
         assert err.value.reason == "acked"
-        await asyncio.sleep(2.0)  # past the new invisible time: acked, so it stays gone
+        await pass_time(clock, 2.0)  # past the new invisible time: acked, so it stays gone
         assert await c.receive(32, 1.0, await_duration=0.2) == []
 
 
-async def test_extended_message_comes_back_after_the_new_duration(cluster: LocalCluster) -> None:
+async def test_extended_message_comes_back_after_the_new_duration(cluster: LocalCluster, clock: FakeClock) -> None:
     await send(cluster, 1)
     async with simple(cluster) as c:
         (m,) = await receive_all(c, 1, invisible=1.5)
-        t0 = time.monotonic()
+        t0 = clock.monotonic()
         await c.change_invisible_duration(m, 3.0)
+        await pass_time(clock, 2.9)  # past the first invisible time, not the new one
+        assert await c.receive(32, 5.0, await_duration=0.3) == []
+        await pass_time(clock, 0.2)
         again = await receive_all(c, 1, invisible=5.0, timeout=10)
-        assert time.monotonic() - t0 >= 2.8
+        assert clock.monotonic() - t0 >= 2.8
         assert again[0].body == m.body and again[0].reconsume_times == 1
         await c.ack(again[0])
 
@@ -207,13 +223,16 @@ async def test_long_polling_receive_wakes_on_arrival(cluster: LocalCluster) -> N
         assert [m.body for m in got] == [b"m0"] and time.monotonic() - t1 < 3.0
 
 
-async def test_long_polling_receive_wakes_on_a_redelivery(cluster: LocalCluster) -> None:
+async def test_long_polling_receive_wakes_on_a_redelivery(cluster: LocalCluster, clock: FakeClock) -> None:
     await send(cluster, 1)
     async with simple(cluster) as c:
         (m,) = await receive_all(c, 1, invisible=1.0)
         t0 = time.monotonic()
         # the group's retry topic does not exist yet: the wait still ends with the first revival
-        back = await c.receive(8, 5.0, await_duration=10.0)
+        task = asyncio.ensure_future(c.receive(8, 5.0, await_duration=10.0))
+        await wait_until(lambda: cluster.brokers[0].pull_hold.held_count > 0, what="receive held")
+        clock.advance(1.1)  # the invisible time ends while the receive is held
+        back = await task
         assert [x.body for x in back] == [m.body] and time.monotonic() - t0 < 5.0
         await c.ack(back[0])
 
@@ -288,8 +307,8 @@ async def test_pop_request_bounds_answer_invalid_parameter(cluster: LocalCluster
         assert resp.code == ResponseCode.TOPIC_NOT_EXIST
 
 
-async def test_handles_and_inflight_survive_a_broker_restart(tmp_path: Path) -> None:
-    async with LocalCluster(tmp_path / "r", brokers=1, broker=FAST_REVIVE) as cluster:
+async def test_handles_and_inflight_survive_a_broker_restart(tmp_path: Path, clock: FakeClock) -> None:
+    async with LocalCluster(tmp_path / "r", brokers=1, broker=FAST_REVIVE, clock=clock) as cluster:
         await cluster.create_topic("jobs", 2)
         await send(cluster, 6)
         async with simple(cluster) as c:
@@ -305,6 +324,7 @@ async def test_handles_and_inflight_survive_a_broker_restart(tmp_path: Path) -> 
                 await c.ack(got[0])
             # "acked" while its batch is open (replayed with its ack), "stale" once the batch is done: never acked twice
             assert err.value.reason in ("acked", "stale")
+            await pass_time(clock, 6.5)  # past the invisible time of the unacked four
             back = await receive_all(c, 4, invisible=30.0)
             assert sorted(m.body for m in back) == sorted(m.body for m in got[2:])
             assert all(m.reconsume_times == 1 for m in back)
@@ -338,7 +358,7 @@ async def test_group_starting_at_last_offset_skips_the_backlog_only(cluster: Loc
         SimpleConsumer(cluster.namesrv_addr, "g", consume_from_where=ConsumeFromWhere.TIMESTAMP)
 
 
-async def test_batch_ack(cluster: LocalCluster) -> None:
+async def test_batch_ack(cluster: LocalCluster, clock: FakeClock) -> None:
     await send(cluster, 40)
     async with simple(cluster) as c:
         got = await receive_all(c, 40, invisible=3.0)
@@ -354,7 +374,7 @@ async def test_batch_ack(cluster: LocalCluster) -> None:
         assert results[41] is not None and results[41].reason == "acked"  # twice in one batch
         state = cluster.brokers[0].pop_state
         assert state is not None and state.inflight("workers") == {}
-        await asyncio.sleep(3.3)  # past the invisible time: all acked, nothing comes back
+        await pass_time(clock, 3.3)  # past the invisible time: all acked, nothing comes back
         assert await c.receive(32, 5.0, await_duration=0.3) == []
 
 

@@ -13,7 +13,7 @@ from pymq.client import Message, Producer
 from pymq.client.simple_consumer import ReceivedMessage, SimpleConsumer
 from pymq.errors import PymqError
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
-from tests.integration.test_daemon_clients import create_topic, wait_for_route
+from tests.daemon_helpers import create_topic, wait_for_route
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,8 @@ from tests.helpers import wait_until
 from tests.master_slave import (
     OrderlyLog,
     collect_bodies,
+    fast_client_options,
     master_and_slave,
-    record_pull_addrs,
     slow_consumer,
     start_broker,
     wait_for_group,
@@ -33,18 +33,7 @@ from tests.master_slave import (
 pytestmark = pytest.mark.integration
 
 TOPIC = "t"
-FAST: dict[str, Any] = {
-    "rebalance_interval_seconds": 0.5,
-    "heartbeat_interval_seconds": 0.5,
-    "persist_offset_interval_seconds": 0.2,
-    "poll_namesrv_interval_seconds": 0.5,
-}
-
-
-@pytest.fixture
-def pulled_from(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The broker address of every pull answer the consumers get, in order."""
-    return record_pull_addrs(monkeypatch)
+FAST = fast_client_options(interval=0.5, persist=0.2)
 
 
 async def produce(cluster: LocalCluster, n: int, prefix: str, size: int = 0) -> None:

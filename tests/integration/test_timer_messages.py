@@ -9,29 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from pymq.client import ConsumeFromWhere, Message, MessageQueue, Producer, PullConsumer
+from pymq.client import Message, Producer
 from pymq.errors import MessageIllegalError
-from pymq.protocol.message import MessageExt, Prop
+from pymq.protocol.message import Prop
 from pymq.testing import LocalCluster
-from tests.helpers import run_admin, wait_until
+from tests.helpers import read_all, run_admin, wait_until
 
 pytestmark = pytest.mark.integration
 _readers = itertools.count()
-
-
-async def read_all(cluster: LocalCluster, topic: str, want: int, timeout: float = 15.0) -> list[MessageExt]:
-    """Poll every queue of ``topic`` until ``want`` messages arrived (or the timeout); what arrived."""
-    tc = cluster.brokers[0].topics.get(topic)
-    assert tc is not None
-    group = f"reader-{topic}-{next(_readers)}"  # a new group each time: reads from the first offset
-    pc = PullConsumer(cluster.namesrv_addr, group, consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
-    pc.assign([MessageQueue(topic, "broker-a", q) for q in range(tc.readQueueNums)])
-    out: list[MessageExt] = []
-    deadline = time.monotonic() + timeout
-    async with pc:
-        while len(out) < want and time.monotonic() < deadline:
-            out.extend(await pc.poll(timeout=0.5))
-    return out
 
 
 async def test_timer_messages_arrive_in_time_never_early(tmp_path: Path) -> None:

@@ -19,26 +19,13 @@ from pymq.protocol.command import Command
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
 from pymq.transport.tls import client_context
+from tests.acl_accounts import BROKER_CREDENTIALS, account, acl_toml, write_acl
 from tests.helpers import wait_until
 from tests.tls_certs import Certs, make_certs
 
 pytestmark = pytest.mark.integration
 
-ACL = """
-[[accounts]]
-access_key = "broker"
-secret_key = "broker-secret"
-admin = true
-default_topic_perm = "PUB|SUB"
-default_group_perm = "PUB|SUB"
-
-[[accounts]]
-access_key = "app"
-secret_key = "app-secret"
-admin = true
-default_topic_perm = "PUB|SUB"
-default_group_perm = "SUB"
-"""
+ACL = acl_toml(account("app", admin=True, default_topic_perm="PUB|SUB", default_group_perm="SUB"))
 APP = {"access_key": "app", "secret_key": "app-secret"}
 
 
@@ -51,8 +38,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 def tls_cluster(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[tuple[str, str, Certs]]:
     """A nameserver and a broker as processes: mutual TLS on both listeners, ACL on both."""
     work = tmp_path_factory.mktemp("tls-cluster")
-    acl = work / "acl.toml"
-    acl.write_text(ACL)
+    acl = write_acl(work / "acl.toml", ACL)
     env = {
         "PYMQ_TLS__ENABLE": "true",
         "PYMQ_TLS__CERT_FILE": str(certs.server_cert),
@@ -66,8 +52,8 @@ def tls_cluster(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Itera
         **env,
         "PYMQ_TLS__CLIENT_CERT_FILE": str(certs.client_cert),
         "PYMQ_TLS__CLIENT_KEY_FILE": str(certs.client_key),
-        "PYMQ_ACL__ACCESS_KEY": "broker",
-        "PYMQ_ACL__SECRET_KEY": "broker-secret",
+        "PYMQ_ACL__ACCESS_KEY": BROKER_CREDENTIALS["access_key"],
+        "PYMQ_ACL__SECRET_KEY": BROKER_CREDENTIALS["secret_key"],
     }
     procs: list[DaemonProcess] = []
     try:

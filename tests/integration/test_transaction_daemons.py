@@ -20,8 +20,8 @@ from pymq.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, Pu
 from pymq.client.admin import AdminClient
 from pymq.client.transaction_producer import TransactionProducer, TransactionState
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
+from tests.daemon_helpers import create_topic, wait_for_route
 from tests.helpers import run_admin, wait_until
-from tests.integration.test_daemon_clients import create_topic, wait_for_route
 
 pytestmark = pytest.mark.integration
 

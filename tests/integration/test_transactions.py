@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from pymq.broker.app import BrokerApp
 from pymq.broker.transaction.hook import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from pymq.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, Producer, PushConsumer, sync
 from pymq.client.admin import AdminClient
@@ -21,7 +23,7 @@ from pymq.protocol.message import decode_message
 from pymq.protocol.record import iter_spans
 from pymq.protocol.requests import EndTransactionRequest
 from pymq.protocol.transaction import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
-from pymq.testing import LocalCluster, capture_logs
+from pymq.testing import FakeClock, LocalCluster, capture_logs
 from tests.helpers import wait_until, wait_until_sync
 
 pytestmark = pytest.mark.integration
@@ -36,6 +38,26 @@ async def cluster(tmp_path: Path):
     async with LocalCluster(tmp_path / "c", brokers=1, broker=FAST_CHECKS) as c:
         await c.create_topic("orders", 4)
         yield c
+
+
+@pytest.fixture
+async def clocked(tmp_path: Path, clock: FakeClock):
+    """``cluster`` with its broker on ``clock``: a timeout passes when the test says so, not after sleeping it."""
+    async with LocalCluster(tmp_path / "c", brokers=1, broker=FAST_CHECKS, clock=clock) as c:
+        await c.create_topic("orders", 4)
+        yield c
+
+
+def age(clock: FakeClock, seconds: float) -> None:
+    """Move the brokers' clock to ``seconds`` past the real time now: what was stored so far is that old."""
+    clock.advance(max(0.0, time.time() - clock.time_ms() / 1000) + seconds)
+
+
+def check_round(broker: BrokerApp) -> int:
+    """One check-back round now (as the service runs every 0.2 s); how many producers it asked."""
+    check = broker.transaction.check
+    assert check is not None
+    return check.check()
 
 
 def stored(cluster: LocalCluster, topic: str) -> list[MessageExt]:
@@ -98,18 +120,21 @@ async def test_commit_is_delivered_only_once_the_commit_lands_with_its_propertie
     assert cluster.brokers[0].transaction.service().pending() == []
 
 
-async def test_rollback_is_never_delivered(cluster: LocalCluster) -> None:
+async def test_rollback_is_never_delivered(clocked: LocalCluster, clock: FakeClock) -> None:
+    cluster = clocked
     async with TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
         result = await producer.send_in_transaction(Message("orders", b"cancelled"), lambda m, a: ROLLBACK)
         assert result.local_state is ROLLBACK
         tx = cluster.brokers[0].transaction.service()
         await wait_until(lambda: tx.rollbacks == 1, what="the rollback")
-        await asyncio.sleep(1.5)  # past the transaction timeout: no check-back either
+        age(clock, 1.5)  # past the transaction timeout: no check-back either
+        assert check_round(cluster.brokers[0]) == 0
     assert stored(cluster, "orders") == []
     assert tx.pending() == [] and tx.checks == 0
 
 
-async def test_unknown_is_resolved_by_check_back_commit_and_rollback(cluster: LocalCluster) -> None:
+async def test_unknown_is_resolved_by_check_back_commit_and_rollback(clocked: LocalCluster, clock: FakeClock) -> None:
+    cluster = clocked
     decisions = {"keep": COMMIT, "drop": ROLLBACK}
     asked: list[str] = []
 
@@ -123,13 +148,16 @@ async def test_unknown_is_resolved_by_check_back_commit_and_rollback(cluster: Lo
             result = await producer.send_in_transaction(Message("orders", body.encode()), lambda m, a: UNKNOWN)
             assert result.local_state is UNKNOWN
         tx = cluster.brokers[0].transaction.service()
+        age(clock, 1.0)  # the transaction timeout
         await wait_until(lambda: tx.commits == 1 and tx.rollbacks == 1, timeout=15, what="check-back outcomes")
     assert sorted(asked) == ["drop", "keep"]
     assert [m.body for m in stored(cluster, "orders")] == [b"keep"]
     assert tx.pending() == []
 
 
-async def test_local_transaction_exception_leaves_it_to_the_check_back(cluster: LocalCluster) -> None:
+async def test_local_transaction_exception_leaves_it_to_the_check_back(clocked: LocalCluster, clock: FakeClock) -> None:
+    cluster = clocked
+
     def boom(msg: Message, arg: object) -> TransactionState:
         raise RuntimeError("db down")
 
@@ -139,19 +167,24 @@ async def test_local_transaction_exception_leaves_it_to_the_check_back(cluster: 
         assert isinstance(info.value.__cause__, RuntimeError)
         with pytest.raises(TransactionError):
             await producer.send_in_transaction(Message("orders", b"x", delay_level=2), lambda m, a: COMMIT)
+        age(clock, 1.0)  # the transaction timeout
         await wait_until(lambda: len(stored(cluster, "orders")) == 1, timeout=15, what="checked-back commit")
 
 
-async def test_checks_used_up_go_to_the_check_max_topic(tmp_path: Path) -> None:
+async def test_checks_used_up_go_to_the_check_max_topic(tmp_path: Path, clock: FakeClock) -> None:
     broker = {**FAST_CHECKS, "transaction_check_max": 2}
-    async with LocalCluster(tmp_path / "c", broker=broker) as cluster:
+    async with LocalCluster(tmp_path / "c", broker=broker, clock=clock) as cluster:
         await cluster.create_topic("orders", 2)
         asked = []
         with capture_logs() as events:
             async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: asked.append(m) or UNKNOWN) as p:
                 await p.send_in_transaction(Message("orders", b"limbo", keys=["k1"]), lambda m, a: UNKNOWN)
                 tx = cluster.brokers[0].transaction.service()
-                await wait_until(lambda: tx.discarded == 1, timeout=20, what="the discard")
+                deadline = time.monotonic() + 20
+                while tx.discarded != 1:  # each copy put back waits its timeout again: age it, let a round see it
+                    assert time.monotonic() < deadline, "the discard"
+                    age(clock, 1.0)
+                    await asyncio.sleep(0.25)
         [logged] = [e for e in events if e["event"] == "transaction_discarded"]
         assert logged["log_level"] == "warning" and logged["to"] == CHECK_MAX_TOPIC and logged["group"] == "tx-p"
         assert len(asked) == 2 and tx.checks == 2
@@ -161,25 +194,30 @@ async def test_checks_used_up_go_to_the_check_max_topic(tmp_path: Path) -> None:
         assert stored(cluster, "orders") == [] and tx.pending() == []
 
 
-async def test_per_message_timeout_defers_the_first_check(cluster: LocalCluster) -> None:
+async def test_per_message_timeout_defers_the_first_check(clocked: LocalCluster, clock: FakeClock) -> None:
+    cluster = clocked
     asked: list[bytes] = []
     async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: asked.append(m.body) or COMMIT) as p:
         await p.send_in_transaction(Message("orders", b"late"), lambda m, a: UNKNOWN, transaction_timeout=60)
         await p.send_in_transaction(Message("orders", b"soon"), lambda m, a: UNKNOWN)
+        age(clock, 1.0)  # the default timeout
         await wait_until(lambda: asked == [b"soon"], timeout=15, what="the default-timeout check")
-        await asyncio.sleep(1.5)
+        age(clock, 2.5)
+        assert check_round(cluster.brokers[0]) == 0
         assert asked == [b"soon"]
         [pending] = cluster.brokers[0].transaction.service().pending("tx-p")
         assert pending["checkTimes"] == 0 and pending["topic"] == "orders"
 
 
-async def test_check_back_goes_to_another_live_producer_of_the_group(cluster: LocalCluster) -> None:
+async def test_check_back_goes_to_another_live_producer_of_the_group(clocked: LocalCluster, clock: FakeClock) -> None:
     """The first producer closes without an outcome; a second one of the group (another client) is asked."""
+    cluster = clocked
     first = TransactionProducer(cluster.namesrv_addr, "tx-p", never, instance_name="first")
     async with first:
         await first.send_in_transaction(Message("orders", b"orphan"), lambda m, a: UNKNOWN, transaction_timeout=2)
     second = TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT, topics=["orders"], instance_name="2nd")
     async with second:
+        age(clock, 2.0)  # the message's timeout
         await wait_until(lambda: len(stored(cluster, "orders")) == 1, timeout=15, what="commit via the 2nd producer")
 
 
@@ -259,8 +297,10 @@ async def test_plain_sends_are_not_touched(cluster: LocalCluster) -> None:
     assert stored(cluster, HALF_TOPIC) == []
 
 
-async def test_a_thousand_concurrent_transactions_deliver_exactly_the_committed_ones(tmp_path: Path) -> None:
-    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS) as cluster:
+async def test_a_thousand_concurrent_transactions_deliver_exactly_the_committed_ones(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS, clock=clock) as cluster:
         await cluster.create_topic("orders", 4)
         rng = random.Random(18)
         outcomes = {f"tx-{i}": rng.choice([COMMIT, ROLLBACK, UNKNOWN]) for i in range(1000)}
@@ -280,6 +320,7 @@ async def test_a_thousand_concurrent_transactions_deliver_exactly_the_committed_
 
             await asyncio.gather(*(one(k) for k in outcomes))
             tx = cluster.brokers[0].transaction.service()
+            age(clock, 1.0)  # the transaction timeout of the UNKNOWN ones
             await wait_until(lambda: tx.commits + tx.rollbacks == 1000, timeout=30, what="all 1000 outcomes")
         expected = sorted(k for k, v in truth.items() if v is COMMIT)
         assert sorted(m.body.decode() for m in stored(cluster, "orders")) == expected
@@ -356,11 +397,11 @@ async def test_a_transactional_message_is_never_delayed_by_a_timer(cluster: Loca
     assert stored(cluster, "rmq_sys_wheel_timer") == []
 
 
-async def test_positions_past_the_queue_ends_are_clamped_at_start(tmp_path: Path) -> None:
+async def test_positions_past_the_queue_ends_are_clamped_at_start(tmp_path: Path, clock: FakeClock) -> None:
     """A state file ahead of the store (its tail lost in an OS crash) must not hide new half messages."""
     import json
 
-    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS) as cluster:
+    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS, clock=clock) as cluster:
         await cluster.create_topic("orders", 2)
         broker = cluster.brokers[0]
         state = Path(broker.config.store.store_dir) / "config" / "transactionOffset.json"
@@ -371,6 +412,7 @@ async def test_positions_past_the_queue_ends_are_clamped_at_start(tmp_path: Path
         assert restarted.transaction.service().state() == {"halfOffset": 0, "opOffset": 0, "horizon": 0}
         async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
             await producer.send_in_transaction(Message("orders", b"seen"), lambda m, a: UNKNOWN)
+            age(clock, 1.0)  # the transaction timeout
             await wait_until(lambda: len(stored(cluster, "orders")) == 1, timeout=15, what="the checked-back commit")
 
 
@@ -385,17 +427,18 @@ async def test_a_takeover_producer_for_an_unknown_topic_fails_to_start_cleanly(c
 
 
 async def test_a_resolved_message_with_a_copy_past_the_positions_stays_resolved_after_a_restart(
-    tmp_path: Path,
+    tmp_path: Path, clock: FakeClock
 ) -> None:
     """A (checked once: a copy after B) is committed; B waits. A's op record is then passed (its origin is
     below B's), but A's copy lies past halfOffset: after a restart it must not be checked and committed again."""
-    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS) as cluster:
+    async with LocalCluster(tmp_path / "c", broker=FAST_CHECKS, clock=clock) as cluster:
         await cluster.create_topic("orders", 1)
         answer = [UNKNOWN]
         async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: answer[0]) as producer:
             a = await producer.send_half(Message("orders", b"A"))
             await producer.send_half(Message("orders", b"B"), transaction_timeout=60)
             tx = cluster.brokers[0].transaction.service()
+            age(clock, 1.0)  # A's timeout
             await wait_until(lambda: tx.checks >= 1, timeout=15, what="A checked back (put back after B)")
             await producer.end_transaction(a, COMMIT)
             store = cluster.brokers[0].store
@@ -415,18 +458,21 @@ async def test_a_resolved_message_with_a_copy_past_the_positions_stays_resolved_
             assert [p["msgId"] for p in restarted.transaction.service().pending()] == [
                 m.properties["UNIQ_KEY"] for m in stored(cluster, HALF_TOPIC) if m.body == b"B"
             ]
-            await asyncio.sleep(2.0)  # past the timeout and a few check rounds
+            age(clock, 2.0)  # past the timeout
+            assert check_round(restarted) == 0  # B waits its 60 s; A is resolved
+            await asyncio.sleep(0.5)  # a few check rounds of the service too
         assert [m.body for m in stored(cluster, "orders")] == [b"A"]
 
 
-async def test_check_settings_change_at_runtime(tmp_path: Path) -> None:
+async def test_check_settings_change_at_runtime(tmp_path: Path, clock: FakeClock) -> None:
     """UPDATE_BROKER_CONFIG reaches the check service: a 60 s timeout lowered to 1 s checks at once."""
     slow = {"transaction_timeout_seconds": 60.0, "transaction_check_interval_seconds": 0.2}
-    async with LocalCluster(tmp_path / "c", broker=slow) as cluster:
+    async with LocalCluster(tmp_path / "c", broker=slow, clock=clock) as cluster:
         await cluster.create_topic("orders", 1)
         async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: COMMIT) as producer:
             await producer.send_in_transaction(Message("orders", b"x"), lambda m, a: UNKNOWN)
-            await asyncio.sleep(1.5)
+            age(clock, 1.5)
+            assert check_round(cluster.brokers[0]) == 0
             tx = cluster.brokers[0].transaction.service()
             assert tx.checks == 0
             async with AdminClient(cluster.namesrv_addr) as admin:

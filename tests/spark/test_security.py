@@ -8,38 +8,25 @@ from pathlib import Path
 
 import pytest
 
+from tests.acl_accounts import BROKER_CREDENTIALS, account, acl_toml, write_acl
 from tests.spark.conftest import ClusterThread
 from tests.tls_certs import Certs, make_certs
 
-ACL = """
-[[accounts]]
-access_key = "broker"
-secret_key = "broker-secret"
-admin = true
-default_topic_perm = "PUB|SUB"
-default_group_perm = "PUB|SUB"
-
-[[accounts]]
-access_key = "spark"
-secret_key = "spark-secret"
-topic_perms = { secured = "PUB|SUB" }
-default_group_perm = "SUB"
-"""
+ACL = acl_toml(account("spark", topic_perms={"secured": "PUB|SUB"}, default_group_perm="SUB"))
 
 
 @pytest.fixture(scope="module")
 def secured_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ClusterThread, Certs]]:
     base = tmp_path_factory.mktemp("spark-secured")
     certs = make_certs(base / "certs")
-    acl_file = base / "acl.toml"
-    acl_file.write_text(ACL)
+    acl_file = write_acl(base / "acl.toml", ACL)
     tls = {"enable": True, "cert_file": certs.server_cert, "key_file": certs.server_key, "ca_file": certs.ca}
     acl = {"enable": True, "file": acl_file}
     c = ClusterThread(
         base / "cluster",
         brokers=1,
         namesrv={"acl": acl, "tls": tls},
-        broker={"acl": {**acl, "access_key": "broker", "secret_key": "broker-secret"}, "tls": {**tls, "client": True}},
+        broker={"acl": {**acl, **BROKER_CREDENTIALS}, "tls": {**tls, "client": True}},
     )
     try:
         c.create_topic("secured", 2)

@@ -1,18 +1,20 @@
-"""Helpers for the store tests: small configurations, record builders, raw file readers."""
+"""Helpers for the store tests: small configurations, record builders, raw file readers, stores filled and compared."""
 
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pymq.broker.store import MessageStore
+from pymq.broker.store import MessageStore, file_maker
 from pymq.config import StoreConfig
 from pymq.protocol import record as record_module
 from pymq.protocol.record import encode_record, pack_host, parse_record
+from tests.helpers import wait_until_sync
 
 #: Tiny files so that every rollover happens within a few records.
 SMALL = {
@@ -128,3 +130,83 @@ def use_c_syncer(monkeypatch: pytest.MonkeyPatch) -> None:
     if getattr(record_module._speedups, "Syncer", None) is None:
         pytest.skip("no C accelerator here")
     monkeypatch.setattr(record_module, "speedups", record_module._speedups)
+
+
+# --- filling stores (test_cleanup, test_disk_full) ----------------------------------------------
+
+
+def quiet(store: MessageStore) -> MessageStore:
+    """Stop the warmer and drop its preallocated file, so the simulated disk usage is exact."""
+    store.services.warmer.stop()  # type: ignore[union-attr]
+    nf = store.commitlog.mfq.next_file
+    if nf is not None:
+        nf.destroy()
+        store.commitlog.mfq.next_file = None
+    return store
+
+
+def fill(store: MessageStore, files: int) -> list:  # type: ignore[type-arg]
+    """Write two queues until the commitlog has ``files`` files."""
+    out = []
+    i = 0
+    while len(store.commitlog.mfq.files) < files:
+        out += store.put("T", (i // 4) % 2, b"".join(keyed(j, size=400) for j in range(i, i + 4)))
+        i += 4
+    # New consume-queue files are made on the maker thread: have them all on disk before a
+    # test counts them (a race that failed once in a CI run).
+    store.settle_queue_files()
+    settle_index_ahead(store)
+    return out
+
+
+def settle_index_ahead(store: MessageStore) -> None:
+    """Wait for the next index file the maker thread makes ahead (if one is queued): a test that then
+    counts bytes or makes allocations fail sees no creation of its own in flight."""
+    nxt = store.index.next
+    if nxt is not None:
+        wait_until_sync(lambda: nxt.making == file_maker.MADE, timeout=30, what="the next index file")
+
+
+def this_hour(now: float) -> str:
+    return str(time.localtime(now).tm_hour)
+
+
+def other_hour(now: float) -> str:
+    return str((time.localtime(now).tm_hour + 12) % 24)
+
+
+# --- comparing stores (test_append_raw, test_truncate) ---------------------------------------------
+
+
+def put_mixed(put, count: int) -> None:  # type: ignore[no-untyped-def]
+    """Records of two topics over several queues, with keys, tags and a few delayed ones."""
+    for i in range(count):
+        topic = "T" if i % 3 else "U"
+        batch = keyed(i, topic, size=200 + i % 7 * 60) + keyed(1000 + i, topic)
+        if i % 10 == 5:
+            batch += record(topic, b"later", delay=2, uniq=f"D{i}")
+        put(topic, i % 4, batch)
+
+
+def queue_entries(store: MessageStore) -> dict[tuple[str, int], list[tuple[int, int, int] | None]]:
+    return {
+        key: [cq.entry(i) for i in range(cq.min_offset, cq.max_offset)]
+        for key, cq in sorted(store.queues.items())
+        if cq.max_offset
+    }
+
+
+def commitlog_bytes(store: MessageStore, start: int = 0) -> bytes:
+    views = store.read_commitlog(start, store.commitlog.max_offset - start)
+    return b"".join(bytes(v) for v in views)
+
+
+def record_cuts(store: MessageStore) -> list[int]:
+    """Offsets to cut the commitlog at: every few records, and each file's end."""
+    cuts = []
+    for n, (mf, pos, size, *_rest) in enumerate(store.commitlog.scan(0, False)):
+        if n % 7 == 6:
+            cuts.append(mf.file_from + pos + size)
+    cuts += [mf.file_to for mf in store.commitlog.mfq.files[:-1]]
+    cuts.append(store.commitlog.max_offset)
+    return sorted(set(cuts))

@@ -13,43 +13,10 @@ import pytest
 from pymq.broker.store import GetStatus, MessageStore, PutStatus, file_maker
 from pymq.broker.store.map_pool import FD_LESS, PooledMappedFile
 from pymq.errors import StoreError
-from tests.helpers import wait_until_sync
 from tests.store.conftest import StoreFactory
-from tests.store.storeutil import keyed, read_queue
+from tests.store.storeutil import fill, keyed, other_hour, quiet, read_queue, this_hour
 
 HOUR = 3600.0
-
-
-def quiet(store: MessageStore) -> MessageStore:
-    """Stop the warmer and drop its preallocated file, so the simulated disk usage is exact."""
-    store.services.warmer.stop()  # type: ignore[union-attr]
-    nf = store.commitlog.mfq.next_file
-    if nf is not None:
-        nf.destroy()
-        store.commitlog.mfq.next_file = None
-    return store
-
-
-def fill(store: MessageStore, files: int) -> list:  # type: ignore[type-arg]
-    """Write two queues until the commitlog has ``files`` files."""
-    out = []
-    i = 0
-    while len(store.commitlog.mfq.files) < files:
-        out += store.put("T", (i // 4) % 2, b"".join(keyed(j, size=400) for j in range(i, i + 4)))
-        i += 4
-    # New consume-queue files are made on the maker thread: have them all on disk before a
-    # test counts them (a race that failed once in a CI run).
-    store.settle_queue_files()
-    settle_index_ahead(store)
-    return out
-
-
-def settle_index_ahead(store: MessageStore) -> None:
-    """Wait for the next index file the maker thread makes ahead (if one is queued): a test that then
-    counts bytes or makes allocations fail sees no creation of its own in flight."""
-    nxt = store.index.next
-    if nxt is not None:
-        wait_until_sync(lambda: nxt.making == file_maker.MADE, timeout=30, what="the next index file")
 
 
 def age(store: MessageStore, count: int, hours: float, now: float) -> None:
@@ -57,14 +24,6 @@ def age(store: MessageStore, count: int, hours: float, now: float) -> None:
     for mf in store.commitlog.mfq.files[:count]:
         t = now - hours * HOUR
         os.utime(mf.path, (t, t))
-
-
-def this_hour(now: float) -> str:
-    return str(time.localtime(now).tm_hour)
-
-
-def other_hour(now: float) -> str:
-    return str((time.localtime(now).tm_hour + 12) % 24)
 
 
 def test_expired_files_go_at_the_delete_hour(new_store: StoreFactory) -> None:

@@ -16,8 +16,7 @@ from pymq.logs import event_fields
 from pymq.testing import capture_logs
 from tests.helpers import wait_until_sync
 from tests.store.conftest import StoreFactory
-from tests.store.storeutil import keyed, read_queue
-from tests.store.test_cleanup import fill, other_hour, quiet, settle_index_ahead
+from tests.store.storeutil import fill, keyed, other_hour, quiet, read_queue, settle_index_ahead
 
 
 def logged(caplog: pytest.LogCaptureFixture) -> list[dict[str, object]]:

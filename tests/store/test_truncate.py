@@ -14,8 +14,7 @@ import pytest
 from pymq.broker.store import MessageStore
 from pymq.errors import StoreError
 from tests.store.conftest import PutPathFactory, StoreFactory
-from tests.store.storeutil import keyed
-from tests.store.test_append_raw import _commitlog_bytes, _fill, _queues, _record_cuts
+from tests.store.storeutil import commitlog_bytes, keyed, put_mixed, queue_entries, record_cuts
 
 
 def _keys(store: MessageStore, topic: str, keys: list[str]) -> dict[str, list[bytes]]:
@@ -24,9 +23,9 @@ def _keys(store: MessageStore, topic: str, keys: list[str]) -> dict[str, list[by
 
 def test_truncate_equals_a_store_that_never_had_the_tail(new_put_path: PutPathFactory, tmp_path: Path) -> None:
     a = new_put_path(tmp_path / "a")
-    _fill(a.put, 90)
-    data = _commitlog_bytes(a.store)
-    cuts = _record_cuts(a.store)
+    put_mixed(a.put, 90)
+    data = commitlog_bytes(a.store)
+    cuts = record_cuts(a.store)
     # One cut mid-file, one exactly at a file start (after a blank marker).
     mid = cuts[len(cuts) // 2]
     file_start = a.store.commitlog.mfq.files[2].file_from
@@ -38,14 +37,14 @@ def test_truncate_equals_a_store_that_never_had_the_tail(new_put_path: PutPathFa
         ref.append_raw(0, data[:cut])
         assert s.truncate_to(cut) == len(data) - cut
         assert s.commitlog.max_offset == cut
-        assert _commitlog_bytes(s) == data[:cut]
-        assert _queues(s) == _queues(ref)
+        assert commitlog_bytes(s) == data[:cut]
+        assert queue_entries(s) == queue_entries(ref)
         for topic in ("T", "U"):
             assert _keys(s, topic, keys) == _keys(ref, topic, keys)
         # The rest comes back with append_raw, and the store equals the original.
         s.append_raw(cut, data[cut:])
-        assert _commitlog_bytes(s) == data
-        assert _queues(s) == _queues(a.store)
+        assert commitlog_bytes(s) == data
+        assert queue_entries(s) == queue_entries(a.store)
         for topic in ("T", "U"):
             assert _keys(s, topic, keys) == _keys(a.store, topic, keys)
 
@@ -80,7 +79,7 @@ def test_truncate_survives_restart_and_refuses_non_boundaries(new_store: StoreFa
 def test_an_empty_replica_starts_at_the_masters_oldest_file(new_put_path: PutPathFactory, tmp_path: Path) -> None:
     """MessageStore.start_at: a new slave of a master whose first files were cleaned up."""
     a = new_put_path(tmp_path / "a")
-    _fill(a.put, 90)
+    put_mixed(a.put, 90)
     master = a.store
     assert master.delete_commitlog_files(2) == 2
     master.delete_orphaned_logics()
@@ -90,7 +89,7 @@ def test_an_empty_replica_starts_at_the_masters_oldest_file(new_put_path: PutPat
     with pytest.raises(StoreError):
         replica.start_at(start + 1)
     replica.start_at(start)
-    replica.append_raw(start, _commitlog_bytes(master, start))
+    replica.append_raw(start, commitlog_bytes(master, start))
     assert replica.commitlog.min_offset == start
     assert replica.commitlog.max_offset == master.commitlog.max_offset
     for key, cq in master.queues.items():

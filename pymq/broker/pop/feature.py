@@ -18,6 +18,7 @@ from pymq.broker.pop.receipt import HandleSigner
 from pymq.broker.pop.revive import PopState
 from pymq.broker.pop.revive import drop_state as drop_revive_offsets
 from pymq.broker.service import PeriodicService
+from pymq.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
     from pymq.broker.long_polling import PullHoldService
@@ -45,6 +46,7 @@ class Pop:
         pull_hold: PullHoldService,
         stats: BrokerStats,
         before_read: Callable[[str, int, int], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.topics = topics
@@ -54,6 +56,8 @@ class Pop:
         self.stats = stats
         #: called with (topic, queue, offset) before a queue is read (priority topics refill there)
         self.before_read = before_read
+        #: pop times and invisible-time deadlines (a FakeClock in tests)
+        self.clock = clock
         self.config_dir = Path(config.store.store_dir) / "config"
         self.store: MessageStore | None = None
         self.put_path: PutPath | None = None
@@ -97,6 +101,7 @@ class Pop:
             cluster=cfg.cluster_name,
             revive_queues=cfg.pop_revive_queue_nums,
             max_inflight=cfg.pop_max_inflight_checkpoints,
+            clock=self.clock,
         )
         state.start()  # on the loop: replay commits consumer offsets the handlers also touch
         self.state = self._handlers.state = state

@@ -20,6 +20,7 @@ from pymq.broker.transaction.check import TransactionCheckService
 from pymq.broker.transaction.handlers import TransactionHandlers
 from pymq.broker.transaction.hook import TransactionHook
 from pymq.broker.transaction.service import STATE_FILE, TransactionalMessageService
+from pymq.clock import SYSTEM_CLOCK, Clock
 
 if TYPE_CHECKING:
     from pymq.broker.consumers import ClientChannel
@@ -41,12 +42,15 @@ class Transactions:
         stats: BrokerStats,
         producer_channels: Callable[[str], list[ClientChannel]],
         address: Callable[[], str],
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.topics = topics
         self.stats = stats
         self.producer_channels = producer_channels
         self.address = address
+        #: transaction timeouts and op-record times (a FakeClock in tests)
+        self.clock = clock
         self.config_dir = Path(config.store.store_dir) / "config"
         #: first on the put path: half messages are never delayed
         self.hook = TransactionHook()
@@ -83,7 +87,9 @@ class Transactions:
         if not self._fresh:
             self._service = self._new_service(load=True)
         self._fresh = False
-        self.check = TransactionCheckService(self.service(), self.config, self.producer_channels, self.address)
+        self.check = TransactionCheckService(
+            self.service(), self.config, self.producer_channels, self.address, clock=self.clock
+        )
         await self.check.start()
 
     async def stop_check(self) -> None:
@@ -100,7 +106,7 @@ class Transactions:
 
     def _new_service(self, *, load: bool) -> TransactionalMessageService:
         assert self.store is not None
-        service = TransactionalMessageService(self.store, self.topics, self.stats, self.config_dir)
+        service = TransactionalMessageService(self.store, self.topics, self.stats, self.config_dir, clock=self.clock)
         if load:
             service.load()
         return service
