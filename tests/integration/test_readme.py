@@ -34,6 +34,27 @@ def claim_pattern(claim: str) -> re.Pattern[str]:
     return re.compile("^" + ".*".join(re.escape(part) for part in claim.split("…")) + "$", re.M)
 
 
+def headings_without_blank_line(text: str) -> list[str]:
+    """Markdown headings (outside code fences) that directly follow a non-blank line."""
+    found: list[str] = []
+    lines = text.splitlines()
+    fenced = False
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#{1,6} ", line) and i > 0 and lines[i - 1].strip():
+            found.append(line)
+    return found
+
+
+def test_headings_follow_a_blank_line() -> None:
+    assert headings_without_blank_line("text\n### Heading\n") == ["### Heading"]
+    assert headings_without_blank_line("text\n\n### Heading\n```sh\nx\n# comment\n```\n") == []
+    docs = [README, *sorted((README.parent / "docs").glob("*.md"))]
+    bad = {doc.name: h for doc in docs if (h := headings_without_blank_line(doc.read_text()))}
+    assert bad == {}
+
+
 def test_claims_are_patterns() -> None:
     pattern = claim_pattern("SEND_OK MessageQueue [topic=orders, queueId=…]")
     assert pattern.search("x\nSEND_OK MessageQueue [topic=orders, queueId=3]\n")
