@@ -66,7 +66,7 @@ from pymq.broker.transaction.feature import Transactions
 from pymq.config import BrokerConfig
 from pymq.errors import ConfigError
 from pymq.logs import get_logger
-from pymq.protocol.codes import RequestCode
+from pymq.protocol.codes import NAMESRV_REQUEST_CODES, RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.requests import ConsumerGroupRequest
 from pymq.security.daemon import acl_interceptor, daemon_signer, listener_tls, outgoing_tls
@@ -110,6 +110,7 @@ class BrokerApp:
         #: SYNC_FLUSH with the C syncer: the group commit's syncs, answered on the loop (made at start)
         self.loop_sync: LoopSync | None = None
         self.dispatcher = Dispatcher(name="broker")
+        self.dispatcher.unsupported_remark = self._unsupported_remark
         #: the broker's role: read through this one object, changed only by its transitions
         #: (see broker.role.state; broker.role.change drives them)
         self.role = RoleMachine.from_config(config)
@@ -525,6 +526,15 @@ class BrokerApp:
     def _master_main_addr(self) -> str | None:
         """A slave's master (its normal port): what the nameserver answered, else the configured one."""
         return self.registrar.master_addr or self.role.current.master_addr
+
+    def _unsupported_remark(self, code: int) -> str | None:
+        """A nameserver request sent here (a client given the broker's port as its nameserver)."""
+        if code not in NAMESRV_REQUEST_CODES:
+            return None
+        return (
+            f"this address is a pymq broker ({self.config.broker_name}), not a nameserver: give clients "
+            f"a nameserver's address, such as {';'.join(self.config.namesrv_addrs)} (where this broker registers)"
+        )
 
     def _ha_address(self) -> str:
         return self.replication.ha_address() if self.replication is not None else ""

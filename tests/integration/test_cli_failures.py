@@ -17,7 +17,8 @@ import pytest
 
 from pymq import DISTRIBUTION
 from pymq.cli.common import EXIT_CONFIG, EXIT_OK
-from pymq.testing import LocalCluster
+from pymq.testing import DaemonProcess, LocalCluster
+from pymq.testing.processes import broker_process, namesrv_process
 from tests.helpers import run_admin
 
 pytestmark = pytest.mark.integration
@@ -133,6 +134,23 @@ def test_version_on_every_cli(name: str) -> None:
 
 
 # --- bad input ---------------------------------------------------------------------------------------------
+
+
+def test_admin_given_a_broker_port_says_it_is_a_broker_and_names_the_nameserver(
+    tmp_path: Path, processes: list[DaemonProcess]
+) -> None:
+    ns = namesrv_process(tmp_path)
+    processes.append(ns)
+    ns.start()
+    broker = broker_process(tmp_path, ns.address, "broker-a")
+    processes.append(broker)
+    broker.start()
+    out = cli("admin", "--namesrv", broker.address, "cluster-list")
+    assert out.returncode == 1
+    assert one_line(out.stderr) == (
+        f"error: {broker.address}: this address is a pymq broker (broker-a), not a nameserver: give clients "
+        f"a nameserver's address, such as {ns.address} (where this broker registers)\n"
+    )
 
 
 def test_send_delay_level_out_of_range_rejected() -> None:
