@@ -163,3 +163,25 @@ def test_pymq_local_serves_and_stops_on_ctrl_c(tmp_path: Path, free_ports) -> No
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
+
+
+def test_broker_without_a_nameserver_logs_the_cause_at_once_rate_limited(
+    tmp_path: Path, processes: list[DaemonProcess], free_ports
+) -> None:
+    """No nameserver at the address: the first log line gives the real cause and what it means; the
+    registrations that follow (every 0.2 s here) are not each logged again."""
+    (dead,) = free_ports(1)
+    b = broker_process(tmp_path, f"127.0.0.1:{dead}", "broker-a", "--register-interval", "0.2").start()
+    processes.append(b)
+
+    def failures() -> list[dict]:
+        events = [json.loads(line) for line in b.output().splitlines() if line.startswith("{")]
+        return [e for e in events if e["event"] == "register_failed"]
+
+    wait_until_sync(lambda: failures(), what="a register_failed line")
+    first = failures()[0]
+    assert "[Errno 111]" in first["reason"], first  # connection refused, not only "backing off"
+    assert "cannot find this broker until it registers" in first["effect"], first
+    time.sleep(2.0)  # about ten more failed registrations
+    assert b.running()
+    assert len(failures()) == 1, failures()
