@@ -74,7 +74,7 @@ from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.limits import limits_from_settings
 from pymq.transport.net import advertised_host
-from pymq.transport.server import RpcServer, bind_socket
+from pymq.transport.server import RpcServer, bind_socket, cannot_listen
 
 log = get_logger("broker")
 
@@ -279,7 +279,7 @@ class BrokerApp:
             sock = bind_socket(cfg.host, cfg.port)
         except OSError as exc:
             self._close_metrics()
-            raise ConfigError(f"cannot listen on {cfg.host}:{cfg.port}: {exc}") from exc
+            raise ConfigError(cannot_listen(cfg.host, cfg.port, exc)) from exc
         port = sock.getsockname()[1]
         self.address = f"{advertised_host(self.config.advertised_host, self.config.host)}:{port}"
         try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from pymq.cli.common import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_STORE_LOCKED, version_option
+from pymq.cli.common import EXIT_OK, startup_error, startup_failure, version_option
 from pymq.config import SMALL_STORE_SIZES, BrokerConfig, NamesrvConfig, StoreConfig
 from pymq.errors import ConfigError, StoreLockedError
 from pymq.logs import configure_logging
@@ -74,8 +74,9 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
     try:
         await namesrv.start()
     except (ConfigError, OSError) as exc:
-        click.echo(f"error: cannot start the nameserver: {exc}", err=True)
-        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
+        message, code = startup_failure(exc)
+        startup_error(message)
+        return code
     broker_cfg = BrokerConfig(
         host=host,
         port=broker_port,
@@ -92,10 +93,9 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
         await broker.start()
     except (ConfigError, StoreLockedError, OSError) as exc:
         await namesrv.close()
-        click.echo(f"error: cannot start the broker: {exc}", err=True)
-        if isinstance(exc, StoreLockedError):
-            return EXIT_STORE_LOCKED
-        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
+        message, code = startup_failure(exc)
+        startup_error(message)
+        return code
     try:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
