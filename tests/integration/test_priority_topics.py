@@ -167,3 +167,19 @@ async def test_simple_consumer_receives_highest_priority_first(tmp_path: Path) -
                     got.append(m)
                     await c.ack(m)
         assert [m.body for m in got] == [b"3", b"6", b"1", b"4", b"0", b"2", b"5"]
+
+
+async def test_send_result_names_the_topics_own_queue_not_a_level_queue(tmp_path: Path) -> None:
+    """A send to a 4-queue priority topic answers with one of its 4 queues (the level queues are internal);
+    so does a batch, and a delayed send to a plain topic."""
+    async with LocalCluster(tmp_path / "c") as cluster:
+        await cluster.create_topic("tasks", 4, attributes=LEVELS)
+        await cluster.create_topic("plain", 4)
+        async with Producer(cluster.namesrv_addr) as p:
+            results = [await p.send(Message("tasks", str(i).encode()).set_priority(9)) for i in range(8)]
+            results.append(await p.send_batch([Message("tasks", b"b1").set_priority(5), Message("tasks", b"b2")]))
+            results.append(await p.send(Message("plain", b"later", delay_level=3)))
+        for r in results:
+            assert r.message_queue.topic in ("tasks", "plain") and r.message_queue.brokerName == "broker-a"
+            assert 0 <= r.message_queue.queueId < 4, r.message_queue
+        assert {r.message_queue.queueId for r in results[:8]} == {0, 1, 2, 3}  # round robin over the topic's queues
