@@ -316,10 +316,14 @@ class BrokerConfig(_Model):
     #: merged delay: whose message is delivered, the first of the window's or the last
     timer_merge_keep: Literal["first", "last"] = "first"
     # --- priority topics (issue 17; pymq.broker.priority) ---
-    #: a message waiting this long in its level queue moves before any younger one (0: strict priority)
+    #: a message waiting this long in its level queue counts as aged: aged ones, oldest first, take up to
+    #: priority_aged_share of each refill before the rest goes by priority (0: strict priority)
     priority_max_wait_ms: int = Field(10_000, ge=0)
     #: messages moved to a priority topic's queue per refill (when a pull has read everything moved)
     priority_refill_batch: int = Field(32, ge=1, le=1024)
+    #: the share of a refill that messages waiting priority_max_wait_ms or longer may take (at least one
+    #: message); the rest goes by priority, so a backlog of old messages does not turn priority off
+    priority_aged_share: float = Field(0.25, gt=0, le=1)
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")

@@ -67,7 +67,7 @@ from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.config import BrokerConfig
 from pymq.errors import ConfigError
 from pymq.logs import get_logger
-from pymq.protocol.codes import RequestCode
+from pymq.protocol.codes import NAMESRV_REQUEST_CODES, RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.requests import ConsumerGroupRequest
 from pymq.security.daemon import acl_interceptor, daemon_signer, listener_tls, outgoing_tls
@@ -75,7 +75,7 @@ from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.limits import limits_from_settings
 from pymq.transport.net import advertised_host
-from pymq.transport.server import RpcServer, bind_socket
+from pymq.transport.server import RpcServer, bind_socket, cannot_listen
 
 log = get_logger("broker")
 
@@ -111,6 +111,7 @@ class BrokerApp:
         #: SYNC_FLUSH with the C syncer: the group commit's syncs, answered on the loop (made at start)
         self.loop_sync: LoopSync | None = None
         self.dispatcher = Dispatcher(name="broker")
+        self.dispatcher.unsupported_remark = self._unsupported_remark
         #: the broker's role: read through this one object, changed only by its transitions
         #: (see broker.role.state; broker.role.change drives them)
         self.role = RoleMachine.from_config(config)
@@ -281,7 +282,7 @@ class BrokerApp:
             sock = bind_socket(cfg.host, cfg.port)
         except OSError as exc:
             self._close_metrics()
-            raise ConfigError(f"cannot listen on {cfg.host}:{cfg.port}: {exc}") from exc
+            raise ConfigError(cannot_listen(cfg.host, cfg.port, exc)) from exc
         port = sock.getsockname()[1]
         self.address = f"{advertised_host(self.config.advertised_host, self.config.host)}:{port}"
         try:
@@ -528,6 +529,15 @@ class BrokerApp:
     def _master_main_addr(self) -> str | None:
         """A slave's master (its normal port): what the nameserver answered, else the configured one."""
         return self.registrar.master_addr or self.role.current.master_addr
+
+    def _unsupported_remark(self, code: int) -> str | None:
+        """A nameserver request sent here (a client given the broker's port as its nameserver)."""
+        if code not in NAMESRV_REQUEST_CODES:
+            return None
+        return (
+            f"this address is a pymq broker ({self.config.broker_name}), not a nameserver: give clients "
+            f"a nameserver's address, such as {';'.join(self.config.namesrv_addrs)} (where this broker registers)"
+        )
 
     def _ha_address(self) -> str:
         return self.replication.ha_address() if self.replication is not None else ""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,11 @@ if TYPE_CHECKING:
     from pymq.config import BrokerConfig
 
 log = get_logger("broker.registration")
+
+#: a nameserver that keeps refusing registration is logged at once, then at most this often
+REGISTER_FAILED_LOG_SECONDS = 60.0
+#: what a failed registration means, in its log line
+UNREACHABLE = "clients using this nameserver cannot find this broker until it registers there"
 
 
 class NamesrvRegistrar:
@@ -50,6 +56,8 @@ class NamesrvRegistrar:
         self._task: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
         self._registered = False
+        #: nameserver -> (when its failure was last logged, failures since then not logged)
+        self._failing: dict[str, tuple[float, int]] = {}
 
     def _register_header(self) -> RegisterBrokerRequest:
         cfg, addr = self.config, self.address()
@@ -77,13 +85,29 @@ class NamesrvRegistrar:
                 addr, Command.request(RequestCode.REGISTER_BROKER, dict(ext), body), timeout=3.0
             )
         except PymqError as exc:
-            log.warning("register_failed", namesrv=addr, reason=str(exc))
+            self._failed(addr, str(exc))
             return False
+        if self._failing.pop(addr, None) is not None:
+            log.info("registered", namesrv=addr, after="failures")
         master = RegisterBrokerResponse.from_ext(resp.ext).master_addr
         if master and master != self.master_addr:
             self.master_addr = master
             log.info("master_discovered", master=master)
         return True
+
+    def _failed(self, addr: str, reason: str) -> None:
+        """Log a failed registration at once, then at most every REGISTER_FAILED_LOG_SECONDS per nameserver."""
+        now = time.monotonic()
+        last = self._failing.get(addr)
+        if last is not None and now - last[0] < REGISTER_FAILED_LOG_SECONDS:
+            self._failing[addr] = (last[0], last[1] + 1)
+            return
+        self._failing[addr] = (now, 0)
+        fields: dict[str, object] = {"namesrv": addr, "reason": reason, "effect": UNREACHABLE}
+        if last is not None:
+            fields["failures_not_logged"] = last[1]
+            fields["log_every_seconds"] = REGISTER_FAILED_LOG_SECONDS
+        log.warning("register_failed", **fields)
 
     async def unregister_all(self) -> None:
         cfg = self.config

@@ -17,7 +17,7 @@ import click
 from pymq.cli.common import version_option
 from pymq.cli.security_options import security_kwargs, security_options
 from pymq.client.admin import AdminClient
-from pymq.errors import PymqError
+from pymq.errors import PymqError, RequestCodeNotSupportedError
 from pymq.logs import configure_logging
 from pymq.transport.loop import run
 
@@ -41,6 +41,10 @@ def admin_command(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
 
         try:
             run(go())
+        except RequestCodeNotSupportedError as exc:
+            # e.g. --namesrv given a broker's port: the broker's remark says so and names a nameserver
+            click.echo(f"error: {exc.addr}: {exc.remark}" if exc.addr else f"error: {exc}", err=True)
+            sys.exit(1)
         except (PymqError, ValueError, OSError) as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(1)

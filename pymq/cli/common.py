@@ -79,6 +79,23 @@ def setup_logging(level: str, fmt: str) -> None:
         raise click.BadParameter(str(exc), param_hint="--log-level") from exc
 
 
+def startup_failure(exc: ConfigError | StoreLockedError | OSError) -> tuple[str, int]:
+    """What a daemon that could not start says (the line after ``error: ``) and its exit code.
+
+    pymq-namesrv, pymq-broker and pymq-local all say it this way: the same cause reads the same."""
+    if isinstance(exc, ConfigError):
+        return str(exc), EXIT_CONFIG
+    if isinstance(exc, StoreLockedError):
+        return str(exc), EXIT_STORE_LOCKED
+    # Whatever the daemon did not turn into a ConfigError: still one line, not a traceback.
+    return f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""), EXIT_FAILURE
+
+
+def startup_error(message: str) -> None:
+    """One plain line on stderr, whatever the log format: the daemon never served, so no JSON log."""
+    click.echo(f"error: {message}", err=True)
+
+
 def run_daemon(
     make: Callable[[], Daemon], port_file: str | None, on_started: Callable[[Daemon], None] | None = None
 ) -> int:
@@ -88,16 +105,10 @@ def run_daemon(
         app = make()
         try:
             await app.start()
-        except ConfigError as exc:
-            log.error("startup_failed", reason=str(exc))
-            return EXIT_CONFIG
-        except StoreLockedError as exc:
-            log.error("startup_failed", reason=str(exc))
-            return EXIT_STORE_LOCKED
-        except OSError as exc:
-            # Whatever the daemon did not turn into a ConfigError: still one line, not a traceback.
-            log.error("startup_failed", reason=f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
-            return EXIT_FAILURE
+        except (ConfigError, StoreLockedError, OSError) as exc:
+            message, code = startup_failure(exc)
+            startup_error(message)
+            return code
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -10,25 +10,31 @@ are then dropped, not raised.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from pymq.cli.common import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_STORE_LOCKED, version_option
+from pymq.cli.common import EXIT_OK, startup_error, startup_failure, version_option
 from pymq.config import SMALL_STORE_SIZES, BrokerConfig, NamesrvConfig, StoreConfig
-from pymq.errors import ConfigError, StoreLockedError
+from pymq.errors import ConfigError, PymqError, StoreLockedError
 from pymq.logs import configure_logging
 from pymq.transport.loop import run
+
+if TYPE_CHECKING:
+    from pymq.broker.app import BrokerApp
 
 GUIDE = """
 pymq is running.
   nameserver  {ns}
   broker      {broker}  (store: {store})
 
-Topics are created on first use here (a plain pymq-broker needs pymq-admin topic-create).
+Topics are created on first use here, with {queues} queues: the first send, subscription, pull or
+pop of a topic (any client's route lookup) creates it. A plain pymq-broker needs pymq-admin topic-create.
 Try it from another terminal (with the virtualenv's bin/ on your PATH):
   pymq-admin --namesrv {ns} topic-create --topic hello --queues 4
   pymq-admin --namesrv {ns} send --topic hello --body 'hi there' --keys greeting-1
@@ -74,8 +80,9 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
     try:
         await namesrv.start()
     except (ConfigError, OSError) as exc:
-        click.echo(f"error: cannot start the nameserver: {exc}", err=True)
-        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
+        message, code = startup_failure(exc)
+        startup_error(message)
+        return code
     broker_cfg = BrokerConfig(
         host=host,
         port=broker_port,
@@ -92,16 +99,22 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
         await broker.start()
     except (ConfigError, StoreLockedError, OSError) as exc:
         await namesrv.close()
-        click.echo(f"error: cannot start the broker: {exc}", err=True)
-        if isinstance(exc, StoreLockedError):
-            return EXIT_STORE_LOCKED
-        return EXIT_CONFIG if isinstance(exc, ConfigError) else EXIT_FAILURE
+        message, code = startup_failure(exc)
+        startup_error(message)
+        return code
+    namesrv.handlers.create_unknown_topic = functools.partial(create_on_first_use, broker)
     try:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        say(GUIDE.format(ns=namesrv.address, broker=broker.address, store=store_dir.resolve()), nl=False)
+        guide = GUIDE.format(
+            ns=namesrv.address,
+            broker=broker.address,
+            store=store_dir.resolve(),
+            queues=broker_cfg.default_topic_queue_nums,
+        )
+        say(guide, nl=False)
         await stop.wait()
         say("stopping ...")
     finally:
@@ -110,6 +123,25 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
         await namesrv.close()
     say("stopped.")
     return EXIT_OK
+
+
+async def create_on_first_use(broker: BrokerApp, topic: str) -> bool:
+    """A route lookup of an unknown topic: create it on the broker as a send would, register, say yes.
+
+    Internal topics (``%RETRY%…``, ``%DLQ%…``, ``rmq_sys_…``, the default topic) and names a send
+    would refuse are not created here."""
+    from pymq.broker.topics import validate_topic_name
+    from pymq.protocol.requests import AUTO_CREATE_TOPIC
+
+    if topic.startswith(("%", "rmq_sys_")) or topic == AUTO_CREATE_TOPIC:
+        return False
+    try:
+        validate_topic_name(topic, broker.config.store.max_topic_length)
+    except PymqError:
+        return False
+    if broker.topics.get(topic) is None and broker.topics.auto_create_for_send(topic) is None:
+        return False
+    return await broker.registrar.register_all() > 0
 
 
 def say(text: str, *, nl: bool = True) -> None:

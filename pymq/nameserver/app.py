@@ -15,7 +15,7 @@ from pymq.tasks import cancel_and_wait
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.limits import limits_from_settings
 from pymq.transport.periodic import every
-from pymq.transport.server import RpcServer
+from pymq.transport.server import RpcServer, cannot_listen
 
 log = get_logger("namesrv")
 
@@ -60,7 +60,7 @@ class NamesrvApp:
             if isinstance(exc, OSError):
                 # As the broker says it: a port in use is a configuration that cannot be used.
                 host, port = self.config.host, self.config.port
-                raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+                raise ConfigError(cannot_listen(host, port, exc)) from exc
             raise
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-expiry-scan")
         if self.acl is not None:

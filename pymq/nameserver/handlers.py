@@ -1,7 +1,9 @@
-"""Nameserver request handlers: one function per request code, all synchronous."""
+"""Nameserver request handlers: one function per request code, all synchronous (but a route lookup
+that creates its topic, in pymq-local)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from pymq.errors import InvalidRequestError
@@ -23,6 +25,9 @@ log = get_logger("namesrv")
 class NamesrvHandlers:
     def __init__(self, registry: RouteRegistry) -> None:
         self.registry = registry
+        #: asked for a route of an unknown topic: creates it and answers whether it did (pymq-local's
+        #: "topics are created on first use", for consumers as for producers); None: TOPIC_NOT_EXIST
+        self.create_unknown_topic: Callable[[str], Awaitable[bool]] | None = None
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -80,14 +85,26 @@ class NamesrvHandlers:
         log.info("broker_unregistered", addr=h.broker_addr, broker=h.broker_name)
         return cmd.response()
 
-    def get_route(self, cmd: Command, channel: Channel) -> Command:
+    def get_route(self, cmd: Command, channel: Channel) -> Command | Awaitable[Command]:
         topic = TopicRequest.from_ext(cmd.ext).topic
         route = self.registry.route(topic)
         if route is None:
-            return cmd.response(
-                ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}"
-            )
+            if self.create_unknown_topic is not None:
+                return self._create_then_route(cmd, topic)
+            return self._no_route(cmd, topic)
         return cmd.response(body=encode_body(route.to_dict()))
+
+    async def _create_then_route(self, cmd: Command, topic: str) -> Command:
+        assert self.create_unknown_topic is not None
+        if await self.create_unknown_topic(topic):
+            route = self.registry.route(topic)
+            if route is not None:
+                return cmd.response(body=encode_body(route.to_dict()))
+        return self._no_route(cmd, topic)
+
+    @staticmethod
+    def _no_route(cmd: Command, topic: str) -> Command:
+        return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}")
 
     def cluster_info(self, cmd: Command, channel: Channel) -> Command:
         return cmd.response(body=encode_body(self.registry.cluster_info()))

@@ -77,6 +77,19 @@ class RequestCode(IntEnum):
     BATCH_ACK_MESSAGE = 200151
 
 
+#: requests only a nameserver answers (a broker that gets one says it is a broker)
+NAMESRV_REQUEST_CODES = frozenset(
+    {
+        RequestCode.REGISTER_BROKER,
+        RequestCode.UNREGISTER_BROKER,
+        RequestCode.GET_ROUTEINFO_BY_TOPIC,
+        RequestCode.GET_BROKER_CLUSTER_INFO,
+        RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+        RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    }
+)
+
+
 class ResponseCode(IntEnum):
     SUCCESS = 0
     SYSTEM_ERROR = 1

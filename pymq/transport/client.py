@@ -82,6 +82,8 @@ class RpcClient:
         self.connection_if_any: Callable[[str], Connection | None] = self._conns.get
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
         self._backoff: dict[str, Backoff] = {}
+        #: why the last connect to an address failed (repeated while backing off from it)
+        self._last_failure: dict[str, str] = {}
         self._closed = False
 
     async def connection(self, addr: str) -> Connection:
@@ -113,7 +115,8 @@ class RpcClient:
         now = time.monotonic()
         wait = backoff.remaining(now)
         if wait > 0:
-            raise ConnectError(f"cannot connect to {addr}: backing off for {wait:.2f}s after a failure")
+            cause = self._last_failure.get(addr, "a failure")
+            raise ConnectError(f"cannot connect to {addr}: {cause} (backing off for {wait:.2f}s)")
         host, port = split_addr(addr)
         ctx = self._tls_for(addr)
         loop = asyncio.get_running_loop()
@@ -130,13 +133,16 @@ class RpcClient:
             )
         except _ssl.SSLError as exc:
             backoff.failed(time.monotonic())
+            self._last_failure[addr] = f"TLS handshake failed: {exc.reason or exc}"
             raise ConnectError(f"TLS handshake with {addr} failed: {exc.reason or exc}") from exc
         except (OSError, TimeoutError) as exc:
             backoff.failed(time.monotonic())
             hint = " (is it a plaintext port?)" if ctx is not None and isinstance(exc, ConnectionError) else ""
+            self._last_failure[addr] = f"{exc or type(exc).__name__}{hint}"
             raise ConnectError(f"cannot connect to {addr}: {exc or type(exc).__name__}{hint}") from exc
         conn.signer = self.signer
         backoff.succeeded()
+        self._last_failure.pop(addr, None)
         self._conns[addr] = conn
         conn.attrs["addr"] = addr
         conn.add_close_callback(self._forget)

@@ -72,6 +72,9 @@ class Dispatcher:
         #: futures handlers returned, answered from their done callbacks (no task each)
         self._futures: set[asyncio.Future[Command | None]] = set()
         self.name = name
+        #: the remark of a REQUEST_CODE_NOT_SUPPORTED answer for a code (None: the generic one);
+        #: a broker uses it to say that a nameserver request reached a broker
+        self.unsupported_remark: Callable[[int], str | None] | None = None
         self._rebuild()
 
     # --- registration (rare: builds the per-code chains) ----------------------------------------
@@ -129,8 +132,11 @@ class Dispatcher:
         route = self._routes.get(cmd.code)
         if route is None:
             if not cmd.is_oneway:
+                remark = self.unsupported_remark(cmd.code) if self.unsupported_remark is not None else None
                 channel.write_command(
-                    cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"request code {cmd.code} not supported")
+                    cmd.response(
+                        ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark or f"request code {cmd.code} not supported"
+                    )
                 )
             return
         handler, befores, afters = route

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import ssl as _ssl
 
@@ -121,6 +122,12 @@ class RpcServer:
                 for conn in list(self.connections):
                     conn.abort()
             self._server = None
+
+
+def cannot_listen(host: str, port: int, exc: OSError) -> str:
+    """The one wording of a listen failure (port in use, not permitted), whichever daemon hits it."""
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return f"cannot listen on {host}:{port}: {reason}"
 
 
 def bind_socket(host: str, port: int) -> socket.socket:

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from pymq import DISTRIBUTION
-from pymq.cli.common import EXIT_CONFIG, EXIT_OK
-from pymq.testing import LocalCluster
+from pymq.cli.common import EXIT_CONFIG, EXIT_OK, EXIT_STORE_LOCKED
+from pymq.testing import DaemonProcess, LocalCluster
+from pymq.testing.processes import broker_process, namesrv_process
 from tests.helpers import run_admin
 
 pytestmark = pytest.mark.integration
@@ -38,16 +39,47 @@ def one_line(text: str) -> str:
 # --- startup failures ------------------------------------------------------------------------------------
 
 
-def test_namesrv_on_a_port_in_use_is_one_line_exit_2() -> None:
+PORT_IN_USE = {
+    # the daemon, its arguments around the taken port; --log-format json: JSON logs are for a running daemon
+    "namesrv": ["--host", "127.0.0.1", "--port", "{port}", "--log-format", "json"],
+    "broker": [
+        "--host", "127.0.0.1", "--port", "{port}", "--namesrv", "127.0.0.1:1", "--store-dir", "{tmp}/store",
+        "--log-format", "json",
+    ],
+    "local-namesrv": ["--namesrv-port", "{port}", "--broker-port", "{free}", "--store-dir", "{tmp}/s"],
+    "local-broker": ["--namesrv-port", "{free}", "--broker-port", "{port}", "--store-dir", "{tmp}/s"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(PORT_IN_USE))
+def test_port_in_use_is_one_plain_line_with_the_same_wording_exit_2(tmp_path: Path, free_ports, case: str) -> None:
+    (free,) = free_ports(1)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        out = cli("namesrv", "--host", "127.0.0.1", "--port", str(port))
-    assert out.returncode == EXIT_CONFIG
-    event = json.loads(one_line(out.stderr))
-    assert event["event"] == "startup_failed" and f"cannot listen on 127.0.0.1:{port}" in event["reason"]
+        args = [a.format(port=port, free=free, tmp=tmp_path) for a in PORT_IN_USE[case]]
+        out = cli(case.split("-")[0], *args)
+    assert out.returncode == EXIT_CONFIG, out.stderr
+    assert one_line(out.stderr) == f"error: cannot listen on 127.0.0.1:{port}: Address already in use\n"
     assert out.stdout == ""
+
+
+def test_store_locked_reads_the_same_in_broker_and_local_exit_3(
+    tmp_path: Path, processes: list[DaemonProcess], free_ports
+) -> None:
+    holder = broker_process(tmp_path, "127.0.0.1:1", "broker-a")
+    processes.append(holder)
+    holder.start()
+    store = str(tmp_path / "broker-a")
+    broker = cli(
+        "broker", "--host", "127.0.0.1", "--port", "0", "--namesrv", "127.0.0.1:1", "--store-dir", store,
+        "--small-files", "--log-format", "json",
+    )  # fmt: skip
+    local = cli("local", "--namesrv-port", "0", "--broker-port", "0", "--store-dir", store)
+    assert (broker.returncode, local.returncode) == (EXIT_STORE_LOCKED, EXIT_STORE_LOCKED), (broker, local)
+    assert one_line(broker.stderr).startswith("error: ") and "locked" in broker.stderr
+    assert one_line(local.stderr) == broker.stderr
 
 
 def unusable_store_dirs(tmp_path: Path) -> dict[str, Path]:
@@ -72,8 +104,7 @@ def test_broker_store_dir_unusable_is_one_line_exit_2(tmp_path: Path, case: str)
         "--log-format", "console",
     )  # fmt: skip
     assert out.returncode == EXIT_CONFIG, out.stderr
-    line = one_line(out.stderr)
-    assert "startup_failed" in line and f"cannot use store directory {store}" in line
+    assert one_line(out.stderr).startswith(f"error: cannot use store directory {store}")
 
 
 def test_pymq_local_store_dir_under_a_file_is_one_line_exit_2(tmp_path: Path, free_ports) -> None:
@@ -81,7 +112,7 @@ def test_pymq_local_store_dir_under_a_file_is_one_line_exit_2(tmp_path: Path, fr
     ns_port, broker_port = free_ports(2)
     out = cli("local", "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--store-dir", str(store))
     assert out.returncode == EXIT_CONFIG
-    assert one_line(out.stderr).startswith("error: cannot start the broker: cannot use store directory")
+    assert one_line(out.stderr).startswith(f"error: cannot use store directory {store}")  # as pymq-broker says it
 
 
 def test_toml_store_dir_at_the_top_level_says_where_it_belongs(tmp_path: Path) -> None:
@@ -133,6 +164,23 @@ def test_version_on_every_cli(name: str) -> None:
 
 
 # --- bad input ---------------------------------------------------------------------------------------------
+
+
+def test_admin_given_a_broker_port_says_it_is_a_broker_and_names_the_nameserver(
+    tmp_path: Path, processes: list[DaemonProcess]
+) -> None:
+    ns = namesrv_process(tmp_path)
+    processes.append(ns)
+    ns.start()
+    broker = broker_process(tmp_path, ns.address, "broker-a")
+    processes.append(broker)
+    broker.start()
+    out = cli("admin", "--namesrv", broker.address, "cluster-list")
+    assert out.returncode == 1
+    assert one_line(out.stderr) == (
+        f"error: {broker.address}: this address is a pymq broker (broker-a), not a nameserver: give clients "
+        f"a nameserver's address, such as {ns.address} (where this broker registers)\n"
+    )
 
 
 def test_send_delay_level_out_of_range_rejected() -> None:

@@ -163,3 +163,91 @@ def test_pymq_local_serves_and_stops_on_ctrl_c(tmp_path: Path, free_ports) -> No
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
+
+
+def test_broker_without_a_nameserver_logs_the_cause_at_once_rate_limited(
+    tmp_path: Path, processes: list[DaemonProcess], free_ports
+) -> None:
+    """No nameserver at the address: the first log line gives the real cause and what it means; the
+    registrations that follow (every 0.2 s here) are not each logged again."""
+    (dead,) = free_ports(1)
+    b = broker_process(tmp_path, f"127.0.0.1:{dead}", "broker-a", "--register-interval", "0.2").start()
+    processes.append(b)
+
+    def failures() -> list[dict]:
+        events = [json.loads(line) for line in b.output().splitlines() if line.startswith("{")]
+        return [e for e in events if e["event"] == "register_failed"]
+
+    wait_until_sync(lambda: failures(), what="a register_failed line")
+    first = failures()[0]
+    assert "[Errno 111]" in first["reason"], first  # connection refused, not only "backing off"
+    assert "cannot find this broker until it registers" in first["effect"], first
+    time.sleep(2.0)  # about ten more failed registrations
+    assert b.running()
+    assert len(failures()) == 1, failures()
+
+
+def start_pymq_local(tmp_path: Path, free_ports) -> tuple[subprocess.Popen[str], str, str]:
+    """pymq-local in the background: (process, nameserver address, its banner)."""
+    ns_port, broker_port = free_ports(2)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pymq.cli.local", "--namesrv-port", str(ns_port), "--broker-port", str(broker_port),
+         "--store-dir", str(tmp_path / "store")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        lines.append(line)
+        if "Press Ctrl-C" in line:
+            break
+    return proc, f"127.0.0.1:{ns_port}", "".join(lines)
+
+
+CONSUME_NEW_TOPICS = """
+import asyncio, sys
+from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer, SimpleConsumer
+
+async def main(ns):
+    pull = PullConsumer(ns, "g-pull", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    pull.subscribe("fresh-pull")
+    simple = SimpleConsumer(ns, "g-pop")
+    simple.subscribe("fresh-pop")
+    async with pull, simple:
+        assert await pull.poll(timeout=0.5) == []
+        assert await simple.receive(4, invisible_duration=10.0, await_duration=0.5) == []
+        async with Producer(ns) as producer:
+            await producer.send(Message("fresh-pull", b"to pull"))
+            await producer.send(Message("fresh-pop", b"to pop"))
+        got = []
+        for _ in range(40):
+            got += [m.body for m in await pull.poll(timeout=0.5)]
+            got += [m.body for m in await simple.receive(4, invisible_duration=10.0, await_duration=0.5)]
+            if len(got) == 2:
+                break
+        print(sorted(got))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_pymq_local_creates_a_topic_a_consumer_uses_first(tmp_path: Path, free_ports) -> None:
+    """In pymq-local a pull consumer's subscription and a pop of topics nobody created work (the
+    topics are created, as a send would create them), and the banner says so."""
+    proc, ns, banner = start_pymq_local(tmp_path, free_ports)
+    try:
+        assert "created on first use here, with 8 queues: the first send, subscription, pull or\npop" in banner, banner
+        out = subprocess.run([sys.executable, "-c", CONSUME_NEW_TOPICS, ns], capture_output=True, text=True, timeout=90)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout == "[b'to pop', b'to pull']\n"
+        route = json.loads(admin(ns, "--json", "topic-route", "--topic", "fresh-pop").stdout)
+        assert [q["writeQueueNums"] for q in route["queueDatas"]] == [8]  # as the banner says
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5)

@@ -167,3 +167,40 @@ async def test_simple_consumer_receives_highest_priority_first(tmp_path: Path) -
                     got.append(m)
                     await c.ack(m)
         assert [m.body for m in got] == [b"3", b"6", b"1", b"4", b"0", b"2", b"5"]
+
+
+async def test_send_result_names_the_topics_own_queue_not_a_level_queue(tmp_path: Path) -> None:
+    """A send to a 4-queue priority topic answers with one of its 4 queues (the level queues are internal);
+    so does a batch, and a delayed send to a plain topic."""
+    async with LocalCluster(tmp_path / "c") as cluster:
+        await cluster.create_topic("tasks", 4, attributes=LEVELS)
+        await cluster.create_topic("plain", 4)
+        async with Producer(cluster.namesrv_addr) as p:
+            results = [await p.send(Message("tasks", str(i).encode()).set_priority(9)) for i in range(8)]
+            results.append(await p.send_batch([Message("tasks", b"b1").set_priority(5), Message("tasks", b"b2")]))
+            results.append(await p.send(Message("plain", b"later", delay_level=3)))
+        for r in results:
+            assert r.message_queue.topic in ("tasks", "plain") and r.message_queue.brokerName == "broker-a"
+            assert 0 <= r.message_queue.queueId < 4, r.message_queue
+        assert {r.message_queue.queueId for r in results[:8]} == {0, 1, 2, 3}  # round robin over the topic's queues
+
+
+async def test_under_an_aged_backlog_most_of_each_refill_still_goes_by_priority(tmp_path: Path) -> None:
+    """A backlog of level-0 messages older than priority_max_wait_ms takes only priority_aged_share (a quarter)
+    of each refill: top-priority messages sent during the backlog are not queued behind all of it."""
+    async with LocalCluster(tmp_path / "c", broker={"priority_max_wait_ms": 300}) as cluster:
+        await cluster.create_topic("tasks", 1, attributes=LEVELS)
+        async with Producer(cluster.namesrv_addr) as p:
+            for i in range(100):
+                await p.send(Message("tasks", f"old-{i}".encode()).set_priority(0))
+            store = cluster.brokers[0].store
+            last = store.store_time_at(level_topic("tasks"), 0, 99)
+            await wait_until(lambda: time.time() * 1000 > last + 400, what="the backlog to age")
+            for i in range(40):
+                await p.send(Message("tasks", f"top-{i}".encode()).set_priority(9))
+        got = [m.body.decode() for m in await pull_all(cluster, "tasks", 140)]
+        assert len(got) == 140
+        first = got[:32]  # the first refill (priority_refill_batch)
+        assert first[:8] == [f"old-{i}" for i in range(8)]  # the aged share, oldest first: the backlog moves on
+        assert first[8:] == [f"top-{i}" for i in range(24)]  # the rest by priority
+        assert [b for b in got if b.startswith("old-")] == [f"old-{i}" for i in range(100)]  # none lost, FIFO

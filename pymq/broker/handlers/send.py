@@ -1,7 +1,8 @@
 """SEND_MESSAGE and SEND_BATCH_MESSAGE: validate, store, answer with where the messages went.
 
 The request body is one or more encoded records (see :mod:`pymq.protocol.record`); they
-are stored as they are. Response ext: ``queueId``, ``queueOffset`` (of the first message),
+are stored as they are. Response ext: ``queueId`` (the queue asked for, even when a put hook stored
+the records elsewhere: a priority level, a delay level, a half message), ``queueOffset`` (of the first message),
 ``commitLogOffsets`` (one per message) and, if some messages were refused, ``statuses``.
 With SYNC_FLUSH the answer waits for a disk sync covering the messages (group commit).
 """
@@ -168,7 +169,9 @@ class SendHandlers:
                 cmd.opaque,
                 FLAG_RESPONSE,
                 None,
-                {_QUEUE_ID: r.queue_id, _QUEUE_OFFSET: r.queue_offset, _COMMIT_LOG_OFFSETS: [r.physical_offset]},
+                # the queue asked for: a put hook may store elsewhere (a priority topic's level queue,
+                # a delay level, a half message), but the sender's queue is the topic's own
+                {_QUEUE_ID: queue_id, _QUEUE_OFFSET: r.queue_offset, _COMMIT_LOG_OFFSETS: [r.physical_offset]},
             )
             self.stats.record_put_one(topic, r.size)
         else:
@@ -189,7 +192,7 @@ class SendHandlers:
             return cmd.response(
                 ResponseCode.SUCCESS,
                 ext=SendMessageResponse.build_ext(
-                    queue_id=results.queue_id,
+                    queue_id=queue_id,
                     queue_offset=results.first_queue_offset,
                     commit_log_offsets=results.physical_offsets,
                 ),
@@ -200,7 +203,7 @@ class SendHandlers:
         statuses = list(map(_STATUS, results))
         first_fail = None if statuses.count(ok) == len(statuses) else next(r for r in results if r.status != ok)
         ext = SendMessageResponse.build_ext(
-            queue_id=results[0].queue_id if results and results[0].status == ok else queue_id,
+            queue_id=queue_id,
             queue_offset=results[0].queue_offset
             if first_fail is None
             else next((r.queue_offset for r in results if r.status == ok), -1),

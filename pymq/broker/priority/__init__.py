@@ -13,10 +13,12 @@ sees PULL_MESSAGE before its handler), and when a message reaches a level queue 
 consumer is waiting on ``q`` (long polling). A refill moves up to ``priority_refill_batch``
 messages, chosen by one rule:
 
-1. messages that have waited ``priority_max_wait_ms`` or longer in a level queue go first,
-   oldest first (the anti-starvation rule: nothing waits much longer than that while the
-   queue is being consumed);
-2. then the highest non-empty level, in arrival order, then the next level down.
+1. messages that have waited ``priority_max_wait_ms`` or longer in a level queue (aged) go
+   first, oldest first, but at most ``ceil(batch * priority_aged_share)`` of them (8 of 32 by
+   default): the anti-starvation rule, bounded so that a backlog older than the limit does
+   not turn priority off;
+2. then the highest non-empty level, in arrival order, then the next level down (aged
+   messages included, where they stand).
 
 So among the messages not yet moved, higher priority is consumed first; within one
 priority, one queue is FIFO. The order is fixed when messages move: a message already

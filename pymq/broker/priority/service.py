@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -159,7 +160,10 @@ class PriorityService:
         if cfg.priority_max_wait_ms > 0:
             oldest_ok = self.clock.time_ms() - cfg.priority_max_wait_ms
             heads = {p: store.store_time_at(internal, queue_id * levels + p, a[0]) for p, a in avail.items()}
-            while len(picks) < want:
+            # Aged messages take a bounded share of the batch: under a backlog older than the limit they
+            # still move (oldest first, so none waits forever) while the rest of each batch keeps priority.
+            aged_room = min(want, max(1, math.ceil(want * cfg.priority_aged_share)))
+            while len(picks) < aged_room:
                 aged = [(ts, p) for p, ts in heads.items() if 0 < ts <= oldest_ok]
                 if not aged:
                     break
