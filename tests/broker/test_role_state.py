@@ -63,6 +63,9 @@ def test_a_switchover_walks_master_fenced_slave_and_slave_promoting_master() -> 
     promoted = new_master.fire(RoleEvent.PROMOTED, flavour=BrokerRole.ASYNC_MASTER, epoch=4)
     assert promoted == Role(RoleState.MASTER, BrokerRole.ASYNC_MASTER, 0, None, 4)
     assert promoted.writable and not promoted.sync_master
+    assert new_master.fire(RoleEvent.RETUNE, flavour=BrokerRole.SYNC_MASTER).sync_master and new_master.sync_master
+    new_master.fire(RoleEvent.FENCE)
+    assert not new_master.sync_master  # a fenced master waits for no replica: it takes no writes
 
 
 def test_abort_returns_to_where_the_promotion_began() -> None:

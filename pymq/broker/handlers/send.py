@@ -177,7 +177,7 @@ class SendHandlers:
         else:
             resp = self.build_response(cmd, queue_id, results)
             self.stats.record_put(topic, results)
-        sync_master = self.role.current.sync_master
+        sync_master = self.role.sync_master
         if (self.sync_flush or sync_master) and resp.code == ResponseCode.SUCCESS and results:
             end = max(r.physical_offset + r.size for r in results)
             if sync_master and self.wait_replicated is not None:

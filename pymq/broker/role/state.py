@@ -128,6 +128,8 @@ class RoleMachine:
 
     def __init__(self, role: Role) -> None:
         self.current = role
+        #: ``current.sync_master``, kept as a plain attribute: every send reads it
+        self.sync_master = role.sync_master
         self._observers: list[RoleObserver] = []
         #: where PROMOTE came from (ABORT returns there)
         self._before_promote: Role | None = None
@@ -166,6 +168,7 @@ class RoleMachine:
             new = dataclasses.replace(old, state=target, **_changes(event, flavour, broker_id, master_addr, epoch))
         self._before_promote = old if event is RoleEvent.PROMOTE else None
         self.current = new
+        self.sync_master = new.sync_master
         for observer in self._observers:
             observer(old, new)
         return new
