@@ -28,6 +28,7 @@ import random
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +215,12 @@ async def run_fuzz(
         report.daemons_alive = False
         report.dead.extend(d for d in gone if d not in report.dead)
     if report.daemons_alive:
-        report.read_back = await asyncio.to_thread(_read_back, namesrv, acked, client)
+        try:
+            report.read_back = await asyncio.to_thread(_read_back, namesrv, acked, client)
+        except PymqError as exc:  # (a daemon that no longer answers): a finding, reported like a failed worker
+            tails = "".join(f"\n--- {p.kind} log, last lines:\n" + "\n".join(p.output().splitlines()[-20:])
+                            for p in processes or [])  # fmt: skip
+            report.worker_errors.append("read back: " + "".join(traceback.format_exception(exc)) + tails)
     report.lost = len(acked) - report.read_back
     for p in processes or []:
         for line in p.output().splitlines():
