@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from statistics import median
 from typing import Any
 
 #: connect failures tolerated, as a fraction of connections made: a rare timeout on a loaded
@@ -106,7 +107,7 @@ class Report:
         lines = [
             f"{self.inputs:,} inputs in {self.seconds:.1f} s = {self.inputs_per_sec:,.0f} inputs/s "
             f"over {self.connections:,} connections ({self.connect_failures} connect failures)",
-            "  per second: " + (f"min {min(secs):,}, max {max(secs):,}" if secs else "-"),
+            "  per second: " + (f"min {min(secs):,}, median {median(secs):,.0f}, max {max(secs):,}" if secs else "-"),
             "  per worker: "
             + ", ".join(f"{n:,}" for n in self.per_worker)
             + f"; idle at the end (s): {self.idle_at_end}",
