@@ -158,7 +158,9 @@ async def _good_producer(
             body = f"good-{i}".encode()
             report.good_sent += 1
             try:
+                t0 = time.monotonic()
                 r = await producer.send(Message(GOOD_TOPIC, body))
+                report.good_max_send_ms = max(report.good_max_send_ms, round((time.monotonic() - t0) * 1000))
                 acked[body] = (r.message_queue.brokerName, r.message_queue.queueId, r.queue_offset)
                 report.good_acked += 1
             except PymqError as exc:
@@ -172,7 +174,9 @@ async def _good_producer(
 def _read_back(namesrv: str, acked: dict[bytes, tuple[str, int, int]], client: dict[str, Any]) -> int:
     """How many acknowledged messages read back at their queue offsets."""
     found: set[bytes] = set()
-    with QueueReader(namesrv, timeout=10, **client) as reader:
+    # patient (60 s a pull): after a flood the broker may still be answering connections the fuzzer
+    # left (~12 s seen on a loaded machine); this is a check for loss, the lag is reported apart
+    with QueueReader(namesrv, timeout=60, **client) as reader:
         by_queue: dict[tuple[str, int], list[int]] = {}
         for broker, qid, offset in acked.values():
             by_queue.setdefault((broker, qid), []).append(offset)
@@ -216,7 +220,9 @@ async def run_fuzz(
         report.dead.extend(d for d in gone if d not in report.dead)
     if report.daemons_alive:
         try:
+            t0 = time.monotonic()
             report.read_back = await asyncio.to_thread(_read_back, namesrv, acked, client)
+            report.read_back_seconds = round(time.monotonic() - t0, 1)
         except PymqError as exc:  # (a daemon that no longer answers): a finding, reported like a failed worker
             tails = "".join(f"\n--- {p.kind} log, last lines:\n" + "\n".join(p.output().splitlines()[-20:])
                             for p in processes or [])  # fmt: skip

@@ -46,8 +46,12 @@ class Report:
     good_acked: int = 0
     good_errors: int = 0
     good_error_samples: list[str] = field(default_factory=list)
+    #: the good producer's slowest acknowledged send (the daemons' lag under the flood)
+    good_max_send_ms: int = 0
     #: acknowledged messages found again at their queue offsets after the run
     read_back: int = 0
+    #: how long reading them back took, right after the run (a broker still busy shows here)
+    read_back_seconds: float = 0.0
     lost: int = 0
     daemons_alive: bool = True
     dead: list[str] = field(default_factory=list)
@@ -113,7 +117,8 @@ class Report:
             + f"; idle at the end (s): {self.idle_at_end}",
             "  by kind: " + ", ".join(f"{k}={v:,}" for k, v in sorted(self.by_kind.items())),
             f"  good producer: sent {self.good_sent:,}, acked {self.good_acked:,}, read back {self.read_back:,}, "
-            f"errors {self.good_errors}, lost {self.lost}",
+            f"errors {self.good_errors}, lost {self.lost}; slowest send {self.good_max_send_ms} ms, "
+            f"read back in {self.read_back_seconds} s",
             f"  daemons alive: {self.daemons_alive} {self.dead or ''}",
             f"  handler failures (SYSTEM_ERROR with a traceback): {self.handler_failures}",
         ]
