@@ -47,7 +47,7 @@ async def test_daemons_survive_a_bounded_fuzz_run_and_lose_nothing(
                 await asyncio.sleep(0.1)
     report = await run_fuzz(
         ns.address, broker.address, duration=6.0, inputs=None, workers=4, seed=20, processes=[ns, broker], acl=acl,
-        stall_seconds=4.0,
+        stall_seconds=5.0,
     )  # fmt: skip
     # clean: every worker wrote inputs to the end (none raised or went quiet), no handler failed,
     # the daemons stayed up and answered, and every good send was acknowledged and read back
