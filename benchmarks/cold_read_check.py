@@ -71,6 +71,7 @@ async def read_through(store: MessageStore, count: int, pace: float, offload: bo
     busy = 0.0
     pulls: list[float] = []  # the loop's own time per pull
     offloaded = 0
+    behind: list[asyncio.Future[Any]] = []  # the read-behind prefaults: awaited at the end, so their errors show
     t0 = time.perf_counter()
     offset = total = 0
     while offset < count:
@@ -81,7 +82,7 @@ async def read_through(store: MessageStore, count: int, pace: float, offload: bo
             own = time.perf_counter() - p0
             offloaded += 1
             await loop.run_in_executor(None, store.prefault, got)
-            loop.run_in_executor(None, store.prefault_after, got)  # as the pull handler does
+            behind.append(loop.run_in_executor(None, store.prefault_after, got))  # as the pull handler does
             p0 = time.perf_counter()
         for view in got.buffers:
             total += len(bytes(view))  # the copy a socket write makes
@@ -96,6 +97,7 @@ async def read_through(store: MessageStore, count: int, pace: float, offload: bo
     after = resource.getrusage(resource.RUSAGE_THREAD)
     stop = True
     await tick
+    await asyncio.gather(*behind)
     late.sort()
     pulls.sort()
     return {

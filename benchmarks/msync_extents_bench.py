@@ -27,6 +27,12 @@ PIECE = 256 << 10
 SYNCS = 2000
 
 
+def msync(addr: int, length: int) -> None:
+    if libc.msync(addr, length, MS_SYNC) != 0:  # a failed sync must not be timed as a fast one
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
 def prepare(path: str, mode: str) -> int:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
     if mode == "pwrite-zeros":
@@ -53,12 +59,21 @@ def run(directory: str, mode: str) -> None:
     addr = ctypes.addressof(buf)
     state = {"pos": 0, "ahead": 0, "stop": False}
 
+    errors: list[BaseException] = []
+
     def write_ahead() -> None:
+        try:
+            ahead()
+        except BaseException as exc:  # read after the run: a dead writer-ahead makes its figures meaningless
+            errors.append(exc)
+            raise
+
+    def ahead() -> None:
         while not state["stop"]:
             w = state["ahead"]
             if w - state["pos"] < (16 << 20) and w + PIECE <= SIZE:
                 mm[w : w + PIECE] = bytes(PIECE)
-                libc.msync(addr + w, PIECE, MS_SYNC)
+                msync(addr + w, PIECE)
                 state["ahead"] = w + PIECE
             else:
                 time.sleep(0.002)
@@ -76,13 +91,15 @@ def run(directory: str, mode: str) -> None:
         state["pos"] = pos
         start = synced & ~4095
         t = time.perf_counter()
-        libc.msync(addr + start, pos - start, MS_SYNC)
+        msync(addr + start, pos - start)
         lat.append(time.perf_counter() - t)
         synced = pos
         time.sleep(0.0002)  # a sender's turnaround
     state["stop"] = True
     if mode == "write-ahead":
         thread.join()
+        if errors or state["ahead"] == 0:
+            raise RuntimeError(f"the write-ahead thread failed or wrote nothing: {errors}")
     lat.sort()
     p = [lat[int(len(lat) * q)] * 1e6 for q in (0.5, 0.9, 0.99)]
     print(f"{mode:13s} msync p50 {p[0]:4.0f} us  p90 {p[1]:4.0f} us  p99 {p[2]:4.0f} us", flush=True)

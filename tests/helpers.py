@@ -1,10 +1,12 @@
-"""Small helpers shared by tests: polling with a deadline instead of sleeping, admin runs, reading a topic."""
+"""Small helpers shared by tests: polling with a deadline instead of sleeping, admin runs, reading a topic,
+threads whose errors are seen."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -46,6 +48,36 @@ async def wait_until_async(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
         await asyncio.sleep(interval)
+
+
+class CheckedThread(threading.Thread):
+    """A thread whose outcome the test reads: :meth:`result` re-raises what ``target`` raised.
+
+    A plain thread's exception only reaches the thread excepthook (a warning at most), so a
+    test that joins it passes whatever the thread did.
+    """
+
+    def __init__(self, target: Callable[..., Any], *args: Any, name: str | None = None) -> None:
+        super().__init__(name=name, daemon=True)  # (daemon: a hung one cannot hang the test run's exit)
+        self._call = (target, args)
+        self._value: Any = None
+        self._error: BaseException | None = None
+
+    def run(self) -> None:
+        target, args = self._call
+        try:
+            self._value = target(*args)
+        except BaseException as exc:
+            self._error = exc
+
+    def result(self, timeout: float = 10.0) -> Any:
+        """``target``'s return value once it ended; its exception re-raised; AssertionError if still running."""
+        self.join(timeout)
+        if self.is_alive():
+            raise AssertionError(f"thread {self.name} still running after {timeout}s")
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 async def run_admin(namesrv: str, *args: str, timeout: float = 60) -> tuple[int, str, str]:

@@ -4,7 +4,6 @@ one timer for all timeouts."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from pymq.broker.sync_flush.group_commit import GroupCommit, on_the_loop
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.command import Command
-from tests.helpers import wait_until
+from tests.helpers import CheckedThread, wait_until
 
 
 class FakeFlusher:
@@ -34,9 +33,9 @@ class FakeFlusher:
         if self.on_loop:
             cb(ok)
             return
-        t = threading.Thread(target=cb, args=(ok,))
+        t = CheckedThread(cb, ok)
         t.start()
-        t.join()
+        t.result()  # a callback that raises on the flusher's thread fails the test
 
 
 def response(n: int) -> Command:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from pymq.protocol.route import MessageQueue
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
 from pymq.transport.loop import run
+from tests.helpers import CheckedThread
 
 pytestmark = pytest.mark.integration
 
@@ -58,14 +58,14 @@ def test_read_range_waits_for_a_restarting_broker(tmp_path: Path, processes: lis
         time.sleep(1.5)
         processes.append(broker_process(tmp_path, ns.address, "broker-a").start())
 
-    later = threading.Thread(target=restart)
+    later = CheckedThread(restart)
     later.start()
     try:
         with QueueReader(ns.address, timeout=20) as reader:
             chunks = list(reader.read_range(key, 0, 30))
             assert reader.min_max([key], skip_unavailable=True) == {key: (0, 30)}
     finally:
-        later.join()
+        later.result(60)  # the restart itself succeeded
     assert sum(len(list(iter_records(body))) for body, _ in chunks) == 30
 
 

@@ -19,7 +19,7 @@ from pymq.broker.app import BrokerApp
 from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer
 from pymq.client.producer import SendResult, SendStatus
 from pymq.testing import LocalCluster
-from tests.helpers import wait_until
+from tests.helpers import CheckedThread, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +60,7 @@ class SlowSyncer:
         self.delay = delay
         self.calls = 0
         self.release = threading.Event()
-        self.threads: list[threading.Thread] = []
+        self.threads: list[CheckedThread] = []
 
     def submit(self, token: object, ranges: list[tuple[int, int]]) -> None:
         self.calls += 1
@@ -69,7 +69,7 @@ class SlowSyncer:
             self.release.wait(self.delay)
             self.real.submit(token, ranges)
 
-        t = threading.Thread(target=later, daemon=True)
+        t = CheckedThread(later)
         self.threads.append(t)
         t.start()
 
@@ -82,9 +82,14 @@ class SlowSyncer:
 
     def __exit__(self, *exc: object) -> None:
         self.release.set()
-        for t in self.threads:
-            t.join(10)
-        self.loop_sync.syncer = self.real
+        try:
+            for t in self.threads:
+                if exc[0] is None:
+                    t.result(10)  # each delayed submit happened (its error, if any, fails the test)
+                else:
+                    t.join(10)  # (the test already failed: its own error is the one to see)
+        finally:
+            self.loop_sync.syncer = self.real
 
 
 def slow_sync(broker: BrokerApp, delay: float) -> SlowFlush | SlowSyncer:

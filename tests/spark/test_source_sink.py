@@ -12,6 +12,7 @@ import pytest
 
 from pymq.client.queue_reader import QueueReader
 from pymq.client.sync import Message, Producer
+from tests.helpers import CheckedThread
 from tests.spark.streams import run_available_now as drain
 
 pytestmark = pytest.mark.spark
@@ -84,7 +85,11 @@ def test_available_now_restart_reads_each_message_once(spark, pymq_cluster, tmp_
 
 
 def test_processing_time_restart_while_producing(spark, pymq_cluster, tmp_path: Path) -> None:
-    """A processingTime query keeps up with a producer, and a restart resumes at exactly the next offset."""
+    """A processingTime query keeps up with a producer, and a restart resumes at exactly the next offset.
+
+    The producer must still be sending when each query runs and across the restart (its thread's
+    errors fail the test), and each query must have read rows: else the case goes unexercised.
+    """
     ns = pymq_cluster.namesrv
     pymq_cluster.create_topic("pt", 2)
     out, cp = tmp_path / "out", tmp_path / "cp"
@@ -104,22 +109,37 @@ def test_processing_time_restart_while_producing(spark, pymq_cluster, tmp_path: 
             .option("path", str(out)).option("checkpointLocation", str(cp)).trigger(processingTime="1 second").start()
         )  # fmt: skip
 
-    t = threading.Thread(target=producing)
+    def read_while_producing(q, count: int) -> list[dict]:
+        """:func:`data_batches`, given up early if the producer died (its error is raised below)."""
+        deadline = time.monotonic() + 90
+        while len(batches := [p for p in q.recentProgress if p["numInputRows"]]) < count:
+            if time.monotonic() > deadline or not t.is_alive():
+                break
+            time.sleep(0.05)
+        return batches
+
+    t = CheckedThread(producing)
     t.start()
     try:
         q = query()
-        time.sleep(4)
+        # (not a fixed sleep: on a loaded machine a first batch can take longer than the whole old wait)
+        first = read_while_producing(q, 2)  # the first query has read while the producer sends
+        before_stop = len(sent)
         q.stop()
         time.sleep(1)
+        at_restart = len(sent)
         q = query()
-        time.sleep(3)
+        second = read_while_producing(q, 2)  # and so has the restarted one
     finally:
         stop.set()
-        t.join()
+        t.result(30)
     q.processAllAvailable()
     q.stop()
     got = ids_in(spark, out)
-    assert sorted(got) == sorted(sent) and len(got) == len(set(got)) and len(got) > 20
+    assert sorted(got) == sorted(sent) and len(got) == len(set(got))
+    assert len(first) >= 2 and len(second) >= 2, "a query read no rows while the producer was sending"
+    # sends went on while the first query ran, while it was stopped, and after the restart
+    assert 0 < before_stop < at_restart < len(sent), (before_stop, at_restart, len(sent))
 
 
 def test_max_offsets_per_trigger_bounds_batches(spark, pymq_cluster, tmp_path: Path) -> None:

@@ -268,3 +268,24 @@ def test_security_options_reach_the_clients() -> None:
     assert dict(sink.security) == {"access_key": "app", "secret_key": "s3cret"}
     with pytest.raises(OptionError, match="both accessKey and secretKey"):
         parse_sink_options({"namesrv": "h:1", "accesskey": "app"})
+
+
+def test_arrow_decode_bench_exits_non_zero_when_the_decoders_differ(capsys: pytest.CaptureFixture[str]) -> None:
+    """benchmarks/arrow_decode_bench.py checks its two decoders agree: 0 when they do, 1 naming the difference."""
+    from benchmarks.arrow_decode_bench import main
+    from pymq.spark_connector.arrow import records_to_batch_by_rows
+
+    small = ["--chunks", "2", "--repeat", "1"]
+    assert main(small) == 0 and "same batch" in capsys.readouterr().out
+
+    def drops_a_row(chunks: list[bytes], broker: str) -> object:
+        batch = records_to_batch(chunks, broker)
+        return batch.slice(0, batch.num_rows - 1)
+
+    def renames_the_broker(chunks: list[bytes], broker: str) -> object:
+        return records_to_batch(chunks, broker + "-other")
+
+    assert main(small, decoders=(records_to_batch_by_rows, drops_a_row)) == 1
+    assert "DECODERS DIFFER: 480 rows vs 479" in capsys.readouterr().out
+    assert main(small, decoders=(records_to_batch_by_rows, renames_the_broker)) == 1
+    assert "DECODERS DIFFER: column" in capsys.readouterr().out

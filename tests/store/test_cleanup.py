@@ -13,6 +13,7 @@ import pytest
 from pymq.broker.store import GetStatus, MessageStore, PutStatus, file_maker
 from pymq.broker.store.map_pool import FD_LESS, PooledMappedFile
 from pymq.errors import StoreError
+from tests.helpers import CheckedThread
 from tests.store.conftest import StoreFactory
 from tests.store.storeutil import fill, keyed, other_hour, quiet, read_queue, this_hour
 
@@ -173,20 +174,12 @@ def test_failing_preallocation_does_not_look_like_a_full_disk(
 
     monkeypatch.setattr(os, "posix_fallocate", failing_fallocate)
     monkeypatch.setattr(os, "statvfs", statvfs)
-    errors: list[BaseException] = []
-
-    def preallocate() -> None:
-        try:
-            store.commitlog.mfq.preallocate_next()
-        except StoreError as exc:
-            errors.append(exc)
-
-    t = threading.Thread(target=preallocate)
+    t = CheckedThread(store.commitlog.mfq.preallocate_next)
     t.start()
     assert allocating.wait(5)
     report = store.run_cleanup(now=now)
-    t.join()
-    assert errors and "cannot allocate" in str(errors[0])
+    with pytest.raises(StoreError, match="cannot allocate"):
+        t.result()
     assert report.deleted_commitlog_files == 0 and len(store.commitlog.mfq.files) == 4
     assert report.disk_ratio == 0.5 and not store.disk_full
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pymq.broker.store.config_files import read_json, write_json_atomic
 from pymq.config import FlushDiskType
-from tests.helpers import wait_until_sync
+from tests.helpers import CheckedThread, wait_until_sync
 from tests.store.conftest import StoreFactory
 from tests.store.storeutil import keyed
 
@@ -93,10 +93,10 @@ def test_config_json_concurrent_writers_never_mix(tmp_path: Path) -> None:
     """Threads saving the same file each use their own temp file: the result is one complete version."""
     path = tmp_path / "delayOffset.json"
     payloads = [{"offsetTable": {str(i): i * 1000, "pad": "x" * 5000}} for i in range(8)]
-    threads = [threading.Thread(target=write_json_atomic, args=(path, p)) for p in payloads]
+    threads = [CheckedThread(write_json_atomic, path, p) for p in payloads]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.result()  # every save succeeded (an error in one is not "one complete version")
     assert json.loads(path.read_text()) in [json.loads(json.dumps(p)) for p in payloads]
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

@@ -9,13 +9,17 @@
   huge and fractional numbers) and returns a well-typed header with in-range integers or
   raises InvalidRequestError.
 
-Each property runs a few hundred inputs here; ``HYPOTHESIS_PROFILE=fuzz`` runs many more.
+Each property runs a few hundred inputs here; ``HYPOTHESIS_PROFILE=fuzz`` runs many more. Where
+a property has two sides (parsed, or refused with the documented error), its test also checks
+that the inputs reached both: a parser that refused everything would otherwise pass unchecked.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -49,6 +53,17 @@ settings.register_profile(
 SETTINGS = settings.get_profile(os.environ.get("HYPOTHESIS_PROFILE", "short"))
 
 HEADERS = [c for c in vars(rq).values() if isinstance(c, type) and issubclass(c, rq.Header) and c is not rq.Header]
+
+#: how a property's inputs ended, by outcome (filled while :func:`run_reaching_both` runs it)
+OUTCOMES: Counter[str] = Counter()
+
+
+def run_reaching_both(prop: Callable[[], None], accepted: str, refused: str) -> None:
+    """Run the hypothesis property ``prop``; some of its inputs must have ended each way."""
+    OUTCOMES.clear()
+    prop()
+    assert OUTCOMES[accepted] > 0 and OUTCOMES[refused] > 0, dict(OUTCOMES)
+
 
 # --- inputs ------------------------------------------------------------------------------------------
 
@@ -118,14 +133,22 @@ def test_frame_decoder_takes_any_bytes(data: bytes, cuts: list[int]) -> None:
 
 @SETTINGS
 @given(st.data(), st.lists(st.integers(1, 64), max_size=20))
-def test_frame_decoder_takes_mutated_frames(data: st.DataObject, cuts: list[int]) -> None:
+def frames_mutated(data: st.DataObject, cuts: list[int]) -> None:
     ext = data.draw(st.dictionaries(st.text(max_size=8), values, max_size=5))
     frames = b"".join(encode_bytes(Command.request(data.draw(st.integers(0, 400)), ext, b"body")) for _ in range(2))
     decoder = FrameDecoder(max_frame_size=64 * 1024)
     try:
-        feed_all(decoder, mutated(data, frames), cuts)
+        commands = feed_all(decoder, mutated(data, frames), cuts)
     except ProtocolError:
-        pass
+        OUTCOMES["refused"] += 1
+        return
+    for cmd in commands:
+        assert isinstance(cmd.code, int) and isinstance(cmd.ext, dict)
+        OUTCOMES["decoded"] += 1
+
+
+def test_frame_decoder_takes_mutated_frames() -> None:
+    run_reaching_both(frames_mutated, "decoded", "refused")
 
 
 @SETTINGS
@@ -148,8 +171,9 @@ def scan_everything(buf: bytes) -> None:
         try:
             r = parse_record(buf, check_crc=check_crc)
             assert MIN_RECORD_SIZE <= r.total_size <= len(buf)
+            OUTCOMES["parsed"] += check_crc
         except MessageDecodeError:
-            pass
+            OUTCOMES["refused"] += check_crc
     try:
         fields = unpack_record(buf)
         assert fields[16] <= len(buf)
@@ -184,9 +208,13 @@ def test_record_scanners_take_any_bytes(buf: bytes) -> None:
 
 @SETTINGS
 @given(st.data())
-def test_record_scanners_take_mutated_records(data: st.DataObject) -> None:
+def records_mutated(data: st.DataObject) -> None:
     batch = b"".join(some_record(data) for _ in range(data.draw(st.integers(1, 3))))
     scan_everything(mutated(data, batch))
+
+
+def test_record_scanners_take_mutated_records() -> None:
+    run_reaching_both(records_mutated, "parsed", "refused")
 
 
 # --- typed headers -----------------------------------------------------------------------------------
@@ -194,7 +222,7 @@ def test_record_scanners_take_mutated_records(data: st.DataObject) -> None:
 
 @SETTINGS
 @given(st.sampled_from(HEADERS), st.data())
-def test_every_header_takes_any_ext(cls: type[rq.Header], data: st.DataObject) -> None:
+def headers_from_any_ext(cls: type[rq.Header], data: st.DataObject) -> None:
     names = list(cls.WIRE.values())
     ext: dict[Any, Any] = data.draw(st.dictionaries(st.sampled_from(names), any_values, max_size=len(names)))
     ext.update(data.draw(st.dictionaries(st.one_of(st.text(max_size=6), st.integers()), any_values, max_size=2)))
@@ -202,7 +230,9 @@ def test_every_header_takes_any_ext(cls: type[rq.Header], data: st.DataObject) -
         header = cls.from_ext(ext)
     except InvalidRequestError as exc:
         assert exc.remark  # names what is wrong
+        OUTCOMES["refused"] += 1
         return
+    OUTCOMES["accepted"] += 1
     for f in dataclasses.fields(header):  # type: ignore[arg-type]
         value = getattr(header, f.name)
         kind = str(f.type).replace(" ", "")
@@ -218,3 +248,7 @@ def test_every_header_takes_any_ext(cls: type[rq.Header], data: st.DataObject) -
             assert isinstance(value, bool)
         elif kind.startswith("list"):
             assert isinstance(value, list)
+
+
+def test_every_header_takes_any_ext() -> None:
+    run_reaching_both(headers_from_any_ext, "accepted", "refused")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import zlib
 from array import array
 from pathlib import Path
 
@@ -11,6 +15,7 @@ from pymq.broker.pop.receipt import HandleError, HandleSigner, ReceiptHandle
 from pymq.broker.pop.records import CheckPoint, ack_record, parse_ack, revive_queue_of
 from pymq.protocol.record import parse_record
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 HANDLE = ReceiptHandle("g", "t", 3, 41, 123456, 2, 1_700_000_000_000, 30_000, 5)
 
 
@@ -64,4 +69,29 @@ def test_checkpoint_and_ack_records() -> None:
     a = parse_record(ack_record("rmq_sys_REVIVE_LOG_c", 777, [0, 2], 1))
     assert parse_ack(a.body) == (777, [0, 2])
     assert all(0 <= revive_queue_of("g", "t", q, 8) < 8 for q in range(16))
-    assert revive_queue_of("g", "t", 1, 8) == revive_queue_of("g", "t", 1, 8)
+
+
+#: (group, topic, queue id) whose revive queues (of 8) are compared across processes
+REVIVE_KEYS = [("g", "t", q) for q in range(4)] + [("orders-group", "orders", 7), ("%RETRY%g", "t", 0), ("é", "ü", 3)]
+
+
+def test_revive_queue_of_is_stable_across_processes() -> None:
+    """A checkpoint's revive queue survives a restart: the same in processes with different hash seeds.
+
+    A broker restarted with another PYTHONHASHSEED must look for a checkpoint in the queue it was
+    written to; ``hash()`` of a str would move it, crc32 does not.
+    """
+    code = (
+        "import sys; from pymq.broker.pop.records import revive_queue_of;"
+        f"print(','.join(str(revive_queue_of(g, t, q, 8)) for g, t, q in {REVIVE_KEYS!r}))"
+    )
+    outputs = set()
+    for seed in ("1", "2", "3", "4"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        outputs.add(out)
+    expected = ",".join(str(zlib.crc32(f"{g}@{t}@{q}".encode()) % 8) for g, t, q in REVIVE_KEYS)
+    assert outputs == {expected}
+    assert ",".join(str(revive_queue_of(g, t, q, 8)) for g, t, q in REVIVE_KEYS) == expected  # and this process

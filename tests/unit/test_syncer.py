@@ -14,7 +14,6 @@ import os
 import select
 import shutil
 import sys
-import threading
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 
 from pymq.broker.store.mapped_file import _address
 from pymq.protocol import record
+from tests.helpers import CheckedThread
 
 #: the class, whether or not PYMQ_NO_SPEEDUPS switched the record functions off
 Syncer: Any = getattr(record._speedups, "Syncer", None)
@@ -197,12 +197,12 @@ def test_two_closes_at_once_both_return_after_the_queued_jobs(mapping: Mapping) 
     s = Syncer()
     for i in range(4):
         s.submit(i, [(addr, len(mm))])
-    other = threading.Thread(target=s.close)
+    other = CheckedThread(s.close)
     other.start()
     s.close()
     assert [t for t, _ in s.take()] == [0, 1, 2, 3]
-    other.join(10)
-    assert not other.is_alive()
+    other.result(10)  # returned, and without raising
+    assert s.take() == []  # nothing was left queued for the second close to return before
 
 
 def test_the_eventfd_stays_open_after_close_until_the_syncer_goes() -> None:

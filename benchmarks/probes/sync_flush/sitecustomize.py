@@ -101,7 +101,8 @@ if os.environ.get("GC2_STATS"):
         n = len(syncs)
         with open(os.environ["GC2_STATS"], "a") as f:
             f.write(
-                f"syncs {n} request->worker {med(kicks):.0f}us pass->msync {med([s - c for c, s, _e, _ in syncs]):.0f}us "
+                f"syncs {n} request->worker {med(kicks):.0f}us "
+                f"pass->msync {med([s - c for c, s, _e, _ in syncs]):.0f}us "
                 f"msync {med([e - s for _c, s, e, _ in syncs]):.0f}us done->loop {med(hop):.0f}us "
                 f"append->answer {med(waits):.0f}us sends/sync {len(waits) / max(n, 1):.1f} "
                 f"overlapped {overlapped[0] / max(n, 1):.0%}\n"
