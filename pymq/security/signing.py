@@ -10,6 +10,10 @@ the epoch), ``Nonce`` (a per-process random token) and ``Signature``. The signat
     <sorted header fields as "name"="value" (JSON-quoted strings), Signature excluded, one per line>
     <hex SHA-256 of the body>
 
+A list or map value is written as ``[item,…]`` / ``{key:item,…}`` with each scalar item
+JSON-quoted and nested lists and maps written as they are (not quoted again: the text stays
+linear in the value's size), at most :data:`MAX_VALUE_DEPTH` deep.
+
 The timestamp and nonce are header fields, so they are covered by the sorted fields; the
 opaque (unique per request within one process) and the per-process nonce make two
 otherwise identical requests sign differently, which is what lets the verifier refuse a
@@ -79,7 +83,11 @@ def body_digest(body: Any) -> bytes:
     return h.hexdigest().encode()
 
 
-def _text(value: Any) -> str:
+#: how deep lists and maps may nest in a signed header value (deeper: SignatureError, never a RecursionError)
+MAX_VALUE_DEPTH = 32
+
+
+def _text(value: Any, depth: int = 0) -> str:
     """One header value as the canonical form writes it (both ends see the same decoded types)."""
     if isinstance(value, str):
         return value
@@ -90,14 +98,30 @@ def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     if isinstance(value, list | tuple):  # msgpack turns a tuple into a list: write both alike
-        return "[" + ",".join(_quote(_text(v)) for v in value) + "]"
+        return "[" + ",".join(_item(v, depth + 1) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ",".join(f"{_quote(_text(k))}:{_quote(_text(value[k]))}" for k in sorted(value, key=str)) + "}"
+        return (
+            "{" + ",".join(f"{_item(k, depth + 1)}:{_item(value[k], depth + 1)}" for k in sorted(value, key=str)) + "}"
+        )
     return repr(value)
 
 
+def _item(value: Any, depth: int) -> str:
+    """An item of a list or map: a scalar quoted, a list or map as it is.
+
+    Quoting a nested list's text again would escape its quotes at every level, doubling
+    the backslashes each time: a value nested 40 deep would write terabytes. Unquoted
+    brackets stay unambiguous, since every scalar inside is quoted.
+    """
+    if depth > MAX_VALUE_DEPTH:
+        raise SignatureError(f"header value nested more than {MAX_VALUE_DEPTH} deep")
+    if isinstance(value, list | tuple | dict):
+        return _text(value, depth)
+    return _quote(_text(value, depth))
+
+
 def canonical(code: int, opaque: int, ext: dict[str, Any], digest: bytes) -> bytes:
-    """The bytes the signature covers (see the module docstring)."""
+    """The bytes the signature covers (see the module docstring); SignatureError for a value nested too deep."""
     lines = [_VERSION, str(code).encode(), str(opaque).encode()]
     for name in sorted(ext, key=str):  # keys are strings from our clients; anything else must not crash
         if name != SIGNATURE:

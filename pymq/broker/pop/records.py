@@ -16,6 +16,7 @@ import json
 import zlib
 from array import array
 from dataclasses import dataclass
+from typing import Any
 
 from pymq.protocol.message import Prop
 from pymq.protocol.record import encode_properties, encode_record
@@ -89,8 +90,30 @@ class CheckPoint:
 
     @classmethod
     def from_body(cls, body: bytes | memoryview) -> CheckPoint:
+        """The checkpoint of a revive log body; ValueError, KeyError or TypeError if it is not one."""
+        d = _json(body)
+        try:
+            offsets = array("q", d["o"])
+            ck = cls(str(d["c"]), str(d["t"]), int(d["q"]), offsets, int(d["nb"]), int(d["pt"]), int(d["it"]))
+        except OverflowError as exc:  # an offset beyond int64, or int() of an infinite number
+            raise ValueError(f"checkpoint number out of range: {exc}") from exc
+        if not all(_I64_MIN <= v <= _I64_MAX for v in (ck.queue_id, ck.next_offset, ck.pop_time, ck.invisible_ms)):
+            raise ValueError("checkpoint number out of range")  # (to_record could not write it back)
+        return ck
+
+
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+def _json(body: bytes | memoryview) -> dict[str, Any]:
+    """A revive record's JSON body as a map; ValueError if it is not one (nesting too deep included)."""
+    try:
         d = json.loads(bytes(body))
-        return cls(str(d["c"]), str(d["t"]), int(d["q"]), array("q", d["o"]), int(d["nb"]), int(d["pt"]), int(d["it"]))
+    except RecursionError as exc:
+        raise ValueError("revive record nested too deep") from exc
+    if not isinstance(d, dict):
+        raise ValueError("revive record is not a JSON object")
+    return d
 
 
 def ack_record(revive: str, ck_offset: int, indexes: list[int], now: int) -> bytes:
@@ -99,5 +122,9 @@ def ack_record(revive: str, ck_offset: int, indexes: list[int], now: int) -> byt
 
 
 def parse_ack(body: bytes | memoryview) -> tuple[int, list[int]]:
-    d = json.loads(bytes(body))
-    return int(d["ck"]), [int(i) for i in d["i"]]
+    """``(checkpoint offset, acked indexes)`` of an ack body; ValueError, KeyError or TypeError if it is not one."""
+    d = _json(body)
+    try:
+        return int(d["ck"]), [int(i) for i in d["i"]]
+    except OverflowError as exc:  # int() of an infinite number
+        raise ValueError(f"ack number out of range: {exc}") from exc

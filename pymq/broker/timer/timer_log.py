@@ -116,6 +116,8 @@ class TimerLog:
 
     def read(self, pos: int) -> TimerUnit | None:
         """The unit at ``pos``, or None (deleted segment, no unit written there)."""
+        if pos % UNIT_SIZE:  # units start at multiples of UNIT_SIZE (a corrupt prev_pos may point anywhere)
+            return None
         mm = self._segment(pos, create=False)
         if mm is None:
             return None
@@ -133,6 +135,8 @@ class TimerLog:
             if u is None or u.slot_ms != slot_ms:
                 break
             out.append(u)
+            if u.prev_pos >= pos:  # the previous unit was appended before: a corrupt link must not loop
+                break
             pos = u.prev_pos
         out.reverse()
         return out
