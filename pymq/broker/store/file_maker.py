@@ -111,10 +111,14 @@ class FileMaker(threading.Thread):
             mf.making = QUEUED
             self._queue.append(mf)
             self.cond.notify_all()
-            if self.max_files and self.backlog is None:
-                waiting = len(self._queue) + (self._in_hand is not None)
+            # The writer's thread: the O(1) upper bound first. Only files with buffered entries
+            # count (the index's next file waits in the same queue and buffers nothing), so past
+            # the bound count them exactly; that happens near the limit only.
+            upper = len(self._queue) + (self._in_hand is not None)
+            if self.max_files and self.backlog is None and upper > self.max_files:
+                waiting = self._buffering_files()
                 if waiting > self.max_files:
-                    self._over(waiting, -1)  # (the writer's thread: the count only, O(1))
+                    self._over(waiting, -1)
 
     def claim(self, mf: PendingFile) -> None:
         """Take ``mf`` back for the caller to make (if not started) or wait until it is made here."""
@@ -189,6 +193,13 @@ class FileMaker(threading.Thread):
         self._adopt(made)
 
     # --- the backlog's bounds ---------------------------------------------------------------------------
+
+    def _buffering_files(self) -> int:
+        """Files queued or in hand whose entries wait in memory (holding ``cond``)."""
+        waiting = list(self._queue)
+        if self._in_hand is not None:
+            waiting.append(self._in_hand)
+        return sum(1 for mf in waiting if mf.pending is not None and mf.making in (QUEUED, MAKING))
 
     def _measure(self) -> None:
         """Count the files waiting and their buffered bytes; refuse or accept puts (maker thread)."""
