@@ -15,7 +15,7 @@ report, one that writes nothing for ``--stall-seconds`` makes it not clean, and 
 ``--inputs`` ends at its count or at ``--max-seconds`` (reported). Exit code 0 when the run is
 clean (benchmarks/fuzz_report.py says when), 1 otherwise. The inputs are made by
 benchmarks/fuzz_inputs.py. The bounded form runs in the test suite
-(tests/integration/test_fuzz_daemon.py, marker ``fuzz``).
+(tests/fuzz/test_fuzz_daemon.py, marker ``fuzz``).
 """
 
 from __future__ import annotations

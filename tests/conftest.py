@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from pymq.logs import configure_logging
-from pymq.testing import DaemonProcess, LocalCluster
+from pymq.testing import DaemonProcess, FakeClock, LocalCluster
+from tests.master_slave import record_pull_addrs
 
 configure_logging(os.environ.get("PYMQ_TEST_LOG_LEVEL", "warning"), json=False)
 
@@ -26,6 +28,19 @@ async def cluster2(tmp_path: Path) -> AsyncIterator[LocalCluster]:
     """One nameserver and two brokers, in-process, on ephemeral ports."""
     async with LocalCluster(tmp_path / "cluster", brokers=2) as c:
         yield c
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """A clock for the brokers (``LocalCluster(clock=...)``): pop times, invisible times and transaction
+    timeouts. It reads the real wall time at first, then moves only when the test advances it."""
+    return FakeClock(wall_ms=int(time.time() * 1000))
+
+
+@pytest.fixture
+def pulled_from(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The broker address of every pull answer the consumers get, in order."""
+    return record_pull_addrs(monkeypatch)
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """LoopSync (SYNC_FLUSH through the store's C syncer): callbacks on the loop, never re-entrant, answered at close.
 
-With a real store; the group commit on top of it is covered by tests/integration/test_sync_flush.py
+With a real store; the group commit on top of it is covered by tests/broker/test_sync_flush.py
 (which runs both the C path and the flusher thread's).
 """
 

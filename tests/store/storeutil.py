@@ -126,7 +126,7 @@ def cq_entries(path: Path) -> list[tuple[int, int, int]]:
 
 def use_c_syncer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Give stores the C syncer even where PYMQ_NO_SPEEDUPS switched the accelerator off (skip where
-    it is not built; tests/unit/test_syncer.py checks it is built wherever it can be)."""
+    it is not built; tests/store/test_syncer.py checks it is built wherever it can be)."""
     if getattr(record_module._speedups, "Syncer", None) is None:
         pytest.skip("no C accelerator here")
     monkeypatch.setattr(record_module, "speedups", record_module._speedups)

@@ -1,4 +1,4 @@
-"""Checked by mypy (tests/unit/test_sync_facade_types.py), never run: the facade's results are typed."""
+"""Checked by mypy (tests/client/test_sync_facade_types.py), never run: the facade's results are typed."""
 
 from __future__ import annotations
 

@@ -18,6 +18,8 @@ from pymq.transport import Connection, Dispatcher, RpcClient, RpcServer
 from pymq.transport.limits import ConnectionLimits, limits_from_settings
 from tests.helpers import wait_until
 
+pytestmark = pytest.mark.integration
+
 ECHO, SLOW = 1, 2
 KiB = 1024
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pymq.client import Message, Producer
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
@@ -19,6 +21,8 @@ from pymq.protocol.route import MessageQueue
 from pymq.testing import LocalCluster
 from pymq.transport.client import RpcClient
 from tests.master_slave import master_and_slave
+
+pytestmark = pytest.mark.integration
 
 LOCK_BODY = {"consumerGroup": "g", "clientId": "c", "mqSet": [MessageQueue("t", "broker-a", 0).to_dict()]}
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from pymq.client import broker_api
 from pymq.client.consumer_types import PullStatus
 from pymq.client.instance import ClientInstance
@@ -13,6 +15,8 @@ from pymq.protocol.filter import Subscription
 from pymq.protocol.message import Message, iter_messages
 from pymq.protocol.route import MessageQueue
 from pymq.testing import LocalCluster
+
+pytestmark = pytest.mark.integration
 
 
 async def test_pull_answer_is_cut_at_max_msg_bytes(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from pymq.protocol.route import MessageQueue
 from pymq.testing import LocalCluster
 from tests.helpers import wait_until_async
 
+pytestmark = pytest.mark.integration
+
 
 async def test_send_refused_while_queue_files_cannot_be_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with LocalCluster(tmp_path / "c", store={"consume_queue_max_pending_files": 2}) as cluster:

@@ -10,7 +10,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 
 def package_of(path: Path) -> str:
-    """The dotted package of a file under tests/ (``tests.integration`` for tests/integration/x.py)."""
+    """The dotted package of a file under tests/ (``tests.client`` for tests/client/x.py)."""
     return ".".join(path.relative_to(TESTS.parent).parent.parts)
 
 

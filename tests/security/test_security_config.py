@@ -90,6 +90,7 @@ def test_daemon_flags_become_config_overrides() -> None:
         daemon_security_overrides({"tls_key_file": "k.pem"})
 
 
+@pytest.mark.integration
 def test_unusable_acl_file_stops_the_daemon_with_exit_code_2(tmp_path: Path) -> None:
     bad = tmp_path / "acl.toml"
     bad.write_text('[[accounts]]\naccess_key = "a"\n')

@@ -7,12 +7,16 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pymq.client import broker_api
 from pymq.client.producer import Producer
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.message import Message, iter_messages
 from pymq.protocol.route import MessageQueue
 from pymq.testing import LocalCluster
+
+pytestmark = pytest.mark.integration
 
 
 class _Channel:

@@ -3,7 +3,7 @@
 No container engine runs here, so these check what can be checked without one: every file parses,
 every path the compose file mounts exists, Prometheus scrapes every daemon the compose file runs,
 the alert rules cover what they must. That the queries name series the exporter really serves is
-checked against live scrapes in tests/integration/test_metrics.py; ``deploy/check-rules.sh``
+checked against live scrapes in tests/metrics/test_metrics.py; ``deploy/check-rules.sh``
 runs promtool on the rules and the Prometheus config.
 """
 

@@ -30,6 +30,8 @@ from pymq.protocol.message import Message, MessageExt
 from pymq.protocol.route import MessageQueue
 from pymq.testing import LocalCluster
 
+pytestmark = pytest.mark.integration
+
 TOPICS = [f"wide{i}" for i in range(5)]
 QUEUES_PER_TOPIC = 1000
 QUEUES = len(TOPICS) * QUEUES_PER_TOPIC

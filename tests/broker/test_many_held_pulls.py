@@ -6,6 +6,8 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from pymq.client import broker_api
 from pymq.client.producer import Producer
 from pymq.protocol.codes import RequestCode, ResponseCode
@@ -15,6 +17,8 @@ from pymq.protocol.route import MessageQueue
 from pymq.testing import LocalCluster
 from pymq.transport.client import RpcClient
 from pymq.transport.connection import MAX_INFLIGHT_HANDLERS
+
+pytestmark = pytest.mark.integration
 
 #: two topics (a topic has at most 1024 queues) with more queues between them than handler slots
 PER_TOPIC = MAX_INFLIGHT_HANDLERS // 2 + 100
