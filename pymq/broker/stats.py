@@ -46,7 +46,7 @@ class BrokerStats:
         self.put_failed += len(results) - ok
 
     def record_put_one(self, topic: str, size: int) -> None:
-        """:meth:`record_put` for one stored message (the usual single send)."""
+        """:meth:`record_put` for one stored message (the single send's fast path, see ``Appender.put_single``)."""
         self.put_msgs[topic] += 1
         self.put_bytes[topic] += size
         self.put_total += 1

@@ -108,7 +108,10 @@ class CommitLog:
     def append_one(
         self, data: bytes, pos: int, size: int, queue_id: int, queue_offset: int, store_ts: int, store_host: bytes
     ) -> int:
-        """:meth:`append` of one record (``data[pos : pos + size]``); returns its commitlog offset."""
+        """:meth:`append` of one record (``data[pos : pos + size]``); returns its commitlog offset.
+
+        Part of the single send's fast path (see ``Appender.put_single``).
+        """
         files = self.mfq.files
         mf = files[-1] if files else None
         if mf is None or mf.wrote_pos + size + BLANK_MIN > mf.size:

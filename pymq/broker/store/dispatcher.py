@@ -227,7 +227,8 @@ class Dispatcher:
         phys: int,
         store_ts: int,
     ) -> None:
-        """:meth:`dispatch` of one record (every single send): the same entries, fewer steps.
+        """:meth:`dispatch` of one record (every single send): the same entries, fewer steps; part of
+        the single send's fast path (see ``Appender.put_single``).
 
         ``queue_offset`` is normally the queue's end (:attr:`ConsumeQueue.max_offset`, read
         under the store lock); any other offset takes :meth:`ConsumeQueue.append`'s way.
