@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import io
 import os
+import sys
+import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -81,3 +86,34 @@ def record_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
 
         monkeypatch.setattr(record, "speedups", None)
     return str(request.param)
+
+
+# --- a hung test says where its coroutines wait -----------------------------------------------------------
+
+#: seconds into a test before its pending asyncio tasks' stacks are written to stderr (pytest-timeout,
+#: 300 s, then shows only the threads: the event loop's thread is just in select())
+HANG_DUMP_AFTER = float(os.environ.get("PYMQ_TEST_HANG_DUMP_SECONDS", "240"))
+
+
+def dump_pending_tasks() -> None:
+    """Every pending asyncio task's stack, found through the garbage collector (from a watchdog thread)."""
+    out = io.StringIO()
+    tasks = [o for o in gc.get_objects() if isinstance(o, asyncio.Task) and not o.done()]
+    out.write(f"\n=== {len(tasks)} pending asyncio tasks after {HANG_DUMP_AFTER:.0f}s ===\n")
+    for task in tasks:
+        try:
+            task.print_stack(limit=25, file=out)
+        except Exception as exc:  # (the loop's thread may change the task meanwhile)
+            out.write(f"{task!r}: {exc}\n")
+    sys.stderr.write(out.getvalue())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    watchdog = threading.Timer(HANG_DUMP_AFTER, dump_pending_tasks)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        yield
+    finally:
+        watchdog.cancel()
