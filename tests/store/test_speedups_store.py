@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from pymq.broker.store import lifecycle as store_lifecycle
 from pymq.broker.store import message_store
 from pymq.protocol import record
 from tests.store.conftest import PutPathFactory
@@ -66,6 +67,7 @@ def test_both_implementations_store_the_same_bytes(
     clock = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
     clock.time = lambda: FIXED_NOW
     monkeypatch.setattr(message_store, "time", clock)
+    monkeypatch.setattr(store_lifecycle, "time", clock)  # (the services start at the store time too)
     answers, files = [], []
     for name, accelerator in (("c", record.speedups), ("python", None)):
         monkeypatch.setattr(record, "speedups", accelerator)
@@ -122,6 +124,7 @@ def test_pwrite_and_mapped_writes_store_the_same_bytes(
     clock = types.SimpleNamespace(**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")})
     clock.time = lambda: FIXED_NOW
     monkeypatch.setattr(message_store, "time", clock)
+    monkeypatch.setattr(store_lifecycle, "time", clock)  # (the services start at the store time too)
     monkeypatch.setattr(record, "speedups", record.speedups if accelerated else None)
     answers, reads, files = [], [], []
     for name, pwrite in (("pwrite", True), ("mapped", False)):

@@ -23,21 +23,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
-from pymq.broker.store import replica_ops, residency, sync_plan
+from pymq.broker.store import lifecycle, replica_ops, residency, sync_plan
 from pymq.broker.store.appender import Appender, rejected_results
 from pymq.broker.store.arrivals import ArrivalListener, ArrivalListeners, TopicFilter
 from pymq.broker.store.checkpoint import Checkpoint
-from pymq.broker.store.cleanup import disk_ratio, run_cleanup
+from pymq.broker.store.cleanup import run_cleanup
 from pymq.broker.store.commitlog import CommitLog
 from pymq.broker.store.consume_queue import CQ_ENTRY, CQ_ENTRY_SIZE, ConsumeQueue
-from pymq.broker.store.dir_lock import DirLock, fsync_dir
+from pymq.broker.store.dir_lock import DirLock
 from pymq.broker.store.disk_guard import DiskGuard, WriteRefusal
 from pymq.broker.store.dispatcher import Dispatcher, TagsRule
 from pymq.broker.store.flush import FlushCallback, flush_logics_pass
 from pymq.broker.store.index import IndexService
 from pymq.broker.store.queue_table import QueueTable
 from pymq.broker.store.reader import find_by_key, get_from_queue, offset_by_time, store_time_at
-from pymq.broker.store.recovery import RecoveryReport, recover
+from pymq.broker.store.recovery import RecoveryReport
 from pymq.broker.store.results import GetResult, GetStatus, PutResult, PutResults, PutStatus, StoredRun
 from pymq.broker.store.services import StoreServices
 from pymq.broker.store.sync_plan import Syncer, SyncPlan
@@ -104,7 +104,7 @@ class MessageStore:
         self.put_count = 0
         self.put_bytes = 0
         self.get_count = 0
-        self._dir_lock = DirLock(self.root)
+        self.dir_lock = DirLock(self.root)
         #: flushers, cleanup, warmer, syncer and file maker (started after recovery)
         self.services = StoreServices(self)
         #: arrival listeners by topic (see add_arrival_listener)
@@ -113,42 +113,8 @@ class MessageStore:
     # --- lifecycle ------------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._dir_lock.acquire()
-        try:
-            abort = self.root / "abort"
-            abnormal = abort.exists()
-            self.checkpoint = Checkpoint(self.root / "checkpoint")
-            self.restored_range = self.queue_table.load(abnormal=abnormal, clean_end=self.checkpoint.clean_end)
-            self.index_rolled_back = self.index.load()
-            self.recovery = recover(self, abnormal=abnormal)
-            r = self.recovery
-            log.info(
-                "store_recovered",
-                abnormal=abnormal,
-                commitlog_end=r.commitlog_end,
-                scanned_mb=round(r.scanned_bytes / 1e6, 2),
-                records=r.scanned_records,
-                redispatched_cq=r.redispatched_cq,
-                repaired_cq=r.repaired_cq,
-                redispatched_index=r.redispatched_index,
-                rolled_back_index=r.rolled_back_index,
-                truncated_bytes=r.truncated_bytes,
-                dropped_cq_entries=r.dropped_cq_entries,
-                seconds=round(r.seconds, 3),
-            )
-            self.checkpoint.clean_end = -1
-            self.checkpoint.flushed_phys = self.commitlog.max_offset
-            self.checkpoint.flush()
-            abort.touch()
-            fsync_dir(self.root)
-            self.running = True
-            self.started_at = time.time()
-            self.disk_full = disk_ratio(self) > self.config.disk_full_ratio
-            self.services.start(max(int(time.time() * 1000), self.last_store_ts))
-        except BaseException:
-            self._dir_lock.release()
-            raise
+        """Recover (abnormally after a crash), mark the store running and start its threads."""
+        lifecycle.start(self)
 
     def _stop_services(self) -> bool:
         """Refuse further writes and stop the background threads; False if already stopped."""
@@ -161,37 +127,8 @@ class MessageStore:
 
     def shutdown(self) -> None:
         """Flush everything and mark the shutdown clean (removes the abort file)."""
-        if not self._stop_services():
-            return
-        with self.lock, self.file_lock, self.logics_lock:
-            try:
-                self.map_pool.settle()  # consume-queue files still being made: now
-                clean = True
-            except StoreError as exc:
-                # Their entries cannot reach disk: shut down as after a crash (the abort file
-                # stays, logics_ts does not cover them), so the next start re-dispatches them.
-                log.error("consume_queue_files_not_made", reason=str(exc), pending=len(self.map_pool.pending))
-                clean = False
-            self.commitlog.flush()
-            self.checkpoint.physic_ts = self.last_store_ts
-            self._flush_logics_locked()
-            if clean:
-                self.checkpoint.clean_end = self.commitlog.max_offset
-            self.checkpoint.flushed_phys = self.commitlog.max_offset
-            self.checkpoint.flush()
-            self.index.close()
-            if clean:
-                self.queue_table.save_ends((self.commitlog.min_offset, self.commitlog.max_offset))
-            for cq in self.queues.values():
-                cq.close()
-            self.commitlog.close()
-            self.checkpoint.close()
-        if clean:
-            (self.root / "abort").unlink(missing_ok=True)
-        fsync_dir(self.root)
-        self._dir_lock.release()
-        if clean:
-            log.info("store_shutdown_clean", commitlog_end=self.checkpoint.clean_end)
+        if self._stop_services():
+            lifecycle.shutdown(self)
 
     def halt(self) -> None:
         """Stop the way a crash would: no final flush, abort file left, files unmapped, lock released.
@@ -199,15 +136,8 @@ class MessageStore:
         The data written so far stays in the page cache, exactly as after ``kill -9``; the
         next :meth:`start` (on a new instance) runs abnormal recovery. For tests and benchmarks.
         """
-        if not self._stop_services():
-            return
-        with self.lock, self.file_lock, self.logics_lock:
-            self.index.abandon()
-            for cq in self.queues.values():
-                cq.close()
-            self.commitlog.mfq.abandon()
-            self.checkpoint.close()
-        self._dir_lock.release()
+        if self._stop_services():
+            lifecycle.halt(self)
 
     def settle_queue_files(self) -> int:
         """Make now every consume-queue file still being made on the maker thread; returns how many."""
@@ -455,9 +385,10 @@ class MessageStore:
         if settle:
             self.settle_queue_files()
         with self.logics_lock:
-            self._flush_logics_locked(index)
+            self.flush_logics_locked(index)
 
-    def _flush_logics_locked(self, index: bool = True) -> None:
+    def flush_logics_locked(self, index: bool = True) -> None:
+        """One consume-queue (and index) flush pass; the caller holds ``logics_lock``."""
         flush_logics_pass(self.dirty_queues, self.index if index else None, self.checkpoint, self.last_store_ts)
 
     # --- reading --------------------------------------------------------------------------------------------
