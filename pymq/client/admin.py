@@ -118,6 +118,19 @@ class AdminClient:
             raise TopicNotExistError(17, f"topic {topic} does not exist")
         return holders
 
+    async def topic_configs(self, cluster: str | None = None) -> dict[str, dict[str, Any]]:
+        """Every topic's config (queues, perm, order, attributes) as the masters hold it, by name.
+
+        One GET_ALL_TOPIC_CONFIG per master; a topic on several brokers shows the first broker's
+        config with ``brokers`` listing them all."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, addr in sorted((await self.master_addrs(cluster)).items()):
+            resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_ALL_TOPIC_CONFIG))
+            for topic, config in (decode_body(resp.body).get("topicConfigTable") or {}).items():
+                row = out.setdefault(topic, {**config, "brokers": []})
+                row["brokers"].append(name)
+        return out
+
     async def _queue_addrs(self, topic: str) -> list[tuple[MessageQueue, str]]:
         route = await self.topic_route(topic)
         out = []
@@ -205,6 +218,17 @@ class AdminClient:
             connection: dict[str, Any] = decode_body(resp.body)
             return connection
         raise last or ClientError(f"no broker knows consumer group {group}")
+
+    async def group_list(self, cluster: str | None = None) -> dict[str, dict[str, Any]]:
+        """Every subscription group's config as the masters hold it (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), by name;
+        ``brokers`` lists the broker groups that know it."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, addr in sorted((await self.master_addrs(cluster)).items()):
+            resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+            for group, config in (decode_body(resp.body).get("subscriptionGroupTable") or {}).items():
+                row = out.setdefault(group, {**config, "brokers": []})
+                row["brokers"].append(name)
+        return out
 
     async def consumer_progress(self, group: str, topic: str | None = None) -> dict[str, Any]:
         """Per queue: broker offset, consumer offset, lag, owning client and in-flight pop messages; plus totals."""

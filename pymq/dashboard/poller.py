@@ -1,0 +1,65 @@
+"""The charts' data: the dashboard polls the cluster itself (no Prometheus needed).
+
+Each round reads every broker's runtime info (put/get TPS) and every subscription group's
+progress (total lag) through the admin client, and records them in a :class:`History`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from pymq.client.admin import AdminClient
+from pymq.dashboard.history import History
+from pymq.errors import PymqError
+
+log = logging.getLogger("pymq.dashboard.poller")
+
+
+class Poller:
+    def __init__(self, admin: AdminClient, history: History, interval: float) -> None:
+        self.admin = admin
+        self.history = history
+        self.interval = interval
+        self.rounds = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="dashboard-poller")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.poll_once()
+            except (PymqError, OSError) as exc:
+                log.warning("dashboard poll failed: %s", exc)
+            await asyncio.sleep(self.interval)
+
+    async def poll_once(self) -> None:
+        now = time.time()
+        info = await self.admin.cluster_info()
+        for name, bd in sorted((info.get("brokerAddrTable") or {}).items()):
+            for bid, addr in sorted((bd.get("brokerAddrs") or {}).items()):
+                try:
+                    status = await self.admin.broker_status(addr)
+                except PymqError:
+                    continue
+                label = f"{name}/{bid}"
+                self.history.record(f"put:{label}", now, float(status.get("putTps", 0)))
+                self.history.record(f"get:{label}", now, float(status.get("getTps", 0)))
+        for group in await self.admin.group_list():
+            if group.startswith(("PYMQ_", "CID_RMQ_SYS_", "TOOLS_CONSUMER")):
+                continue
+            try:
+                progress = await self.admin.consumer_progress(group)
+            except PymqError:
+                continue
+            if progress["queues"]:
+                self.history.record(f"lag:{group}", now, float(progress["totalLag"]))
+        self.rounds += 1

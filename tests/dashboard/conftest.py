@@ -1,0 +1,62 @@
+"""Fixtures of the dashboard browser tests: one cluster of real daemons, one dashboard daemon and one
+browser for the whole module (the tests run in file order and build on each other's data)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pymq.client.admin import AdminClient
+from pymq.testing.processes import DaemonProcess, broker_process, namesrv_process
+from tests.dashboard.browser import Browser, require_browser
+
+
+def wait_for_broker(namesrv: str, timeout: float = 20.0) -> None:
+    async def registered() -> bool:
+        async with AdminClient(namesrv) as admin:
+            return bool(await admin.master_addrs())
+
+    deadline = time.monotonic() + timeout
+    while not asyncio.run(registered()):
+        if time.monotonic() > deadline:
+            raise TimeoutError("the broker did not register with the nameserver")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="package")
+def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, DaemonProcess]]:
+    require_browser()
+    work = tmp_path_factory.mktemp("dashboard-cluster")
+    started: list[DaemonProcess] = []
+    try:
+        ns = namesrv_process(work)
+        started.append(ns.start())
+        broker = broker_process(work, ns.address, "broker-a")
+        started.append(broker.start())
+        wait_for_broker(ns.address)
+        dash = DaemonProcess("dashboard", ["--namesrv", ns.address, "--port", "0", "--poll-interval", "1"], work)
+        started.append(dash.start())
+        yield {"namesrv": ns, "broker": broker, "dashboard": dash}
+    finally:
+        for proc in reversed(started):
+            proc.stop()
+
+
+@pytest.fixture(scope="package")
+def screens(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("dashboard-screens")
+
+
+@pytest.fixture(scope="package")
+def browser(
+    daemons: dict[str, DaemonProcess], tmp_path_factory: pytest.TempPathFactory, screens: Path
+) -> Iterator[Browser]:
+    b = Browser(f"http://{daemons['dashboard'].address}", tmp_path_factory.mktemp("chromium-profile"), screens)
+    try:
+        yield b
+    finally:
+        b.close()
