@@ -15,9 +15,9 @@ from pymq.testing.processes import DaemonProcess, broker_process, namesrv_proces
 from tests.dashboard.browser import Browser, require_browser
 
 
-def wait_for_broker(namesrv: str, timeout: float = 20.0) -> None:
+def wait_for_broker(namesrv: str, timeout: float = 20.0, credentials: dict[str, str] | None = None) -> None:
     async def registered() -> bool:
-        async with AdminClient(namesrv) as admin:
+        async with AdminClient(namesrv, **(credentials or {})) as admin:
             return bool(await admin.master_addrs())
 
     deadline = time.monotonic() + timeout

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -157,6 +159,11 @@ def test_pymq_local_serves_and_stops_on_ctrl_c(tmp_path: Path, free_ports) -> No
         text = "".join(lines)
         assert f"127.0.0.1:{ns_port}" in text and f"127.0.0.1:{broker_port}" in text
         admin(f"127.0.0.1:{ns_port}", "topic-create", "--topic", "hello", "--queues", "2")
+        # the web dashboard is on by default: its URL is in the banner and it shows this cluster
+        url = re.search(r"dashboard +(http://\S+)", text)
+        assert url, text
+        with urllib.request.urlopen(url.group(1) + "topics", timeout=10) as page:
+            assert page.status == 200 and ">hello</a>" in page.read().decode()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
     finally:
