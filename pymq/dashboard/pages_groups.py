@@ -1,8 +1,11 @@
-"""The Consumer groups pages (offsets, lag, clients, reset with a confirmation) and Dead letters."""
+"""The Consumer groups pages (offsets, lag, clients, reset with a confirmation), Dead letters and Pending
+(timers not yet due, transactions not yet decided)."""
 
 from __future__ import annotations
 
+import base64
 import calendar
+import json
 import time
 from typing import Any
 
@@ -10,8 +13,9 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from pymq.client.admin import AdminClient
 from pymq.dashboard.guard import check_mutation
-from pymq.dashboard.state import admin_of, flash, get_state, render
+from pymq.dashboard.state import admin_of, bounded_gather, flash, get_state, render
 from pymq.errors import PymqError
 
 #: reset targets the form offers, as the broker's timestamps (-1 latest, -2 earliest)
@@ -20,15 +24,20 @@ RESET_TARGETS = {"latest": -1, "earliest": -2}
 
 async def groups_page(request: Request) -> Response:
     admin = admin_of(request)
+    groups = sorted((await admin.group_list()).items())
+    progress = await bounded_gather([_progress(admin, g) for g, _ in groups])
     rows = []
-    for group, config in sorted((await admin.group_list()).items()):
-        try:
-            progress = await admin.consumer_progress(group)
-        except PymqError:
-            progress = {"queues": [], "totalLag": 0, "totalInFlight": 0}
-        topics = sorted({r["topic"] for r in progress["queues"] if not r["topic"].startswith("%RETRY%")})
-        rows.append({"group": group, "config": config, "progress": progress, "topics": topics})
+    for (group, config), p in zip(groups, progress, strict=True):
+        topics = sorted({r["topic"] for r in p["queues"] if not r["topic"].startswith("%RETRY%")})
+        rows.append({"group": group, "config": config, "progress": p, "topics": topics})
     return render(request, "groups.html", rows=rows)
+
+
+async def _progress(admin: AdminClient, group: str) -> dict[str, Any]:
+    try:
+        return await admin.consumer_progress(group)
+    except PymqError:
+        return {"queues": [], "totalLag": 0, "totalInFlight": 0}
 
 
 async def group_page(request: Request) -> Response:
@@ -92,6 +101,26 @@ async def dlq_page(request: Request) -> Response:
     return render(request, "dlq.html", groups=groups, group=group, letters=letters)
 
 
+async def dlq_export(request: Request) -> Response:
+    """The group's dead letters as JSON lines (each message's fields, body in base64), a download."""
+    group = request.query_params.get("group", "")
+    letters = await admin_of(request).dlq_list(group)
+    lines = [json.dumps({**m.to_dict(), "body": base64.b64encode(m.body).decode()}) for m in letters]
+    return Response(
+        "".join(line + "\n" for line in lines),
+        media_type="application/x-ndjson",
+        headers={"Content-Disposition": f'attachment; filename="DLQ-{group}.jsonl"'},
+    )
+
+
+async def pending_page(request: Request) -> Response:
+    """Timer messages not yet due, and half messages still waiting for a commit or rollback."""
+    admin = admin_of(request)
+    return render(
+        request, "pending.html", timers=await admin.pending_timers(), half=await admin.pending_half_messages()
+    )
+
+
 async def dlq_resend(request: Request) -> Response:
     form = await request.form()
     check_mutation(request, form, read_only=get_state(request).config.read_only)
@@ -115,4 +144,6 @@ routes = [
     Route("/groups/{group}/reset", group_reset, methods=["POST"]),
     Route("/dlq", dlq_page),
     Route("/dlq/resend", dlq_resend, methods=["POST"]),
+    Route("/dlq/export", dlq_export),
+    Route("/pending", pending_page),
 ]

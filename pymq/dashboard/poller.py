@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 from pymq.client.admin import AdminClient
 from pymq.dashboard.history import History
+from pymq.dashboard.state import bounded_gather
 from pymq.errors import PymqError
 
 log = logging.getLogger("pymq.dashboard.poller")
@@ -41,6 +43,12 @@ class Poller:
                 log.warning("dashboard poll failed: %s", exc)
             await asyncio.sleep(self.interval)
 
+    async def _progress(self, group: str) -> dict[str, Any] | None:
+        try:
+            return await self.admin.consumer_progress(group)
+        except PymqError:
+            return None
+
     async def poll_once(self) -> None:
         now = time.time()
         info = await self.admin.cluster_info()
@@ -53,13 +61,8 @@ class Poller:
                 label = f"{name}/{bid}"
                 self.history.record(f"put:{label}", now, float(status.get("putTps", 0)))
                 self.history.record(f"get:{label}", now, float(status.get("getTps", 0)))
-        for group in await self.admin.group_list():
-            if group.startswith(("PYMQ_", "CID_RMQ_SYS_", "TOOLS_CONSUMER")):
-                continue
-            try:
-                progress = await self.admin.consumer_progress(group)
-            except PymqError:
-                continue
-            if progress["queues"]:
+        groups = [g for g in await self.admin.group_list() if not g.startswith(("PYMQ_", "CID_RMQ_SYS_", "TOOLS_"))]
+        for group, progress in zip(groups, await bounded_gather([self._progress(g) for g in groups]), strict=True):
+            if progress is not None and progress["queues"]:
                 self.history.record(f"lag:{group}", now, float(progress["totalLag"]))
         self.rounds += 1

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -17,6 +19,20 @@ from pymq.dashboard.guard import Sessions, csrf_token
 from pymq.dashboard.history import History
 
 HERE = Path(__file__).parent
+T = TypeVar("T")
+#: admin calls one page (or one poll) keeps in flight at once
+MAX_PARALLEL_CALLS = 16
+
+
+async def bounded_gather(calls: list[Awaitable[T]], limit: int = MAX_PARALLEL_CALLS) -> list[T]:
+    """Await ``calls`` with at most ``limit`` in flight; results in order."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Awaitable[T]) -> T:
+        async with gate:
+            return await call
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
 
 
 class LoginRequired(Exception):

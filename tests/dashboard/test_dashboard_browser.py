@@ -8,8 +8,10 @@ the pytest tmp dir (``dashboard-screens*``).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
+import urllib.request
 from typing import Any
 
 import pytest
@@ -49,6 +51,7 @@ def test_every_page_loads(browser: Browser) -> None:
         "/messages": "Messages",
         "/groups": "Consumer groups",
         "/dlq": "Dead letters",
+        "/pending": "Pending",
         "/charts": "Charts",
     }
     for path, title in pages.items():
@@ -202,6 +205,10 @@ def test_a_dead_letter_is_resent_from_the_ui(browser: Browser, daemons: dict[str
         time.sleep(0.5)
     assert msg_id in browser.text("#letters")
     browser.shot("dlq")
+    export = browser.css("#export").get_attribute("href")
+    with urllib.request.urlopen(export, timeout=10) as resp:
+        lines = [json.loads(line) for line in resp.read().decode().splitlines()]
+    assert [(x["msgId"], base64.b64decode(x["body"])) for x in lines] == [(msg_id, b'{"order": 1, "item": "coffee"}')]
     before = sum(r["maxOffset"] for r in admin_run(daemons, lambda a: a.topic_status(TOPIC)))
     browser.css("#letters input[name=msg_id]").click()
     browser.submit("#resend button[value=no]")
