@@ -359,6 +359,8 @@ class DashboardConfig(_Model):
     access_key: str | None = None
     secret_key: str | None = None
     rpc_timeout_seconds: float = Field(5.0, gt=0)
+    #: a Grafana dashboard for this cluster: linked from the Charts page
+    grafana_url: str | None = None
     log_level: str = "info"
 
     @field_validator("namesrv_addrs")

@@ -20,6 +20,7 @@ from pymq.config import DashboardConfig
 @click.option("--poll-interval", "poll_interval_seconds", type=float, default=None, help="Seconds between chart polls.")
 @click.option("--access-key", default=None, help="ACL account for the chart polls (and the pages without --login).")
 @click.option("--secret-key", default=None, help="That account's secret key (or PYMQ_SECRET_KEY).")
+@click.option("--grafana-url", default=None, help="Link the Charts page to this Grafana dashboard.")
 @click.option("--port-file", type=click.Path(dir_okay=False), help="Write host:port here once serving.")
 @log_options
 def main(

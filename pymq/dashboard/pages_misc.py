@@ -23,7 +23,10 @@ async def charts_page(request: Request) -> Response:
     for prefix, title in (("put:", "TPS in"), ("get:", "TPS out"), ("lag:", "lag")):
         for name in history.names(prefix):
             charts.append({"name": name, "title": f"{title} {name[len(prefix) :]}", **sparkline(history.points(name))})
-    return render(request, "charts.html", charts=charts, interval=get_state(request).config.poll_interval_seconds)
+    config = get_state(request).config
+    return render(
+        request, "charts.html", charts=charts, interval=config.poll_interval_seconds, grafana=config.grafana_url
+    )
 
 
 async def login_page(request: Request) -> Response:

@@ -14,6 +14,21 @@ from pymq.dashboard.state import admin_of, flash, get_state, render
 from pymq.errors import PymqError
 from pymq.protocol.message import Message
 
+
+def parse_attributes(text: str) -> dict[str, str]:
+    """The form's ``key=value, key=value`` topic attributes (e.g. ``priority.levels=4``)."""
+    out = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, eq, value = item.lstrip("+").partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"attributes: {item!r} is not key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
 PAGE_SIZE = 50
 
 
@@ -39,15 +54,35 @@ async def topic_create(request: Request) -> Response:
     try:
         queues = int(str(form.get("queues") or "8"))
         perm = views.parse_perm(bool(form.get("perm_read")), bool(form.get("perm_write")))
-        targets = await admin_of(request).create_topic(topic, queues, perm=perm, order=bool(form.get("order")))
-    except ValueError:
-        flash(request, "error", "queues: must be a whole number")
+        attributes = parse_attributes(str(form.get("attributes") or ""))
+    except ValueError as exc:
+        flash(request, "error", f"topic {topic!r} not created: {exc}")
         return RedirectResponse("/topics", 303)
+    try:
+        targets = await admin_of(request).create_topic(
+            topic, queues, perm=perm, order=bool(form.get("order")), attributes=attributes or None
+        )
     except PymqError as exc:
         flash(request, "error", f"topic {topic!r} not created: {exc}")
         return RedirectResponse("/topics", 303)
     flash(request, "ok", f"topic {topic} created on {', '.join(targets)}")
     return RedirectResponse(f"/topics/{topic}", 303)
+
+
+async def topic_delete(request: Request) -> Response:
+    """Step 1 asks to confirm; step 2 (``confirmed``) deletes the topic from its brokers and the nameservers."""
+    form = await request.form()
+    check_mutation(request, form, read_only=get_state(request).config.read_only)
+    topic = request.path_params["topic"]
+    if form.get("confirmed") != "yes":
+        return render(request, "delete_confirm.html", topic=topic)
+    try:
+        holders = await admin_of(request).delete_topic(topic)
+    except PymqError as exc:
+        flash(request, "error", f"topic {topic!r} not deleted: {exc}")
+        return RedirectResponse(f"/topics/{topic}", 303)
+    flash(request, "ok", f"topic {topic} deleted from {', '.join(holders) or 'the nameservers'}")
+    return RedirectResponse("/topics", 303)
 
 
 async def topic_page(request: Request) -> Response:
@@ -92,4 +127,5 @@ routes = [
     Route("/topics/create", topic_create, methods=["POST"]),
     Route("/topics/{topic}", topic_page),
     Route("/topics/{topic}/send", topic_send, methods=["POST"]),
+    Route("/topics/{topic}/delete", topic_delete, methods=["POST"]),
 ]

@@ -84,6 +84,26 @@ def test_create_a_topic_from_the_ui(browser: Browser, daemons: dict[str, DaemonP
     assert TOPIC in browser.text("#topics")
 
 
+def test_a_topic_with_attributes_then_deleted_after_a_confirmation(
+    browser: Browser, daemons: dict[str, DaemonProcess]
+) -> None:
+    browser.go("/topics")
+    browser.fill("#create-topic", topic="dash-temp", queues="2", attributes="message.type=NORMAL")
+    browser.css("#create-topic [name=perm_write]").click()  # read-only topic
+    browser.submit("#create-topic button")
+    assert "topic dash-temp created" in flash(browser)
+    browser.go("/topics?q=dash-temp")
+    row = browser.text("#topics tbody")
+    assert "message.type=NORMAL" in row and " R- " in f" {row} ", row
+    browser.go("/topics/dash-temp")
+    browser.submit("#delete button")
+    assert browser.text("h1") == "Delete topic dash-temp?"
+    browser.submit("#confirm button")
+    assert "topic dash-temp deleted" in flash(browser)
+    assert "dash-temp" not in browser.text("#topics")
+    assert "dash-temp" not in admin_run(daemons, lambda a: a.topic_configs())
+
+
 def test_send_a_test_message_and_find_it_by_key_and_by_id(browser: Browser) -> None:
     body = json.dumps({"order": 1, "item": "coffee"})
     browser.go(f"/topics/{TOPIC}")

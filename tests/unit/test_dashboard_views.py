@@ -7,6 +7,7 @@ import pytest
 from pymq.dashboard import views
 from pymq.dashboard.history import History, sparkline
 from pymq.dashboard.pages_groups import reset_timestamp
+from pymq.dashboard.pages_topics import parse_attributes
 
 
 def test_body_views_text_json_and_hex() -> None:
@@ -93,3 +94,13 @@ def test_reset_targets() -> None:
         reset_timestamp("time", "yesterday")
     with pytest.raises(ValueError, match="target"):
         reset_timestamp("sideways", "")
+
+
+def test_topic_attributes_from_the_form() -> None:
+    assert parse_attributes("priority.levels=4, +message.type = NORMAL,") == {
+        "priority.levels": "4",
+        "message.type": "NORMAL",
+    }
+    assert parse_attributes("") == {}
+    with pytest.raises(ValueError, match="attributes: 'oops' is not key=value"):
+        parse_attributes("oops")
