@@ -326,6 +326,31 @@ class AdminClient:
             return []
         return list(iter_messages(_buffer(resp), broker_name=mq.brokerName))
 
+    async def messages_between(
+        self, topic: str, begin_ms: int, end_ms: int, *, limit: int = 1000, per_queue: int = 256
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` stored between ``begin_ms`` and ``end_ms`` (inclusive), oldest first.
+
+        Each queue is read from the offset its broker finds for ``begin_ms`` (SEARCH_OFFSET_BY_TIMESTAMP),
+        at most ``per_queue`` messages of each; the result is cut at ``limit``."""
+        out: list[MessageExt] = []
+        for mq, addr in await self._queue_addrs(topic):
+            resp = await self.broker_call(
+                addr, broker_api.queue_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic, mq.queueId, begin_ms)
+            )
+            offset = int(resp.ext.get("offset", 0))
+            taken = 0
+            while taken < per_queue:
+                batch = await self.read_queue(mq, offset, min(32, per_queue - taken))
+                kept = [m for m in batch if begin_ms <= m.store_timestamp <= end_ms]
+                out.extend(kept)
+                taken += len(batch)
+                if not batch or batch[-1].store_timestamp > end_ms:
+                    break
+                offset = batch[-1].queue_offset + 1
+        out.sort(key=lambda m: (m.store_timestamp, m.broker_name, m.queue_id, m.queue_offset))
+        return out[:limit]
+
     async def print_message(self, topic: str, queue_id: int, offset: int, broker: str | None = None) -> MessageExt:
         route = await self.topic_route(topic)
         names = [broker] if broker else sorted(q.brokerName for q in route.queueDatas)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import calendar
+import time
 from typing import Any
 
 from starlette.requests import Request
@@ -29,6 +31,35 @@ async def messages_page(request: Request) -> Response:
             error = str(exc)
     return render(
         request, "messages.html", topic=topic, key=key, found=found, searched=bool(topic and key), error=error
+    )
+
+
+PAGE_SIZE = 50
+
+
+def parse_utc(text: str, field: str) -> int:
+    """A form's ``YYYY-MM-DDTHH:MM`` (UTC) as epoch milliseconds."""
+    try:
+        return calendar.timegm(time.strptime(text.strip()[:16], "%Y-%m-%dT%H:%M")) * 1000
+    except ValueError as exc:
+        raise ValueError(f"{field}: {text!r} is not YYYY-MM-DDTHH:MM") from exc
+
+
+async def messages_by_time(request: Request) -> Response:
+    """A topic's messages stored in a time range (UTC), a page at a time."""
+    admin = admin_of(request)
+    params = request.query_params
+    topic = params.get("topic", "").strip()
+    begin, end = params.get("begin", ""), params.get("end", "")
+    try:
+        begin_ms = parse_utc(begin, "from")
+        end_ms = parse_utc(end, "to") + 59_999 if end else int(time.time() * 1000)
+    except ValueError as exc:
+        return render(request, "messages.html", status_code=400, topic=topic, key="", found=[], error=str(exc))
+    found = await admin.messages_between(topic, begin_ms, end_ms)
+    page = views.paginate(found, int(params.get("page", "1") or 1), PAGE_SIZE)
+    return render(
+        request, "messages.html", topic=topic, key="", found=page.items, page=page, begin=begin, end=end, ranged=True
     )
 
 
@@ -93,5 +124,6 @@ async def trail(admin: AdminClient, msg: MessageExt) -> list[dict[str, Any]]:
 routes = [
     Route("/messages", messages_page),
     Route("/messages/view", message_page),
+    Route("/messages/range", messages_by_time),
     Route("/messages/body", message_body),
 ]

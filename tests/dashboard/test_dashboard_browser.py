@@ -135,6 +135,14 @@ def test_send_a_test_message_and_find_it_by_key_and_by_id(browser: Browser) -> N
     assert "order-1" in browser.text("#properties")
     browser.shot("message")
 
+    browser.go("/messages")  # by topic and time range (UTC, to the minute)
+    browser.fill("#by-time", topic=TOPIC)
+    begin = time.strftime("%Y-%m-%dT%H:%M", time.gmtime(time.time() - 300))
+    browser.driver.execute_script("arguments[0].value = arguments[1]", browser.css("#by-time [name=begin]"), begin)
+    browser.submit("#by-time button")
+    assert browser.text("h2:not(.card h2)").startswith(f"1 message(s) in {TOPIC} from {begin} to now")
+    assert msg_id in browser.text("#found")
+
     browser.go("/messages")  # by unique id: needs the topic
     browser.fill("#by-id", id=msg_id, topic=TOPIC)
     browser.submit("#by-id button")
