@@ -18,6 +18,8 @@ import pytest
 
 from pymq.client import broker_api
 from pymq.client.admin import AdminClient
+from pymq.client.sync import ConsumeFromWhere, ConsumeResult, PushConsumer
+from pymq.protocol.message import MessageExt
 from pymq.testing.processes import DaemonProcess
 from tests.dashboard.browser import Browser
 
@@ -210,20 +212,34 @@ def test_the_lag_chart_moves(browser: Browser, daemons: dict[str, DaemonProcess]
 
 
 def test_a_dead_letter_is_resent_from_the_ui(browser: Browser, daemons: dict[str, DaemonProcess]) -> None:
-    async def fail_into_dlq(admin: AdminClient) -> str:
-        """What a consumer that gives up does: send the message back with a negative delay level."""
-        msg = (await admin.query_key(TOPIC, "order-1"))[0]
-        addr = next(iter((await admin.master_addrs()).values()))
-        await admin.update_subscription_group({"groupName": FAILING_GROUP})
-        await admin.broker_call(
-            addr,
-            broker_api.send_msg_back(
-                FAILING_GROUP, msg.commitlog_offset, msg.msg_id, TOPIC, delay_level=-1, max_reconsume_times=16
-            ),
-        )
-        return msg.msg_id
+    """A real consumer fails the message (no retries allowed): it lands in %DLQ%; the UI resends it."""
+    failed: list[str] = []
 
-    msg_id = admin_run(daemons, fail_into_dlq)
+    def fail(msgs: list[MessageExt]) -> ConsumeResult:
+        failed.extend(m.msg_id for m in msgs)
+        return ConsumeResult.RECONSUME_LATER
+
+    consumer = PushConsumer(
+        daemons["namesrv"].address,
+        FAILING_GROUP,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        max_reconsume_times=0,
+    )
+    consumer.subscribe(TOPIC)
+    consumer.register_listener(fail)
+    with consumer:
+        deadline = time.monotonic() + 20
+        while not failed:
+            assert time.monotonic() < deadline, "the consumer never received the message"
+            time.sleep(0.1)
+        msg_id = failed[0]
+        browser.go(f"/groups/{FAILING_GROUP}")  # the connected client, with its language and version
+        clients = browser.text("#clients")
+        assert "PYTHON" in clients and "127.0.0.1" in clients, clients
+        browser.shot("group-with-client")
+        while not admin_run(daemons, lambda a: a.dlq_list(FAILING_GROUP)):  # sent back before the consumer stops
+            assert time.monotonic() < deadline, "the failed message never reached the dead-letter queue"
+            time.sleep(0.1)
     deadline = time.monotonic() + 10
     while True:  # the DLQ topic's route reaches the nameserver with the broker's next registration
         browser.go(f"/dlq?group={FAILING_GROUP}")
