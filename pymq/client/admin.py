@@ -230,6 +230,16 @@ class AdminClient:
                 row["brokers"].append(name)
         return out
 
+    async def producer_connections(self) -> dict[str, list[dict[str, Any]]]:
+        """Every producer group's connected clients (clientId, clientAddr, language, version, brokerName),
+        from every master (a producer heartbeats to each broker it sends to)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for name, addr in sorted((await self.master_addrs()).items()):
+            resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_ALL_PRODUCER_INFO))
+            for group, conns in (decode_body(resp.body).get("producerTable") or {}).items():
+                out.setdefault(group, []).extend({**c, "brokerName": name} for c in conns)
+        return out
+
     async def consumer_progress(self, group: str, topic: str | None = None) -> dict[str, Any]:
         """Per queue: broker offset, consumer offset, lag, owning client and in-flight pop messages; plus totals."""
         rows: list[dict[str, Any]] = []

@@ -113,6 +113,12 @@ async def dlq_export(request: Request) -> Response:
     )
 
 
+async def producers_page(request: Request) -> Response:
+    """Producer groups and their connected clients, per broker."""
+    producers = await admin_of(request).producer_connections()
+    return render(request, "producers.html", producers=sorted(producers.items()))
+
+
 async def pending_page(request: Request) -> Response:
     """Timer messages not yet due, and half messages still waiting for a commit or rollback."""
     admin = admin_of(request)
@@ -146,4 +152,5 @@ routes = [
     Route("/dlq/resend", dlq_resend, methods=["POST"]),
     Route("/dlq/export", dlq_export),
     Route("/pending", pending_page),
+    Route("/producers", producers_page),
 ]

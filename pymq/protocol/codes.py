@@ -32,6 +32,8 @@ class RequestCode(IntEnum):
     GET_ALL_DELAY_OFFSET = 45
     GET_BROKER_RUNTIME_INFO = 28
     GET_CONSUMER_CONNECTION_LIST = 203
+    # every producer group's connected clients (RocketMQ's GET_ALL_PRODUCER_INFO; the dashboard, issue 33)
+    GET_ALL_PRODUCER_INFO = 328
     GET_CONSUME_STATS = 208
     RESET_CONSUMER_OFFSET = 222
     # broker -> client push after an offset reset (RocketMQ: RESET_CONSUMER_CLIENT_OFFSET)

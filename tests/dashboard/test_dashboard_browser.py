@@ -18,7 +18,7 @@ import pytest
 
 from pymq.client import broker_api
 from pymq.client.admin import AdminClient
-from pymq.client.sync import ConsumeFromWhere, ConsumeResult, PushConsumer
+from pymq.client.sync import ConsumeFromWhere, ConsumeResult, Message, Producer, PushConsumer
 from pymq.protocol.message import MessageExt
 from pymq.testing.processes import DaemonProcess
 from tests.dashboard.browser import Browser
@@ -52,6 +52,7 @@ def test_every_page_loads(browser: Browser) -> None:
         "/topics": "Topics",
         "/messages": "Messages",
         "/groups": "Consumer groups",
+        "/producers": "Producers",
         "/dlq": "Dead letters",
         "/pending": "Pending",
         "/charts": "Charts",
@@ -276,3 +277,19 @@ def test_a_mutation_without_the_csrf_token_is_refused(browser: Browser, daemons:
     assert browser.text("h1") == "Refused"
     assert "CSRF" in browser.text("#error")
     assert "csrf-victim" not in admin_run(daemons, lambda a: a.topic_list())
+
+
+def test_connected_producers_are_listed(browser: Browser, daemons: dict[str, DaemonProcess]) -> None:
+    """A producer heartbeats its group to the brokers it knows (every 0.5 s here, 30 s by default)."""
+    with Producer(daemons["namesrv"].address, "dash-producers", heartbeat_interval_seconds=0.5) as producer:
+        producer.send(Message(TOPIC, b"from a producer that stays connected"))
+        deadline = time.monotonic() + 10
+        while True:
+            browser.go("/producers")
+            if "dash-producers" in browser.text("#producers"):
+                break
+            assert time.monotonic() < deadline, "the producer never showed up"
+            time.sleep(0.3)
+        table = browser.text("#producers")
+        assert "PYTHON" in table and "broker-a" in table, table
+        browser.shot("producers")

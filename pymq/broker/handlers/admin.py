@@ -62,6 +62,7 @@ class AdminHandlers:
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_groups,
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_group,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
+            RequestCode.GET_ALL_PRODUCER_INFO: self.producers,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             RequestCode.UPDATE_BROKER_CONFIG: self.update_config,
             RequestCode.GET_BROKER_CONFIG: self.get_config,
@@ -144,6 +145,9 @@ class AdminHandlers:
         if info is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} is connected")
         return cmd.response(body=encode_body(info))
+
+    def producers(self, cmd: Command, channel: Channel) -> Command:
+        return cmd.response(body=encode_body({"producerTable": self.consumers.producer_table()}))
 
     def runtime_info(self, cmd: Command, channel: Channel) -> Command:
         return cmd.response(body=encode_body(self.runtime_info_source()))
