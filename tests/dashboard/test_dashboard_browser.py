@@ -263,6 +263,7 @@ def test_a_dead_letter_is_resent_from_the_ui(browser: Browser, daemons: dict[str
 
     browser.go(f"/messages/view?id={msg_id}&topic={TOPIC}")  # its trail shows the dead letter
     assert "dead letter" in browser.text("#trail") and FAILING_GROUP in browser.text("#trail")
+    browser.shot("message-trail")
 
 
 def test_a_mutation_without_the_csrf_token_is_refused(browser: Browser, daemons: dict[str, DaemonProcess]) -> None:
