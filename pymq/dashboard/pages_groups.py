@@ -25,12 +25,25 @@ RESET_TARGETS = {"latest": -1, "earliest": -2}
 async def groups_page(request: Request) -> Response:
     admin = admin_of(request)
     groups = sorted((await admin.group_list()).items())
+    existing = set(await admin.topic_list())
     progress = await bounded_gather([_progress(admin, g) for g, _ in groups])
+    letters = await bounded_gather([_stored(admin, f"%DLQ%{g}", existing) for g, _ in groups])
     rows = []
-    for (group, config), p in zip(groups, progress, strict=True):
+    for (group, config), p, dlq in zip(groups, progress, letters, strict=True):
         topics = sorted({r["topic"] for r in p["queues"] if not r["topic"].startswith("%RETRY%")})
-        rows.append({"group": group, "config": config, "progress": p, "topics": topics})
+        retry = sum(r["lag"] for r in p["queues"] if r["topic"].startswith("%RETRY%"))
+        rows.append({"group": group, "config": config, "progress": p, "topics": topics, "retry": retry, "dlq": dlq})
     return render(request, "groups.html", rows=rows)
+
+
+async def _stored(admin: AdminClient, topic: str, existing: set[str]) -> int:
+    """How many messages ``topic`` holds (0 if it does not exist)."""
+    if topic not in existing:
+        return 0
+    try:
+        return sum(r["maxOffset"] - r["minOffset"] for r in await admin.topic_status(topic))
+    except PymqError:
+        return 0
 
 
 async def _progress(admin: AdminClient, group: str) -> dict[str, Any]:

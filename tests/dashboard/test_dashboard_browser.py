@@ -164,6 +164,7 @@ def test_reset_a_group_offset_with_a_confirmation(browser: Browser, daemons: dic
     admin_run(daemons, consumed_everything)
     browser.go(f"/groups/{GROUP}")
     assert browser.text("#total-lag") == "0"
+    assert "retryMaxTimes 16" in browser.text("#config")
     browser.css("#reset [value=earliest]").click()
     browser.submit("#reset button")
     assert browser.text("h1") == "Reset offsets?"
@@ -250,6 +251,10 @@ def test_a_dead_letter_is_resent_from_the_ui(browser: Browser, daemons: dict[str
         time.sleep(0.5)
     assert msg_id in browser.text("#letters")
     browser.shot("dlq")
+    browser.go("/groups")
+    row = next(r for r in browser.all("#groups tbody tr") if r.text.startswith(FAILING_GROUP))
+    assert row.find_element("css selector", "a[href^='/dlq']").text == "1"
+    browser.go(f"/dlq?group={FAILING_GROUP}")
     export = browser.css("#export").get_attribute("href")
     with urllib.request.urlopen(export, timeout=10) as resp:
         lines = [json.loads(line) for line in resp.read().decode().splitlines()]
