@@ -230,6 +230,16 @@ class AdminClient:
                 row["brokers"].append(name)
         return out
 
+    async def acl_accounts(self) -> dict[str, Any]:
+        """The ACL accounts (rights, never secret keys) as the first master enforces them:
+        ``{"enabled": bool, "accounts": [...], "brokerName": ...}``."""
+        masters = sorted((await self.master_addrs()).items())
+        if not masters:
+            raise ClientError("no master broker to ask")
+        name, addr = masters[0]
+        resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_ACL_ACCOUNTS))
+        return {**decode_body(resp.body), "brokerName": name}
+
     async def producer_connections(self) -> dict[str, list[dict[str, Any]]]:
         """Every producer group's connected clients (clientId, clientAddr, language, version, brokerName),
         from every master (a producer heartbeats to each broker it sends to)."""

@@ -29,6 +29,12 @@ async def charts_page(request: Request) -> Response:
     )
 
 
+async def accounts_page(request: Request) -> Response:
+    """The ACL accounts and their rights (admin accounts only; secret keys are never sent)."""
+    info = await admin_of(request).acl_accounts()
+    return render(request, "accounts.html", info=info)
+
+
 async def login_page(request: Request) -> Response:
     return render(request, "login.html", error=None)
 
@@ -67,6 +73,7 @@ async def logout(request: Request) -> Response:
 
 routes = [
     Route("/charts", charts_page),
+    Route("/accounts", accounts_page),
     Route("/login", login_page),
     Route("/login", login_post, methods=["POST"]),
     Route("/logout", logout, methods=["POST"]),

@@ -34,6 +34,9 @@ class RequestCode(IntEnum):
     GET_CONSUMER_CONNECTION_LIST = 203
     # every producer group's connected clients (RocketMQ's GET_ALL_PRODUCER_INFO; the dashboard, issue 33)
     GET_ALL_PRODUCER_INFO = 328
+    # the ACL accounts and their rights, never their secret keys (RocketMQ 4's GET_BROKER_CLUSTER_ACL_CONFIG
+    # code; its answer there carries the secrets, pymq's does not)
+    GET_ACL_ACCOUNTS = 54
     GET_CONSUME_STATS = 208
     RESET_CONSUMER_OFFSET = 222
     # broker -> client push after an offset reset (RocketMQ: RESET_CONSUMER_CLIENT_OFFSET)

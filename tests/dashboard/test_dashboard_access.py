@@ -82,10 +82,17 @@ def test_login_then_a_non_admin_is_refused_an_admin_operation(secured: DaemonPro
     refusal = browser.text("#flash")
     assert "not created" in refusal and "admin" in refusal, refusal
     browser.shot("acl-refused")
+    browser.go("/accounts")  # the account list is for admins only
+    assert "admin permission required" in browser.text("#error")
 
     browser.submit("header .who button")  # log out
     assert browser.text("h1") == "Log in"
     log_in(browser, "ops", "ops-secret")
+    browser.go("/accounts")  # the accounts, read by an admin: rights, no secrets
+    accounts = browser.text("#accounts")
+    assert "viewer no SUB SUB" in accounts and "ops yes PUB|SUB PUB|SUB" in accounts, accounts
+    assert "secret" not in browser.driver.page_source
+    browser.shot("accounts")
     browser.go("/topics")
     browser.fill("#create-topic", topic="for-ops")
     browser.submit("#create-topic button")

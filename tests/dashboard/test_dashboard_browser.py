@@ -56,6 +56,7 @@ def test_every_page_loads(browser: Browser) -> None:
         "/dlq": "Dead letters",
         "/pending": "Pending",
         "/charts": "Charts",
+        "/accounts": "ACL accounts",
     }
     for path, title in pages.items():
         browser.go(path)
@@ -254,6 +255,7 @@ def test_a_dead_letter_is_resent_from_the_ui(browser: Browser, daemons: dict[str
     browser.go("/groups")
     row = next(r for r in browser.all("#groups tbody tr") if r.text.startswith(FAILING_GROUP))
     assert row.find_element("css selector", "a[href^='/dlq']").text == "1"
+    browser.shot("groups-populated")
     browser.go(f"/dlq?group={FAILING_GROUP}")
     export = browser.css("#export").get_attribute("href")
     with urllib.request.urlopen(export, timeout=10) as resp:
