@@ -104,3 +104,12 @@ def test_topic_attributes_from_the_form() -> None:
     assert parse_attributes("") == {}
     with pytest.raises(ValueError, match="attributes: 'oops' is not key=value"):
         parse_attributes("oops")
+
+
+def test_pages_escape_what_the_cluster_says() -> None:
+    """Message bodies, keys and error texts come from users: the templates escape them."""
+    from pymq.dashboard.state import make_templates
+
+    html = make_templates().get_template("error.html").render(title="t", message="<script>alert(1)</script>")
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
