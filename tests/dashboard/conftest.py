@@ -41,6 +41,7 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Daem
         dash = DaemonProcess("dashboard", ["--namesrv", ns.address, "--port", "0", "--poll-interval", "1"], work)
         started.append(dash.start())
         yield {"namesrv": ns, "broker": broker, "dashboard": dash}
+        assert dash.stop() == 0, dash.output()  # SIGTERM: a clean stop, exit 0
     finally:
         for proc in reversed(started):
             proc.stop()
