@@ -230,6 +230,16 @@ class AdminClient:
                 row["brokers"].append(name)
         return out
 
+    async def topic_traffic(self) -> dict[str, tuple[int, int]]:
+        """``topic -> (messages in, messages out)`` summed over the masters since each started (GET_TOPIC_TRAFFIC)."""
+        out: dict[str, tuple[int, int]] = {}
+        for addr in (await self.master_addrs()).values():
+            resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_TOPIC_TRAFFIC))
+            for topic, (put, get) in (decode_body(resp.body).get("topics") or {}).items():
+                seen = out.get(topic, (0, 0))
+                out[topic] = (seen[0] + int(put), seen[1] + int(get))
+        return out
+
     async def acl_accounts(self) -> dict[str, Any]:
         """The ACL accounts (rights, never secret keys) as the first master enforces them:
         ``{"enabled": bool, "accounts": [...], "brokerName": ...}``."""

@@ -15,6 +15,9 @@ from pymq.errors import PymqError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
 
+#: per-topic charts shown: the busiest topics of the last hour
+TOPIC_CHARTS = 20
+
 
 async def charts_page(request: Request) -> Response:
     admin_of(request)  # logged in (with login on)
@@ -23,6 +26,12 @@ async def charts_page(request: Request) -> Response:
     for prefix, title in (("put:", "TPS in"), ("get:", "TPS out"), ("lag:", "lag")):
         for name in history.names(prefix):
             charts.append({"name": name, "title": f"{title} {name[len(prefix) :]}", **sparkline(history.points(name))})
+    busiest = sorted(history.names("tput:"), key=lambda n: -max(v for _, v in history.points(n)))[:TOPIC_CHARTS]
+    for name in sorted(busiest):
+        topic = name[len("tput:") :]
+        for prefix, title in (("tput:", "TPS in"), ("tget:", "TPS out")):
+            series = prefix + topic
+            charts.append({"name": series, "title": f"{title} topic {topic}", **sparkline(history.points(series))})
     config = get_state(request).config
     return render(
         request, "charts.html", charts=charts, interval=config.poll_interval_seconds, grafana=config.grafana_url

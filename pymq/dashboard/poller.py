@@ -25,6 +25,8 @@ class Poller:
         self.history = history
         self.interval = interval
         self.rounds = 0
+        #: the last poll's per-topic totals and when it was made (rates are deltas between two polls)
+        self._traffic: tuple[float, dict[str, tuple[int, int]]] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -41,6 +43,8 @@ class Poller:
                 await self.poll_once()
             except (PymqError, OSError) as exc:
                 log.warning("dashboard poll failed: %s", exc)
+            except Exception:  # a bug of ours must not end the charts: say so and poll again
+                log.exception("dashboard poll failed")
             await asyncio.sleep(self.interval)
 
     async def _progress(self, group: str) -> dict[str, Any] | None:
@@ -48,6 +52,20 @@ class Poller:
             return await self.admin.consumer_progress(group)
         except PymqError:
             return None
+
+    async def _topic_rates(self, now: float) -> None:
+        """Messages in and out per second of each topic with traffic since the previous poll."""
+        totals = await self.admin.topic_traffic()
+        previous, self._traffic = self._traffic, (now, totals)
+        if previous is None or now <= previous[0]:
+            return
+        elapsed = now - previous[0]
+        for topic, (put, get) in totals.items():
+            before = previous[1].get(topic, (0, 0))
+            if (put, get) != before or f"tput:{topic}" in self.history.series:
+                # (a restarted broker's counters go back: no negative rates)
+                self.history.record(f"tput:{topic}", now, max(0, put - before[0]) / elapsed)
+                self.history.record(f"tget:{topic}", now, max(0, get - before[1]) / elapsed)
 
     async def poll_once(self) -> None:
         now = time.time()
@@ -61,6 +79,7 @@ class Poller:
                 label = f"{name}/{bid}"
                 self.history.record(f"put:{label}", now, float(status.get("putTps", 0)))
                 self.history.record(f"get:{label}", now, float(status.get("getTps", 0)))
+        await self._topic_rates(now)
         groups = [g for g in await self.admin.group_list() if not g.startswith(("PYMQ_", "CID_RMQ_SYS_", "TOOLS_"))]
         for group, progress in zip(groups, await bounded_gather([self._progress(g) for g in groups]), strict=True):
             if progress is not None and progress["queues"]:

@@ -75,6 +75,9 @@ class RequestCode(IntEnum):
     # committed/min/max offsets at rebalance, and one held wait for messages on many idle queues
     QUERY_QUEUE_OFFSETS = 981
     WAIT_QUEUE_ARRIVAL = 982
+    # pymq admin (issue 33; RocketMQ keeps these in its stats manager): messages in and out per topic
+    # since the broker started, the dashboard's per-topic TPS from two polls
+    GET_TOPIC_TRAFFIC = 983
     # pop consumption (SimpleConsumer), RocketMQ 5's numbers
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import time
 import urllib.request
 from typing import Any
@@ -211,6 +212,9 @@ def test_the_lag_chart_moves(browser: Browser, daemons: dict[str, DaemonProcess]
         float(p.split(",")[1]) for p in chart.find_element("css selector", "polyline").get_attribute("points").split()
     ]
     assert min(ys) < max(ys)  # the line went up and came down: it is not flat
+    topic_in = next(c for c in browser.all("figure.chart") if c.get_attribute("data-series") == f"tput:{TOPIC}")
+    peak = re.search(r"max ([0-9.]+)", topic_in.text)
+    assert peak and float(peak.group(1)) > 0, topic_in.text  # the test message's send, per second
     browser.shot("charts")
 
 

@@ -113,3 +113,31 @@ def test_pages_escape_what_the_cluster_says() -> None:
     html = make_templates().get_template("error.html").render(title="t", message="<script>alert(1)</script>")
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+async def test_topic_rates_are_deltas_between_two_polls() -> None:
+    """Per-topic TPS: (messages now - messages at the last poll) / seconds between; never negative."""
+    from typing import Any, cast
+
+    from pymq.dashboard.poller import Poller
+
+    class Totals:
+        def __init__(self) -> None:
+            self.now: dict[str, tuple[int, int]] = {}
+
+        async def topic_traffic(self) -> dict[str, tuple[int, int]]:
+            return self.now
+
+    totals = Totals()
+    history = History()
+    poller = Poller(cast(Any, totals), history, 1.0)
+    totals.now = {"quiet": (5, 5)}
+    await poller._topic_rates(100.0)
+    assert history.names() == []  # one poll: no rate yet
+    totals.now = {"quiet": (5, 5), "busy": (20, 4)}
+    await poller._topic_rates(102.0)
+    assert history.points("tput:busy") == [(102.0, 10.0)] and history.points("tget:busy") == [(102.0, 2.0)]
+    assert "tput:quiet" not in history.names()  # no traffic since the last poll: no chart
+    totals.now = {"quiet": (5, 5), "busy": (3, 0)}  # a restarted broker counts from 0 again
+    await poller._topic_rates(104.0)
+    assert history.points("tput:busy")[-1] == (104.0, 0.0) and history.points("tget:busy")[-1] == (104.0, 0.0)

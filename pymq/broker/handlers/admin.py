@@ -43,7 +43,9 @@ class AdminHandlers:
         runtime_info: Callable[[], dict[str, Any]],
         address: str,
         acl_accounts: Callable[[], list[dict[str, Any]] | None] = lambda: None,
+        topic_traffic: Callable[[], dict[str, list[int]]] = dict,
     ) -> None:
+        self.topic_traffic = topic_traffic
         self.acl_accounts = acl_accounts
         self.store = store
         self.topics = topics
@@ -66,6 +68,9 @@ class AdminHandlers:
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             RequestCode.GET_ALL_PRODUCER_INFO: self.producers,
             RequestCode.GET_ACL_ACCOUNTS: self.accounts,
+            RequestCode.GET_TOPIC_TRAFFIC: lambda cmd, channel: cmd.response(
+                body=encode_body({"topics": self.topic_traffic()})
+            ),
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             RequestCode.UPDATE_BROKER_CONFIG: self.update_config,
             RequestCode.GET_BROKER_CONFIG: self.get_config,
