@@ -15,10 +15,16 @@ from pymq.testing.processes import DaemonProcess, broker_process, namesrv_proces
 from tests.dashboard.browser import Browser, require_browser
 
 
-def wait_for_broker(namesrv: str, timeout: float = 20.0, credentials: dict[str, str] | None = None) -> None:
+def wait_for_broker(
+    namesrv: str, timeout: float = 20.0, credentials: dict[str, str] | None = None, *, members: int = 1
+) -> None:
+    """Until a master (and ``members`` brokers in all) registered with the nameserver."""
+
     async def registered() -> bool:
         async with AdminClient(namesrv, **(credentials or {})) as admin:
-            return bool(await admin.master_addrs())
+            info = await admin.cluster_info()
+            table = (info.get("brokerAddrTable") or {}).values()
+            return bool(await admin.master_addrs()) and sum(len(b["brokerAddrs"]) for b in table) >= members
 
     deadline = time.monotonic() + timeout
     while not asyncio.run(registered()):
@@ -37,7 +43,22 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Daem
         started.append(ns.start())
         broker = broker_process(work, ns.address, "broker-a")
         started.append(broker.start())
-        wait_for_broker(ns.address)
+        # and its slave: the Cluster page shows the group's roles, epochs and replication lag
+        slave_env = {"PYMQ_MASTER_ADDR": broker.address, "PYMQ_SLAVE_SYNC_INTERVAL_SECONDS": "0.3"}
+        slave = broker_process(
+            work / "slave",
+            ns.address,
+            "broker-a",
+            "--broker-id",
+            "1",
+            "--role",
+            "SLAVE",
+            "--register-interval",
+            "1",
+            env=slave_env,
+        )
+        started.append(slave.start())
+        wait_for_broker(ns.address, members=2)
         dash = DaemonProcess("dashboard", ["--namesrv", ns.address, "--port", "0", "--poll-interval", "1"], work)
         started.append(dash.start())
         yield {"namesrv": ns, "broker": broker, "dashboard": dash}

@@ -64,8 +64,9 @@ def test_every_page_loads(browser: Browser) -> None:
         assert browser.text("h1").startswith(title), path
         browser.shot(path.strip("/"))
     browser.go("/cluster")
-    row = browser.all("#brokers tbody tr")[0].text
-    assert "broker-a" in row and "ASYNC_MASTER" in row and "0.1.0" in row
+    master, slave = (r.text for r in browser.all("#brokers tbody tr"))
+    assert "broker-a 0" in master and "ASYNC_MASTER" in master and "0.1.0" in master, master
+    assert "broker-a 1" in slave and "SLAVE" in slave, slave
 
 
 def test_system_topics_are_hidden_until_asked_for(browser: Browser) -> None:
