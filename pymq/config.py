@@ -339,6 +339,40 @@ class BrokerConfig(_Model):
 M = TypeVar("M", bound=BaseModel)
 
 
+class DashboardConfig(_Model):
+    """``pymq-dashboard`` settings (issue 33): the operators' web dashboard."""
+
+    #: HTTP listen address (the dashboard has no TLS of its own: put it behind a proxy to expose it)
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    namesrv_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1:9876"])
+    #: refuse every mutation (topic create, test send, offset reset, DLQ resend)
+    read_only: bool = False
+    #: ask for an ACL account's access key and secret key; every admin RPC is then signed with them
+    login: bool = False
+    #: signs the session cookie; unset: a random key per process (sessions end with it)
+    session_secret: str | None = None
+    #: the charts' own polls: every this many seconds, kept for ``history_seconds``
+    poll_interval_seconds: float = Field(10.0, gt=0)
+    history_seconds: float = Field(3600.0, gt=0)
+    #: the account the charts' polls use when the cluster has ACL on (without login, also the pages')
+    access_key: str | None = None
+    secret_key: str | None = None
+    rpc_timeout_seconds: float = Field(5.0, gt=0)
+    #: a Grafana dashboard for this cluster: linked from the Charts page
+    grafana_url: str | None = None
+    log_level: str = "info"
+
+    @field_validator("namesrv_addrs")
+    @classmethod
+    def _check_addrs(cls, v: list[str]) -> list[str]:
+        for a in v:
+            host, sep, port = a.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"nameserver address {a!r} must be host:port")
+        return v
+
+
 def _is_list_field(annotation: Any) -> bool:
     return typing.get_origin(annotation) is list
 

@@ -245,6 +245,8 @@ class BrokerApp:
                 runtime=self.runtime,
                 runtime_info=self.runtime_info,
                 address=address,
+                acl_accounts=lambda: self.acl.acl.describe() if self.acl is not None else None,
+                topic_traffic=self.stats.topic_totals,
             ),
             ReplicationHandlers(delay_offsets=lambda: self.schedule.offsets, role_change=self.role_changer.change),
             self.pop.handlers(store, self.put_path, address),

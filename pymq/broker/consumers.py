@@ -117,13 +117,25 @@ class ConsumerManager:
             self._notify(info)
         return changed
 
-    def register_producer(self, group: str, client_id: str, channel: Channel) -> None:
+    def register_producer(
+        self, group: str, client_id: str, channel: Channel, *, language: str = "PYTHON", version: int = 0
+    ) -> None:
         chans = self.producers.setdefault(group, {})
         ch = chans.get(client_id)
         if ch is None or ch.channel is not channel:
-            chans[client_id] = ClientChannel(client_id, channel, self.clock())
+            chans[client_id] = ClientChannel(client_id, channel, self.clock(), language, version)
         else:
             ch.last_update = self.clock()
+
+    def producer_table(self) -> dict[str, list[dict[str, Any]]]:
+        """Every producer group's connected clients (GET_ALL_PRODUCER_INFO)."""
+        return {
+            group: [
+                {"clientId": ch.client_id, "clientAddr": ch.addr, "language": ch.language, "version": ch.version}
+                for ch in sorted(chans.values(), key=lambda c: c.client_id)
+            ]
+            for group, chans in sorted(self.producers.items())
+        }
 
     def producer_channels(self, group: str) -> list[ClientChannel]:
         """The live producers of ``group`` (transaction check-backs pick one)."""

@@ -56,6 +56,10 @@ class BrokerStats:
         self.get_bytes[topic] += size
         self.get_total += count
 
+    def topic_totals(self) -> dict[str, list[int]]:
+        """``topic -> [messages in, messages out]`` since the broker started (GET_TOPIC_TRAFFIC)."""
+        return {t: [self.put_msgs.get(t, 0), self.get_msgs.get(t, 0)] for t in sorted({*self.put_msgs, *self.get_msgs})}
+
     def sample(self) -> None:
         self._samples.append((time.monotonic(), self.put_total, self.get_total))
 

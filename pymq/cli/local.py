@@ -27,11 +27,13 @@ from pymq.transport.loop import run
 
 if TYPE_CHECKING:
     from pymq.broker.app import BrokerApp
+    from pymq.dashboard.server import DashboardServer
 
 GUIDE = """
 pymq is running.
   nameserver  {ns}
   broker      {broker}  (store: {store})
+  dashboard   {dashboard}
 
 Topics are created on first use here, with {queues} queues: the first send, subscription, pull or
 pop of a topic (any client's route lookup) creates it. A plain pymq-broker needs pymq-admin topic-create.
@@ -58,21 +60,37 @@ Press Ctrl-C to stop.
 @click.option("--namesrv-port", default=9876, show_default=True)
 @click.option("--broker-port", default=10911, show_default=True)
 @click.option("--store-dir", default="./pymq-local-store", show_default=True, type=click.Path(file_okay=False))
+@click.option(
+    "--dashboard-port",
+    default=8080,
+    show_default=True,
+    help="The web dashboard's port (in use: any free port, printed in the banner).",
+)
+@click.option("--no-dashboard", is_flag=True, help="Do not start the web dashboard.")
 @click.option("--log-level", default="warning", show_default=True)
 @version_option
-def main(host: str, namesrv_port: int, broker_port: int, store_dir: str, log_level: str) -> None:
-    """Start a local pymq cluster (one nameserver, one broker) in the foreground.
+def main(
+    host: str,
+    namesrv_port: int,
+    broker_port: int,
+    store_dir: str,
+    dashboard_port: int,
+    no_dashboard: bool,
+    log_level: str,
+) -> None:
+    """Start a local pymq cluster (one nameserver, one broker, the web dashboard) in the foreground.
 
     \b
     Example:
       pymq-local
-      pymq-local --namesrv-port 19876 --broker-port 20911 --store-dir /tmp/pymq
+      pymq-local --namesrv-port 19876 --broker-port 20911 --store-dir /tmp/pymq --no-dashboard
     """
     configure_logging(log_level)
-    sys.exit(run(_serve(host, namesrv_port, broker_port, Path(store_dir))))
+    dashboard = None if no_dashboard else dashboard_port
+    sys.exit(run(_serve(host, namesrv_port, broker_port, Path(store_dir), dashboard)))
 
 
-async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path) -> int:
+async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path, dashboard_port: int | None) -> int:
     from pymq.broker.app import BrokerApp
     from pymq.nameserver.app import NamesrvApp
 
@@ -103,6 +121,7 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
         startup_error(message)
         return code
     namesrv.handlers.create_unknown_topic = functools.partial(create_on_first_use, broker)
+    dashboard = await start_dashboard(host, namesrv.address, dashboard_port) if dashboard_port is not None else None
     try:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -113,16 +132,33 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
             broker=broker.address,
             store=store_dir.resolve(),
             queues=broker_cfg.default_topic_queue_nums,
+            dashboard=dashboard.url if dashboard is not None else "off (--no-dashboard)",
         )
         say(guide, nl=False)
         await stop.wait()
         say("stopping ...")
     finally:
         # Closed whatever happened above: offsets persisted, the store marked clean (no abort file).
+        if dashboard is not None:
+            await dashboard.close()
         await broker.close()
         await namesrv.close()
     say("stopped.")
     return EXIT_OK
+
+
+async def start_dashboard(host: str, namesrv: str, port: int) -> DashboardServer:
+    """The dashboard for this cluster on ``port``, or on any free port when that one is taken."""
+    from pymq.config import DashboardConfig
+    from pymq.dashboard.server import DashboardServer
+
+    try:
+        server = DashboardServer(DashboardConfig(host=host, port=port, namesrv_addrs=[namesrv]))
+        await server.start()
+    except ConfigError:
+        server = DashboardServer(DashboardConfig(host=host, port=0, namesrv_addrs=[namesrv]))
+        await server.start()
+    return server
 
 
 async def create_on_first_use(broker: BrokerApp, topic: str) -> bool:

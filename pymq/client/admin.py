@@ -118,6 +118,19 @@ class AdminClient:
             raise TopicNotExistError(17, f"topic {topic} does not exist")
         return holders
 
+    async def topic_configs(self, cluster: str | None = None) -> dict[str, dict[str, Any]]:
+        """Every topic's config (queues, perm, order, attributes) as the masters hold it, by name.
+
+        One GET_ALL_TOPIC_CONFIG per master; a topic on several brokers shows the first broker's
+        config with ``brokers`` listing them all."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, addr in sorted((await self.master_addrs(cluster)).items()):
+            resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_ALL_TOPIC_CONFIG))
+            for topic, config in (decode_body(resp.body).get("topicConfigTable") or {}).items():
+                row = out.setdefault(topic, {**config, "brokers": []})
+                row["brokers"].append(name)
+        return out
+
     async def _queue_addrs(self, topic: str) -> list[tuple[MessageQueue, str]]:
         route = await self.topic_route(topic)
         out = []
@@ -205,6 +218,47 @@ class AdminClient:
             connection: dict[str, Any] = decode_body(resp.body)
             return connection
         raise last or ClientError(f"no broker knows consumer group {group}")
+
+    async def group_list(self, cluster: str | None = None) -> dict[str, dict[str, Any]]:
+        """Every subscription group's config as the masters hold it (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), by name;
+        ``brokers`` lists the broker groups that know it."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, addr in sorted((await self.master_addrs(cluster)).items()):
+            resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+            for group, config in (decode_body(resp.body).get("subscriptionGroupTable") or {}).items():
+                row = out.setdefault(group, {**config, "brokers": []})
+                row["brokers"].append(name)
+        return out
+
+    async def topic_traffic(self) -> dict[str, tuple[int, int]]:
+        """``topic -> (messages in, messages out)`` summed over the masters since each started (GET_TOPIC_TRAFFIC)."""
+        out: dict[str, tuple[int, int]] = {}
+        for addr in (await self.master_addrs()).values():
+            resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_TOPIC_TRAFFIC))
+            for topic, (put, get) in (decode_body(resp.body).get("topics") or {}).items():
+                seen = out.get(topic, (0, 0))
+                out[topic] = (seen[0] + int(put), seen[1] + int(get))
+        return out
+
+    async def acl_accounts(self) -> dict[str, Any]:
+        """The ACL accounts (rights, never secret keys) as the first master enforces them:
+        ``{"enabled": bool, "accounts": [...], "brokerName": ...}``."""
+        masters = sorted((await self.master_addrs()).items())
+        if not masters:
+            raise ClientError("no master broker to ask")
+        name, addr = masters[0]
+        resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_ACL_ACCOUNTS))
+        return {**decode_body(resp.body), "brokerName": name}
+
+    async def producer_connections(self) -> dict[str, list[dict[str, Any]]]:
+        """Every producer group's connected clients (clientId, clientAddr, language, version, brokerName),
+        from every master (a producer heartbeats to each broker it sends to)."""
+        out: dict[str, list[dict[str, Any]]] = {}
+        for name, addr in sorted((await self.master_addrs()).items()):
+            resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_ALL_PRODUCER_INFO))
+            for group, conns in (decode_body(resp.body).get("producerTable") or {}).items():
+                out.setdefault(group, []).extend({**c, "brokerName": name} for c in conns)
+        return out
 
     async def consumer_progress(self, group: str, topic: str | None = None) -> dict[str, Any]:
         """Per queue: broker offset, consumer offset, lag, owning client and in-flight pop messages; plus totals."""
@@ -301,6 +355,31 @@ class AdminClient:
         if resp.code != 0:
             return []
         return list(iter_messages(_buffer(resp), broker_name=mq.brokerName))
+
+    async def messages_between(
+        self, topic: str, begin_ms: int, end_ms: int, *, limit: int = 1000, per_queue: int = 256
+    ) -> list[MessageExt]:
+        """Messages of ``topic`` stored between ``begin_ms`` and ``end_ms`` (inclusive), oldest first.
+
+        Each queue is read from the offset its broker finds for ``begin_ms`` (SEARCH_OFFSET_BY_TIMESTAMP),
+        at most ``per_queue`` messages of each; the result is cut at ``limit``."""
+        out: list[MessageExt] = []
+        for mq, addr in await self._queue_addrs(topic):
+            resp = await self.broker_call(
+                addr, broker_api.queue_offset(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic, mq.queueId, begin_ms)
+            )
+            offset = int(resp.ext.get("offset", 0))
+            taken = 0
+            while taken < per_queue:
+                batch = await self.read_queue(mq, offset, min(32, per_queue - taken))
+                kept = [m for m in batch if begin_ms <= m.store_timestamp <= end_ms]
+                out.extend(kept)
+                taken += len(batch)
+                if not batch or batch[-1].store_timestamp > end_ms:
+                    break
+                offset = batch[-1].queue_offset + 1
+        out.sort(key=lambda m: (m.store_timestamp, m.broker_name, m.queue_id, m.queue_offset))
+        return out[:limit]
 
     async def print_message(self, topic: str, queue_id: int, offset: int, broker: str | None = None) -> MessageExt:
         route = await self.topic_route(topic)

@@ -32,6 +32,11 @@ class RequestCode(IntEnum):
     GET_ALL_DELAY_OFFSET = 45
     GET_BROKER_RUNTIME_INFO = 28
     GET_CONSUMER_CONNECTION_LIST = 203
+    # every producer group's connected clients (RocketMQ's GET_ALL_PRODUCER_INFO; the dashboard, issue 33)
+    GET_ALL_PRODUCER_INFO = 328
+    # the ACL accounts and their rights, never their secret keys (RocketMQ 4's GET_BROKER_CLUSTER_ACL_CONFIG
+    # code; its answer there carries the secrets, pymq's does not)
+    GET_ACL_ACCOUNTS = 54
     GET_CONSUME_STATS = 208
     RESET_CONSUMER_OFFSET = 222
     # broker -> client push after an offset reset (RocketMQ: RESET_CONSUMER_CLIENT_OFFSET)
@@ -70,6 +75,9 @@ class RequestCode(IntEnum):
     # committed/min/max offsets at rebalance, and one held wait for messages on many idle queues
     QUERY_QUEUE_OFFSETS = 981
     WAIT_QUEUE_ARRIVAL = 982
+    # pymq admin (issue 33; RocketMQ keeps these in its stats manager): messages in and out per topic
+    # since the broker started, the dashboard's per-topic TPS from two polls
+    GET_TOPIC_TRAFFIC = 983
     # pop consumption (SimpleConsumer), RocketMQ 5's numbers
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051

@@ -157,6 +157,28 @@ class AclConfig:
     def is_globally_white(self, ip: str) -> bool:
         return any(m(ip) for m in self.global_white)
 
+    def describe(self) -> list[dict[str, Any]]:
+        """Every account's rights for display (GET_ACL_ACCOUNTS): never its secret key."""
+        return [
+            {
+                "accessKey": a.access_key,
+                "admin": a.admin,
+                "defaultTopicPerm": perm_name(a.default_topic_perm),
+                "defaultGroupPerm": perm_name(a.default_group_perm),
+                "topicPerms": {k: perm_name(v) for k, v in sorted(a.topic_perms.items())},
+                "groupPerms": {k: perm_name(v) for k, v in sorted(a.group_perms.items())},
+                "whiteRemoteAddresses": len(a.white_remote),
+            }
+            for _, a in sorted(self.accounts.items())
+        ]
+
+
+def perm_name(perm: int) -> str:
+    """A permission as the ACL file writes it (DENY, PUB, SUB, PUB|SUB)."""
+    if perm & DENY:
+        return "DENY"
+    return "|".join(n for n, bit in (("PUB", PUB), ("SUB", SUB)) if perm & bit) or "DENY"
+
 
 def _perm_table(value: Any, where: str) -> dict[str, int]:
     """``{name = "PUB"}`` or RocketMQ's ``["name=PUB", ...]``."""

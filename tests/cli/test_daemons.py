@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -157,12 +160,56 @@ def test_pymq_local_serves_and_stops_on_ctrl_c(tmp_path: Path, free_ports) -> No
         text = "".join(lines)
         assert f"127.0.0.1:{ns_port}" in text and f"127.0.0.1:{broker_port}" in text
         admin(f"127.0.0.1:{ns_port}", "topic-create", "--topic", "hello", "--queues", "2")
+        # the web dashboard is on by default: its URL is in the banner and it shows this cluster
+        url = re.search(r"dashboard +(http://\S+)", text)
+        assert url, text
+        with urllib.request.urlopen(url.group(1) + "topics", timeout=10) as page:
+            assert page.status == 200 and ">hello</a>" in page.read().decode()
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
+
+
+def banner_of(args: list[str]) -> str:
+    """Start pymq-local with ``args``, read its banner, stop it with SIGINT (exit 0)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pymq.cli.local", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            lines.append(proc.stdout.readline())  # type: ignore[union-attr]
+            if "Press Ctrl-C" in lines[-1]:
+                break
+        text = "".join(lines)
+        url = re.search(r"dashboard +(http://\S+)", text)
+        if url:
+            with urllib.request.urlopen(url.group(1) + "cluster", timeout=10) as page:
+                assert page.status == 200 and "broker" in page.read().decode()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+        return text
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_pymq_local_dashboard_on_a_taken_port_moves_and_can_be_turned_off(tmp_path: Path, free_ports) -> None:
+    ns_port, broker_port = free_ports(2)
+    base = ["--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--store-dir", str(tmp_path / "s")]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        text = banner_of([*base, "--dashboard-port", str(port)])
+    url = re.search(r"dashboard +http://127\.0\.0\.1:(\d+)/", text)
+    assert url and int(url.group(1)) not in (port, 0), text
+    assert "dashboard   off (--no-dashboard)" in banner_of([*base, "--no-dashboard"])
 
 
 def test_broker_without_a_nameserver_logs_the_cause_at_once_rate_limited(

@@ -337,3 +337,26 @@ def test_many_queue_requests_need_sub_on_every_topic_they_name(interceptor: AclI
     assert unreadable is not None and unreadable[0] != ResponseCode.SUCCESS
     no_group = answer(interceptor, request(code, {}, ok, creds=APP, opaque=5))
     assert no_group is not None and no_group[0] != ResponseCode.SUCCESS
+
+
+def test_describe_lists_rights_and_never_a_secret() -> None:
+    """GET_ACL_ACCOUNTS' body (the dashboard's ACL page): each account's rights, no secret key."""
+    import tomllib
+
+    from pymq.security.acl import parse_acl
+    from tests.acl_accounts import account, acl_toml
+
+    text = acl_toml(account("app", topic_perms={"orders": "PUB"}, group_perms={"g": "DENY"}, default_group_perm="SUB"))
+    described = parse_acl(tomllib.loads(text)).describe()
+    assert [a["accessKey"] for a in described] == ["app", "broker"]
+    assert described[0] == {
+        "accessKey": "app",
+        "admin": False,
+        "defaultTopicPerm": "DENY",
+        "defaultGroupPerm": "SUB",
+        "topicPerms": {"orders": "PUB"},
+        "groupPerms": {"g": "DENY"},
+        "whiteRemoteAddresses": 0,
+    }
+    assert described[1]["admin"] is True and described[1]["defaultTopicPerm"] == "PUB|SUB"
+    assert "secret" not in repr(described)

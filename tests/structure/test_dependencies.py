@@ -422,3 +422,22 @@ def test_handlers_do_not_reach_into_managers_tables() -> None:
                 if node.attr in MANAGER_TABLES.get(owner, ()):
                     found.append(f"{module}:{node.lineno} {owner}.{node.attr}")
     assert found == []
+
+
+def test_the_dashboard_reaches_the_cluster_only_through_the_admin_client() -> None:
+    """pymq.dashboard reads the admin RPCs (pymq.client) like pymq-admin: no broker, nameserver, store or
+    transport of its own; only the CLIs (pymq-dashboard, pymq-local) import it; only it imports the web stack."""
+    mods = modules()
+    dashboard = {m: i for m, i in mods.items() if m.startswith("pymq.dashboard")}
+    assert dashboard, "the walk found no pymq.dashboard modules"
+    assert (
+        offenders(
+            dashboard,
+            lambda i: i.startswith(("pymq.broker.", "pymq.nameserver.", "pymq.transport.", "pymq.cli.", "pymq.store")),
+        )
+        == []
+    )
+    others = {m: i for m, i in mods.items() if not m.startswith(("pymq.dashboard", "pymq.cli."))}
+    assert offenders(others, lambda i: i.startswith("pymq.dashboard")) == []
+    web = {"starlette", "uvicorn", "jinja2", "itsdangerous", "multipart"}
+    assert offenders(others, lambda i: i.split(".")[0] in web) == []

@@ -53,8 +53,9 @@ class ClientHandlers:
             # A closed channel removes its client at once (no waiting for the 120 s expiry).
             channel.add_close_callback(consumers.channel_closed)
         try:
+            language, version = str(body.get("language", "PYTHON")), int(body.get("version", 0))
             for p in body.get("producerDataSet") or []:
-                consumers.register_producer(str(p["groupName"]), client_id, channel)
+                consumers.register_producer(str(p["groupName"]), client_id, channel, language=language, version=version)
             for c in body.get("consumerDataSet") or []:
                 group = str(c["groupName"])
                 sg = self.subscription_groups.get(group)
@@ -71,8 +72,8 @@ class ClientHandlers:
                     message_model=model,
                     consume_from_where=str(c.get("consumeFromWhere", "CONSUME_FROM_LAST_OFFSET")),
                     subscriptions=subs,
-                    language=str(body.get("language", "PYTHON")),
-                    version=int(body.get("version", 0)),
+                    language=language,
+                    version=version,
                 )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidRequestError(f"bad heartbeat body: {exc}") from exc

@@ -1,0 +1,105 @@
+"""Pure formatting for the pages: message bodies, system topics, paging, times and sizes."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+#: topic prefixes and names a cluster makes for itself; hidden from the topic list by default
+SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", "SCHEDULE_TOPIC", "TBW102")
+SYSTEM_TOPICS = {"TBW102", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "BenchmarkTest", "DefaultCluster"}
+
+
+def is_system_topic(topic: str, cluster_names: set[str] | frozenset[str] = frozenset()) -> bool:
+    """A topic the cluster keeps for itself (retry, dead letters, timers, the default topic ...)."""
+    return topic.startswith(SYSTEM_PREFIXES) or topic in SYSTEM_TOPICS or topic in cluster_names
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a list: its items, its number (from 1) and how many pages there are."""
+
+    items: list[Any]
+    number: int
+    pages: int
+    total: int
+
+
+def paginate(items: list[Any], page: int, size: int) -> Page:
+    size = max(1, size)
+    pages = max(1, -(-len(items) // size))
+    number = min(max(1, page), pages)
+    return Page(items[(number - 1) * size : number * size], number, pages, len(items))
+
+
+def body_views(body: bytes) -> dict[str, str | None]:
+    """The body as text (None unless UTF-8), as pretty JSON (None unless it parses) and as hex."""
+    try:
+        text: str | None = body.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    pretty = None
+    if text is not None and text.strip()[:1] in ("{", "["):
+        try:
+            pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        except ValueError:
+            pretty = None
+    return {"text": text, "json": pretty, "hex": hex_dump(body)}
+
+
+def hex_dump(data: bytes, width: int = 16, limit: int = 64 * 1024) -> str:
+    """``offset  hex bytes  ascii`` lines, like ``xxd`` (the first ``limit`` bytes)."""
+    lines = []
+    for off in range(0, min(len(data), limit), width):
+        chunk = data[off : off + width]
+        hexes = " ".join(f"{b:02x}" for b in chunk)
+        text = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{off:08x}  {hexes:<{width * 3 - 1}}  {text}")
+    if len(data) > limit:
+        lines.append(f"... {len(data) - limit} more bytes")
+    return "\n".join(lines)
+
+
+def fmt_ms(ms: int | float | None) -> str:
+    """An epoch-milliseconds time as ``YYYY-MM-DD HH:MM:SS`` UTC ('' for none)."""
+    if not ms or ms <= 0:
+        return ""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ms / 1000))
+
+
+def fmt_bytes(n: int | float | None) -> str:
+    value = float(n or 0)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    s = int(seconds or 0)
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {s}s"
+
+
+def perm_string(perm: int) -> str:
+    """RocketMQ's permission bits as ``RW``, ``R-``, ``-W`` or ``--``."""
+    return ("R" if perm & 4 else "-") + ("W" if perm & 2 else "-")
+
+
+def parse_perm(read: bool, write: bool) -> int:
+    return (4 if read else 0) | (2 if write else 0)
+
+
+def preview(body: bytes, limit: int = 60) -> str:
+    """The start of a body as one line of text (undecodable bytes as U+FFFD)."""
+    text = body[:limit].decode("utf-8", errors="replace").replace("\n", " ")
+    return text + ("…" if len(body) > limit else "")

@@ -1,0 +1,143 @@
+"""The dashboard's pure parts: body views, system topics, paging, charts' series and reset targets."""
+
+from __future__ import annotations
+
+import pytest
+
+from pymq.dashboard import views
+from pymq.dashboard.history import History, sparkline
+from pymq.dashboard.pages_groups import reset_timestamp
+from pymq.dashboard.pages_topics import parse_attributes
+
+
+def test_body_views_text_json_and_hex() -> None:
+    v = views.body_views(b'{"a": [1, 2]}')
+    assert v["text"] == '{"a": [1, 2]}'
+    assert v["json"] == '{\n  "a": [\n    1,\n    2\n  ]\n}'
+    assert v["hex"] == '00000000  7b 22 61 22 3a 20 5b 31 2c 20 32 5d 7d           {"a": [1, 2]}'
+
+
+def test_a_binary_body_has_only_hex() -> None:
+    v = views.body_views(bytes(range(250, 256)) + b"\n")
+    assert v["text"] is None and v["json"] is None
+    assert v["hex"] == "00000000  fa fb fc fd fe ff 0a" + " " * 29 + ".......".ljust(7)
+
+
+def test_text_that_is_not_json_has_no_json_view() -> None:
+    assert views.body_views(b"{not json")["json"] is None
+    assert views.body_views(b"plain")["json"] is None
+
+
+def test_hex_dump_stops_at_its_limit() -> None:
+    dump = views.hex_dump(b"x" * 40, limit=32)
+    assert dump.splitlines()[-1] == "... 8 more bytes"
+    assert len(dump.splitlines()) == 3
+
+
+@pytest.mark.parametrize(
+    ("topic", "system"),
+    [
+        ("orders", False),
+        ("%RETRY%g", True),
+        ("%DLQ%g", True),
+        ("rmq_sys_REVIVE_LOG_DefaultCluster", True),
+        ("SCHEDULE_TOPIC_XXXX", True),
+        ("TBW102", True),
+        ("DefaultCluster", True),
+    ],
+)
+def test_system_topics(topic: str, system: bool) -> None:
+    assert views.is_system_topic(topic, {"DefaultCluster"}) is system
+
+
+def test_paginate_clamps_the_page_number() -> None:
+    items = list(range(120))
+    assert views.paginate(items, 1, 50).items == list(range(50))
+    last = views.paginate(items, 9, 50)
+    assert (last.number, last.pages, last.total, last.items) == (3, 3, 120, list(range(100, 120)))
+    assert views.paginate([], 1, 50).pages == 1
+
+
+def test_formatting() -> None:
+    assert views.fmt_ms(0) == ""
+    assert views.fmt_ms(86_400_000) == "1970-01-02 00:00:00"
+    assert views.fmt_bytes(512) == "512 B"
+    assert views.fmt_bytes(3 * 1024 * 1024) == "3.0 MiB"
+    assert views.fmt_duration(3725) == "1h 2m"
+    assert views.perm_string(6) == "RW" and views.perm_string(4) == "R-" and views.perm_string(0) == "--"
+    assert views.parse_perm(True, False) == 4
+    assert views.preview(b"a\nb" * 30, limit=5) == "a ba …"
+
+
+def test_history_keeps_the_last_window_only() -> None:
+    h = History(keep_seconds=60)
+    for t in range(0, 200, 10):
+        h.record("lag:g", float(t), float(t))
+    assert [t for t, _ in h.points("lag:g")] == [float(t) for t in range(130, 200, 10)]
+    assert h.names("lag:") == ["lag:g"] and h.names("put:") == []
+
+
+def test_sparkline_scales_to_the_box() -> None:
+    line = sparkline([(0.0, 0.0), (5.0, 10.0), (10.0, 5.0)], width=102, height=52)
+    assert line["points"] == "1.0,51.0 51.0,1.0 101.0,26.0"
+    assert (line["max"], line["last"], line["count"]) == (10.0, 5.0, 3)
+    one = sparkline([(7.0, 3.0)], width=102, height=52)
+    assert one["points"] == "1.0,1.0 101.0,1.0" and one["count"] == 1
+    assert sparkline([])["points"] == ""
+
+
+def test_reset_targets() -> None:
+    assert reset_timestamp("latest", "") == -1
+    assert reset_timestamp("earliest", "") == -2
+    assert reset_timestamp("time", "1970-01-02T00:01") == 86_460_000
+    with pytest.raises(ValueError, match="time"):
+        reset_timestamp("time", "yesterday")
+    with pytest.raises(ValueError, match="target"):
+        reset_timestamp("sideways", "")
+
+
+def test_topic_attributes_from_the_form() -> None:
+    assert parse_attributes("priority.levels=4, +message.type = NORMAL,") == {
+        "priority.levels": "4",
+        "message.type": "NORMAL",
+    }
+    assert parse_attributes("") == {}
+    with pytest.raises(ValueError, match="attributes: 'oops' is not key=value"):
+        parse_attributes("oops")
+
+
+def test_pages_escape_what_the_cluster_says() -> None:
+    """Message bodies, keys and error texts come from users: the templates escape them."""
+    from pymq.dashboard.state import make_templates
+
+    html = make_templates().get_template("error.html").render(title="t", message="<script>alert(1)</script>")
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+async def test_topic_rates_are_deltas_between_two_polls() -> None:
+    """Per-topic TPS: (messages now - messages at the last poll) / seconds between; never negative."""
+    from typing import Any, cast
+
+    from pymq.dashboard.poller import Poller
+
+    class Totals:
+        def __init__(self) -> None:
+            self.now: dict[str, tuple[int, int]] = {}
+
+        async def topic_traffic(self) -> dict[str, tuple[int, int]]:
+            return self.now
+
+    totals = Totals()
+    history = History()
+    poller = Poller(cast(Any, totals), history, 1.0)
+    totals.now = {"quiet": (5, 5)}
+    await poller._topic_rates(100.0)
+    assert history.names() == []  # one poll: no rate yet
+    totals.now = {"quiet": (5, 5), "busy": (20, 4)}
+    await poller._topic_rates(102.0)
+    assert history.points("tput:busy") == [(102.0, 10.0)] and history.points("tget:busy") == [(102.0, 2.0)]
+    assert "tput:quiet" not in history.names()  # no traffic since the last poll: no chart
+    totals.now = {"quiet": (5, 5), "busy": (3, 0)}  # a restarted broker counts from 0 again
+    await poller._topic_rates(104.0)
+    assert history.points("tput:busy")[-1] == (104.0, 0.0) and history.points("tget:busy")[-1] == (104.0, 0.0)
