@@ -137,6 +137,8 @@ class BrokerApp:
         )
         self.topics.on_change = self.registrar.trigger
         self.role_changer = RoleChanger(self)
+        #: controller mode's heartbeat and lease (issue 32; set up in start())
+        self.controller_link: Any = None
         self.started_at = 0.0
         self.metrics: Any = None
         self.schedule = ScheduleService(self.parts)
@@ -337,6 +339,8 @@ class BrokerApp:
         self.services.append(self.replication)
         if not self.is_slave:
             await self._fence_at_startup(self.replication)
+        if cfg.controller_mode:
+            await self._join_controller(self.replication, store)
         if self.is_slave:
             self.drop_master_state()  # a slave keeps no delivery state of its own (see drop_master_state)
         self.transaction.open(store, master=not self.is_slave)
@@ -514,6 +518,24 @@ class BrokerApp:
             broker_id=broker_id,
         )
         self.role.fire(RoleEvent.DEMOTE, master_addr=master, broker_id=broker_id, epoch=replication.epochs.epoch)
+
+    async def _join_controller(self, replication: Replication, store: MessageStore) -> None:
+        """Controller mode (issue 32): the first heartbeat, before serving; the lease gate and the
+        heartbeat loop. A master whose group has a live master is refused here (ConfigError)."""
+        from pymq.broker.role.controlled import ControllerLink, LeaseGate, in_sync_slaves
+
+        replication.epochs.load()
+        link = self.controller_link = ControllerLink(
+            self.config,
+            self.namesrv_client,
+            self.role_changer,
+            address=lambda: self.address,
+            max_offset=lambda: store.max_phy_offset,
+            sync_set=lambda: in_sync_slaves(self.replication),
+        )
+        link.apply_at_startup(await link.join())
+        self.dispatcher.add_interceptor(LeaseGate(link))
+        self.serving_services.insert(0, link)
 
     async def _fence_check(self) -> None:
         """Each registration interval: a running master steps down for a master of a newer term."""

@@ -29,6 +29,27 @@ from pymq.nameserver.app import NamesrvApp
     default=None,
     help="Seconds between expiry scans (default 10).",
 )
+@click.option(
+    "--controller",
+    type=click.Choice(["off", "embedded"]),
+    default=None,
+    help="Run the failover controller here, its state in --controller-dir (default off).",
+)
+@click.option("--controller-dir", type=click.Path(file_okay=False), default=None, help="Controller state directory.")
+@click.option(
+    "--controller-master-timeout",
+    "controller_master_timeout_seconds",
+    type=float,
+    default=None,
+    help="Seconds of master silence before an election (default 3).",
+)
+@click.option(
+    "--controller-lease",
+    "controller_lease_seconds",
+    type=float,
+    default=None,
+    help="Seconds a master holds its mastership after a heartbeat (default 2; < the timeout).",
+)
 @daemon_options
 def main(
     config_path: str | None, port_file: str | None, log_level: str | None, log_format: str, **flags: object

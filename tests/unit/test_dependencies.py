@@ -422,3 +422,20 @@ def test_handlers_do_not_reach_into_managers_tables() -> None:
                 if node.attr in MANAGER_TABLES.get(owner, ()):
                     found.append(f"{module}:{node.lineno} {owner}.{node.attr}")
     assert found == []
+
+
+def test_controller_pure_parts_do_no_io_and_know_no_daemon() -> None:
+    """pymq.controller's state, election, leases and core are pure (issue 32): no event loop, sockets,
+    transport or files; and the whole controller never imports the broker or the nameserver."""
+    mods = modules("controller")
+    pure = {k: v for k, v in mods.items() if k.rsplit(".", 1)[-1] in {"state", "election", "leases", "core"}}
+    assert len(pure) == 4
+    bad = offenders(
+        pure,
+        lambda i: (
+            i.split(".")[0] in {"asyncio", "uvloop", "socket", "selectors", "ssl", "os", "json"}
+            or i.startswith(("pymq.transport", "pymq.protocol"))
+        ),
+    )
+    assert bad == []
+    assert offenders(mods, lambda i: i.startswith(("pymq.broker", "pymq.nameserver"))) == []

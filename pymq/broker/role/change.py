@@ -177,6 +177,17 @@ class RoleChanger:
         await h.stop_master_services()
         log.warning("master_fenced", epoch=h.replication.epochs.epoch)
 
+    async def unfence(self) -> None:
+        """A fenced master takes writes again (its controller lease was renewed)."""
+        h = self.host
+        machine = h.role
+        if machine.current.state is not RoleState.FENCED:
+            return
+        machine.fire(RoleEvent.UNFENCE)
+        await h.start_master_services()
+        await h.registrar.resume()
+        log.warning("master_unfenced", epoch=machine.current.epoch)
+
     async def demote(self, master_addr: str, broker_id: int) -> None:
         h = self.host
         machine = h.role
