@@ -337,7 +337,7 @@ class BrokerApp:
             role=self.role,
         )
         self.services.append(self.replication)
-        if not self.is_slave:
+        if not self.is_slave and not cfg.controller_mode:  # in controller mode, the controller decides
             await self._fence_at_startup(self.replication)
         if cfg.controller_mode:
             await self._join_controller(self.replication, store)
@@ -540,7 +540,7 @@ class BrokerApp:
     async def _fence_check(self) -> None:
         """Each registration interval: a running master steps down for a master of a newer term."""
         rep = self.replication
-        if rep is None or self.role.current.state is not RoleState.MASTER:
+        if rep is None or self.role.current.state is not RoleState.MASTER or self.config.controller_mode:
             return
         newer = await newer_master(self.namesrv_client, self.config, self.address, rep.epochs.epoch)
         if newer is not None:

@@ -1,0 +1,143 @@
+"""Automatic failover by the embedded controller (issue 32), on real processes: a nameserver with
+``--controller embedded``, a SYNC_MASTER and its slave in ``--controller-mode``. kill -9 the
+master under a SYNC producer: the slave is elected, serves, and every acknowledged message is
+readable from it. A second master of the same group is refused at startup with one line.
+
+Short timeouts (heartbeat 0.2 s, lease 0.8 s, election after 1.2 s) keep the wall time small."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pymq.cli.common import EXIT_CONFIG
+from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer
+from pymq.client.send_result import SendStatus
+from pymq.errors import PymqError
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.frame import Command
+from pymq.protocol.headers import decode_body
+from pymq.protocol.route import MessageQueue
+from pymq.testing import DaemonProcess, broker_process, namesrv_process
+from pymq.transport.client import RpcClient
+from tests.helpers import wait_until_async
+from tests.master_slave import fast_client_options, group_addrs
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "failover"
+QUEUES = 2
+CONTROLLER = ["--controller", "embedded", "--controller-master-timeout", "1.2", "--controller-lease", "0.8"]
+BROKER_ENV = {
+    "PYMQ_CONTROLLER_HEARTBEAT_SECONDS": "0.2",
+    "PYMQ_SLAVE_SYNC_INTERVAL_SECONDS": "0.5",
+    "PYMQ_REGISTER_INTERVAL_SECONDS": "2",
+    "PYMQ_SLAVE_ACK_TIMEOUT_MS": "1000",
+}
+
+
+async def controller_status(ns: str) -> dict[str, Any]:
+    async with RpcClient() as rpc:
+        resp = await rpc.invoke_ok(ns, Command.request(RequestCode.CONTROLLER_STATUS), timeout=3.0)
+    status: dict[str, Any] = decode_body(resp.body)
+    return status
+
+
+async def create_topic(addr: str) -> None:
+    async with RpcClient() as rpc:
+        ext = {"topic": TOPIC, "readQueueNums": QUEUES, "writeQueueNums": QUEUES}
+        await rpc.invoke_ok(addr, Command.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+
+
+async def in_sync(ns: str, slave: str) -> bool:
+    group = (await controller_status(ns))["groups"].get("broker-a") or {}
+    return slave in group.get("syncSet", [])
+
+
+async def read_everything(ns: str, want: set[bytes], timeout: float = 15.0) -> set[bytes]:
+    pc = PullConsumer(ns, f"reader-{time.monotonic_ns()}", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    pc.assign([MessageQueue(TOPIC, "broker-a", q) for q in range(QUEUES)])
+    got: set[bytes] = set()
+    deadline = time.monotonic() + timeout
+    async with pc:
+        while not want <= got and time.monotonic() < deadline:
+            got.update(m.body for m in await pc.poll(timeout=0.5))
+    return got
+
+
+async def test_kill_9_master_a_slave_is_elected_and_nothing_acknowledged_is_lost(
+    tmp_path: Path, processes: list[DaemonProcess]
+) -> None:
+    ns = namesrv_process(tmp_path, *CONTROLLER, "--controller-dir", str(tmp_path / "ctl")).start()
+    processes.append(ns)
+    master = broker_process(tmp_path / "m", ns.address, "broker-a", "--role", "SYNC_MASTER", "--controller-mode",
+                            env=BROKER_ENV).start()  # fmt: skip
+    processes.append(master)
+    await create_topic(master.address)
+    slave = broker_process(tmp_path / "s", ns.address, "broker-a", "--role", "SLAVE", "--broker-id", "1",
+                           "--controller-mode", env=BROKER_ENV).start()  # fmt: skip
+    processes.append(slave)
+
+    # A second master of the group, started while the master lives: refused, one line.
+    second = broker_process(tmp_path / "x", ns.address, "broker-a", "--controller-mode", env=BROKER_ENV)
+    with pytest.raises(RuntimeError, match=r"broker exited with 2") as refused:
+        second.start()
+    assert second.proc is not None and second.proc.returncode == EXIT_CONFIG
+    errors = [ln for ln in second.output().splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, refused.value
+    assert errors[0].startswith(f"error: broker group broker-a already has a live master at {master.address} (epoch ")
+    assert errors[0].endswith("start this broker as a slave (--role SLAVE)")
+
+    await wait_until_async(lambda: in_sync(ns.address, slave.address), timeout=15, what="slave in the sync-state set")
+    await wait_until_async(
+        lambda: _routed(ns.address, {0: master.address, 1: slave.address}), timeout=15, what="group routed"
+    )
+    before = (await controller_status(ns.address))["groups"]["broker-a"]
+    assert before["master"] == master.address
+
+    acked: set[bytes] = set()  # SEND_OK: stored on the master and its in-sync slave
+    #: answered by the new master (alone in its sync-state set: SLAVE_NOT_AVAILABLE, but stored)
+    stored_after: set[bytes] = set()
+    failures = 0
+    killed_at: float | None = None
+    first_after_kill: float | None = None
+    async with Producer(ns.address, "fp", **fast_client_options(interval=1.0, persist=1.0)) as producer:
+        i = 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(stored_after) < 100:
+            body = f"m-{i}".encode()
+            i += 1
+            try:
+                result = await producer.send(Message(TOPIC, body), timeout=2.0)
+            except PymqError:
+                failures += 1
+                await asyncio.sleep(0.05)
+                continue
+            if result.status is SendStatus.SEND_OK:
+                acked.add(body)
+            if killed_at is not None:
+                assert result.store_addr == slave.address  # the killed master answers nothing
+                stored_after.add(body)
+                if first_after_kill is None:
+                    first_after_kill = time.monotonic()
+            elif len(acked) >= 150:
+                master.kill()  # kill -9
+                killed_at = time.monotonic()
+    assert killed_at is not None and first_after_kill is not None, (failures, len(acked))
+    failover = first_after_kill - killed_at
+    after = (await controller_status(ns.address))["groups"]["broker-a"]
+    assert after["master"] == slave.address and after["epoch"] > before["epoch"]
+    assert await group_addrs(ns.address, TOPIC, "broker-a") == {0: slave.address}
+    got = await read_everything(ns.address, acked | stored_after)
+    assert acked <= got, f"lost {len(acked - got)} acknowledged messages"
+    assert stored_after <= got
+    print(f"failover {failover:.2f}s: {len(acked)} acked, {len(stored_after)} stored after, {failures} failed sends")
+    assert failover < 10
+
+
+async def _routed(ns: str, addrs: dict[int, str]) -> bool:
+    return await group_addrs(ns, TOPIC, "broker-a") == addrs
