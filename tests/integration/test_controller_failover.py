@@ -8,6 +8,7 @@ Short timeouts (heartbeat 0.2 s, lease 0.8 s, election after 1.2 s) keep the wal
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,11 @@ from pymq.cli.common import EXIT_CONFIG
 from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer
 from pymq.client.send_result import SendStatus
 from pymq.errors import PymqError
-from pymq.protocol.codes import RequestCode
+from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body
+from pymq.protocol.record import encode_record
+from pymq.protocol.requests import SendMessageRequest
 from pymq.protocol.route import MessageQueue
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
@@ -141,3 +144,72 @@ async def test_kill_9_master_a_slave_is_elected_and_nothing_acknowledged_is_lost
 
 async def _routed(ns: str, addrs: dict[int, str]) -> bool:
     return await group_addrs(ns, TOPIC, "broker-a") == addrs
+
+
+async def start_group(tmp_path: Path, processes: list[DaemonProcess]) -> tuple[str, DaemonProcess, DaemonProcess]:
+    """A controller nameserver, a SYNC_MASTER and its slave in controller mode, the slave in sync."""
+    ns = namesrv_process(tmp_path, *CONTROLLER, "--controller-dir", str(tmp_path / "ctl")).start()
+    processes.append(ns)
+    master = broker_process(tmp_path / "m", ns.address, "broker-a", "--role", "SYNC_MASTER", "--controller-mode",
+                            env=BROKER_ENV).start()  # fmt: skip
+    processes.append(master)
+    await create_topic(master.address)
+    slave = broker_process(tmp_path / "s", ns.address, "broker-a", "--role", "SLAVE", "--broker-id", "1",
+                           "--controller-mode", env=BROKER_ENV).start()  # fmt: skip
+    processes.append(slave)
+    await wait_until_async(lambda: in_sync(ns.address, slave.address), timeout=15, what="slave in the sync-state set")
+    await wait_until_async(
+        lambda: _routed(ns.address, {0: master.address, 1: slave.address}), timeout=15, what="group routed"
+    )
+    return ns.address, master, slave
+
+
+def raw_send(body: bytes) -> Command:
+    record = encode_record(TOPIC.encode(), body, b"", born_timestamp=int(time.time() * 1000))
+    return Command.request(RequestCode.SEND_MESSAGE, SendMessageRequest(topic=TOPIC, queue_id=0).to_ext(), record)
+
+
+async def test_a_paused_master_acknowledges_nothing_after_its_lease_and_rejoins_as_a_slave(
+    tmp_path: Path, processes: list[DaemonProcess]
+) -> None:
+    ns, master, slave = await start_group(tmp_path, processes)
+    acked: set[bytes] = set()
+    async with Producer(ns, "sp", **fast_client_options(interval=1.0, persist=1.0)) as producer:
+        for i in range(50):
+            result = await producer.send(Message(TOPIC, f"before-{i}".encode()))
+            assert result.status is SendStatus.SEND_OK
+            acked.add(f"before-{i}".encode())
+        master.signal(signal.SIGSTOP)
+        try:
+            await wait_until_async(
+                lambda: _master_is(ns, slave.address), timeout=10, interval=0.1, what="the slave elected"
+            )
+            async with RpcClient() as rpc:
+                # a write queued at the paused master: it is answered after SIGCONT, and refused
+                queued = asyncio.ensure_future(rpc.invoke(master.address, raw_send(b"queued"), timeout=10.0))
+                await asyncio.sleep(0.3)
+                master.signal(signal.SIGCONT)
+                answer = await queued
+            assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE, (answer.code, answer.remark)
+        finally:
+            master.signal(signal.SIGCONT)
+        deadline = time.monotonic() + 15
+        while len(acked) < 100 and time.monotonic() < deadline:
+            try:
+                result = await producer.send(Message(TOPIC, f"after-{len(acked)}".encode()), timeout=2.0)
+            except PymqError:
+                await asyncio.sleep(0.05)
+                continue
+            assert result.store_addr == slave.address
+            acked.add(f"after-{len(acked)}".encode())
+    # the old master rejoins as the new master's slave, back in its sync-state set
+    await wait_until_async(lambda: in_sync(ns, master.address), timeout=15, what="old master back in sync")
+    group = (await controller_status(ns))["groups"]["broker-a"]
+    assert group["master"] == slave.address and group["replicas"][master.address]["brokerId"] > 0
+    got = await read_everything(ns, acked)
+    assert acked <= got, f"lost {len(acked - got)} acknowledged messages"
+    assert b"queued" not in got
+
+
+async def _master_is(ns: str, addr: str) -> bool:
+    return bool((await controller_status(ns))["groups"]["broker-a"]["master"] == addr)

@@ -132,7 +132,7 @@ class RoleChanger:
             **(rep.info() if rep is not None else {}),
         }
 
-    async def promote(self, flavour: BrokerRole, epoch: int = 0) -> None:
+    async def promote(self, flavour: BrokerRole, epoch: int = 0, final_sync_timeout: float = 5.0) -> None:
         h = self.host
         machine = h.role
         rep = h.replication
@@ -149,7 +149,7 @@ class RoleChanger:
             if current.state is RoleState.SLAVE and rep.meta_sync is not None:
                 # A last copy of the master's topics and offsets, if it still answers (a switchover).
                 try:
-                    await asyncio.wait_for(rep.meta_sync.sync_once(), 5.0)
+                    await asyncio.wait_for(rep.meta_sync.sync_once(), final_sync_timeout)
                 except (PymqError, TimeoutError) as exc:
                     log.info("final_meta_sync_skipped", reason=str(exc) or type(exc).__name__)
             new_epoch = await rep.become_master(epoch)

@@ -84,6 +84,8 @@ class ControllerLink:
         self.interval = config.controller_heartbeat_seconds
         self.lease_deadline = 0.0
         self._tasks: list[asyncio.Task[None]] = []
+        #: the role change under way (promote, demote, unfence), if any
+        self._change: asyncio.Task[None] | None = None
 
     def lease_valid(self) -> bool:
         return self.clock() < self.lease_deadline
@@ -112,7 +114,7 @@ class ControllerLink:
         ]
 
     async def stop(self) -> None:
-        for t in self._tasks:
+        for t in [*self._tasks, self._change]:
             await cancel_and_wait(t)
         self._tasks = []
 
@@ -171,26 +173,45 @@ class ControllerLink:
         return None
 
     async def _apply(self, a: ControllerAssignment, sent: float) -> None:
-        changer = self.changer
-        async with changer._lock:
-            state = changer.host.role.current.state
-            if a.role == "MASTER":
-                self.lease_deadline = sent + a.lease_ms / 1000
-                if state is RoleState.FENCED:
-                    await changer.unfence()
-                elif state is RoleState.SLAVE:
-                    log.warning("controller_elected_this_broker", epoch=a.epoch)
-                    await changer.promote(BrokerRole(self.config.controller_master_role), a.epoch)
-                    self.lease_deadline = sent + a.lease_ms / 1000
-                return
+        """Renew or drop the lease now; a role change runs beside the heartbeats (it may take seconds)."""
+        if a.role == "MASTER":
+            self.lease_deadline = sent + a.lease_ms / 1000
+        else:
             self.lease_deadline = 0.0
-            if not a.master_addr or a.master_addr == self.address():
-                return
-            current = changer.host.role.current
-            if state in (RoleState.MASTER, RoleState.FENCED) or (
-                state is RoleState.SLAVE and current.master_addr != a.master_addr
-            ):
-                await changer.demote(a.master_addr, a.broker_id)
+        if self._change is not None and not self._change.done():
+            return  # one role change at a time; the next heartbeat's answer is applied after it
+        if self._needs_change(a):
+            self._change = asyncio.create_task(self._change_role(a, sent), name="broker-controller-role-change")
+
+    def _needs_change(self, a: ControllerAssignment) -> bool:
+        current = self.changer.host.role.current
+        state = current.state
+        if a.role == "MASTER":
+            return state is RoleState.FENCED or state is RoleState.SLAVE
+        if not a.master_addr or a.master_addr == self.address():
+            return False
+        return state in (RoleState.MASTER, RoleState.FENCED) or (
+            state is RoleState.SLAVE and current.master_addr != a.master_addr
+        )
+
+    async def _change_role(self, a: ControllerAssignment, sent: float) -> None:
+        changer = self.changer
+        try:
+            async with changer._lock:
+                if not self._needs_change(a):
+                    return
+                state = changer.host.role.current.state
+                if a.role == "MASTER" and state is RoleState.FENCED:
+                    await changer.unfence()
+                elif a.role == "MASTER":
+                    log.warning("controller_elected_this_broker", epoch=a.epoch)
+                    # the old master is gone: a short last try at its metadata, not the admin's 5 s
+                    flavour = BrokerRole(self.config.controller_master_role)
+                    await changer.promote(flavour, a.epoch, final_sync_timeout=1.0)
+                else:
+                    await changer.demote(a.master_addr, a.broker_id)
+        except Exception:  # logged; the next heartbeat's answer tries again
+            log.exception("controller_role_change_failed", role=a.role, master=a.master_addr)
 
 
 class _Refused(Exception):
