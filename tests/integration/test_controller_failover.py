@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -135,6 +137,12 @@ async def test_kill_9_master_a_slave_is_elected_and_nothing_acknowledged_is_lost
     after = (await controller_status(ns.address))["groups"]["broker-a"]
     assert after["master"] == slave.address and after["epoch"] > before["epoch"]
     assert await group_addrs(ns.address, TOPIC, "broker-a") == {0: slave.address}
+    out = subprocess.run(
+        [sys.executable, "-m", "pymq.cli.admin", "--namesrv", ns.address, "controller-status"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    assert f"broker-a  {slave.address}  {after['epoch']}" in out, out
+    assert f"broker-a {master.address} -> {slave.address} (master heartbeat lapsed)" in out, out
     got = await read_everything(ns.address, acked | stored_after)
     assert acked <= got, f"lost {len(acked - got)} acknowledged messages"
     assert stored_after <= got

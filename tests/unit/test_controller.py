@@ -13,6 +13,11 @@ from pymq.controller.leases import Heartbeats
 from pymq.controller.service import ControllerService
 from pymq.controller.state import GroupState, Replica
 from pymq.controller.store import FileStateStore
+from pymq.errors import InvalidRequestError
+from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.command import Command
+from pymq.protocol.headers import encode_body
+from pymq.protocol.requests import ControllerAssignment, ControllerHeartbeatRequest
 from pymq.testing import FakeClock
 
 M, S1, S2 = "127.0.0.1:1000", "127.0.0.1:2000", "127.0.0.1:3000"
@@ -222,3 +227,34 @@ def test_file_store_round_trips_and_replaces_atomically(tmp_path: Path, ctl: Con
 def test_the_lease_must_be_shorter_than_the_election_timeout(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="shorter than the election timeout"):
         ControllerService(FileStateStore(tmp_path), master_timeout=2.0, lease=2.0)
+
+
+# --- the service's requests (handlers called directly, no sockets) ------------------------------
+
+
+def hb_command(body: bytes = b"", **ext: object) -> Command:
+    req = ControllerHeartbeatRequest(
+        cluster_name="c", broker_name="g", broker_addr=M, role="MASTER", epoch=1, max_offset=10
+    ).to_ext()
+    return Command.request(RequestCode.CONTROLLER_HEARTBEAT, {**req, **ext}, body)
+
+
+def test_service_answers_assignments_and_saves_before_answering(tmp_path: Path, clock: FakeClock) -> None:
+    store = FileStateStore(tmp_path)
+    svc = ControllerService(store, master_timeout=3.0, lease=2.0, clock=clock)
+    resp = svc.heartbeat(hb_command(), None)
+    a = ControllerAssignment.from_ext(resp.ext)
+    assert (resp.code, a.role, a.master_addr, a.lease_ms) == (ResponseCode.SUCCESS, "MASTER", M, 2000)
+    assert store.load()["g"].master == M
+    refused = svc.heartbeat(hb_command(brokerAddr=S1, starting="true"), None)
+    assert refused.code == ResponseCode.NO_PERMISSION and "already has a live master" in (refused.remark or "")
+
+
+def test_service_names_the_bad_field(tmp_path: Path) -> None:
+    svc = ControllerService(FileStateStore(tmp_path), master_timeout=3.0, lease=2.0)
+    with pytest.raises(InvalidRequestError, match="syncSet"):
+        svc.heartbeat(hb_command(encode_body({"syncSet": "x"})), None)
+    with pytest.raises(InvalidRequestError, match="epoch"):
+        svc.heartbeat(hb_command(epoch="-3"), None)
+    with pytest.raises(InvalidRequestError, match="clusterName"):
+        svc.heartbeat(Command.request(RequestCode.CONTROLLER_HEARTBEAT, {"brokerName": "g", "role": "MASTER"}), None)
