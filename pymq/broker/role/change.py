@@ -146,7 +146,7 @@ class RoleChanger:
         old_id = current.broker_id
         machine.fire(RoleEvent.PROMOTE)
         try:
-            if current.state is RoleState.SLAVE and rep.meta_sync is not None:
+            if current.state is RoleState.SLAVE and rep.meta_sync is not None and final_sync_timeout > 0:
                 # A last copy of the master's topics and offsets, if it still answers (a switchover).
                 try:
                     await asyncio.wait_for(rep.meta_sync.sync_once(), final_sync_timeout)

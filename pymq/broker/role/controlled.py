@@ -205,9 +205,10 @@ class ControllerLink:
                     await changer.unfence()
                 elif a.role == "MASTER":
                     log.warning("controller_elected_this_broker", epoch=a.epoch)
-                    # the old master is gone: a short last try at its metadata, not the admin's 5 s
+                    # the controller found the old master silent: no last metadata copy from it (the
+                    # periodic one stands; a paused master could hold the promotion for seconds)
                     flavour = BrokerRole(self.config.controller_master_role)
-                    await changer.promote(flavour, a.epoch, final_sync_timeout=1.0)
+                    await changer.promote(flavour, a.epoch, final_sync_timeout=0)
                 else:
                     await changer.demote(a.master_addr, a.broker_id)
         except Exception:  # logged; the next heartbeat's answer tries again
