@@ -11,10 +11,11 @@ from pymq.cli.admin_group import AdminContext, admin_command, main
 from pymq.cli.output import emit, key_values, table
 from pymq.client.admin import AdminClient
 from pymq.client.admin_replication import promote_slave
-from pymq.errors import PymqError
+from pymq.errors import InvalidRequestError, PymqError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import decode_body
+from pymq.protocol.requests import ControllerElectRequest
 
 
 @main.command("broker-role")
@@ -114,4 +115,34 @@ async def fetch_controller_status(admin: AdminClient) -> dict[str, Any]:
             continue
         status: dict[str, Any] = decode_body(resp.body, "controller status")
         return status
+    raise PymqError(f"no nameserver runs a controller (start one with --controller embedded): {last}")
+
+
+@main.command("elect-master")
+@click.option("--broker-name", required=True, help="The broker group (brokerName).")
+@click.option("--broker-addr", default="", help="The in-sync replica to make master (default: the best one).")
+@admin_command
+async def elect_master(admin: AdminClient, ctx: AdminContext, broker_name: str, broker_addr: str) -> None:
+    """Move a group's mastership through the controller: the master's lease is let lapse (it stops
+    taking writes), then an in-sync replica is elected at a new epoch and the old master follows it.
+
+    \b
+    Example:
+      pymq-admin elect-master --broker-name broker-a
+      pymq-admin elect-master --broker-name broker-a --broker-addr 10.0.0.2:10911
+    """
+    ext = ControllerElectRequest(broker_name=broker_name, broker_addr=broker_addr).to_ext()
+    last: Exception | None = None
+    for addr in admin.ns.addrs:
+        cmd = Command.request(RequestCode.CONTROLLER_ELECT_MASTER, ext)
+        try:
+            resp = await admin.rpc.invoke_ok(addr, cmd, admin.timeout + 10.0)
+        except InvalidRequestError:
+            raise
+        except PymqError as exc:
+            last = exc
+            continue
+        group: dict[str, Any] = decode_body(resp.body, "group state")
+        emit(group, ctx.as_json, f"{broker_name}: master {group.get('master')} at epoch {group.get('epoch')}")
+        return
     raise PymqError(f"no nameserver runs a controller (start one with --controller embedded): {last}")

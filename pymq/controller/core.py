@@ -71,12 +71,19 @@ class Controller:
     clock: Callable[[], float]
     master_timeout: float
     unclean_election: bool = False
+    #: how long a MASTER answer lets the master take writes (an operator election waits it out)
+    lease: float = 0.0
     groups: dict[str, GroupState] = field(default_factory=dict)
     dirty: bool = False
     history: list[Election] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.heartbeats = Heartbeats(self.clock, self.master_timeout)
+        #: master address -> when it was last told MASTER (its lease runs from before then)
+        self.granted: dict[str, float] = {}
+        #: group -> (the replica asked for or None, not before this time): operator elections
+        #: waiting for the current master's lease to lapse
+        self.handovers: dict[str, tuple[str | None, float]] = {}
         if self.unclean_election:
             log.warning("unclean election is ON: a replica outside the sync-state set may be elected and lose writes")
 
@@ -101,6 +108,8 @@ class Controller:
         if g.master is None and hb.claims_master and not g.sync_set:
             # a new group: its first master is the broker configured as one
             self._make_master(g, hb.address, max(g.epoch, hb.epoch), "first master of a new group")
+        if g.master == hb.address and hb.group in self.handovers:
+            return Assignment(SLAVE, None, g.epoch, 0)  # no lease renewal: the mastership is moving
         if g.master == hb.address:
             if hb.epoch > g.epoch:
                 g.epoch = hb.epoch  # the promotion began a term above the one asked for
@@ -112,6 +121,7 @@ class Controller:
                     g.sync_set = reported
                     self.dirty = True
             rep.broker_id = 0
+            self.granted[hb.address] = self.clock()
             return Assignment(MASTER, hb.address, g.epoch, 0)
         if rep.broker_id <= 0:
             rep.broker_id = -1
@@ -119,9 +129,44 @@ class Controller:
             self.dirty = True
         return Assignment(SLAVE, g.master, g.epoch, rep.broker_id)
 
+    def request_election(self, group: str, target: str | None = None) -> float:
+        """An operator's election: move ``group``'s mastership to ``target`` (or the best other in-sync
+        replica) once the master's lease has lapsed; returns that time. Raises ValueError (why not)."""
+        g = self.groups.get(group)
+        if g is None:
+            raise ValueError(f"unknown broker group {group!r}")
+        alive = self.heartbeats.alive_set() - ({g.master} if g.master else set())
+        if target is not None:
+            if target == g.master:
+                raise ValueError(f"{target} is already the master of {group}")
+            if target not in g.sync_set:
+                raise ValueError(f"{target} is not in {group}'s sync-state set {sorted(g.sync_set)}")
+            if target not in alive:
+                raise ValueError(f"{target} is not alive")
+        elif elect(g, alive) is None:
+            raise ValueError(f"{group} has no other live replica in its sync-state set {sorted(g.sync_set)}")
+        granted = self.granted.get(g.master, self.clock()) if g.master else self.clock()
+        not_before = max(self.clock(), granted + self.lease)
+        self.handovers[group] = (target, not_before)
+        log.warning("election_requested group=%s target=%s at=%.3f", group, target, not_before)
+        return not_before
+
     def tick(self) -> list[Election]:
-        """Elect a master for every group whose master is silent (or missing)."""
+        """Elect a master for every group whose master is silent (or missing), and carry out the
+        operator elections whose wait is over."""
         out = []
+        now = self.clock()
+        for name, (target, not_before) in list(self.handovers.items()):
+            if now < not_before:
+                continue
+            del self.handovers[name]
+            g = self.groups[name]
+            if target is not None and target in g.sync_set and self.heartbeats.alive(target):
+                out.append(self._make_master(g, target, g.epoch + 1, "operator election", g.master))
+            else:
+                e = self.elect(name, "operator election", exclude=g.master)
+                if e is not None:
+                    out.append(e)
         for g in self.groups.values():
             if g.master is not None and self.heartbeats.alive(g.master):
                 continue

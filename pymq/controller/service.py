@@ -20,7 +20,7 @@ from pymq.errors import InvalidRequestError
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import decode_body, encode_body
-from pymq.protocol.requests import ControllerAssignment, ControllerHeartbeatRequest
+from pymq.protocol.requests import ControllerAssignment, ControllerElectRequest, ControllerHeartbeatRequest
 
 log = logging.getLogger("pymq.controller")
 
@@ -44,7 +44,7 @@ class ControllerService:
             raise ValueError("the master lease must be shorter than the election timeout")
         self.store = store
         self.lease = lease
-        self.core = Controller(clock, master_timeout, unclean_election)
+        self.core = Controller(clock, master_timeout, unclean_election, lease=lease)
         self.on_election = on_election
         self._task: asyncio.Task[None] | None = None
 
@@ -52,6 +52,7 @@ class ControllerService:
         return {
             RequestCode.CONTROLLER_HEARTBEAT: self.heartbeat,
             RequestCode.CONTROLLER_STATUS: self.status,
+            RequestCode.CONTROLLER_ELECT_MASTER: self.elect_master,
         }
 
     async def start(self) -> None:
@@ -123,6 +124,19 @@ class ControllerService:
             lease_ms=int(self.lease * 1000),
         )
         return cmd.response(ext=answer.to_ext())
+
+    async def elect_master(self, cmd: Command, channel: object) -> Command:
+        """An operator's election: waits out the master's lease, elects, answers the group's state."""
+        h = ControllerElectRequest.from_ext(cmd.ext)
+        core = self.core
+        try:
+            not_before = core.request_election(h.broker_name, h.broker_addr or None)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from None
+        await asyncio.sleep(max(0.0, not_before - core.clock()) + 0.01)
+        self.tick()
+        g = core.groups[h.broker_name]
+        return cmd.response(body=encode_body(g.to_dict()))
 
     def status(self, cmd: Command, channel: object) -> Command:
         core = self.core

@@ -60,9 +60,10 @@ class RequestCode(IntEnum):
     NOTIFY_BROKER_ROLE_CHANGED = 1008
     # failover controller (issue 32; pymq's own: RocketMQ's controller speaks another protocol):
     # a broker's heartbeat with its role, epoch and max offset (a master adds its sync-state set),
-    # answered with its assignment; and the controller's state for pymq-admin
+    # answered with its assignment; the controller's state, and an operator's election, for pymq-admin
     CONTROLLER_HEARTBEAT = 1010
     CONTROLLER_STATUS = 1011
+    CONTROLLER_ELECT_MASTER = 1012
     # liveness check, used by benchmarks and health probes
     PING = 999
     # transactional messages (RocketMQ's codes): END_TRANSACTION is oneway producer -> broker,
@@ -93,6 +94,7 @@ NAMESRV_REQUEST_CODES = frozenset(
         RequestCode.DELETE_TOPIC_IN_NAMESRV,
         RequestCode.CONTROLLER_HEARTBEAT,
         RequestCode.CONTROLLER_STATUS,
+        RequestCode.CONTROLLER_ELECT_MASTER,
     }
 )
 

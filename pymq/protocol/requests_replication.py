@@ -60,3 +60,14 @@ class ControllerAssignment(Header):
     epoch: int = bounded(0, lo=0)
     broker_id: int = bounded(-1, lo=-1)
     lease_ms: int = bounded(0, lo=0)
+
+
+@wire_header
+@dataclass(slots=True, kw_only=True)
+class ControllerElectRequest(Header):
+    """CONTROLLER_ELECT_MASTER (pymq-admin elect-master): move ``broker_name``'s mastership to
+    ``broker_addr`` (empty: the best other live in-sync replica) once the master's lease lapsed.
+    The answer's body is the group's state after the election."""
+
+    broker_name: str
+    broker_addr: str = ""

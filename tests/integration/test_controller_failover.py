@@ -221,3 +221,34 @@ async def test_a_paused_master_acknowledges_nothing_after_its_lease_and_rejoins_
 
 async def _master_is(ns: str, addr: str) -> bool:
     return bool((await controller_status(ns))["groups"]["broker-a"]["master"] == addr)
+
+
+async def test_elect_master_moves_the_mastership_and_the_old_master_follows(
+    tmp_path: Path, processes: list[DaemonProcess]
+) -> None:
+    ns, master, slave = await start_group(tmp_path, processes)
+    async with Producer(ns, "ep", **fast_client_options(interval=1.0, persist=1.0)) as producer:
+        for i in range(20):
+            assert (await producer.send(Message(TOPIC, f"e-{i}".encode()))).status is SendStatus.SEND_OK
+        admin = [sys.executable, "-m", "pymq.cli.admin", "--namesrv", ns, "elect-master", "--broker-name", "broker-a"]
+        wrong = subprocess.run([*admin, "--broker-addr", "127.0.0.1:1"], capture_output=True, text=True, timeout=30)
+        assert wrong.returncode == 1 and "127.0.0.1:1 is not in broker-a's sync-state set" in wrong.stderr
+        out = subprocess.run(admin, capture_output=True, text=True, timeout=30, check=True).stdout
+        assert out.startswith(f"broker-a: master {slave.address} at epoch ")
+        async with RpcClient() as rpc:
+            refused = await rpc.invoke(master.address, raw_send(b"to-old"), timeout=5.0)
+        assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        deadline = time.monotonic() + 15
+        sent_after = 0
+        while sent_after < 20 and time.monotonic() < deadline:
+            try:
+                result = await producer.send(Message(TOPIC, f"e-after-{sent_after}".encode()), timeout=2.0)
+            except PymqError:
+                await asyncio.sleep(0.05)
+                continue
+            assert result.store_addr == slave.address
+            sent_after += 1
+        assert sent_after == 20
+    await wait_until_async(lambda: in_sync(ns, master.address), timeout=15, what="old master in sync under the new")
+    want = {f"e-{i}".encode() for i in range(20)} | {f"e-after-{i}".encode() for i in range(20)}
+    assert want <= await read_everything(ns, want)

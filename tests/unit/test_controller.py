@@ -207,6 +207,36 @@ def test_an_operator_election_moves_mastership_to_an_in_sync_slave(ctl: Controll
     assert e is not None and (e.new_master, e.epoch) == (S1, 2)
 
 
+def test_an_operator_election_waits_out_the_masters_lease(clock: FakeClock) -> None:
+    ctl = Controller(clock, master_timeout=3.0, lease=2.0)
+    beat(ctl, M, master=True, epoch=1)
+    beat(ctl, S1, epoch=1)
+    beat(ctl, S2, epoch=1)
+    with pytest.raises(ValueError, match="no other live replica in its sync-state set"):
+        ctl.request_election("g")
+    with pytest.raises(ValueError, match=r"127.0.0.1:3000 is not in g's sync-state set"):
+        ctl.request_election("g", S2)
+    with pytest.raises(ValueError, match="already the master"):
+        ctl.request_election("g", M)
+    with pytest.raises(ValueError, match="unknown broker group"):
+        ctl.request_election("nope")
+    beat(ctl, M, master=True, epoch=1, sync_set=[S1])  # MASTER granted at t0
+    t0 = clock.now
+    clock.advance(0.5)
+    assert ctl.request_election("g") == t0 + 2.0
+    # from now on the master's lease is not renewed
+    a = beat(ctl, M, master=True, epoch=1, sync_set=[S1])
+    assert (a.role, a.master) == (SLAVE, None)
+    clock.advance(1.0)
+    assert ctl.tick() == []  # its last lease still runs
+    clock.advance(0.5)
+    [e] = ctl.tick()
+    assert (e.old_master, e.new_master, e.epoch, e.reason) == (M, S1, 2, "operator election")
+    a = beat(ctl, M, master=True, epoch=1)
+    assert (a.role, a.master) == (SLAVE, S1)
+    assert beat(ctl, S1, epoch=1).role == MASTER
+
+
 # --- state store ---------------------------------------------------------------------------------
 
 
