@@ -59,16 +59,28 @@ Press Ctrl-C to stop.
 @click.option("--broker-port", default=10911, show_default=True)
 @click.option("--store-dir", default="./pymq-local-store", show_default=True, type=click.Path(file_okay=False))
 @click.option("--log-level", default="warning", show_default=True)
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, 2),
+    default=1,
+    show_default=True,
+    help="2: a master and a slave as child processes, automatic failover on (the controller runs here).",
+)
 @version_option
-def main(host: str, namesrv_port: int, broker_port: int, store_dir: str, log_level: str) -> None:
+def main(host: str, namesrv_port: int, broker_port: int, store_dir: str, log_level: str, replicas: int) -> None:
     """Start a local pymq cluster (one nameserver, one broker) in the foreground.
 
     \b
     Example:
       pymq-local
       pymq-local --namesrv-port 19876 --broker-port 20911 --store-dir /tmp/pymq
+      pymq-local --replicas 2       # a master and its slave; kill -9 the master and the slave takes over
     """
     configure_logging(log_level)
+    if replicas == 2:
+        from pymq.cli.local_replicas import serve_replicated
+
+        sys.exit(run(serve_replicated(host, namesrv_port, broker_port, Path(store_dir), say)))
     sys.exit(run(_serve(host, namesrv_port, broker_port, Path(store_dir))))
 
 
