@@ -252,3 +252,45 @@ async def test_elect_master_moves_the_mastership_and_the_old_master_follows(
     await wait_until_async(lambda: in_sync(ns, master.address), timeout=15, what="old master in sync under the new")
     want = {f"e-{i}".encode() for i in range(20)} | {f"e-after-{i}".encode() for i in range(20)}
     assert want <= await read_everything(ns, want)
+
+
+async def test_a_restarted_controller_keeps_its_state_and_the_next_failover_works(
+    tmp_path: Path, processes: list[DaemonProcess], free_ports
+) -> None:
+    """kill -9 the controller's nameserver: the master's lease lapses and it stops taking writes;
+    restarted on its state file, the controller renews the lease (the master is unfenced), and a
+    kill -9 of the master afterwards still elects the slave."""
+    (port,) = free_ports(1)
+    args = [*CONTROLLER, "--controller-dir", str(tmp_path / "ctl"), "--port", str(port)]
+    ns_proc = DaemonProcess("namesrv", ["--host", "127.0.0.1", *args], tmp_path)
+    processes.append(ns_proc.start())
+    ns = ns_proc.address
+    master = broker_process(tmp_path / "m", ns, "broker-a", "--role", "SYNC_MASTER", "--controller-mode",
+                            env=BROKER_ENV).start()  # fmt: skip
+    processes.append(master)
+    await create_topic(master.address)
+    slave = broker_process(tmp_path / "s", ns, "broker-a", "--role", "SLAVE", "--broker-id", "1",
+                           "--controller-mode", env=BROKER_ENV).start()  # fmt: skip
+    processes.append(slave)
+    await wait_until_async(lambda: in_sync(ns, slave.address), timeout=15, what="slave in the sync-state set")
+    epoch = (await controller_status(ns))["groups"]["broker-a"]["epoch"]
+
+    ns_proc.kill()
+    await asyncio.sleep(1.5)  # past the 0.8 s lease
+    async with RpcClient() as rpc:
+        refused = await rpc.invoke(master.address, raw_send(b"no-lease"), timeout=5.0)
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    ns_proc = DaemonProcess("namesrv", ["--host", "127.0.0.1", *args], tmp_path)
+    processes.append(ns_proc.start())
+    group = (await controller_status(ns))["groups"]["broker-a"]
+    assert (group["master"], group["epoch"]) == (master.address, epoch)  # from the state file
+
+    async def takes_writes() -> bool:
+        async with RpcClient() as rpc:
+            return (await rpc.invoke(master.address, raw_send(b"leased"), timeout=5.0)).code == ResponseCode.SUCCESS
+
+    await wait_until_async(takes_writes, timeout=10, what="the master unfenced")
+    await wait_until_async(lambda: in_sync(ns, slave.address), timeout=15, what="slave reported in sync again")
+    master.kill()
+    await wait_until_async(lambda: _master_is(ns, slave.address), timeout=10, what="the slave elected")
+    assert (await controller_status(ns))["groups"]["broker-a"]["epoch"] > epoch
