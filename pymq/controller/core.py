@@ -76,6 +76,8 @@ class Controller:
     groups: dict[str, GroupState] = field(default_factory=dict)
     dirty: bool = False
     history: list[Election] = field(default_factory=list)
+    #: elections per group since this controller started (metrics)
+    election_counts: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.heartbeats = Heartbeats(self.clock, self.master_timeout)
@@ -204,6 +206,7 @@ class Controller:
         e = Election(g.name, old, address, epoch, reason)
         self.history.append(e)
         del self.history[:-100]
+        self.election_counts[g.name] = self.election_counts.get(g.name, 0) + 1
         log.warning("master_elected group=%s master=%s epoch=%d old=%s reason=%s", g.name, address, epoch, old, reason)
         return e
 

@@ -31,6 +31,7 @@ from pymq.testing import DaemonProcess, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
 from tests.helpers import wait_until_async
 from tests.master_slave import fast_client_options, group_addrs
+from tests.metrics_helpers import scrape, value
 
 pytestmark = pytest.mark.integration
 
@@ -75,9 +76,12 @@ async def read_everything(ns: str, want: set[bytes], timeout: float = 15.0) -> s
 
 
 async def test_kill_9_master_a_slave_is_elected_and_nothing_acknowledged_is_lost(
-    tmp_path: Path, processes: list[DaemonProcess]
+    tmp_path: Path, processes: list[DaemonProcess], free_ports
 ) -> None:
-    ns = namesrv_process(tmp_path, *CONTROLLER, "--controller-dir", str(tmp_path / "ctl")).start()
+    (metrics_port,) = free_ports(1)
+    ns = namesrv_process(
+        tmp_path, *CONTROLLER, "--controller-dir", str(tmp_path / "ctl"), "--metrics-port", str(metrics_port)
+    ).start()
     processes.append(ns)
     master = broker_process(tmp_path / "m", ns.address, "broker-a", "--role", "SYNC_MASTER", "--controller-mode",
                             env=BROKER_ENV).start()  # fmt: skip
@@ -143,6 +147,11 @@ async def test_kill_9_master_a_slave_is_elected_and_nothing_acknowledged_is_lost
     ).stdout  # fmt: skip
     assert f"broker-a  {slave.address}  {after['epoch']}" in out, out
     assert f"broker-a {master.address} -> {slave.address} (master heartbeat lapsed)" in out, out
+    _, samples = await scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+    assert value(samples, "pymq_controller_elections_total", group="broker-a") == 2  # the first master, the failover
+    assert value(samples, "pymq_controller_epoch", group="broker-a") == after["epoch"]
+    assert value(samples, "pymq_controller_master_alive", group="broker-a") == 1
+    assert value(samples, "pymq_controller_sync_state_set_size", group="broker-a") == len(after["syncSet"])
     got = await read_everything(ns.address, acked | stored_after)
     assert acked <= got, f"lost {len(acked - got)} acknowledged messages"
     assert stored_after <= got
