@@ -163,7 +163,7 @@ async def test_a_fenced_masters_refusal_makes_the_producer_fetch_the_route_again
 ) -> None:
     """SERVICE_NOT_AVAILABLE (a fenced master, a slave, a lapsed lease: issue 32) drops the cached
     route at once: the next send asks the nameserver instead of waiting for the 30 s refresh."""
-    a, b = brokers
+    a, _b = brokers
     route = RequestCode.GET_ROUTEINFO_BY_TOPIC
     async with Producer(a.address, selector=first_a(), retry_times=2) as producer:
         await producer.send(Message("orders", b"warm"), queue=MessageQueue("orders", "broker-b", 0))
