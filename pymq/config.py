@@ -146,9 +146,12 @@ class NamesrvConfig(_Model):
     acl: AclSettings = Field(default_factory=AclSettings)
     tls: TlsSettings = Field(default_factory=TlsSettings)
     # --- failover controller (issue 32; docs/REPLICATION.md "Automatic failover") ---
-    #: "embedded": this nameserver runs the controller, its state in ``controller_dir``
-    controller: Literal["off", "embedded"] = "off"
+    #: "embedded": this nameserver runs the controller, its state in ``controller_dir``;
+    #: "etcd": its state in etcd (``controller_etcd_endpoints``), each change compared on revision
+    controller: Literal["off", "embedded", "etcd"] = "off"
     controller_dir: Path = Path("./controller")
+    controller_etcd_endpoints: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:2379"])
+    controller_etcd_key: str = "/pymq/controller/state"
     #: a master silent this long is replaced by an election
     controller_master_timeout_seconds: float = Field(3.0, gt=0)
     #: how long a master holds its mastership after a heartbeat it sent (must be < the timeout)

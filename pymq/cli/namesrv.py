@@ -31,9 +31,15 @@ from pymq.nameserver.app import NamesrvApp
 )
 @click.option(
     "--controller",
-    type=click.Choice(["off", "embedded"]),
+    type=click.Choice(["off", "embedded", "etcd"]),
     default=None,
-    help="Run the failover controller here, its state in --controller-dir (default off).",
+    help="Run the failover controller here, its state in --controller-dir or etcd (default off).",
+)
+@click.option(
+    "--controller-etcd",
+    "controller_etcd_endpoints",
+    default=None,
+    help="etcd endpoints for --controller etcd, ';'-separated (default http://127.0.0.1:2379).",
 )
 @click.option("--controller-dir", type=click.Path(file_okay=False), default=None, help="Controller state directory.")
 @click.option(
@@ -62,6 +68,8 @@ def main(
       PYMQ_PORT=9878 pymq-namesrv --config deploy/config/namesrv-1.toml --metrics-port 0
     """
     security = daemon_security_overrides(flags)  # popped from flags first
+    if flags.get("controller_etcd_endpoints"):
+        flags["controller_etcd_endpoints"] = [e for e in str(flags["controller_etcd_endpoints"]).split(";") if e]
     overrides = {**flags, **security, "log_level": log_level}
     serve(NamesrvConfig, config_path, overrides, log_format, port_file, NamesrvApp)
 

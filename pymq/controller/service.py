@@ -76,7 +76,10 @@ class ControllerService:
         interval = min(0.2, self.core.master_timeout / 5)
         while True:
             await asyncio.sleep(interval)
-            self.tick()
+            try:
+                self.tick()
+            except Exception:  # a state store that fails (etcd down, a conflict): decide nothing, retry
+                log.exception("controller_tick_failed")
 
     def tick(self) -> list[Election]:
         elections = self.core.tick()

@@ -30,12 +30,19 @@ class NamesrvApp:
         table = self.handlers.table()
         #: the embedded failover controller (issue 32), when ``controller = "embedded"``
         self.controller: Any = None
-        if config.controller == "embedded":
+        if config.controller != "off":
             from pymq.controller.service import ControllerService
-            from pymq.controller.store import FileStateStore
+            from pymq.controller.store import FileStateStore, StateStore
 
+            store: StateStore
+            if config.controller == "etcd":
+                from pymq.controller.etcd_store import EtcdStateStore
+
+                store = EtcdStateStore(config.controller_etcd_endpoints, config.controller_etcd_key)
+            else:
+                store = FileStateStore(config.controller_dir)
             self.controller = ControllerService(
-                FileStateStore(config.controller_dir),
+                store,
                 master_timeout=config.controller_master_timeout_seconds,
                 lease=config.controller_lease_seconds,
                 unclean_election=config.controller_unclean_election,
