@@ -525,15 +525,24 @@ class BrokerApp:
         from pymq.broker.role.controlled import ControllerLink, LeaseGate, in_sync_slaves
 
         replication.epochs.load()
+        # Its own client: reconnecting to a restarted controller must not wait out the nameserver
+        # client's backoff (up to 5 s) while the lease runs; same TLS and signing.
+        interval = self.config.controller_heartbeat_seconds
+        rpc = RpcClient(connect_timeout=interval * 2, backoff_max=interval, ssl=self.namesrv_client.ssl)
+        rpc.signer = self.namesrv_client.signer
         link = self.controller_link = ControllerLink(
             self.config,
-            self.namesrv_client,
+            rpc,
             self.role_changer,
             address=lambda: self.address,
             max_offset=lambda: store.max_phy_offset,
             sync_set=lambda: in_sync_slaves(self.replication),
         )
-        link.apply_at_startup(await link.join())
+        try:
+            link.apply_at_startup(await link.join())
+        except BaseException:
+            await rpc.close()
+            raise
         self.dispatcher.add_interceptor(LeaseGate(link))
         self.serving_services.insert(0, link)
 

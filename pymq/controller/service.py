@@ -57,10 +57,12 @@ class ControllerService:
 
     async def start(self) -> None:
         self.core.groups = self.store.load()
-        # A restarted controller has heard no one yet: masters get a full timeout to check in.
+        # A restarted controller has heard no one yet: masters get two timeouts to check in (their
+        # clients may be backing off from the address that was down).
+        now = self.core.clock()
         for g in self.core.groups.values():
             if g.master is not None:
-                self.core.heartbeats.beat(g.master)
+                self.core.heartbeats.last[g.master] = now + self.core.master_timeout
         self._task = asyncio.create_task(self._tick_loop(), name="controller-tick")
         log.info("controller_started groups=%d", len(self.core.groups))
 

@@ -117,6 +117,7 @@ class ControllerLink:
         for t in [*self._tasks, self._change]:
             await cancel_and_wait(t)
         self._tasks = []
+        await self.rpc.close()
 
     async def _beat_loop(self) -> None:
         while True:
