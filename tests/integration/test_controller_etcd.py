@@ -9,8 +9,10 @@ import pytest
 
 from pymq.controller.core import Controller, Heartbeat
 from pymq.controller.etcd_store import EtcdStateStore, EtcdUnavailable, StateConflict
-from pymq.testing import DaemonProcess, FakeClock
+from pymq.testing import DaemonProcess, FakeClock, broker_process
+from tests.controller_group import BROKER_ENV, CONTROLLER, create_topic, in_sync, master_is
 from tests.etcd_server import etcd_server
+from tests.helpers import wait_until_async
 
 pytestmark = pytest.mark.integration
 
@@ -37,26 +39,24 @@ def test_etcd_store_round_trips_and_refuses_a_stale_writer(tmp_path: Path, free_
 async def test_kill_9_master_with_the_controller_state_in_etcd(
     tmp_path: Path, processes: list[DaemonProcess], free_ports
 ) -> None:
-    from tests.integration import test_controller_failover as f
-
     with etcd_server(tmp_path / "etcd", free_ports) as url:
         ns_proc = DaemonProcess(
             "namesrv",
-            ["--host", "127.0.0.1", "--port", "0", *f.CONTROLLER[2:], "--controller", "etcd", "--controller-etcd", url],
+            ["--host", "127.0.0.1", "--port", "0", *CONTROLLER[2:], "--controller", "etcd", "--controller-etcd", url],
             tmp_path,
         )
         processes.append(ns_proc.start())
         ns = ns_proc.address
-        master = f.broker_process(tmp_path / "m", ns, "broker-a", "--role", "SYNC_MASTER", "--controller-mode",
-                                  env=f.BROKER_ENV).start()  # fmt: skip
+        master = broker_process(tmp_path / "m", ns, "broker-a", "--role", "SYNC_MASTER", "--controller-mode",
+                                  env=BROKER_ENV).start()  # fmt: skip
         processes.append(master)
-        await f.create_topic(master.address)
-        slave = f.broker_process(tmp_path / "s", ns, "broker-a", "--role", "SLAVE", "--broker-id", "1",
-                                 "--controller-mode", env=f.BROKER_ENV).start()  # fmt: skip
+        await create_topic(master.address)
+        slave = broker_process(tmp_path / "s", ns, "broker-a", "--role", "SLAVE", "--broker-id", "1",
+                                 "--controller-mode", env=BROKER_ENV).start()  # fmt: skip
         processes.append(slave)
-        await f.wait_until_async(lambda: f.in_sync(ns, slave.address), timeout=15, what="slave in sync")
+        await wait_until_async(lambda: in_sync(ns, slave.address), timeout=15, what="slave in sync")
         master.kill()
-        await f.wait_until_async(lambda: f._master_is(ns, slave.address), timeout=10, what="the slave elected")
+        await wait_until_async(lambda: master_is(ns, slave.address), timeout=10, what="the slave elected")
         stored = EtcdStateStore([url]).load()["broker-a"]
         assert stored.master == slave.address and stored.epoch >= 2
         for p in processes:

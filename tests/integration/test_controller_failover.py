@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,45 +22,26 @@ from pymq.client.send_result import SendStatus
 from pymq.errors import PymqError
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.frame import Command
-from pymq.protocol.headers import decode_body
 from pymq.protocol.record import encode_record
 from pymq.protocol.requests import SendMessageRequest
 from pymq.protocol.route import MessageQueue
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
+from tests.controller_group import (
+    BROKER_ENV,
+    CONTROLLER,
+    QUEUES,
+    TOPIC,
+    controller_status,
+    create_topic,
+    in_sync,
+    master_is,
+)
 from tests.helpers import wait_until_async
 from tests.master_slave import fast_client_options, group_addrs
 from tests.metrics_helpers import scrape, value
 
 pytestmark = pytest.mark.integration
-
-TOPIC = "failover"
-QUEUES = 2
-CONTROLLER = ["--controller", "embedded", "--controller-master-timeout", "1.2", "--controller-lease", "0.8"]
-BROKER_ENV = {
-    "PYMQ_CONTROLLER_HEARTBEAT_SECONDS": "0.2",
-    "PYMQ_SLAVE_SYNC_INTERVAL_SECONDS": "0.5",
-    "PYMQ_REGISTER_INTERVAL_SECONDS": "2",
-    "PYMQ_SLAVE_ACK_TIMEOUT_MS": "1000",
-}
-
-
-async def controller_status(ns: str) -> dict[str, Any]:
-    async with RpcClient() as rpc:
-        resp = await rpc.invoke_ok(ns, Command.request(RequestCode.CONTROLLER_STATUS), timeout=3.0)
-    status: dict[str, Any] = decode_body(resp.body)
-    return status
-
-
-async def create_topic(addr: str) -> None:
-    async with RpcClient() as rpc:
-        ext = {"topic": TOPIC, "readQueueNums": QUEUES, "writeQueueNums": QUEUES}
-        await rpc.invoke_ok(addr, Command.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
-
-
-async def in_sync(ns: str, slave: str) -> bool:
-    group = (await controller_status(ns))["groups"].get("broker-a") or {}
-    return slave in group.get("syncSet", [])
 
 
 async def read_everything(ns: str, want: set[bytes], timeout: float = 15.0) -> set[bytes]:
@@ -199,7 +179,7 @@ async def test_a_paused_master_acknowledges_nothing_after_its_lease_and_rejoins_
         master.signal(signal.SIGSTOP)
         try:
             await wait_until_async(
-                lambda: _master_is(ns, slave.address), timeout=10, interval=0.1, what="the slave elected"
+                lambda: master_is(ns, slave.address), timeout=10, interval=0.1, what="the slave elected"
             )
             async with RpcClient() as rpc:
                 # a write queued at the paused master: it is answered after SIGCONT, and refused
@@ -226,10 +206,6 @@ async def test_a_paused_master_acknowledges_nothing_after_its_lease_and_rejoins_
     got = await read_everything(ns, acked)
     assert acked <= got, f"lost {len(acked - got)} acknowledged messages"
     assert b"queued" not in got
-
-
-async def _master_is(ns: str, addr: str) -> bool:
-    return bool((await controller_status(ns))["groups"]["broker-a"]["master"] == addr)
 
 
 async def test_elect_master_moves_the_mastership_and_the_old_master_follows(
@@ -301,5 +277,5 @@ async def test_a_restarted_controller_keeps_its_state_and_the_next_failover_work
     await wait_until_async(takes_writes, timeout=10, what="the master unfenced")
     await wait_until_async(lambda: in_sync(ns, slave.address), timeout=15, what="slave reported in sync again")
     master.kill()
-    await wait_until_async(lambda: _master_is(ns, slave.address), timeout=10, what="the slave elected")
+    await wait_until_async(lambda: master_is(ns, slave.address), timeout=10, what="the slave elected")
     assert (await controller_status(ns))["groups"]["broker-a"]["epoch"] > epoch
