@@ -145,6 +145,25 @@ class NamesrvConfig(_Model):
     #: access control and TLS (issue 20; see docs/security.md)
     acl: AclSettings = Field(default_factory=AclSettings)
     tls: TlsSettings = Field(default_factory=TlsSettings)
+    # --- failover controller (issue 32; docs/REPLICATION.md "Automatic failover") ---
+    #: "embedded": this nameserver runs the controller, its state in ``controller_dir``;
+    #: "etcd": its state in etcd (``controller_etcd_endpoints``), each change compared on revision
+    controller: Literal["off", "embedded", "etcd"] = "off"
+    controller_dir: Path = Path("./controller")
+    controller_etcd_endpoints: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:2379"])
+    controller_etcd_key: str = "/pymq/controller/state"
+    #: a master silent this long is replaced by an election
+    controller_master_timeout_seconds: float = Field(3.0, gt=0)
+    #: how long a master holds its mastership after a heartbeat it sent (must be < the timeout)
+    controller_lease_seconds: float = Field(2.0, gt=0)
+    #: elect a replica outside the sync-state set when none in it is alive (may lose writes)
+    controller_unclean_election: bool = False
+
+    @model_validator(mode="after")
+    def _lease_below_timeout(self) -> NamesrvConfig:
+        if self.controller_lease_seconds >= self.controller_master_timeout_seconds:
+            raise ValueError("controller_lease_seconds must be shorter than controller_master_timeout_seconds")
+        return self
 
 
 class StoreConfig(_Model):
@@ -324,6 +343,16 @@ class BrokerConfig(_Model):
     #: the share of a refill that messages waiting priority_max_wait_ms or longer may take (at least one
     #: message); the rest goes by priority, so a backlog of old messages does not turn priority off
     priority_aged_share: float = Field(0.25, gt=0, le=1)
+    # --- failover controller (issue 32; docs/REPLICATION.md "Automatic failover") ---
+    #: heartbeat to the controller, take the role it assigns, hold mastership by its lease
+    controller_mode: bool = False
+    #: controllers to heartbeat to (empty: the nameservers)
+    controller_addrs: list[str] = Field(default_factory=list)
+    controller_heartbeat_seconds: float = Field(0.5, gt=0)
+    #: election priority among equally up-to-date replicas (higher wins)
+    controller_priority: int = Field(0, ge=-1000, le=1000)
+    #: what a slave becomes when elected
+    controller_master_role: BrokerRole = BrokerRole.SYNC_MASTER
     store: StoreConfig = Field(default_factory=StoreConfig)
 
     @field_validator("namesrv_addrs")

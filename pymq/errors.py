@@ -108,9 +108,11 @@ class RequestCodeNotSupportedError(RemoteError):
 
 
 class ServiceNotAvailableError(RemoteError):
-    """The broker refuses writes (disk full, shutting down, or it is a slave)."""
+    """The broker refuses writes (disk full, shutting down, or it is a slave, fenced, or a master
+    whose controller lease lapsed): the route may name an old master, so it is fetched again."""
 
     retriable = True
+    invalid_route = True
 
 
 class NoPermissionError(RemoteError):

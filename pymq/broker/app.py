@@ -137,6 +137,8 @@ class BrokerApp:
         )
         self.topics.on_change = self.registrar.trigger
         self.role_changer = RoleChanger(self)
+        #: controller mode's heartbeat and lease (issue 32; set up in start())
+        self.controller_link: Any = None
         self.started_at = 0.0
         self.metrics: Any = None
         self.schedule = ScheduleService(self.parts)
@@ -337,8 +339,10 @@ class BrokerApp:
             role=self.role,
         )
         self.services.append(self.replication)
-        if not self.is_slave:
+        if not self.is_slave and not cfg.controller_mode:  # in controller mode, the controller decides
             await self._fence_at_startup(self.replication)
+        if cfg.controller_mode:
+            await self._join_controller(self.replication, store)
         if self.is_slave:
             self.drop_master_state()  # a slave keeps no delivery state of its own (see drop_master_state)
         self.transaction.open(store, master=not self.is_slave)
@@ -517,10 +521,37 @@ class BrokerApp:
         )
         self.role.fire(RoleEvent.DEMOTE, master_addr=master, broker_id=broker_id, epoch=replication.epochs.epoch)
 
+    async def _join_controller(self, replication: Replication, store: MessageStore) -> None:
+        """Controller mode (issue 32): the first heartbeat, before serving; the lease gate and the
+        heartbeat loop. A master whose group has a live master is refused here (ConfigError)."""
+        from pymq.broker.role.controlled import ControllerLink, LeaseGate, in_sync_slaves
+
+        replication.epochs.load()
+        # Its own client: reconnecting to a restarted controller must not wait out the nameserver
+        # client's backoff (up to 5 s) while the lease runs; same TLS and signing.
+        interval = self.config.controller_heartbeat_seconds
+        rpc = RpcClient(connect_timeout=interval * 2, backoff_max=interval, ssl=self.namesrv_client.ssl)
+        rpc.signer = self.namesrv_client.signer
+        link = self.controller_link = ControllerLink(
+            self.config,
+            rpc,
+            self.role_changer,
+            address=lambda: self.address,
+            max_offset=lambda: store.max_phy_offset,
+            sync_set=lambda: in_sync_slaves(self.replication),
+        )
+        try:
+            link.apply_at_startup(await link.join())
+        except BaseException:
+            await rpc.close()
+            raise
+        self.dispatcher.add_interceptor(LeaseGate(link))
+        self.serving_services.insert(0, link)
+
     async def _fence_check(self) -> None:
         """Each registration interval: a running master steps down for a master of a newer term."""
         rep = self.replication
-        if rep is None or self.role.current.state is not RoleState.MASTER:
+        if rep is None or self.role.current.state is not RoleState.MASTER or self.config.controller_mode:
             return
         newer = await newer_master(self.namesrv_client, self.config, self.address, rep.epochs.epoch)
         if newer is not None:

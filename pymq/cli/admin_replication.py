@@ -8,10 +8,14 @@ from typing import Any
 import click
 
 from pymq.cli.admin_group import AdminContext, admin_command, main
-from pymq.cli.output import emit, key_values
+from pymq.cli.output import emit, key_values, table
 from pymq.client.admin import AdminClient
 from pymq.client.admin_replication import promote_slave
-from pymq.errors import PymqError
+from pymq.errors import InvalidRequestError, PymqError
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.command import Command
+from pymq.protocol.headers import decode_body
+from pymq.protocol.requests import ControllerElectRequest
 
 
 @main.command("broker-role")
@@ -65,3 +69,80 @@ async def replication_columns(admin: AdminClient, rows: list[dict[str, Any]]) ->
         )
 
     await asyncio.gather(*(one(r) for r in rows))
+
+
+@main.command("controller-status")
+@admin_command
+async def controller_status(admin: AdminClient, ctx: AdminContext) -> None:
+    """The failover controller's view (issue 32): per broker group its master, epoch, sync-state set
+    and live replicas, and the last elections with their reasons.
+
+    Asks each nameserver in turn; the first one running a controller (``--controller embedded``) answers.
+
+    \b
+    Example:
+      pymq-admin -n 127.0.0.1:9876 controller-status
+    """
+    status = await fetch_controller_status(admin)
+    groups = [
+        {
+            "group": name,
+            "master": g.get("master") or "-",
+            "epoch": g.get("epoch"),
+            "syncSet": ",".join(g.get("syncSet", [])),
+            "alive": ",".join(g.get("alive", [])),
+        }
+        for name, g in status.get("groups", {}).items()
+    ]
+    cols = [("group", "GROUP"), ("master", "MASTER"), ("epoch", "EPOCH"), ("syncSet", "SYNC-STATE SET"),
+            ("alive", "ALIVE")]  # fmt: skip
+    history = [
+        f"  epoch {e['epoch']}: {e['group']} {e.get('old') or '-'} -> {e.get('new')} ({e['reason']})"
+        for e in status.get("elections", [])
+    ]
+    human = table(groups, cols) + ("\nelections:\n" + "\n".join(history) if history else "")
+    emit(status, ctx.as_json, human)
+
+
+async def fetch_controller_status(admin: AdminClient) -> dict[str, Any]:
+    """CONTROLLER_STATUS from the first nameserver that runs a controller."""
+    last: Exception | None = None
+    for addr in admin.ns.addrs:
+        try:
+            resp = await admin.rpc.invoke_ok(addr, Command.request(RequestCode.CONTROLLER_STATUS), admin.timeout)
+        except PymqError as exc:
+            last = exc
+            continue
+        status: dict[str, Any] = decode_body(resp.body, "controller status")
+        return status
+    raise PymqError(f"no nameserver runs a controller (start one with --controller embedded): {last}")
+
+
+@main.command("elect-master")
+@click.option("--broker-name", required=True, help="The broker group (brokerName).")
+@click.option("--broker-addr", default="", help="The in-sync replica to make master (default: the best one).")
+@admin_command
+async def elect_master(admin: AdminClient, ctx: AdminContext, broker_name: str, broker_addr: str) -> None:
+    """Move a group's mastership through the controller: the master's lease is let lapse (it stops
+    taking writes), then an in-sync replica is elected at a new epoch and the old master follows it.
+
+    \b
+    Example:
+      pymq-admin elect-master --broker-name broker-a
+      pymq-admin elect-master --broker-name broker-a --broker-addr 10.0.0.2:10911
+    """
+    ext = ControllerElectRequest(broker_name=broker_name, broker_addr=broker_addr).to_ext()
+    last: Exception | None = None
+    for addr in admin.ns.addrs:
+        cmd = Command.request(RequestCode.CONTROLLER_ELECT_MASTER, ext)
+        try:
+            resp = await admin.rpc.invoke_ok(addr, cmd, admin.timeout + 10.0)
+        except InvalidRequestError:
+            raise
+        except PymqError as exc:
+            last = exc
+            continue
+        group: dict[str, Any] = decode_body(resp.body, "group state")
+        emit(group, ctx.as_json, f"{broker_name}: master {group.get('master')} at epoch {group.get('epoch')}")
+        return
+    raise PymqError(f"no nameserver runs a controller (start one with --controller embedded): {last}")

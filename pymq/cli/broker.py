@@ -38,6 +38,11 @@ from pymq.config import SMALL_STORE_SIZES, BrokerConfig
     default=None,
     help="Seconds between registrations with the nameservers (default 30).",
 )
+@click.option(
+    "--controller-mode/--no-controller-mode",
+    default=None,
+    help="Heartbeat to the failover controller and take the role it assigns (default off).",
+)
 @click.option("--small-files", is_flag=True, help="Small store files (32 MiB commitlog) for development and tests.")
 @daemon_options
 def main(

@@ -68,6 +68,13 @@ Press Ctrl-C to stop.
 )
 @click.option("--no-dashboard", is_flag=True, help="Do not start the web dashboard.")
 @click.option("--log-level", default="warning", show_default=True)
+@click.option(
+    "--replicas",
+    type=click.IntRange(1, 2),
+    default=1,
+    show_default=True,
+    help="2: a master and a slave as child processes, automatic failover on (the controller runs here).",
+)
 @version_option
 def main(
     host: str,
@@ -77,6 +84,7 @@ def main(
     dashboard_port: int,
     no_dashboard: bool,
     log_level: str,
+    replicas: int,
 ) -> None:
     """Start a local pymq cluster (one nameserver, one broker, the web dashboard) in the foreground.
 
@@ -84,8 +92,13 @@ def main(
     Example:
       pymq-local
       pymq-local --namesrv-port 19876 --broker-port 20911 --store-dir /tmp/pymq --no-dashboard
+      pymq-local --replicas 2       # a master and its slave; kill -9 the master and the slave takes over
     """
     configure_logging(log_level)
+    if replicas == 2:
+        from pymq.cli.local_replicas import serve_replicated
+
+        sys.exit(run(serve_replicated(host, namesrv_port, broker_port, Path(store_dir), say)))
     dashboard = None if no_dashboard else dashboard_port
     sys.exit(run(_serve(host, namesrv_port, broker_port, Path(store_dir), dashboard)))
 

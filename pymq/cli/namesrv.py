@@ -29,6 +29,33 @@ from pymq.nameserver.app import NamesrvApp
     default=None,
     help="Seconds between expiry scans (default 10).",
 )
+@click.option(
+    "--controller",
+    type=click.Choice(["off", "embedded", "etcd"]),
+    default=None,
+    help="Run the failover controller here, its state in --controller-dir or etcd (default off).",
+)
+@click.option(
+    "--controller-etcd",
+    "controller_etcd_endpoints",
+    default=None,
+    help="etcd endpoints for --controller etcd, ';'-separated (default http://127.0.0.1:2379).",
+)
+@click.option("--controller-dir", type=click.Path(file_okay=False), default=None, help="Controller state directory.")
+@click.option(
+    "--controller-master-timeout",
+    "controller_master_timeout_seconds",
+    type=float,
+    default=None,
+    help="Seconds of master silence before an election (default 3).",
+)
+@click.option(
+    "--controller-lease",
+    "controller_lease_seconds",
+    type=float,
+    default=None,
+    help="Seconds a master holds its mastership after a heartbeat (default 2; < the timeout).",
+)
 @daemon_options
 def main(
     config_path: str | None, port_file: str | None, log_level: str | None, log_format: str, **flags: object
@@ -41,6 +68,8 @@ def main(
       PYMQ_PORT=9878 pymq-namesrv --config deploy/config/namesrv-1.toml --metrics-port 0
     """
     security = daemon_security_overrides(flags)  # popped from flags first
+    if flags.get("controller_etcd_endpoints"):
+        flags["controller_etcd_endpoints"] = [e for e in str(flags["controller_etcd_endpoints"]).split(";") if e]
     overrides = {**flags, **security, "log_level": log_level}
     serve(NamesrvConfig, config_path, overrides, log_format, port_file, NamesrvApp)
 

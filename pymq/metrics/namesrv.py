@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
 from pymq import __version__
 
@@ -73,3 +73,28 @@ class NamesrvCollector:
                 [info.cluster, info.broker_name, str(info.broker_id), addr], max(0.0, now - info.last_update)
             )
         yield age
+        controller = getattr(app, "controller", None)
+        if controller is not None:
+            yield from controller_series(controller.core)
+
+
+def controller_series(core: Any) -> Iterator[Any]:
+    """The failover controller's series (issue 32): elections, epochs, sync-state set sizes."""
+    elections = CounterMetricFamily(
+        "pymq_controller_elections", "Masters elected by this controller since it started.", labels=["group"]
+    )
+    epoch = GaugeMetricFamily("pymq_controller_epoch", "Each broker group's current epoch.", labels=["group"])
+    sync = GaugeMetricFamily(
+        "pymq_controller_sync_state_set_size",
+        "Replicas in each group's sync-state set (the master included).",
+        labels=["group"],
+    )
+    alive = GaugeMetricFamily(
+        "pymq_controller_master_alive", "1 while the group has a master with a live heartbeat.", labels=["group"]
+    )
+    for name, g in sorted(core.groups.items()):
+        elections.add_metric([name], core.election_counts.get(name, 0))
+        epoch.add_metric([name], g.epoch)
+        sync.add_metric([name], len(g.sync_set))
+        alive.add_metric([name], 1 if g.master is not None and core.heartbeats.alive(g.master) else 0)
+    yield from (elections, epoch, sync, alive)

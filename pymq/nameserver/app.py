@@ -27,7 +27,29 @@ class NamesrvApp:
         self.config = config
         self.registry = RouteRegistry(expiry_seconds=config.broker_expiry_seconds)
         self.handlers = NamesrvHandlers(self.registry)
-        self.dispatcher = Dispatcher(self.handlers.table(), name="namesrv")
+        table = self.handlers.table()
+        #: the embedded failover controller (issue 32), when ``controller = "embedded"``
+        self.controller: Any = None
+        if config.controller != "off":
+            from pymq.controller.service import ControllerService
+            from pymq.controller.store import FileStateStore, StateStore
+
+            store: StateStore
+            if config.controller == "etcd":
+                from pymq.controller.etcd_store import EtcdStateStore
+
+                store = EtcdStateStore(config.controller_etcd_endpoints, config.controller_etcd_key)
+            else:
+                store = FileStateStore(config.controller_dir)
+            self.controller = ControllerService(
+                store,
+                master_timeout=config.controller_master_timeout_seconds,
+                lease=config.controller_lease_seconds,
+                unclean_election=config.controller_unclean_election,
+                on_election=self._elected,
+            )
+            table.update(self.controller.table())
+        self.dispatcher = Dispatcher(table, name="namesrv")
         limits = limits_from_settings(
             config.idle_timeout_seconds, config.frame_read_timeout_seconds, config.max_partial_frame_bytes
         )
@@ -63,6 +85,8 @@ class NamesrvApp:
                 raise ConfigError(cannot_listen(host, port, exc)) from exc
             raise
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-expiry-scan")
+        if self.controller is not None:
+            await self.controller.start()
         if self.acl is not None:
             self._acl_reload = asyncio.create_task(
                 every(self.config.acl.reload_interval_seconds, self.acl.reload_if_changed, name="acl-reload"),
@@ -76,7 +100,14 @@ class NamesrvApp:
             for addr in self.registry.scan_expired():
                 log.warning("broker_expired", addr=addr, expiry_seconds=self.config.broker_expiry_seconds)
 
+    def _elected(self, election: Any) -> None:
+        """A new master was elected: the old one's routes go now (clients stop sending to it)."""
+        if election.old_master and self.registry.remove_addr(election.old_master):
+            log.warning("old_master_unrouted", group=election.group, addr=election.old_master)
+
     async def close(self) -> None:
+        if self.controller is not None:
+            await self.controller.close()
         for task in (self._scan_task, self._acl_reload):
             await cancel_and_wait(task)
         await self.server.close()

@@ -63,6 +63,12 @@ class RequestCode(IntEnum):
     HA_PULL_COMMITLOG = 900
     # role change (admin -> broker): RocketMQ 5's controller notifies brokers with this code
     NOTIFY_BROKER_ROLE_CHANGED = 1008
+    # failover controller (issue 32; pymq's own: RocketMQ's controller speaks another protocol):
+    # a broker's heartbeat with its role, epoch and max offset (a master adds its sync-state set),
+    # answered with its assignment; the controller's state, and an operator's election, for pymq-admin
+    CONTROLLER_HEARTBEAT = 1010
+    CONTROLLER_STATUS = 1011
+    CONTROLLER_ELECT_MASTER = 1012
     # liveness check, used by benchmarks and health probes
     PING = 999
     # transactional messages (RocketMQ's codes): END_TRANSACTION is oneway producer -> broker,
@@ -94,6 +100,9 @@ NAMESRV_REQUEST_CODES = frozenset(
         RequestCode.GET_BROKER_CLUSTER_INFO,
         RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
         RequestCode.DELETE_TOPIC_IN_NAMESRV,
+        RequestCode.CONTROLLER_HEARTBEAT,
+        RequestCode.CONTROLLER_STATUS,
+        RequestCode.CONTROLLER_ELECT_MASTER,
     }
 )
 

@@ -56,6 +56,9 @@ from pymq.protocol.requests_pop import ChangeInvisibleTimeResponse as ChangeInvi
 from pymq.protocol.requests_pop import PopMessageRequest as PopMessageRequest
 from pymq.protocol.requests_pop import PopMessageResponse as PopMessageResponse
 from pymq.protocol.requests_replication import BrokerRoleChangeRequest as BrokerRoleChangeRequest
+from pymq.protocol.requests_replication import ControllerAssignment as ControllerAssignment
+from pymq.protocol.requests_replication import ControllerElectRequest as ControllerElectRequest
+from pymq.protocol.requests_replication import ControllerHeartbeatRequest as ControllerHeartbeatRequest
 from pymq.protocol.requests_transaction import CheckTransactionStateRequest as CheckTransactionStateRequest
 from pymq.protocol.requests_transaction import EndTransactionRequest as EndTransactionRequest
 from pymq.protocol.requests_transaction import PendingHalfMessagesRequest as PendingHalfMessagesRequest

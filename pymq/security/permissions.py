@@ -258,6 +258,7 @@ REQUIREMENTS: dict[int, Requirement] = {
     C.GET_ALL_PRODUCER_INFO: ADMIN,
     C.GET_ACL_ACCOUNTS: ADMIN,
     C.GET_BROKER_CLUSTER_INFO: AUTHENTICATED,
+    C.CONTROLLER_STATUS: AUTHENTICATED,
     C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: AUTHENTICATED,
     C.PING: AUTHENTICATED,
     # nameserver: reading a topic's route needs some permission on it
@@ -275,6 +276,9 @@ REQUIREMENTS: dict[int, Requirement] = {
     C.UNREGISTER_BROKER: ADMIN,
     C.HA_PULL_COMMITLOG: ADMIN,
     C.NOTIFY_BROKER_ROLE_CHANGED: ADMIN,
+    # the failover controller (issue 32): brokers heartbeat with their (admin) account
+    C.CONTROLLER_HEARTBEAT: ADMIN,
+    C.CONTROLLER_ELECT_MASTER: ADMIN,
     C.GET_PENDING_HALF_MESSAGES: ADMIN,
 }
 

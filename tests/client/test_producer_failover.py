@@ -156,3 +156,20 @@ async def test_a_route_change_reaches_the_producer_through_the_instance_cache(
         await producer.instance.refresh_routes()
         queues = await producer.queues_for("orders")
     assert queues == [MessageQueue("orders", "broker-b", i) for i in range(3)]
+
+
+async def test_a_fenced_masters_refusal_makes_the_producer_fetch_the_route_again(
+    brokers: tuple[MockBroker, MockBroker],
+) -> None:
+    """SERVICE_NOT_AVAILABLE (a fenced master, a slave, a lapsed lease: issue 32) drops the cached
+    route at once: the next send asks the nameserver instead of waiting for the 30 s refresh."""
+    a, _b = brokers
+    route = RequestCode.GET_ROUTEINFO_BY_TOPIC
+    async with Producer(a.address, selector=first_a(), retry_times=2) as producer:
+        await producer.send(Message("orders", b"warm"), queue=MessageQueue("orders", "broker-b", 0))
+        fetched = len(a.requests_of(route))
+        a.script(SEND, MockBroker.error(ResponseCode.SERVICE_NOT_AVAILABLE, "master lease lapsed: not the master now"))
+        result = await producer.send(Message("orders", b"x"))
+        assert result.message_queue.brokerName == "broker-b"
+        await producer.send(Message("orders", b"y"))
+    assert len(a.requests_of(route)) > fetched

@@ -224,7 +224,23 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
         rq.WaitQueueArrivalRequest(consumer_group="g", suspend_timeout_millis=15000),
         {"consumerGroup": "g", "suspendTimeoutMillis": 15000},
     ),
-]
+    (
+        rq.ControllerHeartbeatRequest(
+            cluster_name="c", broker_name="b", broker_addr="h:1", role="MASTER", epoch=2, max_offset=9,
+            priority=1, starting=True,
+        ),
+        {"clusterName": "c", "brokerName": "b", "brokerAddr": "h:1", "role": "MASTER", "epoch": 2, "maxOffset": 9,
+         "priority": 1, "starting": True},
+    ),
+    (
+        rq.ControllerAssignment(role="SLAVE", master_addr="h:1", epoch=3, broker_id=1, lease_ms=2000),
+        {"role": "SLAVE", "masterAddr": "h:1", "epoch": 3, "brokerId": 1, "leaseMs": 2000},
+    ),
+    (
+        rq.ControllerElectRequest(broker_name="b", broker_addr="h:2"),
+        {"brokerName": "b", "brokerAddr": "h:2"},
+    ),
+]  # fmt: skip
 
 IDS = [type(h).__name__ for h, _ in CASES]
 

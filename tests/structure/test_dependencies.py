@@ -441,3 +441,20 @@ def test_the_dashboard_reaches_the_cluster_only_through_the_admin_client() -> No
     assert offenders(others, lambda i: i.startswith("pymq.dashboard")) == []
     web = {"starlette", "uvicorn", "jinja2", "itsdangerous", "multipart"}
     assert offenders(others, lambda i: i.split(".")[0] in web) == []
+
+
+def test_controller_pure_parts_do_no_io_and_know_no_daemon() -> None:
+    """pymq.controller's state, election, leases and core are pure (issue 32): no event loop, sockets,
+    transport or files; and the whole controller never imports the broker or the nameserver."""
+    mods = modules("controller")
+    pure = {k: v for k, v in mods.items() if k.rsplit(".", 1)[-1] in {"state", "election", "leases", "core"}}
+    assert len(pure) == 4
+    bad = offenders(
+        pure,
+        lambda i: (
+            i.split(".")[0] in {"asyncio", "uvloop", "socket", "selectors", "ssl", "os", "json"}
+            or i.startswith(("pymq.transport", "pymq.protocol"))
+        ),
+    )
+    assert bad == []
+    assert offenders(mods, lambda i: i.startswith(("pymq.broker", "pymq.nameserver"))) == []

@@ -132,7 +132,7 @@ class RoleChanger:
             **(rep.info() if rep is not None else {}),
         }
 
-    async def promote(self, flavour: BrokerRole, epoch: int = 0) -> None:
+    async def promote(self, flavour: BrokerRole, epoch: int = 0, final_sync_timeout: float = 5.0) -> None:
         h = self.host
         machine = h.role
         rep = h.replication
@@ -146,10 +146,10 @@ class RoleChanger:
         old_id = current.broker_id
         machine.fire(RoleEvent.PROMOTE)
         try:
-            if current.state is RoleState.SLAVE and rep.meta_sync is not None:
+            if current.state is RoleState.SLAVE and rep.meta_sync is not None and final_sync_timeout > 0:
                 # A last copy of the master's topics and offsets, if it still answers (a switchover).
                 try:
-                    await asyncio.wait_for(rep.meta_sync.sync_once(), 5.0)
+                    await asyncio.wait_for(rep.meta_sync.sync_once(), final_sync_timeout)
                 except (PymqError, TimeoutError) as exc:
                     log.info("final_meta_sync_skipped", reason=str(exc) or type(exc).__name__)
             new_epoch = await rep.become_master(epoch)
@@ -176,6 +176,17 @@ class RoleChanger:
         await h.registrar.pause()
         await h.stop_master_services()
         log.warning("master_fenced", epoch=h.replication.epochs.epoch)
+
+    async def unfence(self) -> None:
+        """A fenced master takes writes again (its controller lease was renewed)."""
+        h = self.host
+        machine = h.role
+        if machine.current.state is not RoleState.FENCED:
+            return
+        machine.fire(RoleEvent.UNFENCE)
+        await h.start_master_services()
+        await h.registrar.resume()
+        log.warning("master_unfenced", epoch=machine.current.epoch)
 
     async def demote(self, master_addr: str, broker_id: int) -> None:
         h = self.host

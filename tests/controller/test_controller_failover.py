@@ -1,0 +1,281 @@
+"""Automatic failover by the embedded controller (issue 32), on real processes: a nameserver with
+``--controller embedded``, a SYNC_MASTER and its slave in ``--controller-mode``. kill -9 the
+master under a SYNC producer: the slave is elected, serves, and every acknowledged message is
+readable from it. A second master of the same group is refused at startup with one line.
+
+Short timeouts (heartbeat 0.2 s, lease 0.8 s, election after 1.2 s) keep the wall time small."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pymq.cli.common import EXIT_CONFIG
+from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer
+from pymq.client.send_result import SendStatus
+from pymq.errors import PymqError
+from pymq.protocol.codes import RequestCode, ResponseCode
+from pymq.protocol.frame import Command
+from pymq.protocol.record import encode_record
+from pymq.protocol.requests import SendMessageRequest
+from pymq.protocol.route import MessageQueue
+from pymq.testing import DaemonProcess, broker_process, namesrv_process
+from pymq.transport.client import RpcClient
+from tests.controller_group import (
+    BROKER_ENV,
+    CONTROLLER,
+    QUEUES,
+    TOPIC,
+    controller_status,
+    create_topic,
+    in_sync,
+    master_is,
+)
+from tests.helpers import wait_until_async
+from tests.master_slave import fast_client_options, group_addrs
+from tests.metrics_helpers import scrape, value
+
+pytestmark = pytest.mark.integration
+
+
+async def read_everything(ns: str, want: set[bytes], timeout: float = 15.0) -> set[bytes]:
+    pc = PullConsumer(ns, f"reader-{time.monotonic_ns()}", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    pc.assign([MessageQueue(TOPIC, "broker-a", q) for q in range(QUEUES)])
+    got: set[bytes] = set()
+    deadline = time.monotonic() + timeout
+    async with pc:
+        while not want <= got and time.monotonic() < deadline:
+            got.update(m.body for m in await pc.poll(timeout=0.5))
+    return got
+
+
+async def test_kill_9_master_a_slave_is_elected_and_nothing_acknowledged_is_lost(
+    tmp_path: Path, processes: list[DaemonProcess], free_ports
+) -> None:
+    (metrics_port,) = free_ports(1)
+    ns = namesrv_process(
+        tmp_path, *CONTROLLER, "--controller-dir", str(tmp_path / "ctl"), "--metrics-port", str(metrics_port)
+    ).start()
+    processes.append(ns)
+    master = broker_process(tmp_path / "m", ns.address, "broker-a", "--role", "SYNC_MASTER", "--controller-mode",
+                            env=BROKER_ENV).start()  # fmt: skip
+    processes.append(master)
+    await create_topic(master.address)
+    slave = broker_process(tmp_path / "s", ns.address, "broker-a", "--role", "SLAVE", "--broker-id", "1",
+                           "--controller-mode", env=BROKER_ENV).start()  # fmt: skip
+    processes.append(slave)
+
+    # A second master of the group, started while the master lives: refused, one line.
+    second = broker_process(tmp_path / "x", ns.address, "broker-a", "--controller-mode", env=BROKER_ENV)
+    with pytest.raises(RuntimeError, match=r"broker exited with 2") as refused:
+        second.start()
+    assert second.proc is not None and second.proc.returncode == EXIT_CONFIG
+    errors = [ln for ln in second.output().splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, refused.value
+    assert errors[0].startswith(f"error: broker group broker-a already has a live master at {master.address} (epoch ")
+    assert errors[0].endswith("start this broker as a slave (--role SLAVE)")
+
+    await wait_until_async(lambda: in_sync(ns.address, slave.address), timeout=15, what="slave in the sync-state set")
+    await wait_until_async(
+        lambda: _routed(ns.address, {0: master.address, 1: slave.address}), timeout=15, what="group routed"
+    )
+    before = (await controller_status(ns.address))["groups"]["broker-a"]
+    assert before["master"] == master.address
+
+    acked: set[bytes] = set()  # SEND_OK: stored on the master and its in-sync slave
+    #: answered by the new master (alone in its sync-state set: SLAVE_NOT_AVAILABLE, but stored)
+    stored_after: set[bytes] = set()
+    failures = 0
+    killed_at: float | None = None
+    first_after_kill: float | None = None
+    async with Producer(ns.address, "fp", **fast_client_options(interval=1.0, persist=1.0)) as producer:
+        i = 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(stored_after) < 100:
+            body = f"m-{i}".encode()
+            i += 1
+            try:
+                result = await producer.send(Message(TOPIC, body), timeout=2.0)
+            except PymqError:
+                failures += 1
+                await asyncio.sleep(0.05)
+                continue
+            if result.status is SendStatus.SEND_OK:
+                acked.add(body)
+            if killed_at is not None:
+                assert result.store_addr == slave.address  # the killed master answers nothing
+                stored_after.add(body)
+                if first_after_kill is None:
+                    first_after_kill = time.monotonic()
+            elif len(acked) >= 150:
+                master.kill()  # kill -9
+                killed_at = time.monotonic()
+    assert killed_at is not None and first_after_kill is not None, (failures, len(acked))
+    failover = first_after_kill - killed_at
+    after = (await controller_status(ns.address))["groups"]["broker-a"]
+    assert after["master"] == slave.address and after["epoch"] > before["epoch"]
+    assert await group_addrs(ns.address, TOPIC, "broker-a") == {0: slave.address}
+    out = subprocess.run(
+        [sys.executable, "-m", "pymq.cli.admin", "--namesrv", ns.address, "controller-status"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    assert f"broker-a  {slave.address}  {after['epoch']}" in out, out
+    assert f"broker-a {master.address} -> {slave.address} (master heartbeat lapsed)" in out, out
+    _, samples = await scrape(f"http://127.0.0.1:{metrics_port}/metrics")
+    assert value(samples, "pymq_controller_elections_total", group="broker-a") == 2  # the first master, the failover
+    assert value(samples, "pymq_controller_epoch", group="broker-a") == after["epoch"]
+    assert value(samples, "pymq_controller_master_alive", group="broker-a") == 1
+    assert value(samples, "pymq_controller_sync_state_set_size", group="broker-a") == len(after["syncSet"])
+    got = await read_everything(ns.address, acked | stored_after)
+    assert acked <= got, f"lost {len(acked - got)} acknowledged messages"
+    assert stored_after <= got
+    print(f"failover {failover:.2f}s: {len(acked)} acked, {len(stored_after)} stored after, {failures} failed sends")
+    assert failover < 10
+
+
+async def _routed(ns: str, addrs: dict[int, str]) -> bool:
+    return await group_addrs(ns, TOPIC, "broker-a") == addrs
+
+
+async def start_group(tmp_path: Path, processes: list[DaemonProcess]) -> tuple[str, DaemonProcess, DaemonProcess]:
+    """A controller nameserver, a SYNC_MASTER and its slave in controller mode, the slave in sync."""
+    ns = namesrv_process(tmp_path, *CONTROLLER, "--controller-dir", str(tmp_path / "ctl")).start()
+    processes.append(ns)
+    master = broker_process(tmp_path / "m", ns.address, "broker-a", "--role", "SYNC_MASTER", "--controller-mode",
+                            env=BROKER_ENV).start()  # fmt: skip
+    processes.append(master)
+    await create_topic(master.address)
+    slave = broker_process(tmp_path / "s", ns.address, "broker-a", "--role", "SLAVE", "--broker-id", "1",
+                           "--controller-mode", env=BROKER_ENV).start()  # fmt: skip
+    processes.append(slave)
+    await wait_until_async(lambda: in_sync(ns.address, slave.address), timeout=15, what="slave in the sync-state set")
+    await wait_until_async(
+        lambda: _routed(ns.address, {0: master.address, 1: slave.address}), timeout=15, what="group routed"
+    )
+    return ns.address, master, slave
+
+
+def raw_send(body: bytes) -> Command:
+    record = encode_record(TOPIC.encode(), body, b"", born_timestamp=int(time.time() * 1000))
+    return Command.request(RequestCode.SEND_MESSAGE, SendMessageRequest(topic=TOPIC, queue_id=0).to_ext(), record)
+
+
+async def test_a_paused_master_acknowledges_nothing_after_its_lease_and_rejoins_as_a_slave(
+    tmp_path: Path, processes: list[DaemonProcess]
+) -> None:
+    ns, master, slave = await start_group(tmp_path, processes)
+    acked: set[bytes] = set()
+    async with Producer(ns, "sp", **fast_client_options(interval=1.0, persist=1.0)) as producer:
+        for i in range(50):
+            result = await producer.send(Message(TOPIC, f"before-{i}".encode()))
+            assert result.status is SendStatus.SEND_OK
+            acked.add(f"before-{i}".encode())
+        master.signal(signal.SIGSTOP)
+        try:
+            await wait_until_async(
+                lambda: master_is(ns, slave.address), timeout=10, interval=0.1, what="the slave elected"
+            )
+            async with RpcClient() as rpc:
+                # a write queued at the paused master: it is answered after SIGCONT, and refused
+                queued = asyncio.ensure_future(rpc.invoke(master.address, raw_send(b"queued"), timeout=10.0))
+                await asyncio.sleep(0.3)
+                master.signal(signal.SIGCONT)
+                answer = await queued
+            assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE, (answer.code, answer.remark)
+        finally:
+            master.signal(signal.SIGCONT)
+        deadline = time.monotonic() + 15
+        while len(acked) < 100 and time.monotonic() < deadline:
+            try:
+                result = await producer.send(Message(TOPIC, f"after-{len(acked)}".encode()), timeout=2.0)
+            except PymqError:
+                await asyncio.sleep(0.05)
+                continue
+            assert result.store_addr == slave.address
+            acked.add(f"after-{len(acked)}".encode())
+    # the old master rejoins as the new master's slave, back in its sync-state set
+    await wait_until_async(lambda: in_sync(ns, master.address), timeout=15, what="old master back in sync")
+    group = (await controller_status(ns))["groups"]["broker-a"]
+    assert group["master"] == slave.address and group["replicas"][master.address]["brokerId"] > 0
+    got = await read_everything(ns, acked)
+    assert acked <= got, f"lost {len(acked - got)} acknowledged messages"
+    assert b"queued" not in got
+
+
+async def test_elect_master_moves_the_mastership_and_the_old_master_follows(
+    tmp_path: Path, processes: list[DaemonProcess]
+) -> None:
+    ns, master, slave = await start_group(tmp_path, processes)
+    async with Producer(ns, "ep", **fast_client_options(interval=1.0, persist=1.0)) as producer:
+        for i in range(20):
+            assert (await producer.send(Message(TOPIC, f"e-{i}".encode()))).status is SendStatus.SEND_OK
+        admin = [sys.executable, "-m", "pymq.cli.admin", "--namesrv", ns, "elect-master", "--broker-name", "broker-a"]
+        wrong = subprocess.run([*admin, "--broker-addr", "127.0.0.1:1"], capture_output=True, text=True, timeout=30)
+        assert wrong.returncode == 1 and "127.0.0.1:1 is not in broker-a's sync-state set" in wrong.stderr
+        out = subprocess.run(admin, capture_output=True, text=True, timeout=30, check=True).stdout
+        assert out.startswith(f"broker-a: master {slave.address} at epoch ")
+        async with RpcClient() as rpc:
+            refused = await rpc.invoke(master.address, raw_send(b"to-old"), timeout=5.0)
+        assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        deadline = time.monotonic() + 15
+        sent_after = 0
+        while sent_after < 20 and time.monotonic() < deadline:
+            try:
+                result = await producer.send(Message(TOPIC, f"e-after-{sent_after}".encode()), timeout=2.0)
+            except PymqError:
+                await asyncio.sleep(0.05)
+                continue
+            assert result.store_addr == slave.address
+            sent_after += 1
+        assert sent_after == 20
+    await wait_until_async(lambda: in_sync(ns, master.address), timeout=15, what="old master in sync under the new")
+    want = {f"e-{i}".encode() for i in range(20)} | {f"e-after-{i}".encode() for i in range(20)}
+    assert want <= await read_everything(ns, want)
+
+
+async def test_a_restarted_controller_keeps_its_state_and_the_next_failover_works(
+    tmp_path: Path, processes: list[DaemonProcess], free_ports
+) -> None:
+    """kill -9 the controller's nameserver: the master's lease lapses and it stops taking writes;
+    restarted on its state file, the controller renews the lease (the master is unfenced), and a
+    kill -9 of the master afterwards still elects the slave."""
+    (port,) = free_ports(1)
+    args = [*CONTROLLER, "--controller-dir", str(tmp_path / "ctl"), "--port", str(port)]
+    ns_proc = DaemonProcess("namesrv", ["--host", "127.0.0.1", *args], tmp_path)
+    processes.append(ns_proc.start())
+    ns = ns_proc.address
+    master = broker_process(tmp_path / "m", ns, "broker-a", "--role", "SYNC_MASTER", "--controller-mode",
+                            env=BROKER_ENV).start()  # fmt: skip
+    processes.append(master)
+    await create_topic(master.address)
+    slave = broker_process(tmp_path / "s", ns, "broker-a", "--role", "SLAVE", "--broker-id", "1",
+                           "--controller-mode", env=BROKER_ENV).start()  # fmt: skip
+    processes.append(slave)
+    await wait_until_async(lambda: in_sync(ns, slave.address), timeout=15, what="slave in the sync-state set")
+    epoch = (await controller_status(ns))["groups"]["broker-a"]["epoch"]
+
+    ns_proc.kill()
+    await asyncio.sleep(1.5)  # past the 0.8 s lease
+    async with RpcClient() as rpc:
+        refused = await rpc.invoke(master.address, raw_send(b"no-lease"), timeout=5.0)
+    assert refused.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    ns_proc = DaemonProcess("namesrv", ["--host", "127.0.0.1", *args], tmp_path)
+    processes.append(ns_proc.start())
+    group = (await controller_status(ns))["groups"]["broker-a"]
+    assert (group["master"], group["epoch"]) == (master.address, epoch)  # from the state file
+
+    async def takes_writes() -> bool:
+        async with RpcClient() as rpc:
+            return (await rpc.invoke(master.address, raw_send(b"leased"), timeout=5.0)).code == ResponseCode.SUCCESS
+
+    await wait_until_async(takes_writes, timeout=10, what="the master unfenced")
+    await wait_until_async(lambda: in_sync(ns, slave.address), timeout=15, what="slave reported in sync again")
+    master.kill()
+    await wait_until_async(lambda: master_is(ns, slave.address), timeout=10, what="the slave elected")
+    assert (await controller_status(ns))["groups"]["broker-a"]["epoch"] > epoch

@@ -1,0 +1,43 @@
+"""A broker group under the failover controller for the controller tests (issue 32): the daemons'
+short timeouts and the CONTROLLER_STATUS questions the tests ask."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.frame import Command
+from pymq.protocol.headers import decode_body
+from pymq.transport.client import RpcClient
+
+TOPIC = "failover"
+QUEUES = 2
+CONTROLLER = ["--controller", "embedded", "--controller-master-timeout", "1.2", "--controller-lease", "0.8"]
+BROKER_ENV = {
+    "PYMQ_CONTROLLER_HEARTBEAT_SECONDS": "0.2",
+    "PYMQ_SLAVE_SYNC_INTERVAL_SECONDS": "0.5",
+    "PYMQ_REGISTER_INTERVAL_SECONDS": "2",
+    "PYMQ_SLAVE_ACK_TIMEOUT_MS": "1000",
+}
+
+
+async def controller_status(ns: str) -> dict[str, Any]:
+    async with RpcClient() as rpc:
+        resp = await rpc.invoke_ok(ns, Command.request(RequestCode.CONTROLLER_STATUS), timeout=3.0)
+    status: dict[str, Any] = decode_body(resp.body)
+    return status
+
+
+async def create_topic(addr: str) -> None:
+    async with RpcClient() as rpc:
+        ext = {"topic": TOPIC, "readQueueNums": QUEUES, "writeQueueNums": QUEUES}
+        await rpc.invoke_ok(addr, Command.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+
+
+async def in_sync(ns: str, slave: str) -> bool:
+    group = (await controller_status(ns))["groups"].get("broker-a") or {}
+    return slave in group.get("syncSet", [])
+
+
+async def master_is(ns: str, addr: str) -> bool:
+    return bool((await controller_status(ns))["groups"]["broker-a"]["master"] == addr)
