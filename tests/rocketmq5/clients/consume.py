@@ -1,7 +1,8 @@
 """Run with the rocketmq-python-client venv: receive with the official 5.x SimpleConsumer.
 
 argv[1]: JSON {"endpoint", "group", "topic", "count", "invisible_s", "await_s", "deadline_s",
-               "then": "ack" | "nothing" | "extend:<s>", "tag"?}
+               "then": "ack" | "nothing" | "extend:<s>" (then ack with the new handle)
+                       | "extend_only:<s>" | "ack_old_after_extend:<s>" (ack with the replaced handle), "tag"?}
 Receives until ``count`` messages came or ``deadline_s`` passed, doing ``then`` to each.
 stdout: JSON {"messages": [{"body", "tag", "keys", "props", "message_id", "attempt", "group"}], "errors": [...]}
 """
@@ -46,6 +47,13 @@ try:
                 elif then.startswith("extend:"):
                     consumer.change_invisible_duration(m, int(then.split(":")[1]))
                     consumer.ack(m)  # with the new handle
+                elif then.startswith("extend_only:"):
+                    consumer.change_invisible_duration(m, int(then.split(":")[1]))
+                elif then.startswith("ack_old_after_extend:"):
+                    old = m.receipt_handle
+                    consumer.change_invisible_duration(m, int(then.split(":")[1]))
+                    m.receipt_handle = old
+                    consumer.ack(m)
             except Exception as exc:
                 errors.append(f"{then}: {type(exc).__name__}: {exc}")
 finally:

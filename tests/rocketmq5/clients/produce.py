@@ -1,6 +1,6 @@
 """Run with the rocketmq-python-client venv: send messages with the official 5.x Producer.
 
-argv[1]: JSON {"endpoint", "topic", "messages": [{"body", "tag"?, "keys"?, "props"?, "group"?, "delay_ms"?}]}
+argv[1]: JSON {"endpoint", "topic", "messages": [{"body", "tag"?, "keys"?, "props"?, "group"?, "delay_s"?}]}
 stdout: JSON list, one {"message_id"} or {"error"} per message.
 """
 
@@ -27,8 +27,8 @@ try:
             msg.add_property(k, v)
         if spec.get("group"):
             msg.message_group = spec["group"]
-        if spec.get("delay_ms"):
-            msg.delivery_timestamp = int(time.time() * 1000) + spec["delay_ms"]
+        if spec.get("delay_s"):  # this client's delivery_timestamp is in whole seconds since the epoch
+            msg.delivery_timestamp = int(time.time()) + spec["delay_s"]
         try:
             receipt = producer.send(msg)
             out.append({"message_id": receipt.message_id})
