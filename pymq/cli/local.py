@@ -32,6 +32,7 @@ GUIDE = """
 pymq is running.
   nameserver  {ns}
   broker      {broker}  (store: {store})
+  gRPC        {grpc}  (RocketMQ 5.x clients: apache.rocketmq.v2, plaintext)
 
 Topics are created on first use here, with {queues} queues: the first send, subscription, pull or
 pop of a topic (any client's route lookup) creates it. A plain pymq-broker needs pymq-admin topic-create.
@@ -57,23 +58,32 @@ Press Ctrl-C to stop.
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address both servers listen on.")
 @click.option("--namesrv-port", default=9876, show_default=True)
 @click.option("--broker-port", default=10911, show_default=True)
+@click.option(
+    "--grpc-port",
+    default=8081,
+    show_default=True,
+    help="Port of the RocketMQ 5.x gRPC endpoint (apache.rocketmq.v2.MessagingService); 0: not served.",
+)
 @click.option("--store-dir", default="./pymq-local-store", show_default=True, type=click.Path(file_okay=False))
 @click.option("--log-level", default="warning", show_default=True)
 @version_option
-def main(host: str, namesrv_port: int, broker_port: int, store_dir: str, log_level: str) -> None:
+def main(host: str, namesrv_port: int, broker_port: int, grpc_port: int, store_dir: str, log_level: str) -> None:
     """Start a local pymq cluster (one nameserver, one broker) in the foreground.
 
     \b
     Example:
       pymq-local
       pymq-local --namesrv-port 19876 --broker-port 20911 --store-dir /tmp/pymq
+      pymq-local --grpc-port 0          # no RocketMQ 5.x gRPC endpoint
     """
     configure_logging(log_level)
-    sys.exit(run(_serve(host, namesrv_port, broker_port, Path(store_dir))))
+    # grpc.aio runs on asyncio's own loop, not uvloop: with the gRPC endpoint on, pymq-local does too
+    sys.exit(run(_serve(host, namesrv_port, broker_port, grpc_port, Path(store_dir)), use_uvloop=grpc_port == 0))
 
 
-async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path) -> int:
+async def _serve(host: str, namesrv_port: int, broker_port: int, grpc_port: int, store_dir: Path) -> int:
     from pymq.broker.app import BrokerApp
+    from pymq.grpc_proxy import GrpcProxy
     from pymq.nameserver.app import NamesrvApp
 
     namesrv = NamesrvApp(NamesrvConfig(host=host, port=namesrv_port))
@@ -103,6 +113,17 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
         startup_error(message)
         return code
     namesrv.handlers.create_unknown_topic = functools.partial(create_on_first_use, broker)
+    proxy: GrpcProxy | None = None
+    if grpc_port:
+        proxy = GrpcProxy(namesrv.address, host=host, port=grpc_port)
+        try:
+            await proxy.start()
+        except (ConfigError, OSError) as exc:
+            await broker.close()
+            await namesrv.close()
+            message, code = startup_failure(exc)
+            startup_error(message)
+            return code
     try:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -113,12 +134,15 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
             broker=broker.address,
             store=store_dir.resolve(),
             queues=broker_cfg.default_topic_queue_nums,
+            grpc=f"{proxy.advertised_host}:{proxy.port}" if proxy is not None else "off (--grpc-port 0)",
         )
         say(guide, nl=False)
         await stop.wait()
         say("stopping ...")
     finally:
         # Closed whatever happened above: offsets persisted, the store marked clean (no abort file).
+        if proxy is not None:
+            await proxy.close()
         await broker.close()
         await namesrv.close()
     say("stopped.")

@@ -8,7 +8,9 @@ from typing import Any
 import grpc
 
 from pymq.client.producer import Producer
+from pymq.errors import ConfigError
 from pymq.grpc_proxy.service import MessagingService, ProxySettings, add_to_server
+from pymq.transport.server import bind_socket, cannot_listen
 
 log = logging.getLogger("pymq.grpc_proxy")
 
@@ -36,19 +38,36 @@ class GrpcProxy:
         self.server: grpc.aio.Server | None = None
 
     async def start(self) -> GrpcProxy:
+        """Listen (ConfigError in the daemons' wording if the port cannot be had), then serve."""
+        options = [
+            ("grpc.max_receive_message_length", self.settings.max_body_size * 2),
+            # no SO_REUSEPORT: a second front end on a taken port must fail, not share it silently
+            ("grpc.so_reuseport", 0),
+        ]
+        if self.port:  # probe first: grpc's own bind failure also prints a line of its C core on stderr
+            self._check_port()
+        server = grpc.aio.server(options=options)
+        try:
+            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        except RuntimeError:
+            bound = 0
+        if bound == 0:
+            raise ConfigError(f"cannot listen on {self.host}:{self.port}: refused by grpc")
+        self.port = bound
         self.producer = Producer(self.namesrv, "PYMQ_GRPC_PROXY", **self._client_options)
         await self.producer.start()
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", self.settings.max_body_size * 2)])
-        bound = server.add_insecure_port(f"{self.host}:{self.port}")
-        if bound == 0:
-            await self.producer.close()
-            raise OSError(f"cannot listen on {self.host}:{self.port}")
-        self.port = bound
         add_to_server(MessagingService(self.producer, (self.advertised_host, bound), self.settings), server)
         await server.start()
         self.server = server
         log.info("grpc proxy listening on %s:%d", self.host, bound)
         return self
+
+    def _check_port(self) -> None:
+        """ConfigError in the daemons' one wording when the port cannot be had (in use, not permitted)."""
+        try:
+            bind_socket(self.host, self.port).close()
+        except OSError as exc:
+            raise ConfigError(cannot_listen(self.host, self.port, exc)) from None
 
     async def close(self, grace: float = 1.0) -> None:
         server, self.server = self.server, None
