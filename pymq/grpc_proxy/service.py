@@ -18,10 +18,10 @@ from pymq.client import broker_api
 from pymq.client.producer import Producer
 from pymq.errors import PymqError, error_for_response
 from pymq.grpc_proxy import mapping
+from pymq.grpc_proxy.handlers import Malformed, generic_handler
 from pymq.grpc_proxy.mapping import MappingError
 from pymq.grpc_proxy.pb import definition_pb2 as pb
 from pymq.grpc_proxy.pb import service_pb2 as spb
-from pymq.grpc_proxy.pb import service_pb2_grpc as sgrpc
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.message import Prop, iter_messages
 from pymq.protocol.requests import MAX_INVISIBLE_MS, MAX_POP_MSG_NUMS, MIN_INVISIBLE_MS, POP_INIT_MIN, RETRY_PREFIX
@@ -50,7 +50,7 @@ class ProxySettings:
         self.max_delivery_attempts = max_delivery_attempts
 
 
-class MessagingService(sgrpc.MessagingServiceServicer):
+class MessagingService:
     """apache.rocketmq.v2.MessagingService over pymq brokers, through one pymq producer's client instance."""
 
     def __init__(self, producer: Producer, advertised: tuple[str, int], settings: ProxySettings | None = None) -> None:
@@ -71,16 +71,16 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         host, port = self.advertised
         return pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=port)])
 
-    async def _addr(self, broker: str, topic: str) -> str:
+    async def _addr(self, broker: str, topic: str, code: int = pb.INVALID_RECEIPT_HANDLE) -> str:
+        """The master address of ``broker``; MappingError(code) when no route names it."""
         inst = self._inst
         addr = cast(str | None, inst.broker_addr(broker))
         if addr is None and topic:
             await inst.update_route(topic)
             addr = inst.broker_addr(broker)
         if addr is None:
-            raise MappingError(
-                pb.INVALID_RECEIPT_HANDLE, f"receipt_handle names broker {broker!r}, which has no master"
-            )
+            what = "receipt_handle" if code == pb.INVALID_RECEIPT_HANDLE else "message_queue.broker.name"
+            raise MappingError(code, f"{what} names broker {broker!r}, which serves no {topic!r}")
         return addr
 
     async def _invoke(self, addr: str, cmd: Any, extra_s: float = 0.0) -> Any:
@@ -145,8 +145,10 @@ class MessagingService(sgrpc.MessagingServiceServicer):
     ) -> AsyncIterator[spb.TelemetryCommand]:
         """Settings in, effective settings out (first message); the stream stays open until the client ends it."""
         async for cmd in request_iterator:
-            kind = cmd.WhichOneof("command")
-            if kind == "settings":
+            kind = None if isinstance(cmd, Malformed) else cmd.WhichOneof("command")
+            if isinstance(cmd, Malformed):
+                yield spb.TelemetryCommand(status=cmd.status)
+            elif kind == "settings":
                 yield spb.TelemetryCommand(status=mapping.status(), settings=self.effective_settings(cmd.settings))
             elif kind is None:
                 yield spb.TelemetryCommand(status=mapping.status(pb.BAD_REQUEST, "telemetry command carries nothing"))
@@ -262,7 +264,7 @@ class MessagingService(sgrpc.MessagingServiceServicer):
         if fe.expression:
             expr = fe.expression
         broker = request.message_queue.broker.name
-        addr = await self._addr(broker, topic)
+        addr = await self._addr(broker, topic, pb.BAD_REQUEST)
         cmd = broker_api.pop_message(
             group,
             topic,
@@ -346,7 +348,7 @@ def _no_topic(topic: str) -> pb.Status:
 
 
 def add_to_server(service: MessagingService, server: grpc.aio.Server) -> None:
-    sgrpc.add_MessagingServiceServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+    server.add_generic_rpc_handlers((generic_handler(service),))
 
 
 __all__ = ["MessagingService", "ProxySettings", "add_to_server"]
