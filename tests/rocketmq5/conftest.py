@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from pymq.grpc_proxy import GrpcProxy
+from pymq.grpc_proxy.service import ProxySettings
 from pymq.testing import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,8 +91,10 @@ FAST_REVIVE = {"pop_revive_interval_seconds": 0.05}
 
 @pytest.fixture
 async def proxied(tmp_path: Path) -> AsyncIterator[tuple[LocalCluster, GrpcProxy]]:
-    """An in-process cluster (1 namesrv, 1 broker) with topic ``t5`` and the gRPC front end on a free port."""
+    """An in-process cluster (1 namesrv, 1 broker) with topic ``t5`` and the gRPC front end on a free port.
+
+    Consumers are told to long-poll 2 s (not 20): a PushConsumer's shutdown waits for its receives."""
     async with LocalCluster(tmp_path / "c", brokers=1, broker=FAST_REVIVE) as c:
         await c.create_topic("t5", 4)
-        async with GrpcProxy(c.namesrv_addr, port=0) as proxy:
+        async with GrpcProxy(c.namesrv_addr, port=0, settings=ProxySettings(long_polling_ms=2000)) as proxy:
             yield c, proxy

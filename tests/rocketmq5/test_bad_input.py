@@ -138,5 +138,5 @@ async def test_telemetry_answers_settings_and_refuses_empty_commands(stub: Messa
     assert [a.status.code for a in answers] == [pb.OK, pb.BAD_REQUEST]
     settings = answers[0].settings
     assert settings.subscription.receive_batch_size == 32
-    assert settings.subscription.long_polling_timeout.seconds == 20
+    assert settings.subscription.long_polling_timeout.seconds == 2  # the fixture's
     assert settings.backoff_policy.max_attempts == 17
