@@ -10,9 +10,10 @@ a real application would. Measured, 128-byte bodies with a tag:
 * ``native_8`` / ``grpc_8``: 8 concurrent senders.
 
 ``grpc_*`` sends SendMessageRequest (one message each) with pymq's generated stub, as a 5.x
-client would (grpc's blocking client, a thread per sender; grpc.aio's with ``--in-process``); ``native_*`` uses pymq's Producer. Figures are
-messages per second; the ratios are grpc / native. Broker and front end share one process (one
-core at most); with ``--in-process`` the clients run there too.
+client would (grpc's blocking client, a thread per sender; grpc.aio's with ``--in-process``);
+``native_*`` uses pymq's Producer. Figures are messages per second; the ratios are grpc / native.
+Broker and front end share one process (one core at most); with ``--in-process`` the clients
+run there too.
 """
 
 from __future__ import annotations
