@@ -84,6 +84,7 @@ def generic_handler(service: Any) -> grpc.GenericRpcHandler:
         "NotifyClientTermination": _unary(
             s.NotifyClientTermination, spb.NotifyClientTerminationRequest, spb.NotifyClientTerminationResponse
         ),
+        "EndTransaction": _unary(s.EndTransaction, spb.EndTransactionRequest, spb.EndTransactionResponse),
         "Telemetry": _bidi(s.Telemetry, spb.TelemetryCommand, spb.TelemetryCommand),
     }
     return grpc.method_handlers_generic_handler(SERVICE, methods)

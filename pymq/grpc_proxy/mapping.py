@@ -28,6 +28,7 @@ from pymq.errors import (
 from pymq.grpc_proxy.pb import definition_pb2 as pb
 from pymq.protocol.message import Message, MessageExt, Prop
 from pymq.protocol.route import MASTER_ID, PERM_READ, PERM_WRITE, TopicRouteData
+from pymq.protocol.transaction import CHECK_IMMUNITY_TIME_IN_SECONDS, PGROUP, TRAN_MSG
 
 #: user property names a 5.x client may not set: pymq keeps its own system properties there
 _RESERVED = frozenset(
@@ -186,6 +187,35 @@ def to_pymq(msg: pb.Message, max_body: int) -> Outgoing:
             )
         out.set_delivery_time(millis_ts(sp.delivery_timestamp))
     return Outgoing(out, sp.message_id, group, mtype)
+
+
+def mark_transactional(out: Outgoing, sp: pb.SystemProperties, group: str) -> None:
+    """A TRANSACTION message becomes a pymq half message of ``group`` (its check-backs come to that group)."""
+    if out.message_group is not None or Prop.TIMER_DELIVER_MS in out.message.properties:
+        raise MappingError(
+            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a TRANSACTION message has no message_group or delivery_timestamp"
+        )
+    props = out.message.properties
+    props[TRAN_MSG] = "true"
+    props[PGROUP] = group
+    if sp.HasField("orphaned_transaction_recovery_duration"):
+        seconds = max(1, millis(sp.orphaned_transaction_recovery_duration) // 1000)
+        props[CHECK_IMMUNITY_TIME_IN_SECONDS] = str(seconds)
+
+
+def transaction_id(broker: str, queue_offset: int, commit_log_offset: int, msg_id: str) -> str:
+    """What EndTransaction needs to find the half message, as the transaction id (stateless front end)."""
+    return wrap_handle(broker, f"{queue_offset} {commit_log_offset} {msg_id}")
+
+
+def parse_transaction_id(tx_id: str) -> tuple[str, int, int, str]:
+    """(broker, queue offset, commit log offset, message id) of :func:`transaction_id`; MappingError if not one."""
+    try:
+        broker, rest = unwrap_handle(tx_id)
+        q, c, msg_id = rest.split(" ", 2)
+        return broker, int(q), int(c), msg_id
+    except (MappingError, ValueError):
+        raise MappingError(pb.INVALID_TRANSACTION_ID, "transaction_id was not issued by this service") from None
 
 
 def millis_ts(ts: Timestamp) -> int:

@@ -25,10 +25,12 @@ from pymq.grpc_proxy.pb import service_pb2 as spb
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.message import Prop, iter_messages
 from pymq.protocol.requests import MAX_INVISIBLE_MS, MAX_POP_MSG_NUMS, MIN_INVISIBLE_MS, POP_INIT_MIN, RETRY_PREFIX
+from pymq.protocol.transaction import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
 
 log = logging.getLogger("pymq.grpc_proxy")
 
 _EMPTY = (ResponseCode.NO_MESSAGE, ResponseCode.POLLING_TIMEOUT)
+_TX_TYPES = {pb.COMMIT: TRANSACTION_COMMIT_TYPE, pb.ROLLBACK: TRANSACTION_ROLLBACK_TYPE}
 
 
 class ProxySettings:
@@ -79,7 +81,11 @@ class MessagingService:
             await inst.update_route(topic)
             addr = inst.broker_addr(broker)
         if addr is None:
-            what = "receipt_handle" if code == pb.INVALID_RECEIPT_HANDLE else "message_queue.broker.name"
+            names: dict[int, str] = {
+                pb.INVALID_RECEIPT_HANDLE: "receipt_handle",
+                pb.INVALID_TRANSACTION_ID: "transaction_id",
+            }
+            what = names.get(code, "message_queue.broker.name")
             raise MappingError(code, f"{what} names broker {broker!r}, which serves no {topic!r}")
         return addr
 
@@ -198,7 +204,7 @@ class MessagingService:
         try:
             out = mapping.to_pymq(m, self.settings.max_body_size)
             if out.message_type == pb.TRANSACTION:
-                raise MappingError(pb.UNSUPPORTED, "transaction messages are not served by this front end yet")
+                mapping.mark_transactional(out, m.system_properties, self.producer.group)
             queue = None
             if out.message_group is not None:
                 queues = await self.producer.queues_for(out.message.topic)
@@ -208,7 +214,38 @@ class MessagingService:
             result = await self.producer.send(out.message, queue=queue)
         except (MappingError, PymqError, TimeoutError) as exc:
             return spb.SendResultEntry(status=mapping.error_status(exc), message_id=m.system_properties.message_id)
-        return spb.SendResultEntry(status=mapping.status(), message_id=result.msg_id, offset=result.queue_offset)
+        tx_id = ""
+        if out.message_type == pb.TRANSACTION and result.commit_log_offsets:
+            broker = result.message_queue.brokerName
+            tx_id = mapping.transaction_id(broker, result.queue_offset, result.commit_log_offsets[0], result.msg_id)
+        return spb.SendResultEntry(
+            status=mapping.status(), message_id=result.msg_id, offset=result.queue_offset, transaction_id=tx_id
+        )
+
+    async def EndTransaction(self, request: spb.EndTransactionRequest, context: Any) -> spb.EndTransactionResponse:
+        """Commit or roll back the half message the transaction id names (oneway to its broker, as pymq's SDK does)."""
+        try:
+            topic = request.topic.name
+            if not topic:
+                raise MappingError(pb.ILLEGAL_TOPIC, "topic.name is empty")
+            tx_type = _TX_TYPES.get(request.resolution)
+            if tx_type is None:
+                raise MappingError(pb.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
+            broker, queue_offset, clog_offset, msg_id = mapping.parse_transaction_id(request.transaction_id)
+            addr = await self._addr(broker, topic, pb.INVALID_TRANSACTION_ID)
+            cmd = broker_api.end_transaction(
+                self.producer.group,
+                queue_offset,
+                clog_offset,
+                tx_type,
+                msg_id=msg_id,
+                from_check=request.source == pb.SOURCE_SERVER_CHECK,
+                topic=topic,
+            )
+            await self._inst.rpc.invoke_oneway(addr, cmd)
+        except (MappingError, PymqError, TimeoutError) as exc:
+            return spb.EndTransactionResponse(status=mapping.error_status(exc))
+        return spb.EndTransactionResponse(status=mapping.status())
 
     # --- receive, ack, invisible time --------------------------------------------------------------------------
 
