@@ -36,6 +36,19 @@ _RESERVED = frozenset(
 )
 #: the property that carries a FIFO message's group through pymq (RocketMQ 5 stores it there too)
 MESSAGE_GROUP_PROP = "__SHARDINGKEY"
+#: pymq's system properties that are not user properties for a 5.x client
+_NOT_USER = (
+    Prop.RETRY_TOPIC,
+    Prop.REAL_TOPIC,
+    Prop.REAL_QID,
+    Prop.ORIGIN_MESSAGE_ID,
+    Prop.RECONSUME_TIME,
+    Prop.TIMER_DELIVER_MS,
+    TRAN_MSG,
+    PGROUP,
+    CHECK_IMMUNITY_TIME_IN_SECONDS,
+    "TRANSACTION_CHECK_TIMES",
+)
 _ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 _HANDLE_SEP = "~"
 
@@ -257,7 +270,7 @@ def to_v2(m: MessageExt, topic: str, handle: str | None, invisible_ms: int, name
     """A stored pymq message as the 5.x clients read it (ids, tag, keys, group, attempts, digest)."""
     props = m.properties
     user = {k: v for k, v in props.items() if k not in _RESERVED and k != MESSAGE_GROUP_PROP and not k.startswith("__")}
-    for k in (Prop.RETRY_TOPIC, Prop.REAL_TOPIC, Prop.REAL_QID, Prop.ORIGIN_MESSAGE_ID, Prop.RECONSUME_TIME):
+    for k in _NOT_USER:
         user.pop(k, None)
     body = m.body
     sp = pb.SystemProperties(
@@ -282,6 +295,8 @@ def to_v2(m: MessageExt, topic: str, handle: str | None, invisible_ms: int, name
     if group:
         sp.message_group = group
         sp.message_type = pb.FIFO
+    elif props.get(TRAN_MSG) == "true":
+        sp.message_type = pb.TRANSACTION
     elif Prop.TIMER_DELIVER_MS in props:
         sp.message_type = pb.DELAY
         sp.delivery_timestamp.CopyFrom(timestamp(int(props[Prop.TIMER_DELIVER_MS])))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -10,9 +11,22 @@ import grpc
 from pymq.client.producer import Producer
 from pymq.errors import ConfigError
 from pymq.grpc_proxy.service import MessagingService, ProxySettings, add_to_server
+from pymq.protocol.message import MessageExt
+from pymq.protocol.requests import CheckTransactionStateRequest
 from pymq.transport.server import bind_socket, cannot_listen
 
 log = logging.getLogger("pymq.grpc_proxy")
+
+
+class ProxyProducer(Producer):
+    """The front end's producer: half messages are sent in its group, so the brokers' check-backs come
+    here (through the client instance) and go on to ``on_check``."""
+
+    on_check: Callable[[str, CheckTransactionStateRequest, MessageExt], None] | None = None
+
+    def check_transaction_state(self, broker_addr: str, header: CheckTransactionStateRequest, msg: MessageExt) -> None:
+        if self.on_check is not None:
+            self.on_check(broker_addr, header, msg)
 
 
 class GrpcProxy:
@@ -34,7 +48,7 @@ class GrpcProxy:
         self.advertised_host = advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         self.settings = settings or ProxySettings()
         self._client_options = client_options
-        self.producer: Producer | None = None
+        self.producer: ProxyProducer | None = None
         self.server: grpc.aio.Server | None = None
 
     async def start(self) -> GrpcProxy:
@@ -54,9 +68,11 @@ class GrpcProxy:
         if bound == 0:
             raise ConfigError(f"cannot listen on {self.host}:{self.port}: refused by grpc")
         self.port = bound
-        self.producer = Producer(self.namesrv, "PYMQ_GRPC_PROXY", **self._client_options)
+        self.producer = ProxyProducer(self.namesrv, "PYMQ_GRPC_PROXY", **self._client_options)
         await self.producer.start()
-        add_to_server(MessagingService(self.producer, (self.advertised_host, bound), self.settings), server)
+        service = MessagingService(self.producer, (self.advertised_host, bound), self.settings)
+        self.producer.on_check = service.on_transaction_check
+        add_to_server(service, server)
         await server.start()
         self.server = server
         log.info("grpc proxy listening on %s:%d", self.host, bound)

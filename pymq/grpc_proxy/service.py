@@ -6,6 +6,7 @@ broker); routes and broker addresses come from the pymq client instance's route 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import zlib
@@ -23,13 +24,22 @@ from pymq.grpc_proxy.mapping import MappingError
 from pymq.grpc_proxy.pb import definition_pb2 as pb
 from pymq.grpc_proxy.pb import service_pb2 as spb
 from pymq.protocol.codes import ResponseCode
-from pymq.protocol.message import Prop, iter_messages
-from pymq.protocol.requests import MAX_INVISIBLE_MS, MAX_POP_MSG_NUMS, MIN_INVISIBLE_MS, POP_INIT_MIN, RETRY_PREFIX
+from pymq.protocol.message import MessageExt, Prop, iter_messages
+from pymq.protocol.requests import (
+    MAX_INVISIBLE_MS,
+    MAX_POP_MSG_NUMS,
+    MIN_INVISIBLE_MS,
+    POP_INIT_MIN,
+    RETRY_PREFIX,
+    CheckTransactionStateRequest,
+)
 from pymq.protocol.transaction import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
 
 log = logging.getLogger("pymq.grpc_proxy")
 
 _EMPTY = (ResponseCode.NO_MESSAGE, ResponseCode.POLLING_TIMEOUT)
+#: commands a Telemetry stream may hold for a client that does not read them; past it, check-backs are dropped
+_TELEMETRY_BACKLOG = 64
 _TX_TYPES = {pb.COMMIT: TRANSACTION_COMMIT_TYPE, pb.ROLLBACK: TRANSACTION_ROLLBACK_TYPE}
 
 
@@ -59,6 +69,11 @@ class MessagingService:
         self.producer = producer
         self.advertised = advertised
         self.settings = settings or ProxySettings()
+        #: topic -> outbound queues of the Telemetry streams of producer clients publishing it
+        self._producers: dict[str, list[asyncio.Queue[spb.TelemetryCommand | None]]] = {}
+        self._rr = 0
+        #: topics a half message was sent to (the brokers were told this front end's producer group)
+        self._tx_topics: set[str] = set()
 
     @property
     def _inst(self) -> Any:
@@ -149,15 +164,79 @@ class MessagingService:
     async def Telemetry(
         self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any
     ) -> AsyncIterator[spb.TelemetryCommand]:
-        """Settings in, effective settings out (first message); the stream stays open until the client ends it."""
-        async for cmd in request_iterator:
-            kind = None if isinstance(cmd, Malformed) else cmd.WhichOneof("command")
-            if isinstance(cmd, Malformed):
-                yield spb.TelemetryCommand(status=cmd.status)
-            elif kind == "settings":
-                yield spb.TelemetryCommand(status=mapping.status(), settings=self.effective_settings(cmd.settings))
-            elif kind is None:
-                yield spb.TelemetryCommand(status=mapping.status(pb.BAD_REQUEST, "telemetry command carries nothing"))
+        """Settings in, effective settings out; a producer's stream also carries its topics' transaction
+        check-backs (RecoverOrphanedTransactionCommand). Open until the client ends it."""
+        out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue(maxsize=_TELEMETRY_BACKLOG)
+        topics: list[str] = []
+
+        async def read() -> None:
+            try:
+                async for cmd in request_iterator:
+                    if isinstance(cmd, Malformed):
+                        await out.put(spb.TelemetryCommand(status=cmd.status))
+                        continue
+                    kind = cmd.WhichOneof("command")
+                    if kind == "settings":
+                        if cmd.settings.client_type == pb.PRODUCER:
+                            self._unregister(out, topics)
+                            topics[:] = [t.name for t in cmd.settings.publishing.topics]
+                            for t in topics:
+                                self._producers.setdefault(t, []).append(out)
+                        await out.put(
+                            spb.TelemetryCommand(
+                                status=mapping.status(), settings=self.effective_settings(cmd.settings)
+                            )
+                        )
+                    elif kind is None:
+                        await out.put(
+                            spb.TelemetryCommand(
+                                status=mapping.status(pb.BAD_REQUEST, "telemetry command carries nothing")
+                            )
+                        )
+            finally:
+                await out.put(None)
+
+        reader = asyncio.ensure_future(read())
+        try:
+            while (item := await out.get()) is not None:
+                yield item
+        finally:
+            reader.cancel()
+            self._unregister(out, topics)
+
+    def _unregister(self, out: asyncio.Queue[Any], topics: list[str]) -> None:
+        for t in topics:
+            streams = self._producers.get(t, [])
+            if out in streams:
+                streams.remove(out)
+            if not streams:
+                self._producers.pop(t, None)
+
+    def on_transaction_check(self, broker_addr: str, header: CheckTransactionStateRequest, msg: MessageExt) -> None:
+        """A broker asks about a half message: ask a producer client of its topic over its Telemetry stream."""
+        topic = msg.properties.get(Prop.REAL_TOPIC) or msg.topic
+        streams = self._producers.get(topic)
+        broker = self._broker_name(broker_addr)
+        if not streams or broker is None:
+            log.info("transaction check for %s (%s): no producer of the topic connected", topic, header.msg_id)
+            return  # the broker asks again at its next check
+        msg_id = header.msg_id or msg.msg_id
+        tx_id = mapping.transaction_id(broker, header.tran_state_table_offset, header.commit_log_offset, msg_id)
+        command = spb.RecoverOrphanedTransactionCommand(
+            message=mapping.to_v2(msg, topic, None, 0), transaction_id=tx_id
+        )
+        self._rr += 1
+        stream = streams[self._rr % len(streams)]
+        try:
+            stream.put_nowait(spb.TelemetryCommand(recover_orphaned_transaction_command=command))
+        except asyncio.QueueFull:
+            log.warning("transaction check for %s dropped: the producer's telemetry stream is not read", msg_id)
+
+    def _broker_name(self, addr: str) -> str | None:
+        for name, addrs in self._inst.routes.broker_addrs.items():
+            if addr in addrs.values():
+                return cast(str, name)
+        return None
 
     def effective_settings(self, asked: pb.Settings) -> pb.Settings:
         """The client's settings with the server-side values filled in (backoff, batch size, polling, body limit)."""
@@ -215,6 +294,10 @@ class MessagingService:
         except (MappingError, PymqError, TimeoutError) as exc:
             return spb.SendResultEntry(status=mapping.error_status(exc), message_id=m.system_properties.message_id)
         tx_id = ""
+        if out.message_type == pb.TRANSACTION and out.message.topic not in self._tx_topics:
+            # as pymq's TransactionProducer: the topic's brokers must know this group before they check back
+            self._tx_topics.add(out.message.topic)
+            await self._inst.send_heartbeat_to_all()
         if out.message_type == pb.TRANSACTION and result.commit_log_offsets:
             broker = result.message_queue.brokerName
             tx_id = mapping.transaction_id(broker, result.queue_offset, result.commit_log_offsets[0], result.msg_id)

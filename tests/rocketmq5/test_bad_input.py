@@ -140,3 +140,14 @@ async def test_telemetry_answers_settings_and_refuses_empty_commands(stub: Messa
     assert settings.subscription.receive_batch_size == 32
     assert settings.subscription.long_polling_timeout.seconds == 2  # the fixture's
     assert settings.backoff_policy.max_attempts == 17
+
+
+async def test_end_transaction_with_a_forged_id_is_invalid_transaction_id(stub: MessagingServiceStub) -> None:
+    req = spb.EndTransactionRequest(topic=res("t5"), transaction_id="forged", resolution=pb.COMMIT)
+    assert (await stub.EndTransaction(req, timeout=5)).status.code == pb.INVALID_TRANSACTION_ID
+    unknown_broker = wrap_handle("no-such-broker", "1 2 id")
+    req = spb.EndTransactionRequest(topic=res("t5"), transaction_id=unknown_broker, resolution=pb.COMMIT)
+    answer = await stub.EndTransaction(req, timeout=5)
+    assert answer.status.code == pb.INVALID_TRANSACTION_ID and "transaction_id" in answer.status.message
+    no_resolution = spb.EndTransactionRequest(topic=res("t5"), transaction_id=unknown_broker)
+    assert (await stub.EndTransaction(no_resolution, timeout=5)).status.code == pb.BAD_REQUEST

@@ -116,3 +116,23 @@ def test_errors_map_to_v2_codes_not_internal_error() -> None:
     assert mapping.error_status(InvalidReceiptHandleError(40013, "expired")).code == pb.INVALID_RECEIPT_HANDLE
     assert mapping.error_status(MappingError(pb.ILLEGAL_TOPIC, "x")).code == pb.ILLEGAL_TOPIC
     assert mapping.error_status(TimeoutError()).code == pb.PROXY_TIMEOUT
+
+
+def test_transaction_ids_round_trip_and_foreign_ones_are_refused() -> None:
+    tx = mapping.transaction_id("broker-a", 7, 123456, "MSGID 1")
+    assert mapping.parse_transaction_id(tx) == ("broker-a", 7, 123456, "MSGID 1")
+    for bad in ("", "nope", mapping.wrap_handle("broker-a", "x y"), mapping.wrap_handle("broker-a", "1 two id")):
+        with pytest.raises(MappingError) as info:
+            mapping.parse_transaction_id(bad)
+        assert info.value.code == pb.INVALID_TRANSACTION_ID
+
+
+def test_a_transaction_message_becomes_a_half_message_of_the_front_ends_group() -> None:
+    sp = pb.SystemProperties(message_type=pb.TRANSACTION, orphaned_transaction_recovery_duration=mapping.duration(5500))
+    out = mapping.to_pymq(v2(system_properties=sp), 1024)
+    mapping.mark_transactional(out, sp, "PROXY")
+    assert out.message.properties == {"TRAN_MSG": "true", "PGROUP": "PROXY", "CHECK_IMMUNITY_TIME_IN_SECONDS": "5"}
+    fifo = pb.SystemProperties(message_type=pb.TRANSACTION, message_group="g")
+    with pytest.raises(MappingError) as info:
+        mapping.mark_transactional(mapping.to_pymq(v2(system_properties=fifo), 1024), fifo, "PROXY")
+    assert info.value.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
