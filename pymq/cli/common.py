@@ -97,11 +97,7 @@ def startup_error(message: str) -> None:
 
 
 def run_daemon(
-    make: Callable[[], Daemon],
-    port_file: str | None,
-    on_started: Callable[[Daemon], None] | None = None,
-    *,
-    use_uvloop: bool = True,
+    make: Callable[[], Daemon], port_file: str | None, on_started: Callable[[Daemon], None] | None = None
 ) -> int:
     """Start the daemon, serve until SIGTERM/SIGINT, stop gracefully; returns the exit code."""
 
@@ -126,7 +122,7 @@ def run_daemon(
         await app.close()
         return EXIT_OK
 
-    return run(main(), use_uvloop=use_uvloop)
+    return run(main())
 
 
 def serve(

@@ -77,8 +77,7 @@ def main(host: str, namesrv_port: int, broker_port: int, grpc_port: int, store_d
       pymq-local --grpc-port 0          # no RocketMQ 5.x gRPC endpoint
     """
     configure_logging(log_level)
-    # grpc.aio runs on asyncio's own loop, not uvloop: with the gRPC endpoint on, pymq-local does too
-    sys.exit(run(_serve(host, namesrv_port, broker_port, grpc_port, Path(store_dir)), use_uvloop=grpc_port == 0))
+    sys.exit(run(_serve(host, namesrv_port, broker_port, grpc_port, Path(store_dir))))
 
 
 async def _serve(host: str, namesrv_port: int, broker_port: int, grpc_port: int, store_dir: Path) -> int:

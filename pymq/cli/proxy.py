@@ -53,8 +53,7 @@ def main(
         fail(str(exc), EXIT_CONFIG)
         return
     setup_logging(config.log_level, log_format)
-    # grpc.aio serves on asyncio's own event loop (not uvloop)
-    sys.exit(run_daemon(lambda: ProxyApp(config), port_file, use_uvloop=False))
+    sys.exit(run_daemon(lambda: ProxyApp(config), port_file))
 
 
 if __name__ == "__main__":
