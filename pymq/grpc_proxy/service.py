@@ -154,6 +154,11 @@ class MessagingService:
         return spb.QueryAssignmentResponse(status=mapping.status(), assignments=out)
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
+        """OK for a known client type (nothing is registered yet); a consumer's heartbeat names its group."""
+        if request.client_type not in _CLIENT_TYPES:
+            return spb.HeartbeatResponse(status=_unrecognized(request.client_type))
+        if request.client_type != pb.PRODUCER and not request.group.name:
+            return spb.HeartbeatResponse(status=mapping.status(pb.ILLEGAL_CONSUMER_GROUP, "group.name is empty"))
         return spb.HeartbeatResponse(status=mapping.status())
 
     async def NotifyClientTermination(
@@ -176,7 +181,9 @@ class MessagingService:
                         await out.put(spb.TelemetryCommand(status=cmd.status))
                         continue
                     kind = cmd.WhichOneof("command")
-                    if kind == "settings":
+                    if kind == "settings" and cmd.settings.client_type not in _CLIENT_TYPES:
+                        await out.put(spb.TelemetryCommand(status=_unrecognized(cmd.settings.client_type)))
+                    elif kind == "settings":
                         if cmd.settings.client_type == pb.PRODUCER:
                             self._unregister(out, topics)
                             topics[:] = [t.name for t in cmd.settings.publishing.topics]
@@ -384,6 +391,8 @@ class MessagingService:
         if fe.expression:
             expr = fe.expression
         broker = request.message_queue.broker.name
+        if self._inst.routes.route(topic) is None and await self._inst.update_route(topic) is None:
+            raise MappingError(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
         addr = await self._addr(broker, topic, pb.BAD_REQUEST)
         cmd = broker_api.pop_message(
             group,
@@ -461,6 +470,16 @@ class MessagingService:
         except (MappingError, PymqError, TimeoutError) as exc:
             return spb.ChangeInvisibleDurationResponse(status=mapping.error_status(exc))
         return spb.ChangeInvisibleDurationResponse(status=mapping.status(), receipt_handle=new)
+
+
+_CLIENT_TYPES = frozenset({pb.PRODUCER, pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER})
+
+
+def _unrecognized(client_type: int) -> pb.Status:
+    return mapping.status(
+        pb.UNRECOGNIZED_CLIENT_TYPE,
+        f"client_type {client_type} is not served (PRODUCER, PUSH_CONSUMER, SIMPLE_CONSUMER)",
+    )
 
 
 def _no_topic(topic: str) -> pb.Status:

@@ -151,3 +151,20 @@ async def test_end_transaction_with_a_forged_id_is_invalid_transaction_id(stub: 
     assert answer.status.code == pb.INVALID_TRANSACTION_ID and "transaction_id" in answer.status.message
     no_resolution = spb.EndTransactionRequest(topic=res("t5"), transaction_id=unknown_broker)
     assert (await stub.EndTransaction(no_resolution, timeout=5)).status.code == pb.BAD_REQUEST
+
+
+async def test_unknown_client_types_and_topics_of_receives(stub: MessagingServiceStub) -> None:
+    no_type = await stub.Heartbeat(spb.HeartbeatRequest(), timeout=5)
+    assert no_type.status.code == pb.UNRECOGNIZED_CLIENT_TYPE
+    no_group = await stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER), timeout=5)
+    assert no_group.status.code == pb.ILLEGAL_CONSUMER_GROUP
+    ok = await stub.Heartbeat(spb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER, group=res("g")), timeout=5)
+    assert ok.status.code == pb.OK
+
+    async def settings_of_no_type() -> AsyncIterator[spb.TelemetryCommand]:
+        yield spb.TelemetryCommand(settings=pb.Settings())
+
+    answers = [a async for a in stub.Telemetry(settings_of_no_type(), timeout=5)]
+    assert [a.status.code for a in answers] == [pb.UNRECOGNIZED_CLIENT_TYPE]
+    unknown = await receive(stub, group=res("g"), message_queue=queue("no-such-topic"), batch_size=4)
+    assert [r.status.code for r in unknown] == [pb.TOPIC_NOT_FOUND]
