@@ -246,6 +246,9 @@ class BrokerConfig(_Model):
     advertised_host: str | None = None
     namesrv_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1:9876"])
     register_interval_seconds: float = Field(30.0, gt=0)
+    #: also serve RocketMQ 5.x clients (the gRPC front end in this process, "local mode") on this port;
+    #: None: not served (pymq-proxy is the stand-alone form)
+    grpc_port: int | None = Field(None, ge=0, le=65535)
     auto_create_topic: bool = False
     auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = Field(8, ge=1, le=1024)
