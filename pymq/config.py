@@ -265,6 +265,9 @@ class BrokerConfig(_Model):
     advertised_host: str | None = None
     namesrv_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1:9876"])
     register_interval_seconds: float = Field(30.0, gt=0)
+    #: also serve RocketMQ 5.x clients (the gRPC front end in this process, "local mode") on this port;
+    #: None: not served (pymq-proxy is the stand-alone form)
+    grpc_port: int | None = Field(None, ge=0, le=65535)
     auto_create_topic: bool = False
     auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = Field(8, ge=1, le=1024)
@@ -363,6 +366,29 @@ class BrokerConfig(_Model):
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"nameserver address {a!r} must be host:port")
         return v
+
+
+class ProxyConfig(_Model):
+    """``pymq-proxy`` settings: the stateless RocketMQ 5.x gRPC front end (pymq.grpc_proxy)."""
+
+    host: str = "0.0.0.0"
+    port: int = Field(8081, ge=0, le=65535)
+    #: the host put in route answers (clients connect back to it); default: host, or 127.0.0.1 for 0.0.0.0
+    advertised_host: str | None = None
+    namesrv_addrs: list[str] = Field(default_factory=lambda: ["127.0.0.1:9876"])
+    log_level: str = "info"
+    #: largest message body a client may send (also told to producers in Telemetry settings)
+    max_body_size: int = Field(4 * 1024 * 1024, ge=1)
+    #: receive batch size and long-polling time told to consumers in Telemetry settings
+    receive_batch_size: int = Field(32, ge=1, le=32)
+    long_polling_ms: int = Field(20_000, ge=0)
+    #: a ReceiveMessage without invisible_duration gets this one
+    default_invisible_ms: int = Field(30_000, ge=100)
+
+    @field_validator("namesrv_addrs")
+    @classmethod
+    def _check_addrs(cls, v: list[str]) -> list[str]:
+        return BrokerConfig._check_addrs(v)
 
 
 M = TypeVar("M", bound=BaseModel)

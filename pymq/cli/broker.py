@@ -24,6 +24,12 @@ from pymq.config import SMALL_STORE_SIZES, BrokerConfig
 @click.option(
     "--namesrv", "namesrv", default=None, help="Nameserver addresses, ';'-separated (default 127.0.0.1:9876)."
 )
+@click.option(
+    "--grpc-port",
+    type=int,
+    default=None,
+    help="Also serve RocketMQ 5.x clients (gRPC front end in this process) on this port (default: not).",
+)
 @click.option("--store-dir", default=None, type=click.Path(file_okay=False), help="Store directory (default ./store).")
 @click.option("--flush", "flush_disk_type", type=click.Choice(["ASYNC_FLUSH", "SYNC_FLUSH"]), default=None)
 @click.option(
@@ -76,9 +82,45 @@ def main(
         store["flush_disk_type"] = flush_disk_type
     if store:
         overrides["store"] = store
+    serve(BrokerConfig, config_path, overrides, log_format, port_file, make_broker)
+
+
+def make_broker(config: BrokerConfig) -> Any:
+    """The broker, with the gRPC front end beside it when ``grpc_port`` is set."""
     from pymq.broker.app import BrokerApp
 
-    serve(BrokerConfig, config_path, overrides, log_format, port_file, BrokerApp)
+    if config.grpc_port is None:
+        return BrokerApp(config)
+    return BrokerWithGrpc(config, BrokerApp(config))
+
+
+class BrokerWithGrpc:
+    """A broker and a gRPC front end for its cluster in one process (RocketMQ's proxy "local mode")."""
+
+    def __init__(self, config: BrokerConfig, broker: Any) -> None:
+        from pymq.grpc_proxy import GrpcProxy
+
+        self.broker = broker
+        assert config.grpc_port is not None
+        self.proxy = GrpcProxy(
+            config.namesrv_addrs, host=config.host, port=config.grpc_port, advertised_host=config.advertised_host
+        )
+
+    @property
+    def address(self) -> str:
+        return str(self.broker.address)
+
+    async def start(self) -> None:
+        await self.broker.start()
+        try:
+            await self.proxy.start()
+        except BaseException:
+            await self.broker.close()
+            raise
+
+    async def close(self) -> None:
+        await self.proxy.close()
+        await self.broker.close()
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ pymq is running.
   nameserver  {ns}
   broker      {broker}  (store: {store})
   dashboard   {dashboard}
+  gRPC        {grpc}  (RocketMQ 5.x clients: apache.rocketmq.v2, plaintext)
 
 Topics are created on first use here, with {queues} queues: the first send, subscription, pull or
 pop of a topic (any client's route lookup) creates it. A plain pymq-broker needs pymq-admin topic-create.
@@ -59,6 +60,12 @@ Press Ctrl-C to stop.
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address both servers listen on.")
 @click.option("--namesrv-port", default=9876, show_default=True)
 @click.option("--broker-port", default=10911, show_default=True)
+@click.option(
+    "--grpc-port",
+    default=8081,
+    show_default=True,
+    help="Port of the RocketMQ 5.x gRPC endpoint (apache.rocketmq.v2.MessagingService); 0: not served.",
+)
 @click.option("--store-dir", default="./pymq-local-store", show_default=True, type=click.Path(file_okay=False))
 @click.option(
     "--dashboard-port",
@@ -80,6 +87,7 @@ def main(
     host: str,
     namesrv_port: int,
     broker_port: int,
+    grpc_port: int,
     store_dir: str,
     dashboard_port: int,
     no_dashboard: bool,
@@ -92,6 +100,7 @@ def main(
     Example:
       pymq-local
       pymq-local --namesrv-port 19876 --broker-port 20911 --store-dir /tmp/pymq --no-dashboard
+      pymq-local --grpc-port 0          # no RocketMQ 5.x gRPC endpoint
       pymq-local --replicas 2       # a master and its slave; kill -9 the master and the slave takes over
     """
     configure_logging(log_level)
@@ -100,11 +109,14 @@ def main(
 
         sys.exit(run(serve_replicated(host, namesrv_port, broker_port, Path(store_dir), say)))
     dashboard = None if no_dashboard else dashboard_port
-    sys.exit(run(_serve(host, namesrv_port, broker_port, Path(store_dir), dashboard)))
+    sys.exit(run(_serve(host, namesrv_port, broker_port, grpc_port, Path(store_dir), dashboard)))
 
 
-async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path, dashboard_port: int | None) -> int:
+async def _serve(
+    host: str, namesrv_port: int, broker_port: int, grpc_port: int, store_dir: Path, dashboard_port: int | None
+) -> int:
     from pymq.broker.app import BrokerApp
+    from pymq.grpc_proxy import GrpcProxy
     from pymq.nameserver.app import NamesrvApp
 
     namesrv = NamesrvApp(NamesrvConfig(host=host, port=namesrv_port))
@@ -134,6 +146,17 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
         startup_error(message)
         return code
     namesrv.handlers.create_unknown_topic = functools.partial(create_on_first_use, broker)
+    proxy: GrpcProxy | None = None
+    if grpc_port:
+        proxy = GrpcProxy(namesrv.address, host=host, port=grpc_port)
+        try:
+            await proxy.start()
+        except (ConfigError, OSError) as exc:
+            await broker.close()
+            await namesrv.close()
+            message, code = startup_failure(exc)
+            startup_error(message)
+            return code
     dashboard = await start_dashboard(host, namesrv.address, dashboard_port) if dashboard_port is not None else None
     try:
         stop = asyncio.Event()
@@ -146,6 +169,7 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
             store=store_dir.resolve(),
             queues=broker_cfg.default_topic_queue_nums,
             dashboard=dashboard.url if dashboard is not None else "off (--no-dashboard)",
+            grpc=f"{proxy.advertised_host}:{proxy.port}" if proxy is not None else "off (--grpc-port 0)",
         )
         say(guide, nl=False)
         await stop.wait()
@@ -154,6 +178,8 @@ async def _serve(host: str, namesrv_port: int, broker_port: int, store_dir: Path
         # Closed whatever happened above: offsets persisted, the store marked clean (no abort file).
         if dashboard is not None:
             await dashboard.close()
+        if proxy is not None:
+            await proxy.close()
         await broker.close()
         await namesrv.close()
     say("stopped.")

@@ -46,8 +46,13 @@ PORT_IN_USE = {
         "--host", "127.0.0.1", "--port", "{port}", "--namesrv", "127.0.0.1:1", "--store-dir", "{tmp}/store",
         "--log-format", "json",
     ],
-    "local-namesrv": ["--namesrv-port", "{port}", "--broker-port", "{free}", "--store-dir", "{tmp}/s"],
-    "local-broker": ["--namesrv-port", "{free}", "--broker-port", "{port}", "--store-dir", "{tmp}/s"],
+    "local-namesrv": [
+        "--namesrv-port", "{port}", "--broker-port", "{free}", "--grpc-port", "0", "--store-dir", "{tmp}/s",
+    ],
+    "local-broker": [
+        "--namesrv-port", "{free}", "--broker-port", "{port}", "--grpc-port", "0", "--store-dir", "{tmp}/s",
+    ],
+    "local-grpc": ["--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "{port}", "--store-dir", "{tmp}/s"],
 }  # fmt: skip
 
 
@@ -76,7 +81,7 @@ def test_store_locked_reads_the_same_in_broker_and_local_exit_3(
         "broker", "--host", "127.0.0.1", "--port", "0", "--namesrv", "127.0.0.1:1", "--store-dir", store,
         "--small-files", "--log-format", "json",
     )  # fmt: skip
-    local = cli("local", "--namesrv-port", "0", "--broker-port", "0", "--store-dir", store)
+    local = cli("local", "--namesrv-port", "0", "--broker-port", "0", "--grpc-port", "0", "--store-dir", store)
     assert (broker.returncode, local.returncode) == (EXIT_STORE_LOCKED, EXIT_STORE_LOCKED), (broker, local)
     assert one_line(broker.stderr).startswith("error: ") and "locked" in broker.stderr
     assert one_line(local.stderr) == broker.stderr

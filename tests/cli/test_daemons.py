@@ -146,6 +146,7 @@ def test_pymq_local_serves_and_stops_on_ctrl_c(tmp_path: Path, free_ports) -> No
     ns_port, broker_port = free_ports(2)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pymq.cli.local", "--namesrv-port", str(ns_port), "--broker-port", str(broker_port),
+         "--grpc-port", "0",
          "--store-dir", str(tmp_path / "store")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -239,6 +240,7 @@ def start_pymq_local(tmp_path: Path, free_ports) -> tuple[subprocess.Popen[str],
     ns_port, broker_port = free_ports(2)
     proc = subprocess.Popen(
         [sys.executable, "-m", "pymq.cli.local", "--namesrv-port", str(ns_port), "--broker-port", str(broker_port),
+         "--grpc-port", "0",
          "--store-dir", str(tmp_path / "store")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip

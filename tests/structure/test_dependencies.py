@@ -458,3 +458,21 @@ def test_controller_pure_parts_do_no_io_and_know_no_daemon() -> None:
     )
     assert bad == []
     assert offenders(mods, lambda i: i.startswith(("pymq.broker", "pymq.nameserver"))) == []
+
+
+def test_grpc_proxy_is_a_front_end_nobody_but_the_cli_imports() -> None:
+    """pymq.grpc_proxy talks to brokers as a client does: never imports broker/store/nameserver code,
+    and only the CLI (pymq-local, pymq-proxy) imports it; grpc and protobuf stay inside it."""
+    inside = modules("grpc_proxy")
+    assert inside, "pymq/grpc_proxy has no modules"
+    assert offenders(inside, lambda i: i.startswith(("pymq.broker", "pymq.nameserver", "pymq.cli."))) == []
+    outside = {m: i for m, i in modules().items() if not m.startswith(("pymq.grpc_proxy", "pymq.cli."))}
+    assert offenders(outside, lambda i: i.startswith("pymq.grpc_proxy")) == []
+    assert offenders(outside, lambda i: i.split(".")[0] == "grpc" or i.startswith("google.protobuf")) == []
+
+
+def test_grpc_proxy_mapping_is_pure() -> None:
+    """The protobuf <-> pymq mapping does no I/O (the service module does)."""
+    imps = modules("grpc_proxy")["pymq.grpc_proxy.mapping"]
+    io = ("asyncio", "socket", "grpc", "pymq.transport", "pymq.client")
+    assert sorted(i for i in imps if i.split(".")[0] in io or i.startswith(io)) == []

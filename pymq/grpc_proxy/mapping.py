@@ -1,0 +1,332 @@
+"""Pure mapping between apache.rocketmq.v2 protobuf messages and pymq's messages (no I/O).
+
+Receipt handles given to 5.x clients wrap the broker's own handle with the broker's name (a
+pop answer comes from one broker; the ack must go back to it): ``<b64(broker)>~<handle>``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import zlib
+from dataclasses import dataclass
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from pymq.errors import (
+    ClientError,
+    InvalidReceiptHandleError,
+    MessageIllegalError,
+    NoPermissionError,
+    NoRouteError,
+    PymqError,
+    RemoteError,
+    SubscriptionGroupNotExistError,
+    TopicNotExistError,
+)
+from pymq.grpc_proxy.pb import definition_pb2 as pb
+from pymq.protocol.message import Message, MessageExt, Prop
+from pymq.protocol.route import MASTER_ID, PERM_READ, PERM_WRITE, TopicRouteData
+from pymq.protocol.transaction import CHECK_IMMUNITY_TIME_IN_SECONDS, PGROUP, TRAN_MSG
+
+#: user property names a 5.x client may not set: pymq keeps its own system properties there
+_RESERVED = frozenset(
+    {Prop.TAGS, Prop.KEYS, Prop.UNIQ_KEY, Prop.DELAY, Prop.TIMER_DELIVER_MS, Prop.TIMER_DELAY_MS, Prop.SHARDING_KEY}
+)
+#: the property that carries a FIFO message's group through pymq (RocketMQ 5 stores it there too)
+MESSAGE_GROUP_PROP = "__SHARDINGKEY"
+#: pymq's system properties that are not user properties for a 5.x client
+_NOT_USER = (
+    Prop.RETRY_TOPIC,
+    Prop.REAL_TOPIC,
+    Prop.REAL_QID,
+    Prop.ORIGIN_MESSAGE_ID,
+    Prop.RECONSUME_TIME,
+    Prop.TIMER_DELIVER_MS,
+    TRAN_MSG,
+    PGROUP,
+    CHECK_IMMUNITY_TIME_IN_SECONDS,
+    "TRANSACTION_CHECK_TIMES",
+)
+_ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+_HANDLE_SEP = "~"
+
+
+class MappingError(Exception):
+    """A client request that cannot be mapped: carries the v2 status code and a message naming the field."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def status(code: int = pb.OK, message: str = "OK") -> pb.Status:
+    return pb.Status(code=code, message=message)  # type: ignore[arg-type]
+
+
+def error_status(exc: BaseException) -> pb.Status:
+    """The v2 status for an exception raised while serving a request."""
+    if isinstance(exc, MappingError):
+        return status(exc.code, exc.message)
+    if isinstance(exc, InvalidReceiptHandleError):
+        return status(pb.INVALID_RECEIPT_HANDLE, str(exc))
+    if isinstance(exc, TopicNotExistError | NoRouteError):
+        return status(pb.TOPIC_NOT_FOUND, str(exc))
+    if isinstance(exc, SubscriptionGroupNotExistError):
+        return status(pb.CONSUMER_GROUP_NOT_FOUND, str(exc))
+    if isinstance(exc, NoPermissionError):
+        return status(pb.FORBIDDEN, str(exc))
+    if isinstance(exc, MessageIllegalError | ClientError):
+        return status(pb.BAD_REQUEST, str(exc))
+    if isinstance(exc, RemoteError) and exc.code == pb.INVALID_RECEIPT_HANDLE:
+        return status(pb.INVALID_RECEIPT_HANDLE, str(exc))
+    if isinstance(exc, PymqError):
+        return status(pb.INTERNAL_SERVER_ERROR, str(exc))
+    if isinstance(exc, TimeoutError):
+        return status(pb.PROXY_TIMEOUT, "broker did not answer in time")
+    return status(pb.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+def millis(d: Duration) -> int:
+    return int(d.seconds) * 1000 + int(d.nanos) // 1_000_000
+
+
+def duration(ms: int) -> Duration:
+    return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+# --- routes ---------------------------------------------------------------------------------------------------
+
+
+def _permission(perm: int) -> int:
+    readable, writable = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
+    if readable and writable:
+        return pb.READ_WRITE
+    return pb.READ if readable else pb.WRITE if writable else pb.NONE
+
+
+def message_types(attributes: dict[str, str]) -> list[int]:
+    """The types a topic accepts: its ``message.type`` attribute (RocketMQ 5), or all when unset/MIXED."""
+    declared = attributes.get("message.type", "").upper()
+    by_name = {"NORMAL": pb.NORMAL, "FIFO": pb.FIFO, "DELAY": pb.DELAY, "TRANSACTION": pb.TRANSACTION}
+    if declared in by_name:
+        return [by_name[declared]]
+    return list(_ALL_TYPES)
+
+
+def route_queues(
+    topic: pb.Resource, route: TopicRouteData, endpoints: pb.Endpoints, types: list[int]
+) -> list[pb.MessageQueue]:
+    """The 5.x view of a pymq route: every queue of every broker with a master, all served by ``endpoints``.
+
+    The clients connect to the broker's endpoints; these are the front end's own (a proxy).
+    """
+    out: list[pb.MessageQueue] = []
+    for qd in sorted(route.queueDatas, key=lambda q: q.brokerName):
+        bd = route.broker(qd.brokerName)
+        if bd is None or MASTER_ID not in bd.brokerAddrs:
+            continue
+        broker = pb.Broker(name=qd.brokerName, id=MASTER_ID, endpoints=endpoints)
+        for qid in range(max(qd.readQueueNums, qd.writeQueueNums)):
+            perm = qd.perm
+            if qid >= qd.readQueueNums:
+                perm &= ~PERM_READ
+            if qid >= qd.writeQueueNums:
+                perm &= ~PERM_WRITE
+            out.append(
+                pb.MessageQueue(
+                    topic=topic,
+                    id=qid,
+                    permission=_permission(perm),  # type: ignore[arg-type]
+                    broker=broker,
+                    accept_message_types=types,  # type: ignore[arg-type]
+                )
+            )
+    return out
+
+
+# --- send -----------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Outgoing:
+    """A 5.x message ready for pymq's producer: the message, its client-assigned id, its FIFO group."""
+
+    message: Message
+    message_id: str
+    message_group: str | None
+    message_type: int
+
+
+def to_pymq(msg: pb.Message, max_body: int) -> Outgoing:
+    """A 5.x message as pymq's :class:`Message` (the body passes as bytes); MappingError names what is wrong."""
+    topic = msg.topic.name
+    if not topic:
+        raise MappingError(pb.ILLEGAL_TOPIC, "message.topic.name is empty")
+    body = msg.body
+    if not body:
+        raise MappingError(pb.MESSAGE_BODY_EMPTY, "message.body is empty")
+    if len(body) > max_body:
+        raise MappingError(pb.MESSAGE_BODY_TOO_LARGE, f"message.body is {len(body)} bytes, at most {max_body}")
+    sp = msg.system_properties
+    props: dict[str, str] = {}
+    for key, value in msg.user_properties.items():
+        if not key or key in _RESERVED or key == MESSAGE_GROUP_PROP:
+            raise MappingError(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {key!r} is reserved or empty")
+        props[key] = value
+    tag = sp.tag if sp.HasField("tag") else None
+    if tag is not None and (not tag.strip() or "|" in tag):
+        raise MappingError(pb.ILLEGAL_MESSAGE_TAG, f"system_properties.tag {tag!r} is blank or contains '|'")
+    keys = [k for k in sp.keys]
+    if any(not k.strip() for k in keys):
+        raise MappingError(pb.ILLEGAL_MESSAGE_KEY, "system_properties.keys has a blank key")
+    group = sp.message_group if sp.HasField("message_group") else None
+    mtype = sp.message_type
+    if group is not None:
+        if not group:
+            raise MappingError(pb.ILLEGAL_MESSAGE_GROUP, "system_properties.message_group is empty")
+        props[MESSAGE_GROUP_PROP] = group
+    out = Message(topic=topic, body=body, tags=tag, keys=keys or None, properties=props)
+    if sp.HasField("delivery_timestamp"):
+        if group is not None:
+            raise MappingError(
+                pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a message has either a message_group or a delivery_timestamp"
+            )
+        out.set_delivery_time(millis_ts(sp.delivery_timestamp))
+    return Outgoing(out, sp.message_id, group, mtype)
+
+
+def mark_transactional(out: Outgoing, sp: pb.SystemProperties, group: str) -> None:
+    """A TRANSACTION message becomes a pymq half message of ``group`` (its check-backs come to that group)."""
+    if out.message_group is not None or Prop.TIMER_DELIVER_MS in out.message.properties:
+        raise MappingError(
+            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a TRANSACTION message has no message_group or delivery_timestamp"
+        )
+    props = out.message.properties
+    props[TRAN_MSG] = "true"
+    props[PGROUP] = group
+    if sp.HasField("orphaned_transaction_recovery_duration"):
+        seconds = max(1, millis(sp.orphaned_transaction_recovery_duration) // 1000)
+        props[CHECK_IMMUNITY_TIME_IN_SECONDS] = str(seconds)
+
+
+def transaction_id(broker: str, queue_offset: int, commit_log_offset: int, msg_id: str) -> str:
+    """What EndTransaction needs to find the half message, as the transaction id (stateless front end)."""
+    return wrap_handle(broker, f"{queue_offset} {commit_log_offset} {msg_id}")
+
+
+def parse_transaction_id(tx_id: str) -> tuple[str, int, int, str]:
+    """(broker, queue offset, commit log offset, message id) of :func:`transaction_id`; MappingError if not one."""
+    try:
+        broker, rest = unwrap_handle(tx_id)
+        q, c, msg_id = rest.split(" ", 2)
+        return broker, int(q), int(c), msg_id
+    except (MappingError, ValueError):
+        raise MappingError(pb.INVALID_TRANSACTION_ID, "transaction_id was not issued by this service") from None
+
+
+def millis_ts(ts: Timestamp) -> int:
+    return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
+
+
+def check_type(out: Outgoing, accepted: list[int]) -> None:
+    """RocketMQ 5's rule: the message's type must be one the topic accepts."""
+    if out.message_type and out.message_type not in accepted:
+        names = ", ".join(pb.MessageType.Name(t) for t in accepted)
+        raise MappingError(
+            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"topic {out.message.topic} accepts {names}, not {pb.MessageType.Name(out.message_type)}",
+        )
+
+
+# --- receive --------------------------------------------------------------------------------------------------
+
+
+def wrap_handle(broker_name: str, handle: str) -> str:
+    return base64.urlsafe_b64encode(broker_name.encode()).decode() + _HANDLE_SEP + handle
+
+
+def unwrap_handle(wrapped: str) -> tuple[str, str]:
+    """(broker name, broker handle) of a handle made by :func:`wrap_handle`; MappingError if it is not one."""
+    head, sep, handle = wrapped.partition(_HANDLE_SEP)
+    if not sep or not handle:
+        raise MappingError(pb.INVALID_RECEIPT_HANDLE, "receipt_handle was not issued by this service")
+    try:
+        broker = base64.urlsafe_b64decode(head.encode()).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise MappingError(pb.INVALID_RECEIPT_HANDLE, "receipt_handle was not issued by this service") from None
+    if not broker:
+        raise MappingError(pb.INVALID_RECEIPT_HANDLE, "receipt_handle names no broker")
+    return broker, handle
+
+
+def to_v2(m: MessageExt, topic: str, handle: str | None, invisible_ms: int, namespace: str = "") -> pb.Message:
+    """A stored pymq message as the 5.x clients read it (ids, tag, keys, group, attempts, digest)."""
+    props = m.properties
+    user = {k: v for k, v in props.items() if k not in _RESERVED and k != MESSAGE_GROUP_PROP and not k.startswith("__")}
+    for k in _NOT_USER:
+        user.pop(k, None)
+    body = m.body
+    sp = pb.SystemProperties(
+        message_id=props.get(Prop.UNIQ_KEY) or m.msg_id,
+        body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body) & 0xFFFFFFFF:08X}"),
+        body_encoding=pb.IDENTITY,
+        born_timestamp=timestamp(m.born_timestamp),
+        born_host=m.born_host,
+        store_timestamp=timestamp(m.store_timestamp),
+        store_host=m.store_host,
+        queue_id=m.queue_id,
+        queue_offset=m.queue_offset,
+        delivery_attempt=m.reconsume_times + 1,
+    )
+    tag = props.get(Prop.TAGS)
+    if tag:
+        sp.tag = tag
+    keys = props.get(Prop.KEYS)
+    if keys:
+        sp.keys.extend(keys.split())
+    group = props.get(MESSAGE_GROUP_PROP)
+    if group:
+        sp.message_group = group
+        sp.message_type = pb.FIFO
+    elif props.get(TRAN_MSG) == "true":
+        sp.message_type = pb.TRANSACTION
+    elif Prop.TIMER_DELIVER_MS in props:
+        sp.message_type = pb.DELAY
+        sp.delivery_timestamp.CopyFrom(timestamp(int(props[Prop.TIMER_DELIVER_MS])))
+    else:
+        sp.message_type = pb.NORMAL
+    if handle is not None:
+        sp.receipt_handle = handle
+        sp.invisible_duration.CopyFrom(duration(invisible_ms))
+    return pb.Message(
+        topic=pb.Resource(name=topic, resource_namespace=namespace),
+        user_properties=user,
+        system_properties=sp,
+        body=body,
+    )
+
+
+__all__ = [
+    "MESSAGE_GROUP_PROP",
+    "MappingError",
+    "Outgoing",
+    "check_type",
+    "duration",
+    "error_status",
+    "message_types",
+    "millis",
+    "route_queues",
+    "status",
+    "timestamp",
+    "to_pymq",
+    "to_v2",
+    "unwrap_handle",
+    "wrap_handle",
+]

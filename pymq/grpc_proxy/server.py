@@ -1,0 +1,103 @@
+"""The gRPC front end's lifecycle: a pymq producer (its client instance finds the brokers) and a grpc.aio server."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from pymq.client.producer import Producer
+from pymq.errors import ConfigError
+from pymq.grpc_proxy.service import MessagingService, ProxySettings, add_to_server
+from pymq.protocol.message import MessageExt
+from pymq.protocol.requests import CheckTransactionStateRequest
+from pymq.transport.server import bind_socket, cannot_listen
+
+log = logging.getLogger("pymq.grpc_proxy")
+
+
+class ProxyProducer(Producer):
+    """The front end's producer: half messages are sent in its group, so the brokers' check-backs come
+    here (through the client instance) and go on to ``on_check``."""
+
+    on_check: Callable[[str, CheckTransactionStateRequest, MessageExt], None] | None = None
+
+    def check_transaction_state(self, broker_addr: str, header: CheckTransactionStateRequest, msg: MessageExt) -> None:
+        if self.on_check is not None:
+            self.on_check(broker_addr, header, msg)
+
+
+class GrpcProxy:
+    """Serves apache.rocketmq.v2.MessagingService on ``host:port`` (0: any free port) for ``namesrv``'s cluster."""
+
+    def __init__(
+        self,
+        namesrv: str | list[str],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8081,
+        advertised_host: str | None = None,
+        settings: ProxySettings | None = None,
+        **client_options: Any,
+    ) -> None:
+        self.namesrv = namesrv
+        self.host = host
+        self.port = port
+        self.advertised_host = advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
+        self.settings = settings or ProxySettings()
+        self._client_options = client_options
+        self.producer: ProxyProducer | None = None
+        self.server: grpc.aio.Server | None = None
+
+    async def start(self) -> GrpcProxy:
+        """Listen (ConfigError in the daemons' wording if the port cannot be had), then serve."""
+        options = [
+            ("grpc.max_receive_message_length", self.settings.max_body_size * 2),
+            # no SO_REUSEPORT: a second front end on a taken port must fail, not share it silently
+            ("grpc.so_reuseport", 0),
+        ]
+        if self.port:  # probe first: grpc's own bind failure also prints a line of its C core on stderr
+            self._check_port()
+        server = grpc.aio.server(options=options)
+        try:
+            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+        except RuntimeError:
+            bound = 0
+        if bound == 0:
+            raise ConfigError(f"cannot listen on {self.host}:{self.port}: refused by grpc")
+        self.port = bound
+        self.producer = ProxyProducer(self.namesrv, "PYMQ_GRPC_PROXY", **self._client_options)
+        await self.producer.start()
+        service = MessagingService(self.producer, (self.advertised_host, bound), self.settings)
+        self.producer.on_check = service.on_transaction_check
+        add_to_server(service, server)
+        await server.start()
+        self.server = server
+        log.info("grpc proxy listening on %s:%d", self.host, bound)
+        return self
+
+    def _check_port(self) -> None:
+        """ConfigError in the daemons' one wording when the port cannot be had (in use, not permitted)."""
+        try:
+            bind_socket(self.host, self.port).close()
+        except OSError as exc:
+            raise ConfigError(cannot_listen(self.host, self.port, exc)) from None
+
+    async def close(self, grace: float = 1.0) -> None:
+        server, self.server = self.server, None
+        if server is not None:
+            await server.stop(grace)
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            await producer.close()
+
+    async def __aenter__(self) -> GrpcProxy:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+__all__ = ["GrpcProxy"]

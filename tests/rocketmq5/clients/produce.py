@@ -1,0 +1,39 @@
+"""Run with the rocketmq-python-client venv: send messages with the official 5.x Producer.
+
+argv[1]: JSON {"endpoint", "topic", "messages": [{"body", "tag"?, "keys"?, "props"?, "group"?, "delay_s"?}]}
+stdout: JSON list, one {"message_id"} or {"error"} per message.
+"""
+
+import json
+import sys
+import time
+
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+args = json.loads(sys.argv[1])
+producer = Producer(ClientConfiguration(args["endpoint"], Credentials(), request_timeout=5), (args["topic"],))
+producer.startup()
+out = []
+try:
+    for spec in args["messages"]:
+        msg = Message()
+        msg.topic = args["topic"]
+        msg.body = spec["body"].encode()
+        if spec.get("tag"):
+            msg.tag = spec["tag"]
+        for key in spec.get("keys", []):
+            msg.keys = key  # the setter adds one key per assignment
+        for k, v in spec.get("props", {}).items():
+            msg.add_property(k, v)
+        if spec.get("group"):
+            msg.message_group = spec["group"]
+        if spec.get("delay_s"):  # this client's delivery_timestamp is in whole seconds since the epoch
+            msg.delivery_timestamp = int(time.time()) + spec["delay_s"]
+        try:
+            receipt = producer.send(msg)
+            out.append({"message_id": receipt.message_id})
+        except Exception as exc:  # reported to the test, which asserts on it
+            out.append({"error": f"{type(exc).__name__}: {exc}"})
+finally:
+    producer.shutdown()
+print(json.dumps(out))
