@@ -422,3 +422,17 @@ def test_handlers_do_not_reach_into_managers_tables() -> None:
                 if node.attr in MANAGER_TABLES.get(owner, ()):
                     found.append(f"{module}:{node.lineno} {owner}.{node.attr}")
     assert found == []
+
+
+def test_remoting_codec_is_pure_and_imports_only_errors() -> None:
+    """pymq.remoting (RocketMQ 4.x wire format) imports nothing of ours but itself and pymq.errors, and does no I/O."""
+    mods = modules("remoting")
+    assert mods, "pymq.remoting is missing"
+    bad = offenders(
+        mods,
+        lambda i: (
+            (ours(i) and not i.startswith(("pymq.remoting.", "pymq.errors.")))
+            or i.split(".")[0] in {"asyncio", "uvloop", "socket", "selectors", "ssl"}
+        ),
+    )
+    assert bad == []
