@@ -19,6 +19,7 @@ import pytest
 from pymq.remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from pymq.remoting.command import RemotingCommand, RemotingDecoder, encode
 from pymq.remoting.message_layout import parse_properties
+from pymq.remoting.send_header import decode_send_header
 
 from .conftest import run_script
 
@@ -118,6 +119,9 @@ def test_cpp_sync_send_round_trips_through_our_codec(cpp_python: Path, responder
     props = parse_properties(ext["properties"])
     assert props["TAGS"] == "TagA" and props["KEYS"] == "k1 k2" and props["color"] == "blue"
     assert props["UNIQ_KEY"] == result["msg_id"]
+    header = decode_send_header(send)
+    assert (header.producer_group, header.topic, header.properties) == ("PG_PYMQ_R30", TOPIC, props)
+    assert header.queue_id == int(ext["queueId"]) and header.born_timestamp > 0 and not header.batch
 
 
 def test_cpp_client_reads_our_error_response(cpp_python: Path, responder: Responder) -> None:
