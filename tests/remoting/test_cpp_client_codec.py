@@ -3,7 +3,7 @@
 A small remoting responder built only on :mod:`pymq.remoting` (no pymq daemon yet: the
 nameserver/broker handlers are the next step of issue 30) plays nameserver and broker on one
 port. The real client's requests must decode with our decoder, and our encoded responses
-(TopicRouteData JSON, SendMessageResponseHeader) must be accepted by the client.
+(``route_body.topic_route_body`` of a pymq TopicRouteData, SendMessageResponseHeader) must be accepted by the client.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from pymq.protocol.route import BrokerData, QueueData, TopicRouteData
 from pymq.remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from pymq.remoting.command import RemotingCommand, RemotingDecoder, encode
 from pymq.remoting.message_layout import parse_properties
+from pymq.remoting.route_body import topic_route_body
 from pymq.remoting.send_header import decode_send_header
 
 from .conftest import run_script
@@ -64,14 +66,11 @@ class Responder:
         if cmd.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
             if ext.get("topic") != TOPIC:
                 return cmd.response(ResponseCode.TOPIC_NOT_EXIST, remark=f"no route for {ext.get('topic')}")
-            route = {
-                "brokerDatas": [{"brokerAddrs": {"0": f"127.0.0.1:{self.port}"}, "brokerName": "b0", "cluster": "c0"}],
-                "filterServerTable": {},
-                "queueDatas": [
-                    {"brokerName": "b0", "perm": 6, "readQueueNums": 4, "topicSynFlag": 0, "writeQueueNums": 4}
-                ],
-            }
-            return cmd.response(ResponseCode.SUCCESS, body=json.dumps(route).encode())
+            route = TopicRouteData(
+                queueDatas=[QueueData("b0", readQueueNums=4, writeQueueNums=4)],
+                brokerDatas=[BrokerData("c0", "b0", {0: f"127.0.0.1:{self.port}"})],
+            )
+            return cmd.response(ResponseCode.SUCCESS, body=topic_route_body(route))
         if cmd.code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2):
             qid = ext.get("queueId", ext.get("e", "0"))
             header = {"msgId": "7F00000100002A9F00000000000000AB", "queueId": qid, "queueOffset": "5"}
