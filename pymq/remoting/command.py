@@ -196,7 +196,7 @@ def _decode_json_header(header: bytes, body: bytes) -> RemotingCommand:
         body=body,
         serialize_type=SerializeType.JSON,
     )
-    for k in ("code", "version", "opaque", "flag"):
+    for k in ("code", "version", "opaque", "flag", "serializeTypeCurrentRPC"):
         obj.pop(k, None)
     cmd.extra = obj
     return cmd

@@ -52,7 +52,7 @@ def test_json_request_from_a_client_decodes() -> None:
     assert cmd.ext_fields == {"topic": "TopicTest"}
     assert cmd.body == b"xyz"
     assert cmd.serialize_type is SerializeType.JSON
-    assert cmd.extra == {"serializeTypeCurrentRPC": "JSON"}
+    assert cmd.extra == {}
 
 
 def test_json_encode_is_what_fastjson_writes() -> None:
@@ -79,8 +79,9 @@ def test_json_response_keeps_opaque_and_sets_response_bit() -> None:
 
 
 def test_json_ext_numbers_become_strings_as_fastjson_maps_them() -> None:
-    frame = java_json_frame('{"code":14,"extFields":{"queueId":3,"flag":true},"opaque":1}')
+    frame = java_json_frame('{"code":14,"extFields":{"queueId":3,"flag":true},"opaque":1,"unknownMember":[1]}')
     assert decode_frame(frame).ext_fields == {"queueId": "3", "flag": "true"}
+    assert decode_frame(frame).extra == {"unknownMember": [1]}
 
 
 def test_binary_request_decodes_byte_for_byte() -> None:
