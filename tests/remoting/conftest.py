@@ -54,8 +54,19 @@ def cpp_python() -> Path:
     return python
 
 
-def run_script(python: Path, name: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """Run ``cpp_scripts/<name>`` with the C++ client's venv; returns the finished process."""
+def run_script(
+    python: Path, name: str, *args: str, home: Path, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ``cpp_scripts/<name>`` with the C++ client's venv; returns the finished process.
+
+    ``home`` becomes $HOME: the C++ client writes its logs under ``$HOME/logs/rocketmq-cpp``.
+    """
+    env = {**os.environ, "HOME": str(home)}
     return subprocess.run(
-        [str(python), str(SCRIPTS / name), *args], capture_output=True, text=True, timeout=timeout, check=False
+        [str(python), str(SCRIPTS / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
     )

@@ -97,9 +97,17 @@ def responder() -> Iterator[Responder]:
         yield r
 
 
-def test_cpp_sync_send_round_trips_through_our_codec(cpp_python: Path, responder: Responder) -> None:
+def test_cpp_sync_send_round_trips_through_our_codec(cpp_python: Path, responder: Responder, tmp_path: Path) -> None:
     proc = run_script(
-        cpp_python, "sync_producer.py", f"127.0.0.1:{responder.port}", TOPIC, "TagA", "k1 k2", "héllo", "color=blue"
+        cpp_python,
+        "sync_producer.py",
+        f"127.0.0.1:{responder.port}",
+        TOPIC,
+        "TagA",
+        "k1 k2",
+        "héllo",
+        "color=blue",
+        home=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -123,8 +131,10 @@ def test_cpp_sync_send_round_trips_through_our_codec(cpp_python: Path, responder
     assert header.queue_id == int(ext["queueId"]) and header.born_timestamp > 0 and not header.batch
 
 
-def test_cpp_client_reads_our_error_response(cpp_python: Path, responder: Responder) -> None:
-    proc = run_script(cpp_python, "sync_producer.py", f"127.0.0.1:{responder.port}", "NoSuchTopic", "t", "k", "x")
+def test_cpp_client_reads_our_error_response(cpp_python: Path, responder: Responder, tmp_path: Path) -> None:
+    proc = run_script(
+        cpp_python, "sync_producer.py", f"127.0.0.1:{responder.port}", "NoSuchTopic", "t", "k", "x", home=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "No route info" in result.get("error", ""), result
