@@ -13,6 +13,7 @@ store host IP, port and commit-log offset. Pure Python; a C twin is a later step
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import zlib
@@ -72,6 +73,7 @@ def parse_properties(text: str | None) -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=1024)
 def _pack_host(host: tuple[str, int]) -> bytes:
     ip = ipaddress.ip_address(host[0])
     if ip.version != 4:
