@@ -476,3 +476,18 @@ def test_grpc_proxy_mapping_is_pure() -> None:
     imps = modules("grpc_proxy")["pymq.grpc_proxy.mapping"]
     io = ("asyncio", "socket", "grpc", "pymq.transport", "pymq.client")
     assert sorted(i for i in imps if i.split(".")[0] in io or i.startswith(io)) == []
+
+
+def test_remoting_codec_is_pure_and_imports_only_errors() -> None:
+    """pymq.remoting (RocketMQ 4.x wire format) imports nothing of ours but itself, pymq.errors and the pure
+    pymq.protocol (the model it maps onto), and does no I/O."""
+    mods = modules("remoting")
+    assert mods, "pymq.remoting is missing"
+    bad = offenders(
+        mods,
+        lambda i: (
+            (ours(i) and not i.startswith(("pymq.remoting.", "pymq.errors.", "pymq.protocol.")))
+            or i.split(".")[0] in {"asyncio", "uvloop", "socket", "selectors", "ssl"}
+        ),
+    )
+    assert bad == []
