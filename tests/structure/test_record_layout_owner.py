@@ -18,8 +18,9 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "pymq"
 RECORD_MODULES = {PKG / "protocol" / "record.py", PKG / "protocol" / "record_batch.py"}
-#: other formats' records, not pymq's: RocketMQ's MessageDecoder layout (what 4.x clients read)
-OTHER_FORMATS = {PKG / "remoting" / "message_layout.py"}
+#: other formats, not pymq's records: RocketMQ's MessageDecoder layout (what 4.x clients read) and
+#: its frame, whose ">iI" prefix (length, serialize type | header length) is no record header
+OTHER_FORMATS = {PKG / "remoting" / "message_layout.py", PKG / "remoting" / "command.py"}
 
 #: names in pymq.protocol.record that encode the byte layout
 LAYOUT_NAMES = {
