@@ -10,6 +10,7 @@ import click
 from pymq.cli.admin_group import AdminContext, admin_command, main
 from pymq.cli.output import emit, key_values, table
 from pymq.client.admin import AdminClient
+from pymq.client.admin_replication import controller_status as controller_status_of
 from pymq.client.admin_replication import promote_slave
 from pymq.errors import InvalidRequestError, PymqError
 from pymq.protocol.codes import RequestCode
@@ -83,7 +84,7 @@ async def controller_status(admin: AdminClient, ctx: AdminContext) -> None:
     Example:
       pymq-admin -n 127.0.0.1:9876 controller-status
     """
-    status = await fetch_controller_status(admin)
+    status = await controller_status_of(admin)
     groups = [
         {
             "group": name,
@@ -102,20 +103,6 @@ async def controller_status(admin: AdminClient, ctx: AdminContext) -> None:
     ]
     human = table(groups, cols) + ("\nelections:\n" + "\n".join(history) if history else "")
     emit(status, ctx.as_json, human)
-
-
-async def fetch_controller_status(admin: AdminClient) -> dict[str, Any]:
-    """CONTROLLER_STATUS from the first nameserver that runs a controller."""
-    last: Exception | None = None
-    for addr in admin.ns.addrs:
-        try:
-            resp = await admin.rpc.invoke_ok(addr, Command.request(RequestCode.CONTROLLER_STATUS), admin.timeout)
-        except PymqError as exc:
-            last = exc
-            continue
-        status: dict[str, Any] = decode_body(resp.body, "controller status")
-        return status
-    raise PymqError(f"no nameserver runs a controller (start one with --controller embedded): {last}")
 
 
 @main.command("elect-master")

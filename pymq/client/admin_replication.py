@@ -39,6 +39,24 @@ async def group_members(admin: AdminClient, broker_name: str) -> dict[int, str]:
     return {int(k): v for k, v in (group.get("brokerAddrs") or {}).items()}
 
 
+async def controller_status(admin: AdminClient) -> dict[str, Any]:
+    """The failover controller's view from the first nameserver that runs one (issue 32): per broker
+    group its master, epoch, sync-state set and live replicas (``groups``), and the last elections.
+
+    Raises :class:`~pymq.errors.ClientError` if no nameserver runs a controller.
+    """
+    last: Exception | None = None
+    for addr in admin.ns.addrs:
+        try:
+            resp = await admin.rpc.invoke_ok(addr, broker_api.controller_status(), admin.timeout)
+        except PymqError as exc:
+            last = exc
+            continue
+        status: dict[str, Any] = decode_body(resp.body, "controller status")
+        return status
+    raise ClientError(f"no nameserver runs a controller (start one with --controller embedded): {last}")
+
+
 async def _status(admin: AdminClient, addr: str) -> dict[str, Any] | None:
     try:
         return await admin.broker_status(addr)

@@ -317,6 +317,11 @@ def role_change(role: str, *, master_addr: str = "", epoch: int = 0, broker_id: 
     return Command.request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, header.to_ext())
 
 
+def controller_status() -> Command:
+    """CONTROLLER_STATUS (admin -> a nameserver running the failover controller): groups and elections."""
+    return Command.request(RequestCode.CONTROLLER_STATUS)
+
+
 # --- transactional messages ------------------------------------------------------------------------
 
 

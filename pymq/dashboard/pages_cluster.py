@@ -1,4 +1,5 @@
-"""The Cluster page: nameservers, broker groups and each broker's role, epoch, version, disk and TPS."""
+"""The Cluster page: nameservers, broker groups and each broker's role, epoch, version, disk and TPS,
+and the failover controller's view when a nameserver runs one."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from pymq.client.admin import AdminClient
+from pymq.client.admin_replication import controller_status
 from pymq.dashboard.state import admin_of, get_state, render
 from pymq.errors import PymqError
 
@@ -34,9 +36,21 @@ async def broker_rows(admin: AdminClient) -> list[dict[str, Any]]:
     return rows
 
 
+async def controller_view(admin: AdminClient) -> dict[str, Any] | None:
+    """The controller's groups and elections (newest first), or None when no nameserver runs one."""
+    try:
+        status = await controller_status(admin)
+    except PymqError:
+        return None
+    groups = [{"group": name, **g} for name, g in sorted((status.get("groups") or {}).items())]
+    return {"groups": groups, "elections": list(reversed(status.get("elections") or []))}
+
+
 async def cluster_page(request: Request) -> Response:
-    rows = await broker_rows(admin_of(request))
-    return render(request, "cluster.html", brokers=rows, namesrvs=get_state(request).config.namesrv_addrs)
+    admin = admin_of(request)
+    rows, controller = await asyncio.gather(broker_rows(admin), controller_view(admin))
+    namesrvs = get_state(request).config.namesrv_addrs
+    return render(request, "cluster.html", brokers=rows, namesrvs=namesrvs, controller=controller)
 
 
 routes = [Route("/", cluster_page), Route("/cluster", cluster_page)]

@@ -141,3 +141,34 @@ async def test_topic_rates_are_deltas_between_two_polls() -> None:
     totals.now = {"quiet": (5, 5), "busy": (3, 0)}  # a restarted broker counts from 0 again
     await poller._topic_rates(104.0)
     assert history.points("tput:busy")[-1] == (104.0, 0.0) and history.points("tget:busy")[-1] == (104.0, 0.0)
+
+
+def test_cluster_page_shows_the_failover_controller_or_says_failover_is_manual() -> None:
+    from pymq.dashboard.state import make_templates
+
+    page = make_templates().get_template("cluster.html")
+    controller = {
+        "groups": [
+            {
+                "group": "broker-a",
+                "master": "127.0.0.1:20911",
+                "epoch": 3,
+                "syncSet": ["127.0.0.1:10911", "127.0.0.1:20911"],
+                "alive": ["127.0.0.1:20911"],
+            }
+        ],
+        "elections": [
+            {
+                "group": "broker-a",
+                "old": "127.0.0.1:10911",
+                "new": "127.0.0.1:20911",
+                "epoch": 3,
+                "reason": "master heartbeat lapsed",
+            }
+        ],
+    }
+    html = page.render(brokers=[], namesrvs=["127.0.0.1:9876"], controller=controller)
+    assert 'id="controller"' in html and "broker-a" in html and "master heartbeat lapsed" in html
+    assert "<code>127.0.0.1:10911</code>" in html and ">3<" in html
+    manual = page.render(brokers=[], namesrvs=["127.0.0.1:9876"], controller=None)
+    assert 'id="controller"' not in manual and "No nameserver runs a controller" in manual
