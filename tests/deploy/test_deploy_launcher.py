@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from pymq.client.namesrv import NamesrvClient
-from pymq.config import BrokerConfig, NamesrvConfig, load_config
+from pymq.config import BrokerConfig, NamesrvConfig, ProxyConfig, load_config
 from pymq.transport.client import RpcClient
 from tests.helpers import wait_until_sync
 
@@ -30,10 +30,12 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 LAUNCHER = DEPLOY / "local_cluster.py"
 
 
-def model_for(path: Path) -> type[NamesrvConfig] | type[BrokerConfig]:
+def model_for(path: Path) -> type[NamesrvConfig] | type[BrokerConfig] | type[ProxyConfig]:
     if path.stem.startswith("namesrv"):
         return NamesrvConfig
-    assert path.stem.startswith("broker"), f"{path}: name it namesrv-*.toml or broker-*.toml"
+    if path.stem.startswith("proxy"):
+        return ProxyConfig
+    assert path.stem.startswith("broker"), f"{path}: name it namesrv-*.toml, broker-*.toml or proxy-*.toml"
     return BrokerConfig
 
 
@@ -117,7 +119,8 @@ async def cluster_info(addr: str) -> dict[str, Any]:
 
 
 def test_every_deploy_toml_loads_and_forms_the_example_cluster() -> None:
-    """Each TOML file under deploy/ loads with load_config; together: 2 nameservers, 2 broker groups."""
+    """Each TOML file under deploy/ loads with load_config; together: 2 nameservers, 2 broker groups and a
+    gRPC front end pointed at both nameservers."""
     paths = sorted(DEPLOY.rglob("*.toml"))
     configs = {p.stem: load_config(model_for(p), p, env={}) for p in paths}
     namesrvs = [c for c in configs.values() if isinstance(c, NamesrvConfig)]
@@ -125,8 +128,13 @@ def test_every_deploy_toml_loads_and_forms_the_example_cluster() -> None:
     assert len(namesrvs) == 2 and len(brokers) == 2
     assert {b.broker_name for b in brokers} == {"broker-a", "broker-b"}
     assert all(b.broker_id == 0 for b in brokers)
-    ports = [c.port for c in configs.values()] + [c.metrics_port for c in configs.values()]
+    proxies = [c for c in configs.values() if isinstance(c, ProxyConfig)]
+    assert len(proxies) == 1 and len(configs) == 5
+    daemons = [*namesrvs, *brokers]
+    ports = [c.port for c in configs.values()] + [c.metrics_port for c in daemons]
     assert None not in ports and len(set(ports)) == len(ports), "ports must differ to run on one host"
+    for proxy in proxies:
+        assert sorted(int(a.rpartition(":")[2]) for a in proxy.namesrv_addrs) == sorted(n.port for n in namesrvs)
     for b in brokers:
         assert sorted(int(a.rpartition(":")[2]) for a in b.namesrv_addrs) == sorted(n.port for n in namesrvs)
         assert str(b.store.store_dir) == f"/var/lib/pymq/{b.broker_name}", "the unit's ReadWritePaths"
@@ -141,7 +149,7 @@ def read_unit(path: Path) -> dict[str, list[str]]:
     return values
 
 
-@pytest.mark.parametrize("unit", ["pymq-namesrv@.service", "pymq-broker@.service"])
+@pytest.mark.parametrize("unit", ["pymq-namesrv@.service", "pymq-broker@.service", "pymq-proxy@.service"])
 def test_systemd_units_are_hardened(unit: str, tmp_path: Path) -> None:
     """Each unit runs as pymq with the hardening options, restarts on failure, stops with SIGTERM."""
     path = DEPLOY / "systemd" / unit
