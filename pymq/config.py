@@ -126,6 +126,15 @@ class TlsSettings(_Model):
         return self
 
 
+def check_namesrv_addrs(v: list[str]) -> list[str]:
+    """Every nameserver address is host:port (the daemons' and front ends' ``namesrv_addrs``)."""
+    for a in v:
+        host, sep, port = a.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"nameserver address {a!r} must be host:port")
+    return v
+
+
 class NamesrvConfig(_Model):
     """``pymq-namesrv`` settings."""
 
@@ -361,11 +370,7 @@ class BrokerConfig(_Model):
     @field_validator("namesrv_addrs")
     @classmethod
     def _check_addrs(cls, v: list[str]) -> list[str]:
-        for a in v:
-            host, sep, port = a.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"nameserver address {a!r} must be host:port")
-        return v
+        return check_namesrv_addrs(v)
 
 
 class ProxyConfig(_Model):
@@ -388,7 +393,7 @@ class ProxyConfig(_Model):
     @field_validator("namesrv_addrs")
     @classmethod
     def _check_addrs(cls, v: list[str]) -> list[str]:
-        return BrokerConfig._check_addrs(v)
+        return check_namesrv_addrs(v)
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -421,11 +426,7 @@ class DashboardConfig(_Model):
     @field_validator("namesrv_addrs")
     @classmethod
     def _check_addrs(cls, v: list[str]) -> list[str]:
-        for a in v:
-            host, sep, port = a.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"nameserver address {a!r} must be host:port")
-        return v
+        return check_namesrv_addrs(v)
 
 
 def _is_list_field(annotation: Any) -> bool:
