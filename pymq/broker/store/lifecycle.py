@@ -6,20 +6,35 @@ stops the background threads first; what happens to the files is here.
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pymq.broker.store.checkpoint import Checkpoint
 from pymq.broker.store.cleanup import disk_ratio
-from pymq.broker.store.dir_lock import fsync_dir
-from pymq.broker.store.recovery import recover
+from pymq.broker.store.dir_lock import DirLock, fsync_dir
+from pymq.broker.store.queue_table import QueueTable
+from pymq.broker.store.recovery import RecoveryReport, recover
+from pymq.broker.store.services import StoreServices
+from pymq.broker.store.store_view import RecoveryView, ServicesView
 from pymq.errors import StoreError
 from pymq.logs import get_logger
 
-if TYPE_CHECKING:
-    from pymq.broker.store.store_view import LifecycleView
-
 log = get_logger("broker.store")
+
+
+class LifecycleView(RecoveryView, ServicesView, Protocol):
+    """What opening and closing the files (lifecycle.start / shutdown / halt) uses."""
+
+    logics_lock: threading.Lock
+    dir_lock: DirLock
+    queue_table: QueueTable
+    services: StoreServices
+    running: bool
+    started_at: float
+    recovery: RecoveryReport | None
+
+    def flush_logics_locked(self, index: bool = True) -> None: ...
 
 
 def start(store: LifecycleView) -> None:

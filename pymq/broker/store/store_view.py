@@ -16,13 +16,9 @@ if TYPE_CHECKING:
     from pymq.broker.store.checkpoint import Checkpoint
     from pymq.broker.store.commitlog import CommitLog
     from pymq.broker.store.consume_queue import ConsumeQueue
-    from pymq.broker.store.dir_lock import DirLock
     from pymq.broker.store.dispatcher import Dispatcher
     from pymq.broker.store.index import IndexService
     from pymq.broker.store.map_pool import MapPool
-    from pymq.broker.store.queue_table import QueueTable
-    from pymq.broker.store.recovery import RecoveryReport
-    from pymq.broker.store.services import StoreServices
     from pymq.config import StoreConfig
 
 
@@ -97,20 +93,6 @@ class ServicesView(FlushView, CleanupView, Protocol):
     index: IndexService
 
     def set_queue_file_backlog(self, reason: str | None) -> None: ...
-
-
-class LifecycleView(RecoveryView, ServicesView, Protocol):
-    """What opening and closing the files (lifecycle.start / shutdown / halt) uses."""
-
-    logics_lock: threading.Lock
-    dir_lock: DirLock
-    queue_table: QueueTable
-    services: StoreServices
-    running: bool
-    started_at: float
-    recovery: RecoveryReport | None
-
-    def flush_logics_locked(self, index: bool = True) -> None: ...
 
 
 class ReplicaView(StoreCore, Protocol):
