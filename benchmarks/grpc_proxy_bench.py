@@ -69,9 +69,15 @@ def via_grpc_sync(target: str, n: int, senders: int) -> float:
     req = _send_request()
     assert stub.SendMessage(req).status.code == pb.OK
 
+    failures: list[BaseException] = []
+
     def run(k: int) -> None:
-        for _ in range(k):
-            stub.SendMessage(req)
+        try:
+            for _ in range(k):
+                status = stub.SendMessage(req).status
+                assert status.code == pb.OK, status  # a rate of refusals is no rate
+        except BaseException as exc:  # (a thread's exception would reach only the excepthook)
+            failures.append(exc)
 
     threads = [threading.Thread(target=run, args=(n // senders,)) for _ in range(senders)]
     t0 = time.perf_counter()
@@ -80,6 +86,8 @@ def via_grpc_sync(target: str, n: int, senders: int) -> float:
     for t in threads:
         t.join()
     rate = (n // senders * senders) / (time.perf_counter() - t0)
+    if failures:
+        raise failures[0]
     channel.close()
     return rate
 
@@ -101,7 +109,8 @@ async def via_grpc(target: str, n: int, senders: int) -> float:
 
         async def run(k: int) -> None:
             for _ in range(k):
-                await stub.SendMessage(req)
+                status = (await stub.SendMessage(req)).status
+                assert status.code == pb.OK, status  # a rate of refusals is no rate
 
         t0 = time.perf_counter()
         await asyncio.gather(*(run(n // senders) for _ in range(senders)))

@@ -22,6 +22,7 @@ from pymq.remoting.command import RemotingCommand, RemotingDecoder, encode
 from pymq.remoting.message_layout import parse_properties
 from pymq.remoting.route_body import topic_route_body
 from pymq.remoting.send_header import decode_send_header
+from tests.helpers import CheckedThread
 
 from .conftest import run_script
 
@@ -37,7 +38,7 @@ class Responder:
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread = CheckedThread(self._run, name="remoting-responder")
 
     def __enter__(self) -> Responder:
         self._thread.start()
@@ -47,7 +48,7 @@ class Responder:
     def __exit__(self, *exc: object) -> None:
         assert self._stop is not None
         self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
+        self._thread.result(10)  # what the responder's thread raised fails the test
 
     def _run(self) -> None:
         self._loop.run_until_complete(self._serve())
