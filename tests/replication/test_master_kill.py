@@ -16,6 +16,7 @@ from pymq.protocol.requests import QueryConsumerOffsetRequest
 from pymq.protocol.route import MessageQueue
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
+from tests.daemon_helpers import wait_for_route
 from tests.helpers import wait_until, wait_until_async
 from tests.master_slave import (
     OrderlyLog,
@@ -32,11 +33,13 @@ TOPIC = "killed"
 FAST = fast_client_options(interval=1.0, persist=0.3)
 
 
-async def create_topic(addrs: list[str], queues: int = 2) -> None:
+async def create_topic(namesrv: str, addrs: list[str], queues: int = 2) -> None:
     async with RpcClient() as rpc:
         for addr in addrs:
             ext = {"topic": TOPIC, "readQueueNums": queues, "writeQueueNums": queues}
             await rpc.invoke_ok(addr, Command.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+    # the brokers register the topic with the nameserver asynchronously: a first send could find no route
+    await wait_for_route(namesrv, TOPIC, len(addrs))
 
 
 async def committed_on(addr: str, group: str, queues: int = 2) -> list[int]:
@@ -66,7 +69,7 @@ async def test_kill_master_consumers_use_the_slave_producers_fail_over_offsets_r
     processes.append(a)
     b = broker_process(tmp_path, ns.address, "broker-b").start()
     processes.append(b)
-    await create_topic([a.address, b.address])
+    await create_topic(ns.address, [a.address, b.address])
     async with Producer(ns.address, "kp", **FAST) as producer:
         for i in range(60):
             await producer.send(Message(TOPIC, f"old-{i}".encode()), queue=MessageQueue(TOPIC, "broker-a", i % 2))
@@ -120,7 +123,7 @@ async def test_kill_master_orderly_consumer_pauses_and_resumes_on_the_restarted_
     processes.append(ns)
     a = broker_process(tmp_path, ns.address, "broker-a").start()
     processes.append(a)
-    await create_topic([a.address])
+    await create_topic(ns.address, [a.address])
     async with Producer(ns.address, "op", **FAST) as producer:
         for i in range(40):
             await producer.send(Message(TOPIC, f"o-{i}".encode()), queue=MessageQueue(TOPIC, "broker-a", i % 2))
