@@ -17,6 +17,7 @@ from pymq.protocol.route import MessageQueue
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
 from pymq.transport.loop import run
+from tests.daemon_helpers import wait_for_route
 from tests.helpers import CheckedThread
 
 pytestmark = pytest.mark.integration
@@ -37,6 +38,7 @@ def _one_queue_with(
     broker = broker_process(tmp_path, ns.address, "broker-a").start()
     processes.append(broker)
     run(_create_topic(broker.address, topic))
+    run(wait_for_route(ns.address, topic, 1))  # (brokers register a new topic asynchronously)
     key = (topic, "broker-a", 0)
     with Producer(ns.address, f"qr-{topic}") as p:
         for i in range(count):
