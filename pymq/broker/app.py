@@ -48,6 +48,7 @@ from pymq.broker.priority import PriorityHook, PriorityInterceptor, PriorityServ
 from pymq.broker.put_order import ordered_hooks
 from pymq.broker.put_path import PutPath
 from pymq.broker.registration import NamesrvRegistrar
+from pymq.broker.remoting import RemotingContext, remoting_handlers
 from pymq.broker.retry.sendback import SendBackHandlers
 from pymq.broker.role.change import RoleChanger, newer_master
 from pymq.broker.role.gate import ReadOnlyRole, follow_role
@@ -76,6 +77,7 @@ from pymq.transport.dispatch import Dispatcher
 from pymq.transport.limits import limits_from_settings
 from pymq.transport.net import advertised_host
 from pymq.transport.server import RpcServer, bind_socket, cannot_listen
+from pymq.transport.shared_port import shared_port_codec
 
 log = get_logger("broker")
 
@@ -121,7 +123,17 @@ class BrokerApp:
         limits = limits_from_settings(
             config.idle_timeout_seconds, config.frame_read_timeout_seconds, config.max_partial_frame_bytes
         )
-        self.server = RpcServer(self.dispatcher, config.host, config.port, name="broker", limits=limits)
+        #: RocketMQ 4.x clients' requests (remoting wire, sniffed per connection on the same port; issue 30):
+        #: translated onto ``dispatcher``'s handlers (broker.remoting), filled in _register_handlers
+        self.remoting_dispatcher = Dispatcher(name="broker-remoting")
+        self.server = RpcServer(
+            self.dispatcher,
+            config.host,
+            config.port,
+            name="broker",
+            limits=limits,
+            codec=shared_port_codec(self.remoting_dispatcher),
+        )
         #: ACL and TLS are set up in start() (their files must load: a ConfigError there is exit 2)
         self.acl: Any = None
         self.namesrv_client = RpcClient()
@@ -257,6 +269,8 @@ class BrokerApp:
         for family in families:
             table.update(family.table())
         self.dispatcher.register_many(table)
+        ctx = RemotingContext(address=address, broker_name=cfg.broker_name, cluster_name=cfg.cluster_name)
+        self.remoting_dispatcher.register_many(remoting_handlers(self.dispatcher, ctx))
 
     @property
     def store(self) -> MessageStore | None:

@@ -10,12 +10,14 @@ from pymq.errors import ConfigError
 from pymq.logs import get_logger
 from pymq.nameserver.handlers import NamesrvHandlers
 from pymq.nameserver.registry import RouteRegistry
+from pymq.nameserver.remoting import RemotingNamesrvHandlers
 from pymq.security.daemon import acl_interceptor, listener_tls
 from pymq.tasks import cancel_and_wait
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.limits import limits_from_settings
 from pymq.transport.periodic import every
 from pymq.transport.server import RpcServer, cannot_listen
+from pymq.transport.shared_port import shared_port_codec
 
 log = get_logger("namesrv")
 
@@ -53,7 +55,16 @@ class NamesrvApp:
         limits = limits_from_settings(
             config.idle_timeout_seconds, config.frame_read_timeout_seconds, config.max_partial_frame_bytes
         )
-        self.server = RpcServer(self.dispatcher, config.host, config.port, name="namesrv", limits=limits)
+        #: RocketMQ 4.x clients' requests (remoting wire, sniffed per connection on the same port)
+        self.remoting_dispatcher = Dispatcher(RemotingNamesrvHandlers(self.handlers).table(), name="namesrv-remoting")
+        self.server = RpcServer(
+            self.dispatcher,
+            config.host,
+            config.port,
+            name="namesrv",
+            limits=limits,
+            codec=shared_port_codec(self.remoting_dispatcher),
+        )
         self._scan_task: asyncio.Task[None] | None = None
         #: ACL interceptor and its reload task (set up in start(); issue 20)
         self.acl: Any = None

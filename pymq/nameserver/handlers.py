@@ -12,7 +12,7 @@ from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import decode_body, encode_body
 from pymq.protocol.requests import RegisterBrokerRequest, RegisterBrokerResponse, TopicRequest, UnregisterBrokerRequest
-from pymq.protocol.route import TopicConfig
+from pymq.protocol.route import TopicConfig, TopicRouteData
 from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler
 
@@ -20,6 +20,13 @@ if TYPE_CHECKING:
     from pymq.nameserver.registry import RouteRegistry
 
 log = get_logger("namesrv")
+
+#: a route as one wire format's response body
+RouteBody = Callable[[TopicRouteData], bytes]
+
+
+def _route_body(route: TopicRouteData) -> bytes:
+    return encode_body(route.to_dict())
 
 
 class NamesrvHandlers:
@@ -86,20 +93,24 @@ class NamesrvHandlers:
         return cmd.response()
 
     def get_route(self, cmd: Command, channel: Channel) -> Command | Awaitable[Command]:
+        return self.answer_route(cmd, _route_body)
+
+    def answer_route(self, cmd: Command, body: RouteBody) -> Command | Awaitable[Command]:
+        """The route of the request's ``topic``, its body made by ``body`` (one per wire format)."""
         topic = TopicRequest.from_ext(cmd.ext).topic
         route = self.registry.route(topic)
         if route is None:
             if self.create_unknown_topic is not None:
-                return self._create_then_route(cmd, topic)
+                return self._create_then_route(cmd, topic, body)
             return self._no_route(cmd, topic)
-        return cmd.response(body=encode_body(route.to_dict()))
+        return cmd.response(body=body(route))
 
-    async def _create_then_route(self, cmd: Command, topic: str) -> Command:
+    async def _create_then_route(self, cmd: Command, topic: str, body: RouteBody) -> Command:
         assert self.create_unknown_topic is not None
         if await self.create_unknown_topic(topic):
             route = self.registry.route(topic)
             if route is not None:
-                return cmd.response(body=encode_body(route.to_dict()))
+                return cmd.response(body=body(route))
         return self._no_route(cmd, topic)
 
     @staticmethod

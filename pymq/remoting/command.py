@@ -32,6 +32,8 @@ __all__ = [
     "RemotingFrameError",
     "decode_frame",
     "encode",
+    "encode_header",
+    "frame_prefix",
     "sniff",
 ]
 
@@ -131,16 +133,26 @@ def _encode_binary_header(cmd: RemotingCommand) -> bytes:
     return b"".join(parts)
 
 
-def encode(cmd: RemotingCommand) -> bytes:
-    """The whole frame for ``cmd`` in its ``serialize_type``."""
+def encode_header(cmd: RemotingCommand) -> bytes:
+    """The header of ``cmd`` in its ``serialize_type`` (no length words, no body)."""
     if not -(1 << 15) <= cmd.code < (1 << 15) and cmd.serialize_type is SerializeType.ROCKETMQ:
         raise LocalProtocolError(f"code {cmd.code} does not fit the ROCKETMQ header's i16")
     binary = cmd.serialize_type is SerializeType.ROCKETMQ
     header = _encode_binary_header(cmd) if binary else _encode_json_header(cmd)
     if len(header) > _MAX_HEADER_LEN:
         raise LocalProtocolError(f"remoting header of {len(header)} bytes exceeds 2^24-1")
-    prefix = _PREFIX.pack(4 + len(header) + len(cmd.body), (int(cmd.serialize_type) << 24) | len(header))
-    return prefix + header + cmd.body
+    return header
+
+
+def frame_prefix(serialize_type: SerializeType, header_len: int, body_len: int) -> bytes:
+    """The frame's two leading words: length, then serialize type and header length."""
+    return _PREFIX.pack(4 + header_len + body_len, (int(serialize_type) << 24) | header_len)
+
+
+def encode(cmd: RemotingCommand) -> bytes:
+    """The whole frame for ``cmd`` in its ``serialize_type``."""
+    header = encode_header(cmd)
+    return frame_prefix(cmd.serialize_type, len(header), len(cmd.body)) + header + cmd.body
 
 
 # --- decoding ---------------------------------------------------------------------------------------

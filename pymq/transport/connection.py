@@ -12,14 +12,14 @@ import asyncio
 import itertools
 import socket
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pymq.errors import ConnectionClosedError, ProtocolError, RequestTimeoutError
 from pymq.logs import get_logger
-from pymq.protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, Command
+from pymq.protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, Buffer, Command
 from pymq.transport.channel import RequestSink
-from pymq.transport.codec import Codec
+from pymq.transport.codec import Codec, Decoder
 from pymq.transport.flow_control import FlowControl
 from pymq.transport.limits import ConnectionLimits, monotonic
 
@@ -67,7 +67,10 @@ class Connection(asyncio.Protocol):
         self.partial_bytes = 0
         self.partial_since = 0.0
         self.decoder = codec.decoder()
-        self._encode = codec.encode
+        self._encode: Callable[[Command], Sequence[Buffer]] = codec.encode
+        bind = getattr(self.decoder, "bind", None)
+        if bind is not None:  # a decoder that may switch this connection's format (transport.sniffing)
+            bind(self)
         self.transport: asyncio.Transport | None = None
         self.remote_addr = "?"
         self.local_addr = "?"
@@ -99,6 +102,23 @@ class Connection(asyncio.Protocol):
         self._deadlines: dict[float, deque[tuple[float, int]]] = {}
         self._timeout_timer: asyncio.TimerHandle | None = None
         self._timeout_at = 0.0
+
+    def switch_protocol(
+        self,
+        name: str,
+        decoder: Decoder,
+        encode: Callable[[Command], Sequence[Buffer]],
+        dispatcher: RequestSink | None,
+    ) -> None:
+        """Speak ``name`` from now on (its decoder, encoder and, unless None, dispatcher).
+
+        Called once, by the sniffing decoder, before the first command is decoded.
+        """
+        self.decoder = decoder
+        self._encode = encode
+        if dispatcher is not None:
+            self.dispatcher = dispatcher
+        self.attrs["protocol"] = name
 
     # --- asyncio.Protocol ------------------------------------------------------------------------
 

@@ -113,6 +113,8 @@ class RpcServer:
         if self._server is not None:
             self._server.close()
         await self.dispatcher.drain(grace)
+        for alt in getattr(self.codec, "alternatives", {}).values():  # other wire formats' dispatchers
+            await alt.dispatcher.drain(grace)
         for conn in list(self.connections):
             conn.close()
         if self._server is not None:
