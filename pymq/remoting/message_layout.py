@@ -20,12 +20,14 @@ import zlib
 from dataclasses import dataclass, field
 
 from pymq.errors import RemoteProtocolError
+from pymq.protocol.record import iter_records
 
 __all__ = [
     "MESSAGE_MAGIC_CODE",
     "MessageExt",
     "decode_messages",
     "encode_message",
+    "from_stored_records",
     "offset_msg_id",
     "parse_properties",
     "properties_string",
@@ -177,3 +179,55 @@ def decode_messages(buf: bytes) -> list[MessageExt]:
     except (struct.error, IndexError, UnicodeDecodeError) as e:
         raise RemoteProtocolError(f"record at {pos}: truncated or corrupt ({e})") from None
     return out
+
+
+#: MessageDecoder's fixed part up to the body: size, magic, crc, qid, flag, qoff, phys, sysflag,
+#: born ts, born host (8), store ts, store host (8), reconsume, prepared, body length
+_STORED_HEAD = struct.Struct(">iiiiiqqiq8sq8siqi")
+
+
+def from_stored_records(buf: bytes | bytearray | memoryview) -> bytes:
+    """pymq's stored records (a pull body: :mod:`pymq.protocol.record`'s layout) in MessageDecoder's layout.
+
+    Field by field, no object per message: the hosts are the same 8 bytes in both layouts, the
+    sysFlag bits agree (compressed 0x1, multi-tags 0x2, transaction 0x4/0x8/0xC), the body CRC is
+    masked to 31 bits as UtilAll.crc32 does, and the topic length shrinks to RocketMQ's one byte
+    (a longer topic is refused: RocketMQ allows 127). Raises MessageDecodeError for a bad record.
+    """
+    out: list[bytes | memoryview] = []
+    view = memoryview(buf)
+    pack = _STORED_HEAD.pack
+    for (
+        _total, crc, flag, sys_flag, born_ts, born_host, reconsume, prepared,
+        queue_id, queue_offset, physical, store_ts, store_host, body_at, topic_at, props_at, end,
+    ) in iter_records(buf):  # fmt: skip
+        body_len = topic_at - 2 - body_at
+        topic_len = props_at - 2 - topic_at
+        props_len = end - props_at
+        if topic_len > 127:
+            raise ValueError(f"topic of {topic_len} bytes exceeds RocketMQ's 127")
+        size = _STORED_HEAD.size + body_len + 1 + topic_len + 2 + props_len
+        out.append(
+            pack(
+                size,
+                MESSAGE_MAGIC_CODE,
+                crc & 0x7FFFFFFF,
+                queue_id,
+                flag,
+                queue_offset,
+                physical,
+                sys_flag,
+                born_ts,
+                born_host,
+                store_ts,
+                store_host,
+                reconsume,
+                prepared,
+                body_len,
+            )  # fmt: skip
+        )
+        out.append(view[body_at : body_at + body_len])
+        out.append(bytes((topic_len,)))
+        out.append(view[topic_at:props_at])  # the topic, then the u16 properties length (i16 here: < 32768)
+        out.append(view[props_at:end])
+    return b"".join(out)

@@ -85,3 +85,40 @@ def test_truncated_record_is_a_clear_error() -> None:
         decode_messages(buf[:-3])
     with pytest.raises(RemoteProtocolError, match="record at 0"):
         decode_messages(b"\x00\x00\x00\x10" + buf[4:])
+
+
+def test_stored_records_become_message_decoder_records_field_for_field(record_impl: str) -> None:
+    from pymq.protocol.record import encode_properties, encode_record, pack_host
+    from pymq.remoting.message_layout import from_stored_records
+
+    props = {"TAGS": "tagA", "KEYS": "k1 k2", "UNIQ_KEY": "ABC"}
+    stored = b"".join(
+        encode_record(
+            f"T{i}".encode(),
+            b"body-%d" % i * (i + 1),
+            encode_properties(props),
+            flag=7,
+            sys_flag=2,
+            born_timestamp=1_700_000_000_000 + i,
+            born_host=pack_host("10.1.2.3", 5000 + i),
+            reconsume_times=i,
+            prepared_tx_offset=0,
+            queue_id=i % 4,
+            queue_offset=100 + i,
+            physical_offset=4096 * i,
+            store_timestamp=1_700_000_000_500 + i,
+            store_host=pack_host("127.0.0.1", 10911),
+        )
+        for i in range(3)
+    )
+    converted = from_stored_records(stored)
+    msgs = decode_messages(converted)
+    assert converted == b"".join(map(encode_message, msgs))  # byte for byte what MessageDecoder would write
+    assert [m.topic for m in msgs] == ["T0", "T1", "T2"]
+    for i, m in enumerate(msgs):
+        assert m.body == b"body-%d" % i * (i + 1)
+        assert (m.queue_id, m.queue_offset, m.commit_log_offset) == (i % 4, 100 + i, 4096 * i)
+        assert (m.flag, m.sys_flag, m.reconsume_times) == (7, 2, i)
+        assert m.born_host == ("10.1.2.3", 5000 + i) and m.store_host == ("127.0.0.1", 10911)
+        assert (m.born_timestamp, m.store_timestamp) == (1_700_000_000_000 + i, 1_700_000_000_500 + i)
+        assert m.properties == props
