@@ -224,7 +224,7 @@ def from_stored_records(buf: bytes | bytearray | memoryview) -> bytes:
                 reconsume,
                 prepared,
                 body_len,
-            )  # fmt: skip
+            )
         )
         out.append(view[body_at : body_at + body_len])
         out.append(bytes((topic_len,)))
