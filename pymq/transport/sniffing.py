@@ -83,6 +83,7 @@ class SniffingDecoder:
                 raise RemoteProtocolError(f"wire format {name!r} is not served on this port")
             codec = alt.make_codec()
             conn.switch_protocol(name, codec, codec.encode, alt.dispatcher)
+            conn.attrs["wire"] = codec  # what the format keeps per connection (e.g. the client's language)
             decoder = codec
         self._held = b""
         return decoder.feed(held)

@@ -1,7 +1,7 @@
 """RocketMQ 4.x clients on the broker's port (issue 30): remoting requests translated onto the native handlers.
 
 ``gateway`` holds the plumbing (a translated request goes through the broker's own
-dispatcher, its answer comes back through the translator); ``produce`` and ``consume`` hold
+dispatcher, its answer comes back through the translator); ``clients``, ``produce`` and ``consume`` hold
 the translators of each request code a 4.x client sends; ``context`` what they may know of
 the broker. The pure mappings (headers, bodies, RocketMQ's message layout) live in
 :mod:`pymq.remoting`, which does no I/O.
@@ -9,6 +9,7 @@ the broker. The pure mappings (headers, bodies, RocketMQ's message layout) live 
 
 from __future__ import annotations
 
+from pymq.broker.remoting.clients import client_translators
 from pymq.broker.remoting.consume import consume_pushes, consume_translators
 from pymq.broker.remoting.context import RemotingContext
 from pymq.broker.remoting.gateway import PushMapper, RemotingGateway, Translator
@@ -19,7 +20,11 @@ from pymq.transport.dispatch import Dispatcher, Handler
 
 def remoting_handlers(native: Dispatcher, ctx: RemotingContext) -> dict[int, Handler]:
     """The remoting dispatcher's table: every translated code, handed on to ``native``."""
-    translators: dict[int, Translator] = {**produce_translators(ctx), **consume_translators(ctx)}
+    translators: dict[int, Translator] = {
+        **client_translators(ctx),
+        **produce_translators(ctx),
+        **consume_translators(ctx),
+    }
     pushes: dict[int, PushMapper] = {**produce_pushes(ctx), **consume_pushes(ctx)}
 
     def push(cmd: Command) -> Command | None:
