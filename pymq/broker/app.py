@@ -269,7 +269,12 @@ class BrokerApp:
         for family in families:
             table.update(family.table())
         self.dispatcher.register_many(table)
-        ctx = RemotingContext(address=address, broker_name=cfg.broker_name, cluster_name=cfg.cluster_name)
+        ctx = RemotingContext(
+            address=address,
+            broker_name=cfg.broker_name,
+            cluster_name=cfg.cluster_name,
+            subscription=self.consumers.subscription_expression,
+        )
         self.remoting_dispatcher.register_many(remoting_handlers(self.dispatcher, ctx))
 
     @property

@@ -214,6 +214,12 @@ class ConsumerManager:
         info = self.groups.get(group)
         return list(info.subscriptions) if info else []
 
+    def subscription_expression(self, group: str, topic: str) -> str | None:
+        """The tag expression of the group's subscription to ``topic`` (None: no consumer of it registered)."""
+        info = self.groups.get(group)
+        sub = info.subscriptions.get(topic) if info else None
+        return sub.expression if sub is not None else None
+
     def find_channel(self, group: str, client_id: str) -> ClientChannel | None:
         info = self.groups.get(group)
         return info.channels.get(client_id) if info else None

@@ -16,6 +16,7 @@ from pymq.broker.remoting.gateway import RemotingChannel, Translated, Translator
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import decode_body, encode_body
+from pymq.remoting.consume_map import RemotingRequestError, consumer_data_names
 
 
 def json_body(cmd: Command, what: str) -> Any:
@@ -37,6 +38,12 @@ def _heartbeat(cmd: Command, channel: RemotingChannel) -> Translated | Command:
         return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
     if not isinstance(body, dict):
         return cmd.response(ResponseCode.SYSTEM_ERROR, "heartbeat body is not a JSON object")
+    try:
+        for consumer in body.get("consumerDataSet") or []:
+            if isinstance(consumer, dict):
+                consumer_data_names(consumer)  # the C++ client's enum ordinals -> names
+    except RemotingRequestError as exc:
+        return cmd.response(exc.code, exc.remark)
     wire = channel.attrs.get("wire")
     if wire is not None:
         body["language"] = wire.language.name

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+
+def _no_subscription(group: str, topic: str) -> str | None:
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -11,3 +16,6 @@ class RemotingContext:
     address: str
     broker_name: str
     cluster_name: str
+    #: (group, topic) -> the tag expression the group's heartbeat registered (None: not registered);
+    #: what a PULL_MESSAGE without the subscription bit filters by
+    subscription: Callable[[str, str], str | None] = _no_subscription
