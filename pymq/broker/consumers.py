@@ -36,6 +36,11 @@ class ClientChannel:
     def addr(self) -> str:
         return self.channel.remote_addr
 
+    @property
+    def protocol(self) -> str:
+        """The wire the client speaks: ``pymq``, or ``remoting`` for a RocketMQ 4.x client."""
+        return str(self.channel.attrs.get("protocol") or "pymq")
+
 
 @dataclass
 class ConsumerGroupInfo:
@@ -131,7 +136,13 @@ class ConsumerManager:
         """Every producer group's connected clients (GET_ALL_PRODUCER_INFO)."""
         return {
             group: [
-                {"clientId": ch.client_id, "clientAddr": ch.addr, "language": ch.language, "version": ch.version}
+                {
+                    "clientId": ch.client_id,
+                    "clientAddr": ch.addr,
+                    "language": ch.language,
+                    "version": ch.version,
+                    "protocol": ch.protocol,
+                }
                 for ch in sorted(chans.values(), key=lambda c: c.client_id)
             ]
             for group, chans in sorted(self.producers.items())
@@ -243,6 +254,7 @@ class ConsumerManager:
                     "clientAddr": ch.addr,
                     "language": ch.language,
                     "version": ch.version,
+                    "protocol": ch.protocol,
                 }
                 for ch in sorted(info.channels.values(), key=lambda c: c.client_id)
             ],

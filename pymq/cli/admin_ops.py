@@ -111,7 +111,16 @@ async def consumer_connection(admin: AdminClient, ctx: AdminContext, group: str)
     subs = [{"topic": s["topic"], "expression": s["subString"]} for s in info["subscriptions"]]
     human = "\n\n".join([
         key_values({k: info[k] for k in ("group", "messageModel", "consumeType", "consumeFromWhere")}),
-        table(info["connections"], [("clientId", "CLIENT ID"), ("clientAddr", "ADDRESS"), ("language", "LANGUAGE")]),
+        table(
+            info["connections"],
+            [
+                ("clientId", "CLIENT ID"),
+                ("clientAddr", "ADDRESS"),
+                ("language", "LANGUAGE"),
+                ("version", "VERSION"),
+                ("protocol", "PROTOCOL"),
+            ],
+        ),
         table(subs, [("topic", "TOPIC"), ("expression", "EXPRESSION")]),
     ])  # fmt: skip
     emit(info, ctx.as_json, human)
