@@ -1,0 +1,359 @@
+"""The RocketMQ C++ client (rocketmq-client-python 0.5.0rc2) consumes from real pymq daemons.
+
+Messages are produced with pymq's own SDK (mixed clients) and read by the C++ push consumer
+(clustering with two consumers sharing the queues, broadcasting, orderly) and by its pull
+consumer, with body, tags, keys, user properties and reconsume count intact. The C++ push
+consumer starts from the queues' ends (CONSUME_FROM_LAST_OFFSET, which the Python wrapper
+cannot change), so each test waits until the consumers own their queues and a warm-up round
+has gone through before it produces what it checks.
+
+Bodies are compared byte for byte, but without NUL bytes: the wrapper's C API hands a
+message's body over as a C string (``GetMessageBody`` returns ``char*``), cut at the first NUL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pymq.client import Producer
+from pymq.client.admin import AdminClient
+from pymq.client.send_result import SendResult
+from pymq.protocol.message import Message
+from pymq.protocol.route import MessageQueue
+from pymq.testing import DaemonProcess, broker_process, namesrv_process
+from tests.daemon_helpers import create_topic, wait_for_route
+from tests.helpers import run_admin, wait_until, wait_until_async
+
+from .conftest import SCRIPTS, run_script
+
+pytestmark = pytest.mark.integration
+
+BROKER = "broker-a"
+QUEUES = 4
+
+
+class Daemons:
+    def __init__(self, tmp_path: Path, processes: list[DaemonProcess]) -> None:
+        self.ns = namesrv_process(tmp_path).start()
+        processes.append(self.ns)
+        self.broker = broker_process(tmp_path, self.ns.address, BROKER, env={"PYMQ_HA_PORT": "0"})
+        processes.append(self.broker)
+        self.broker.start()
+
+
+@pytest.fixture
+async def daemons(tmp_path: Path, processes: list[DaemonProcess]) -> Daemons:
+    d = await asyncio.to_thread(Daemons, tmp_path, processes)
+    return d
+
+
+async def make_topic(d: Daemons, topic: str) -> None:
+    await create_topic([d.broker], topic, QUEUES)
+    await wait_for_route(d.ns.address, topic, 1)
+
+
+class CppConsumer:
+    """consume_push.py in its own process; what its listener got is read from its output file."""
+
+    def __init__(
+        self,
+        python: Path,
+        tmp: Path,
+        namesrv: str,
+        group: str,
+        topic: str,
+        expression: str,
+        instance: str,
+        *,
+        model: str = "clustering",
+        orderly: bool = False,
+    ) -> None:
+        self.instance = instance
+        self.out = tmp / f"{instance}.jsonl"
+        self.stop_file = tmp / f"{instance}.stop"
+        home = tmp / f"home-{instance}"
+        home.mkdir()
+        self.log = open(tmp / f"{instance}.log", "wb")  # noqa: SIM115 - closed in stop()
+        args = [namesrv, group, topic, expression, instance, model, "1" if orderly else "0"]
+        self.proc = subprocess.Popen(
+            [str(python), str(SCRIPTS / "consume_push.py"), *args, str(self.stop_file), str(self.out), "color"],
+            env={**os.environ, "HOME": str(home)},
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def rows(self) -> list[dict[str, Any]]:
+        if not self.out.exists():
+            return []
+        return [json.loads(line) for line in self.out.read_text().splitlines() if line.endswith("}")]
+
+    def received(self) -> list[dict[str, Any]]:
+        """What the listener got, warm-up messages left out."""
+        return [r for r in self.rows() if r["tags"] != "warm"]
+
+    def stop(self) -> int:
+        self.stop_file.touch()
+        try:
+            return self.proc.wait(60)
+        finally:
+            self.log.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
+
+
+@pytest.fixture
+def consumers(cpp_python: Path, tmp_path: Path) -> Iterator[list[CppConsumer]]:
+    started: list[CppConsumer] = []
+    yield started
+    for c in started:
+        c.kill()
+
+
+def start(
+    started: list[CppConsumer], python: Path, tmp: Path, d: Daemons, group: str, topic: str, expr: str, instance: str,
+    **kw: Any,
+) -> CppConsumer:  # fmt: skip
+    c = CppConsumer(python, tmp, d.ns.address, group, topic, expr, instance, **kw)
+    started.append(c)
+    return c
+
+
+async def wait_owning(namesrv: str, group: str, instances: list[str]) -> None:
+    """Every queue pulled, and by the instances named (each owns at least one): the rebalance is done."""
+
+    async def done() -> bool:
+        async with AdminClient(namesrv) as admin:
+            try:
+                rows = (await admin.consumer_progress(group))["queues"]
+            except Exception:
+                return False
+        owners = [str(r.get("clientId") or "").rpartition("@")[2] for r in rows if not r["topic"].startswith("%")]
+        return len(owners) == QUEUES and set(owners) == set(instances)
+
+    await wait_until_async(done, timeout=60, interval=0.3, what=f"{instances} owning the queues of {group}")
+
+
+async def warm_up(producer: Producer, topic: str, consumers: list[CppConsumer], *, each: bool) -> None:
+    """Send a round of messages to every queue until one round is seen whole (by each consumer, if ``each``)."""
+
+    def seen(c: CppConsumer) -> set[str]:
+        return {r["body"] for r in c.rows()}
+
+    def whole(bodies: set[str]) -> bool:
+        if each:
+            return all(bodies <= seen(c) for c in consumers)
+        return bodies <= set().union(*(seen(c) for c in consumers))
+
+    for n in range(40):
+        bodies = set()
+        for q in range(QUEUES):
+            body = f"warm-{n}-{q}"
+            await producer.send(Message(topic, body.encode(), tags="warm"), queue=MessageQueue(topic, BROKER, q))
+            bodies.add(body.encode().hex())
+
+        try:
+            await wait_until(lambda b=frozenset(bodies): whole(set(b)), timeout=3, interval=0.1)
+            return
+        except AssertionError:
+            continue
+    raise AssertionError("no warm-up round reached the consumers")
+
+
+def random_bodies(n: int, seed: int) -> list[bytes]:
+    rnd = random.Random(seed)
+    return [bytes(rnd.randrange(1, 256) for _ in range(rnd.randrange(1, 3000))) for _ in range(n)]
+
+
+async def produce(producer: Producer, topic: str, tags: list[str], bodies: list[bytes]) -> list[SendResult]:
+    out = []
+    for i, (tag, body) in enumerate(zip(tags, bodies, strict=True)):
+        msg = Message(topic, body, tags=tag, keys=[f"key-{i}"])
+        msg.properties["color"] = f"c{i}"
+        out.append(await producer.send(msg))
+    return out
+
+
+def check_rows(rows: list[dict[str, Any]], sent: dict[str, tuple[int, SendResult, bytes, str]], topic: str) -> None:
+    """Each row is one sent message as it was sent: body byte for byte, tags, keys, property, queue, offset."""
+    for r in rows:
+        i, result, body, tag = sent[r["id"]]
+        assert bytes.fromhex(r["body"]) == body, f"message {i}: body differs"
+        assert (r["topic"], r["tags"], r["keys"], r["props"]["color"]) == (topic, tag, f"key-{i}", f"c{i}")
+        assert (r["queue_id"], r["queue_offset"]) == (result.message_queue.queueId, result.queue_offset)
+        assert r["reconsume_times"] == 0 and r["store_timestamp"] >= r["born_timestamp"] > 0
+
+
+async def test_clustering_two_cpp_consumers_share_the_queues_and_filter_by_tag(
+    daemons: Daemons, consumers: list[CppConsumer], cpp_python: Path, tmp_path: Path
+) -> None:
+    topic, group = "CppOrders", "CG_CPP_CLUSTER"
+    await make_topic(daemons, topic)
+    for name in ("c1", "c2"):
+        start(consumers, cpp_python, tmp_path, daemons, group, topic, "TagA || TagB || warm", name)
+    await wait_owning(daemons.ns.address, group, ["c1", "c2"])
+    async with Producer(daemons.ns.address) as producer:
+        await warm_up(producer, topic, consumers, each=False)
+        tags = ["TagA", "TagB", "TagC"] * 12
+        bodies = random_bodies(len(tags), seed=30)
+        results = await produce(producer, topic, tags, bodies)
+    sent = {r.msg_id: (i, r, bodies[i], tags[i]) for i, r in enumerate(results) if tags[i] != "TagC"}
+
+    def got() -> list[dict[str, Any]]:
+        return [r for c in consumers for r in c.received()]
+
+    await wait_until(lambda: len(got()) >= len(sent), timeout=30, interval=0.2, what="the TagA/TagB messages")
+    await asyncio.sleep(1)  # anything more (a TagC, a duplicate) would show up now
+    rows = got()
+    assert sorted(r["id"] for r in rows) == sorted(sent), "each TagA/TagB message exactly once, no TagC"
+    check_rows(rows, sent, topic)
+    by_instance = {c.instance: {r["queue_id"] for r in c.received()} for c in consumers}
+    assert all(by_instance.values()), by_instance  # both consumed
+    assert not by_instance["c1"] & by_instance["c2"], by_instance  # a queue belongs to one of them
+
+    # The group's offsets reach the queues' ends (pulls carry commits; the client also updates them).
+    async with AdminClient(daemons.ns.address) as admin:
+
+        async def caught_up() -> bool:
+            progress = await admin.consumer_progress(group, topic)
+            return progress["totalLag"] == 0 and len(progress["queues"]) == QUEUES
+
+        await wait_until_async(caught_up, timeout=30, interval=0.5, what="committed offsets at the queues' ends")
+        info = await admin.consumer_connection(group)
+    conns = info["connections"]
+    assert sorted(c["clientId"].rpartition("@")[2] for c in conns) == ["c1", "c2"]
+    assert {(c["language"], c["protocol"]) for c in conns} == {("CPP", "remoting")}
+    assert all(isinstance(c["version"], int) and c["version"] > 0 for c in conns)
+    assert info["messageModel"] == "CLUSTERING" and info["consumeType"] == "CONSUME_PASSIVELY"
+    assert {s["topic"]: s["subString"] for s in info["subscriptions"]}[topic] == "TagA || TagB || warm"
+    code, out, err = await run_admin(daemons.ns.address, "consumer-connection", "--group", group)
+    assert code == 0, err
+    table = [line.split() for line in out.splitlines()]
+    assert any(r[-2:] == ["VERSION", "PROTOCOL"] for r in table), out
+    assert sum(1 for r in table if len(r) == 5 and r[2] == "CPP" and r[4] == "remoting") == 2, out
+
+    for c in consumers:
+        assert c.stop() == 0
+    # their unregister takes them off the group at once
+    async with AdminClient(daemons.ns.address) as admin:
+
+        async def gone() -> bool:
+            try:
+                return not (await admin.consumer_connection(group))["connections"]
+            except Exception:
+                return True
+
+        await wait_until_async(gone, timeout=10, what="the C++ consumers unregistered")
+
+
+async def test_broadcasting_every_cpp_consumer_gets_every_message(
+    daemons: Daemons, consumers: list[CppConsumer], cpp_python: Path, tmp_path: Path
+) -> None:
+    topic, group = "CppNews", "CG_CPP_BROADCAST"
+    await make_topic(daemons, topic)
+    for name in ("b1", "b2"):
+        start(consumers, cpp_python, tmp_path, daemons, group, topic, "*", name, model="broadcasting")
+    async with AdminClient(daemons.ns.address) as admin:
+
+        async def both() -> bool:
+            try:
+                return len((await admin.consumer_connection(group))["connections"]) == 2
+            except Exception:
+                return False
+
+        await wait_until_async(both, timeout=60, interval=0.3, what="both broadcasting consumers registered")
+        assert (await admin.consumer_connection(group))["messageModel"] == "BROADCASTING"
+    async with Producer(daemons.ns.address) as producer:
+        await warm_up(producer, topic, consumers, each=True)
+        tags = ["news"] * 12
+        bodies = random_bodies(len(tags), seed=31)
+        results = await produce(producer, topic, tags, bodies)
+    sent = {r.msg_id: (i, r, bodies[i], tags[i]) for i, r in enumerate(results)}
+    await wait_until(
+        lambda: all(len(c.received()) >= len(sent) for c in consumers), timeout=30, interval=0.2, what="every message"
+    )
+    for c in consumers:
+        rows = c.received()
+        assert sorted(r["id"] for r in rows) == sorted(sent), c.instance
+        check_rows(rows, sent, topic)
+        assert c.stop() == 0
+
+
+async def test_orderly_cpp_consumers_lock_their_queues_and_read_each_in_order(
+    daemons: Daemons, consumers: list[CppConsumer], cpp_python: Path, tmp_path: Path
+) -> None:
+    topic, group = "CppSteps", "CG_CPP_ORDERLY"
+    await make_topic(daemons, topic)
+    for name in ("o1", "o2"):
+        start(consumers, cpp_python, tmp_path, daemons, group, topic, "*", name, orderly=True)
+    await wait_owning(daemons.ns.address, group, ["o1", "o2"])
+    async with Producer(daemons.ns.address) as producer:
+        await warm_up(producer, topic, consumers, each=False)
+        results = []
+        for i in range(40):
+            order = i % QUEUES
+            msg = Message(topic, f"order-{order}-step-{i // QUEUES}".encode(), tags="step", keys=[f"order-{order}"])
+            results.append(await producer.send(msg, queue=MessageQueue(topic, BROKER, order)))
+
+    def got() -> list[dict[str, Any]]:
+        return [r for c in consumers for r in c.received()]
+
+    await wait_until(lambda: len(got()) >= len(results), timeout=60, interval=0.2, what="the ordered messages")
+    for c in consumers:
+        per_queue: dict[int, list[str]] = {}
+        for r in c.received():
+            per_queue.setdefault(r["queue_id"], []).append(bytes.fromhex(r["body"]).decode())
+        for qid, steps in per_queue.items():
+            assert steps == [f"order-{qid}-step-{s}" for s in range(10)], (c.instance, qid, steps)
+    owners = {c.instance: {r["queue_id"] for r in c.received()} for c in consumers}
+    assert all(owners.values()) and not owners["o1"] & owners["o2"], owners
+    for c in consumers:
+        assert c.stop() == 0
+
+
+async def test_cpp_pull_consumer_reads_every_queue_with_tag_filter_and_pull_statuses(
+    daemons: Daemons, cpp_python: Path, tmp_path: Path
+) -> None:
+    topic = "CppPulled"
+    await make_topic(daemons, topic)
+    tags = ["TagA", "TagB", "TagB"] * 8  # every queue gets both tags
+    bodies = random_bodies(len(tags), seed=32)
+    async with Producer(daemons.ns.address) as producer:
+        results = await produce(producer, topic, tags, bodies)
+    proc = await asyncio.to_thread(
+        run_script, cpp_python, "consume_pull.py", daemons.ns.address, "CG_CPP_PULL", topic, "TagA", home=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(q[2] for q in out["queues"]) == list(range(QUEUES))
+    assert {q[1] for q in out["queues"]} == {BROKER}
+    wanted = {r.msg_id: (i, r) for i, r in enumerate(results) if tags[i] == "TagA"}
+    assert sorted(m["id"] for m in out["messages"]) == sorted(wanted)
+    for m in out["messages"]:
+        i, result = wanted[m["id"]]
+        assert bytes.fromhex(m["body"]) == bodies[i]
+        assert (m["tags"], m["keys"], m["color"]) == ("TagA", f"key-{i}", f"c{i}")
+        assert (m["queue_id"], m["queue_offset"], m["reconsume_times"]) == (
+            result.message_queue.queueId,
+            result.queue_offset,
+            0,
+        )
+    for qid in range(QUEUES):
+        pulls = [p for p in out["pulls"] if p[0] == qid]
+        end = sum(1 for r in results if r.message_queue.queueId == qid)
+        assert pulls[0][2] == "FOUND" and pulls[0][3] == end and pulls[0][5] == end  # nextBeginOffset, maxOffset
+        assert pulls[-2][2] == "NO_NEW_MSG", pulls
+        # far past the end: RocketMQ's store corrects to the min offset when it is 0 (nextOffsetCorrection)
+        assert pulls[-1][2:] == ["OFFSET_ILLEGAL", 0, 0, end], pulls
