@@ -35,17 +35,32 @@ from typing import Any
 from pymq.client import Message, Producer
 from pymq.client.queue_reader import QueueReader
 from pymq.errors import PymqError
-from pymq.protocol.frame import FrameDecoder
 from pymq.protocol.message import iter_messages
 from pymq.security.signing import Credentials
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
 
 try:  # imported as benchmarks.fuzz_daemon (tests) or run as a script from benchmarks/
-    from benchmarks.fuzz_inputs import ENDING_KINDS, GOOD_TOPIC, STREAM_KINDS, Inputs
+    from benchmarks.fuzz_inputs import (
+        ENDING_KINDS,
+        GOOD_TOPIC,
+        REMOTING_ENDING_KINDS,
+        REMOTING_STREAM_KINDS,
+        STREAM_KINDS,
+        Inputs,
+        answer_decoder,
+    )
     from benchmarks.fuzz_report import Report
     from benchmarks.fuzz_supervisor import Budget, Supervisor, Tally, Worker
 except ImportError:
-    from fuzz_inputs import ENDING_KINDS, GOOD_TOPIC, STREAM_KINDS, Inputs  # type: ignore[no-redef]
+    from fuzz_inputs import (  # type: ignore[no-redef]
+        ENDING_KINDS,
+        GOOD_TOPIC,
+        REMOTING_ENDING_KINDS,
+        REMOTING_STREAM_KINDS,
+        STREAM_KINDS,
+        Inputs,
+        answer_decoder,
+    )
     from fuzz_report import Report  # type: ignore[no-redef]
     from fuzz_supervisor import Budget, Supervisor, Tally, Worker  # type: ignore[no-redef]
 
@@ -81,10 +96,10 @@ def good_client(acl: bool) -> dict[str, Any]:
     return dict(GOOD_ACCOUNT) if acl else {}
 
 
-async def _read_answers(reader: asyncio.StreamReader, report: Report) -> None:
+async def _read_answers(reader: asyncio.StreamReader, report: Report, remoting: bool = False) -> None:
     """Read the answers until the server closes, goes quiet for 0.5 s, or 2 s have passed (pushes
     to fuzzed heartbeats could otherwise keep a connection, and so its worker, busy for ever)."""
-    decoder = FrameDecoder()
+    decoder = answer_decoder(remoting)
     deadline = time.monotonic() + 2.0
     while (left := deadline - time.monotonic()) > 0:
         chunk = await asyncio.wait_for(reader.read(1 << 20), min(0.5, left))
@@ -94,7 +109,7 @@ async def _read_answers(reader: asyncio.StreamReader, report: Report) -> None:
 
 
 async def _fuzz_connection(
-    addr: str, gen: Inputs, kinds: list[str], weights: list[float], tally: Tally, budget: int
+    addr: str, gen: Inputs, kinds: list[str], weights: list[float], tally: Tally, budget: int, remoting: bool = False
 ) -> int:
     """One connection: up to ``budget`` inputs written, answers read until the server closes or goes quiet."""
     report = tally.report
@@ -122,7 +137,7 @@ async def _fuzz_connection(
             writer.write_eof()
             # bounded: a server that stops reading must not hang the worker (that is a stall to see)
             await asyncio.wait_for(writer.drain(), 5)
-        await _read_answers(reader, report)
+        await _read_answers(reader, report, remoting)
     except (OSError, TimeoutError, asyncio.IncompleteReadError):
         pass
     finally:
@@ -139,10 +154,15 @@ def fuzz_worker(addrs: list[str], seed: int, creds: Credentials | None) -> Worke
         while not stop.is_set():
             addr = gen.rng.choice(addrs)
             stream = gen.rng.random() < 0.7
+            remoting = gen.rng.random() < 0.3  # a RocketMQ 4.x connection (the first bytes decide)
             took = budget.take(gen.rng.randrange(1, 500) if stream else 1)
             if took == 0:
                 return
-            n = await _fuzz_connection(addr, gen, *(STREAM_KINDS if stream else ENDING_KINDS), tally, took)
+            if remoting:
+                kinds = REMOTING_STREAM_KINDS if stream else REMOTING_ENDING_KINDS
+            else:
+                kinds = STREAM_KINDS if stream else ENDING_KINDS
+            n = await _fuzz_connection(addr, gen, *kinds, tally, took, remoting)
             budget.give_back(took - n)
 
     return work

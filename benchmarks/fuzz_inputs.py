@@ -5,10 +5,18 @@ Kinds: ``garbage`` (random bytes), ``bad_length`` (impossible frame lengths), ``
 ``random_header`` (well-framed, random code, flags and fields), ``bad_body`` (known codes,
 mutated records and bodies) and ``hostile`` (valid requests: far offsets, held pulls, stray
 groups, fuzz topics) keep it open. With ACL credentials, well-framed inputs are signed or forged.
+
+RocketMQ 4.x remoting frames share the daemons' ports (issue 30), chosen per connection by its
+first bytes, so a connection speaks one format: ``remoting_request`` (well-framed JSON or
+ROCKETMQ headers, random 4.x codes and string fields, random bodies) and ``remoting_hostile``
+(valid 4.x requests: sends to fuzz topics, far pulls, heartbeats, offsets) keep a remoting
+connection open; ``remoting_broken`` (malformed JSON, lengths past the frame, unknown
+languages, truncated frames) ends it. With ACL they carry AclClientRPCHook signatures or forgeries.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import struct
 import time
@@ -20,6 +28,10 @@ from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import FrameDecoder, encode_bytes
 from pymq.protocol.headers import encode_body
 from pymq.protocol.record import encode_record
+from pymq.remoting import codes as rcodes
+from pymq.remoting.command import RemotingCommand, RemotingDecoder
+from pymq.remoting.command import encode as remoting_encode
+from pymq.security import remoting_signing
 from pymq.security.signing import Credentials, sign
 
 #: the well-behaved producer's topic and the names fuzzing must never touch destructively
@@ -39,7 +51,18 @@ CODES = [int(c) for c in RequestCode if c not in DESTRUCTIVE]
 
 
 FUZZ_TOPICS = [f"fuzz-{i}" for i in range(16)] + ["%RETRY%fuzz", "%DLQ%fuzz", "", "a" * 300, "bad topic/../x"]
-KINDS = ("garbage", "bad_length", "bad_header", "truncated", "random_header", "bad_body", "hostile")
+REMOTING_KINDS = ("remoting_request", "remoting_hostile", "remoting_broken")
+KINDS = ("garbage", "bad_length", "bad_header", "truncated", "random_header", "bad_body", "hostile", *REMOTING_KINDS)
+#: 4.x request codes fuzzed (what a 4.x client sends; the daemons answer the others REQUEST_CODE_NOT_SUPPORTED)
+REMOTING_CODES = [int(c) for c in rcodes.RequestCode]
+REMOTING_FIELDS = ["topic", "queueId", "consumerGroup", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset",
+                   "suspendTimeoutMillis", "subscription", "subVersion", "expressionType", "producerGroup",
+                   "defaultTopic", "defaultTopicQueueNums", "bornTimestamp", "flag", "properties",
+                   "reconsumeTimes", "unitMode", "batch", "maxReconsumeTimes", "a", "b", "c", "d", "e", "f",
+                   "g", "h", "i", "j", "k", "l", "m", "n", "group", "offset", "delayLevel", "originMsgId",
+                   "originTopic", "tranStateTableOffset", "commitLogOffset", "commitOrRollback",
+                   "fromTransactionCheck", "msgId", "transactionId", "key", "maxNum", "beginTimestamp",
+                   "endTimestamp", "timestamp", "clientID"]  # fmt: skip
 
 
 def frame(header: bytes, body: bytes = b"") -> bytes:
@@ -62,10 +85,119 @@ class Inputs:
         self.creds = creds
 
     def make(self, kind: str) -> tuple[bytes, bool]:
+        if kind in REMOTING_KINDS:
+            return self._remoting(kind)
         data, last = self._make(kind)
         if self.creds is not None and kind in ("random_header", "bad_body", "hostile"):
             data = self._sign_or_forge(data)
         return data, last
+
+    # --- RocketMQ 4.x remoting ------------------------------------------------------------------------
+
+    def _remoting(self, kind: str) -> tuple[bytes, bool]:
+        r = self.rng
+        self.opaque += 1
+        if kind == "remoting_broken":
+            return self._remoting_broken(), True
+        cmd = self._remoting_hostile() if kind == "remoting_hostile" else self._remoting_request()
+        cmd.opaque = self.opaque
+        cmd.serialize_type = r.choice([rcodes.SerializeType.JSON, rcodes.SerializeType.ROCKETMQ])
+        if self.creds is not None:
+            self._remoting_sign_or_forge(cmd)
+        return remoting_encode(cmd), False
+
+    def remoting_value(self) -> str:
+        v = self.value(1)
+        return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+    def _remoting_request(self) -> RemotingCommand:
+        r = self.rng
+        code = r.choice(REMOTING_CODES) if r.random() < 0.85 else r.randrange(-(2**15), 2**15)
+        ext = {r.choice(REMOTING_FIELDS): self.remoting_value()[:64] for _ in range(r.randrange(0, 10))}
+        body = r.choice([b"", r.randbytes(r.randrange(0, 256)), self.record(), b'{"clientID":' + r.randbytes(8)])
+        return RemotingCommand(
+            code,
+            language=r.choice(list(rcodes.LanguageCode)),
+            version=r.randrange(-(2**15), 2**15),
+            flag=r.choice([0, 0, 0, 2, r.randrange(256)]) & ~rcodes.FLAG_RESPONSE,
+            remark=self.remoting_value()[:32] if r.random() < 0.1 else None,
+            ext_fields=ext,
+            body=body,
+        )
+
+    def _remoting_hostile(self) -> RemotingCommand:
+        """Valid 4.x requests a hostile client may send (never touching the good topic but to read it)."""
+        r = self.rng
+        topic = r.choice(FUZZ_TOPICS[:16])
+        group = f"fuzz-group-{r.randrange(50)}"
+        choice = r.randrange(6)
+        if choice == 0:  # SEND_MESSAGE_V2
+            ext = {"a": "fuzz-pg", "b": topic, "c": "TBW102", "d": "4", "e": str(r.randrange(-1, 6)), "f": "0",
+                   "g": str(1_700_000_000_000 + r.randrange(10**9)), "h": "0", "i": "TAGS\x01t\x02KEYS\x01k\x02",
+                   "j": str(r.randrange(0, 20)), "k": "false", "m": r.choice(["false", "true"])}  # fmt: skip
+            return RemotingCommand(310, ext_fields=ext, body=r.randbytes(r.randrange(0, 2048)))
+        if choice == 1:  # PULL_MESSAGE, far or held
+            ext = {"consumerGroup": group, "topic": r.choice([topic, GOOD_TOPIC]), "queueId": str(r.randrange(0, 8)),
+                   "queueOffset": str(r.choice([0, 2**62, -5])), "maxMsgNums": str(r.choice([1, 32, 1024])),
+                   "sysFlag": str(r.choice([0, 2, 3, 7])), "commitOffset": "-1",
+                   "suspendTimeoutMillis": str(r.choice([0, 1000, 15000])), "subscription": r.choice(["*", "a||b"]),
+                   "subVersion": "0", "expressionType": "TAG"}  # fmt: skip
+            return RemotingCommand(11, ext_fields=ext)
+        if choice == 2:  # HEART_BEAT with many groups
+            groups = [{"groupName": f"fuzz-group-{r.randrange(50)}", "consumeType": "CONSUME_PASSIVELY",
+                       "messageModel": r.choice(["CLUSTERING", "BROADCASTING", "x"]),
+                       "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                       "subscriptionDataSet": [{"topic": topic, "subString": r.choice(["*", "a||b", "||"]),
+                                                "subVersion": 1, "tagsSet": [], "codeSet": []}]}
+                      for _ in range(r.randrange(1, 20))]  # fmt: skip
+            body = json.dumps({"clientID": f"fuzz4@{r.randrange(100)}", "consumerDataSet": groups,
+                               "producerDataSet": [{"groupName": "fuzz-pg"}]}).encode()  # fmt: skip
+            return RemotingCommand(34, ext_fields={}, body=body)
+        if choice == 3:  # offsets
+            code = r.choice([14, 15, 29, 30, 31, 32])
+            ext = {"consumerGroup": group, "topic": topic, "queueId": str(r.randrange(0, 8)),
+                   "commitOffset": str(r.randrange(0, 2**40)), "timestamp": str(r.choice([0, 2**62]))}  # fmt: skip
+            return RemotingCommand(code, ext_fields=ext)
+        if choice == 4:  # lock / unlock
+            body = json.dumps({"consumerGroup": group, "clientId": "fuzz4",
+                               "mqSet": [{"topic": topic, "brokerName": "broker-a", "queueId": i}
+                                         for i in range(r.randrange(0, 8))]}).encode()  # fmt: skip
+            return RemotingCommand(r.choice([41, 42]), ext_fields={}, body=body)
+        return RemotingCommand(r.choice([105, 106, 206, 38]), ext_fields={"topic": topic, "consumerGroup": group})
+
+    def _remoting_broken(self) -> bytes:
+        r = self.rng
+        choice = r.randrange(6)
+        if choice == 0:  # malformed JSON header
+            hdr = r.choice([b"{not json", b'{"code":', b'{"code":"x"}', b"[1,2]", b'{"code":10,"extFields":[1]}',
+                            b'{"code":10,"language":"KLINGON"}', b'{"code":1e999}'])  # fmt: skip
+            return struct.pack(">iI", 4 + len(hdr), len(hdr)) + hdr
+        if choice == 1:  # header length past the frame (JSON and ROCKETMQ types)
+            st = r.choice([0, 1])
+            return struct.pack(">iI", 4 + 2, (st << 24) | r.choice([3, 100, 2**24 - 1])) + b'{"'
+        if choice == 2:  # binary header with lengths that run past it
+            fixed = struct.pack(">hBhii", 10, 0, 1, 1, 0)
+            hdr = fixed + struct.pack(">i", r.choice([-1, 2**31 - 1, 5])) + b"ab"
+            return struct.pack(">iI", 4 + len(hdr), (1 << 24) | len(hdr)) + hdr
+        if choice == 3:  # a negative or impossible length
+            return struct.pack(">iI", r.choice([-1, 0, 3, 2**31 - 1]), (1 << 24) | 5) + r.randbytes(16)
+        if choice == 4:  # an unknown language in a binary header
+            fixed = struct.pack(">hBhii", 10, 200, 1, 1, 0) + struct.pack(">ii", 0, 0)
+            return struct.pack(">iI", 4 + len(fixed), (1 << 24) | len(fixed)) + fixed
+        full = remoting_encode(self._remoting_request())  # truncated
+        return full[: r.randrange(1, len(full))]
+
+    def _remoting_sign_or_forge(self, cmd: RemotingCommand) -> None:
+        r = self.rng
+        ext = dict(cmd.ext_fields or {})
+        choice = r.random()
+        if choice < 0.5:
+            ext["AccessKey"] = self.creds.access_key  # type: ignore[union-attr]
+            ext["Signature"] = remoting_signing.sign(ext, cmd.body, self.creds.secret_key)  # type: ignore[union-attr]
+        elif choice < 0.8:
+            ext["AccessKey"] = r.choice([self.creds.access_key, "nobody", "", "é"])  # type: ignore[union-attr]
+            ext["Signature"] = r.choice(["AAAA", "é", "", "x" * 200])
+        cmd.ext_fields = ext
 
     def _sign_or_forge(self, data: bytes) -> bytes:
         r = self.rng
@@ -254,3 +386,11 @@ class Inputs:
 #: kinds that keep the connection usable (sent pipelined, many per connection), and the ones that end it
 STREAM_KINDS = (["random_header", "bad_body", "hostile"], [3.0, 2.0, 2.0])
 ENDING_KINDS = (["garbage", "bad_length", "bad_header", "truncated"], [1.0, 1.0, 1.0, 1.0])
+#: the same for a connection that speaks RocketMQ remoting (its first bytes decide, for the whole connection)
+REMOTING_STREAM_KINDS = (["remoting_request", "remoting_hostile"], [3.0, 2.0])
+REMOTING_ENDING_KINDS = (["remoting_broken"], [1.0])
+
+
+def answer_decoder(remoting: bool) -> FrameDecoder | RemotingDecoder:
+    """What reads the daemon's answers on a connection of that format."""
+    return RemotingDecoder() if remoting else FrameDecoder()

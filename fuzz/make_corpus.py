@@ -109,6 +109,23 @@ def seeds() -> dict[str, list[bytes]]:
         signed,
         raw[16:],  # the handle's payload (the target signs it with the fuzz key)
     ]
+    from pymq.remoting.codes import SerializeType
+    from pymq.remoting.command import RemotingCommand
+    from pymq.remoting.command import encode as remoting_encode
+    from pymq.remoting.message_layout import MessageExt, encode_message
+
+    v2 = {"a": "PG", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0", "g": "1700000000000", "h": "0",
+          "i": "TAGS\u0001a\u0002KEYS\u0001k\u0002", "j": "0", "k": "false", "m": "false"}  # fmt: skip
+    out["remoting"] = [
+        remoting_encode(RemotingCommand(310, opaque=1, ext_fields=v2, body=b"hello")),
+        remoting_encode(
+            RemotingCommand(310, opaque=2, ext_fields=v2, body=b"hi", serialize_type=SerializeType.ROCKETMQ)
+        ),
+        remoting_encode(RemotingCommand(105, opaque=3, ext_fields={"topic": "T"}))
+        + remoting_encode(RemotingCommand(34, opaque=4, flag=2, remark="r", body=b'{"clientID":"c"}')),
+        encode_message(MessageExt("T", b"body", queue_id=1, queue_offset=5, properties={"TAGS": "a"})),
+        stored + stored2,
+    ]
     assert _u8(b"", 0) == 0
     return out
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 
 import build_sanitized  # noqa: E402
 
-TARGET_NAMES = ("frame", "records", "batch", "headers", "signing", "ha_codec", "timer_files", "pop_records")
+TARGET_NAMES = ("frame", "records", "batch", "headers", "signing", "ha_codec", "timer_files", "pop_records", "remoting")
 
 _STAT = re.compile(r"#(\d+)\s+(?:DONE|pulse|NEW|REDUCE|INITED)\s+cov: (\d+) ft: (\d+).*?exec/s: (\d+)")
 

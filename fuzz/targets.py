@@ -32,10 +32,21 @@ from pymq.broker.store.dispatcher import Dispatcher
 from pymq.broker.timer.checkpoint import TimerCheckpoint
 from pymq.broker.timer.timer_log import UNIT_SIZE, TimerLog
 from pymq.broker.timer.timer_wheel import SLOT_SIZE, TimerWheel
-from pymq.errors import InvalidRequestError, LocalProtocolError, MessageDecodeError, ProtocolError
+from pymq.errors import (
+    InvalidRequestError,
+    LocalProtocolError,
+    MessageDecodeError,
+    ProtocolError,
+    RemoteProtocolError,
+)
 from pymq.protocol import record, record_batch
 from pymq.protocol import requests as rq
 from pymq.protocol.frame import Command, FrameDecoder, encode_bytes
+from pymq.remoting import command as remoting_command
+from pymq.remoting import message_layout, send_header
+from pymq.remoting.codes import SerializeType
+from pymq.remoting.command import RemotingCommand
+from pymq.remoting.wire import RemotingWire
 from pymq.security import signing
 
 #: the accelerator as imported (None where it was not built); the targets switch record.speedups
@@ -484,6 +495,66 @@ def pop_records(data: bytes) -> None:
         assert _SIGNER.decode(_SIGNER.encode(h)) == h
 
 
+# --- RocketMQ 4.x remoting (issue 30) ----------------------------------------------------------------
+
+
+def _remoting_commands(data: bytes, cuts: list[int]) -> tuple[str, Any]:
+    wire = RemotingWire(max_frame_size=1 << 16)
+    cmds: list[Command] = []
+    prev = 0
+    error: type[BaseException] | None = None
+    try:
+        for cut in [*cuts, len(data)]:
+            cmds += wire.feed(data[prev:cut])
+            prev = cut
+    except ProtocolError as exc:
+        error = type(exc)
+    out = [(c.code, c.opaque, c.flags, c.remark, c.ext, bytes(c.body)) for c in cmds]
+    return ("error", (out, error)) if error is not None else ("ok", (out, wire.buffered))
+
+
+def remoting(data: bytes) -> None:
+    """pymq.remoting: the stream decoder (JSON and ROCKETMQ headers; whole vs in pieces: the same commands),
+    each command re-encoded and decoded again (the same command), SEND_MESSAGE(_V2) header decoding,
+    MessageDecoder bodies (decode_messages) and from_stored_records over the same bytes.
+
+    Allowed: ProtocolError from the decoder, HeaderFieldError from the send header, RemoteProtocolError
+    from decode_messages, MessageDecodeError/ValueError from from_stored_records.
+    """
+    whole = _remoting_commands(data, [])
+    step = _u8(data, 0) % 13 + 1
+    pieces = _remoting_commands(data, list(range(step, len(data), step)))
+    if whole[0] == pieces[0] == "error":
+        (w_out, w_err), (p_out, p_err) = whole[1], pieces[1]
+        if w_err is not p_err or p_out[: len(w_out)] != w_out:
+            raise Divergence(f"remoting decoder: whole {whole!r} != in pieces of {step} {pieces!r}")
+    elif whole != pieces:
+        raise Divergence(f"remoting decoder: whole {whole!r} != in pieces of {step} {pieces!r}")
+    for code, opaque, flags, remark, ext, body in whole[1][0]:
+        for stype in (SerializeType.JSON, SerializeType.ROCKETMQ):
+            if stype is SerializeType.ROCKETMQ and not -(1 << 15) <= code < (1 << 15):
+                continue
+            rc = RemotingCommand(code, opaque=opaque, flag=flags, remark=remark, ext_fields=ext, body=body,
+                                 serialize_type=stype)  # fmt: skip
+            again = remoting_command.decode_frame(remoting_command.encode(rc))
+            # an empty remark or ext reads back as None in the binary header (as RocketMQ's does)
+            assert (again.code, again.opaque, again.flag, again.body) == (code, opaque, flags, body), again
+            assert (again.remark or None, again.ext_fields or {}) == (remark or None, ext or {}), again
+        rc = RemotingCommand(code, ext_fields=ext, body=body)
+        try:
+            send_header.decode_send_header(rc)
+        except send_header.HeaderFieldError:
+            pass
+    try:
+        message_layout.decode_messages(data)
+    except RemoteProtocolError:
+        pass
+    try:
+        message_layout.from_stored_records(data)
+    except (MessageDecodeError, ValueError):
+        pass
+
+
 #: name -> target (the names are the corpus directories under fuzz/corpus/)
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "frame": frame,
@@ -494,6 +565,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "ha_codec": ha_codec,
     "timer_files": timer_files,
     "pop_records": pop_records,
+    "remoting": remoting,
 }
 
 if os.environ.get("PYMQ_FUZZ_SELFTEST"):

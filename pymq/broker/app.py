@@ -275,7 +275,7 @@ class BrokerApp:
             cluster_name=cfg.cluster_name,
             subscription=self.consumers.subscription_expression,
         )
-        self.remoting_dispatcher.register_many(remoting_handlers(self.dispatcher, ctx))
+        self.remoting_dispatcher.register_many(remoting_handlers(self.dispatcher, ctx, self._authenticate_remoting))
 
     @property
     def store(self) -> MessageStore | None:
@@ -581,6 +581,10 @@ class BrokerApp:
     def _master_main_addr(self) -> str | None:
         """A slave's master (its normal port): what the nameserver answered, else the configured one."""
         return self.registrar.master_addr or self.role.current.master_addr
+
+    def _authenticate_remoting(self, cmd: Command, channel: Any) -> str | Command | None:
+        """Under ACL, a 4.x request's signature (AclClientRPCHook); None without ACL."""
+        return self.acl.authenticate_remoting(cmd, channel) if self.acl is not None else None
 
     def _unsupported_remark(self, code: int) -> str | None:
         """A nameserver request sent here (a client given the broker's port as its nameserver)."""

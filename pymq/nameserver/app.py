@@ -85,6 +85,7 @@ class NamesrvApp:
             self.acl = acl_interceptor(self.config.acl, "namesrv")
             if self.acl is not None:
                 self.dispatcher.add_interceptor(self.acl)
+                self.remoting_dispatcher.add_interceptor(self.acl.remoting_interceptor())
             self.server.ssl = listener_tls(self.config.tls)
             await self.server.start()
         except BaseException as exc:

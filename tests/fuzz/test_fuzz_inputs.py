@@ -13,7 +13,14 @@ import struct
 import pytest
 
 from benchmarks.fuzz_daemon import FUZZ_CREDS
-from benchmarks.fuzz_inputs import ENDING_KINDS, KINDS, STREAM_KINDS, Inputs
+from benchmarks.fuzz_inputs import (
+    ENDING_KINDS,
+    KINDS,
+    REMOTING_ENDING_KINDS,
+    REMOTING_STREAM_KINDS,
+    STREAM_KINDS,
+    Inputs,
+)
 from pymq.protocol.frame import FrameDecoder
 from pymq.security.signing import Credentials
 
@@ -36,7 +43,8 @@ def test_every_kind_makes_bytes_for_many_seeds(kind: str, creds: Credentials | N
 
 def test_the_kinds_are_all_used_by_the_workers() -> None:
     """Each kind the generator knows is one a worker picks (with a positive weight)."""
-    picked = {k for kinds, weights in (STREAM_KINDS, ENDING_KINDS) for k, w in zip(kinds, weights, strict=True) if w}
+    sets = (STREAM_KINDS, ENDING_KINDS, REMOTING_STREAM_KINDS, REMOTING_ENDING_KINDS)
+    picked = {k for kinds, weights in sets for k, w in zip(kinds, weights, strict=True) if w}
     assert picked == set(KINDS)
 
 
@@ -68,3 +76,29 @@ def test_same_seed_same_inputs() -> None:
     """A run is reproducible from its seed."""
     a, b = Inputs(random.Random(5)), Inputs(random.Random(5))
     assert [a.make(k) for k in KINDS * 20] == [b.make(k) for k in KINDS * 20]
+
+
+@pytest.mark.parametrize("creds", [None, FUZZ_CREDS], ids=["plain", "acl"])
+def test_remoting_stream_kinds_are_whole_remoting_frames_and_broken_ones_are_not(creds: Credentials | None) -> None:
+    """A remoting connection's pipelined inputs decode as one RocketMQ frame each; a broken one never does."""
+    from pymq.errors import ProtocolError
+    from pymq.remoting.command import RemotingDecoder, sniff
+    from pymq.security.remoting_signing import verify
+
+    signed = 0
+    for seed in range(50):
+        gen = Inputs(random.Random(seed), creds)
+        for kind in REMOTING_STREAM_KINDS[0]:
+            data, last = gen.make(kind)
+            assert not last and sniff(data[:9]) == "remoting", (seed, kind)
+            (cmd,) = RemotingDecoder().feed(data)
+            if creds is not None and cmd.ext_fields and cmd.ext_fields.get("AccessKey") == creds.access_key:
+                signed += verify(cmd.ext_fields, cmd.body, creds.secret_key)
+        data, last = gen.make("remoting_broken")
+        assert last
+        try:
+            whole = RemotingDecoder().feed(data)
+        except ProtocolError:
+            whole = []
+        assert whole == [], (seed, data)
+    assert creds is None or signed > 10

@@ -12,14 +12,19 @@ from __future__ import annotations
 from pymq.broker.remoting.clients import client_translators
 from pymq.broker.remoting.consume import consume_pushes, consume_translators
 from pymq.broker.remoting.context import RemotingContext
-from pymq.broker.remoting.gateway import PushMapper, RemotingGateway, Translator
+from pymq.broker.remoting.gateway import Authenticate, PushMapper, RemotingGateway, Translator
 from pymq.broker.remoting.produce import produce_pushes, produce_translators
 from pymq.protocol.command import Command
 from pymq.transport.dispatch import Dispatcher, Handler
 
 
-def remoting_handlers(native: Dispatcher, ctx: RemotingContext) -> dict[int, Handler]:
-    """The remoting dispatcher's table: every translated code, handed on to ``native``."""
+def remoting_handlers(
+    native: Dispatcher, ctx: RemotingContext, authenticate: Authenticate | None = None
+) -> dict[int, Handler]:
+    """The remoting dispatcher's table: every translated code, handed on to ``native``.
+
+    ``authenticate`` (under ACL) checks each request's 4.x signature before it is translated.
+    """
     translators: dict[int, Translator] = {
         **client_translators(ctx),
         **produce_translators(ctx),
@@ -31,7 +36,7 @@ def remoting_handlers(native: Dispatcher, ctx: RemotingContext) -> dict[int, Han
         mapper = pushes.get(cmd.code)
         return mapper(cmd) if mapper is not None else None
 
-    return RemotingGateway(native, push).table(translators)
+    return RemotingGateway(native, push, authenticate).table(translators)
 
 
 __all__ = ["RemotingContext", "remoting_handlers"]

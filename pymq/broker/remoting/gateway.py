@@ -52,13 +52,16 @@ Translator = Callable[[Command, "RemotingChannel"], "Translated | Command"]
 class RemotingChannel:
     """The channel native handlers see for one remoting connection (implements ServerChannel)."""
 
-    __slots__ = ("_answers", "_push", "attrs", "conn", "remote_addr")
+    __slots__ = ("_answers", "_push", "attrs", "authenticated_as", "conn", "remote_addr")
 
     def __init__(self, conn: ServerChannel, push: Callable[[Command], Command | None]) -> None:
         self.conn = conn
         self.remote_addr = conn.remote_addr
         #: the connection's own attrs (one dict: what a handler keeps there, the connection keeps)
         self.attrs: dict[str, Any] = conn.attrs
+        #: under ACL, while a translated request is dispatched: the access key its 4.x signature proved
+        #: (the native ACL interceptor then checks only permissions; see security.interceptor)
+        self.authenticated_as: str | None = None
         #: opaque -> how to map the native answer to that request
         self._answers: dict[int, ResponseMapper] = {}
         self._push = push
@@ -144,19 +147,28 @@ def passthrough(resp: Command) -> Command:
     return resp
 
 
+#: under ACL: the request's access key (or the white-list marker), or a refusal; None: no ACL
+Authenticate = Callable[[Command, Channel], "str | Command | None"]
+
+
 class RemotingGateway:
     """Builds the remoting dispatcher's handlers from translators; each hands its native request on."""
 
-    def __init__(self, native: Dispatcher, push: PushMapper) -> None:
+    def __init__(self, native: Dispatcher, push: PushMapper, authenticate: Authenticate | None = None) -> None:
         self.native = native
         self.push = push
+        self.authenticate = authenticate
 
     def handler(self, translate: Translator) -> Handler:
         native = self.native
         push = self.push
+        authenticate = self.authenticate
 
         def handle(cmd: Command, channel: Channel) -> Command | None:
             rc = remoting_channel(channel, push)
+            who = authenticate(cmd, rc) if authenticate is not None else None
+            if isinstance(who, Command):
+                return who  # refused before anything is translated
             try:
                 out = translate(cmd, rc)
             except RemoteError:
@@ -168,7 +180,12 @@ class RemotingGateway:
             request.flags = cmd.flags
             if not cmd.is_oneway:
                 rc.expect(cmd.opaque, out.answer)
-            native.dispatch(rc, request)
+            # the native interceptors run inside dispatch(), synchronously: the key is theirs only now
+            rc.authenticated_as = who
+            try:
+                native.dispatch(rc, request)
+            finally:
+                rc.authenticated_as = None
             return None
 
         return handle
