@@ -24,12 +24,13 @@ from typing import Any
 
 import pytest
 
-from pymq.client import Producer
+from pymq.client import Producer, broker_api
 from pymq.client.admin import AdminClient
 from pymq.client.send_result import SendResult
 from pymq.protocol.message import Message
 from pymq.protocol.route import MessageQueue
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
+from pymq.transport.client import RpcClient
 from tests.daemon_helpers import create_topic, wait_for_route
 from tests.helpers import run_admin, wait_until, wait_until_async
 
@@ -39,13 +40,15 @@ pytestmark = pytest.mark.integration
 
 BROKER = "broker-a"
 QUEUES = 4
+#: the HA listener on any free port; retries due after 200 ms at every level
+BROKER_ENV = {"PYMQ_HA_PORT": "0", "PYMQ_STORE__MESSAGE_DELAY_LEVEL": " ".join(["200ms"] * 18)}
 
 
 class Daemons:
     def __init__(self, tmp_path: Path, processes: list[DaemonProcess]) -> None:
         self.ns = namesrv_process(tmp_path).start()
         processes.append(self.ns)
-        self.broker = broker_process(tmp_path, self.ns.address, BROKER, env={"PYMQ_HA_PORT": "0"})
+        self.broker = broker_process(tmp_path, self.ns.address, BROKER, env=BROKER_ENV)
         processes.append(self.broker)
         self.broker.start()
 
@@ -357,3 +360,33 @@ async def test_cpp_pull_consumer_reads_every_queue_with_tag_filter_and_pull_stat
         assert pulls[-2][2] == "NO_NEW_MSG", pulls
         # far past the end: RocketMQ's store corrects to the min offset when it is 0 (nextOffsetCorrection)
         assert pulls[-1][2:] == ["OFFSET_ILLEGAL", 0, 0, end], pulls
+
+
+async def test_a_message_pymq_sent_back_reaches_the_cpp_consumer_with_its_reconsume_count(
+    daemons: Daemons, consumers: list[CppConsumer], cpp_python: Path, tmp_path: Path
+) -> None:
+    """pymq's retry state read by a 4.x client: the C++ consumer gets the retry (%RETRY%group) copy
+    of a message with reconsumeTimes 1 and everything else as it was sent."""
+    topic, group = "CppRetried", "CG_CPP_RETRY"
+    await make_topic(daemons, topic)
+    c = start(consumers, cpp_python, tmp_path, daemons, group, topic, "*", "r1")
+    await wait_owning(daemons.ns.address, group, ["r1"])
+    async with Producer(daemons.ns.address) as producer:
+        await warm_up(producer, topic, consumers, each=True)
+        body = random_bodies(1, seed=33)[0]
+        [result] = await produce(producer, topic, ["TagR"], [body])
+    await wait_until(lambda: len(c.received()) == 1, timeout=30, what="the message, first time")
+    # what a pymq consumer of the group does with a message it failed (CONSUMER_SEND_MSG_BACK, native)
+    async with RpcClient() as rpc:
+        back = broker_api.send_msg_back(
+            group, result.commit_log_offsets[0], result.msg_id, topic, delay_level=1, max_reconsume_times=16
+        )
+        await rpc.invoke_ok(daemons.broker.address, back)
+    await wait_until(lambda: len(c.received()) == 2, timeout=30, what="the retried message")
+    first, again = c.received()
+    assert (first["reconsume_times"], again["reconsume_times"]) == (0, 1)
+    assert again["id"] == first["id"] == result.msg_id
+    assert again["topic"] == topic  # the client restores the topic from RETRY_TOPIC
+    assert bytes.fromhex(again["body"]) == body
+    assert (again["tags"], again["keys"], again["props"]["color"]) == ("TagR", "key-0", "c0")
+    assert c.stop() == 0
