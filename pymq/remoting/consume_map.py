@@ -37,7 +37,6 @@ from pymq.protocol.requests import (
     LOCK_OK_MQ_SET,
     MAX_PULL_MSG_NUMS,
     LockBatchBody,
-    PullMessageRequest,
     QueryConsumerOffsetRequest,
     QueueOffsetRequest,
     SearchOffsetRequest,
@@ -108,31 +107,60 @@ def _checked(what: str, ext: Mapping[str, Any], header: Any) -> Any:
         raise RemotingRequestError(f"{what}: {exc.remark}") from None
 
 
+#: PullMessageRequestHeader's fields, as pymq's PULL names them too (extFields beyond these, such as
+#: the AccessKey/Signature every C++ request carries, are not handed on)
+_PULL_FIELDS = (
+    "consumerGroup",
+    "topic",
+    "queueId",
+    "queueOffset",
+    "maxMsgNums",
+    "sysFlag",
+    "commitOffset",
+    "suspendTimeoutMillis",
+    "subscription",
+    "subVersion",
+)
+
+
+def _int_field(ext: Mapping[str, Any], name: str, default: int) -> int:
+    raw = ext.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise RemotingRequestError(f"PULL_MESSAGE: header field '{name}' must be an integer, got {raw!r}") from None
+
+
 def pull_request(ext: Mapping[str, Any]) -> PullRequest:
-    """PullMessageRequestHeader -> the native PULL's ext. Raises RemotingRequestError naming a bad field."""
-    fields = dict(ext)
-    raw_nums = fields.get("maxMsgNums")
-    if raw_nums is not None:
-        try:
-            nums = int(raw_nums)
-        except (TypeError, ValueError):
-            bad = f"PULL_MESSAGE: header field 'maxMsgNums' must be an integer, got {raw_nums!r}"
-            raise RemotingRequestError(bad) from None
-        fields["maxMsgNums"] = min(max(nums, 1), MAX_PULL_MSG_NUMS)
-    fields.pop("maxMsgBytes", None)  # not a 4.9 field
-    h: PullMessageRequest = _checked("PULL_MESSAGE", fields, PullMessageRequest)
-    etype = fields.get("expressionType")
+    """PullMessageRequestHeader -> the native PULL's ext.
+
+    Only what differs is checked here (sysFlag's bits, maxMsgNums' range, the subscription,
+    expressionType); the native handler checks the rest and names a missing or ill-typed field
+    (its INVALID_PARAMETER answer goes back as SYSTEM_ERROR, see :func:`native_code`). One dict
+    copy, no header object: this runs for every pull. Raises RemotingRequestError naming a bad field.
+    """
+    fields = {name: ext[name] for name in _PULL_FIELDS if name in ext}
+    for name in ("consumerGroup", "topic"):
+        if fields.get(name) is None:
+            raise RemotingRequestError(f"PULL_MESSAGE: header field '{name}' is missing")
+    sys_flag = _int_field(fields, "sysFlag", 0)
+    if "maxMsgNums" in fields:
+        fields["maxMsgNums"] = min(max(_int_field(fields, "maxMsgNums", 32), 1), MAX_PULL_MSG_NUMS)
+    etype = ext.get("expressionType")
     if etype is not None and str(etype).upper() != "TAG":
         raise RemotingRequestError(f"The broker does not support consumer to filter message by {etype}")
-    if h.sys_flag & FLAG_CLASS_FILTER:
+    if sys_flag & FLAG_CLASS_FILTER:
         raise RemotingRequestError("PULL_MESSAGE: class filter mode (sysFlag 0x8) is not supported")
-    has_sub = bool(h.sys_flag & FLAG_SUBSCRIPTION)
-    if has_sub and h.subscription is None:
-        raise RemotingRequestError("PULL_MESSAGE: header field 'subscription' is missing (sysFlag has 0x4)")
-    h.sys_flag &= FLAG_COMMIT_OFFSET | FLAG_SUSPEND
-    if not has_sub:
-        h.subscription = None
-    return PullRequest(h.to_ext(), h.consumer_group, h.topic, needs_subscription=not has_sub)
+    has_sub = bool(sys_flag & FLAG_SUBSCRIPTION)
+    if has_sub:
+        if fields.get("subscription") is None:
+            raise RemotingRequestError("PULL_MESSAGE: header field 'subscription' is missing (sysFlag has 0x4)")
+    else:
+        fields.pop("subscription", None)
+    fields["sysFlag"] = sys_flag & (FLAG_COMMIT_OFFSET | FLAG_SUSPEND)
+    return PullRequest(fields, str(fields["consumerGroup"]), str(fields["topic"]), not has_sub)
 
 
 def pull_response_ext(ext: Mapping[str, Any] | None) -> dict[str, Any]:
