@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from pymq.errors import RemoteProtocolError
-from pymq.protocol.record import iter_records
+from pymq.protocol.record import iter_records, message_decoder_records
 
 __all__ = [
     "MESSAGE_MAGIC_CODE",
@@ -193,7 +193,17 @@ def from_stored_records(buf: bytes | bytearray | memoryview) -> bytes:
     sysFlag bits agree (compressed 0x1, multi-tags 0x2, transaction 0x4/0x8/0xC), the body CRC is
     masked to 31 bits as UtilAll.crc32 does, and the topic length shrinks to RocketMQ's one byte
     (a longer topic is refused: RocketMQ allows 127). Raises MessageDecodeError for a bad record.
+    The C accelerator does the same in one pass (``record.message_decoder_records``); this body is
+    its reference, and runs whenever the accelerator is absent or leaves a buffer to it.
     """
+    converted = message_decoder_records(buf)
+    if converted is not None:
+        return converted
+    return from_stored_records_py(buf)
+
+
+def from_stored_records_py(buf: bytes | bytearray | memoryview) -> bytes:
+    """:func:`from_stored_records` in pure Python (the accelerator's reference)."""
     out: list[bytes | memoryview] = []
     view = memoryview(buf)
     pack = _STORED_HEAD.pack
