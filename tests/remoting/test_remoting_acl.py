@@ -31,8 +31,11 @@ async def _ask(addr: str, cmd: RemotingCommand) -> RemotingCommand:
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
         writer.write(encode(cmd))
-        (n,) = struct.unpack(">i", await reader.readexactly(4))
-        return decode_frame(struct.pack(">i", n) + await reader.readexactly(n))
+        while True:  # the answer; a request the broker pushes meanwhile (NOTIFY_CONSUMER_IDS_CHANGED) is skipped
+            (n,) = struct.unpack(">i", await reader.readexactly(4))
+            frame = decode_frame(struct.pack(">i", n) + await reader.readexactly(n))
+            if frame.is_response:
+                return frame
     finally:
         writer.close()
 
