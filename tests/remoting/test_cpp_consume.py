@@ -246,6 +246,10 @@ async def test_clustering_two_cpp_consumers_share_the_queues_and_filter_by_tag(
     table = [line.split() for line in out.splitlines()]
     assert any(r[-2:] == ["VERSION", "PROTOCOL"] for r in table), out
     assert sum(1 for r in table if len(r) == 5 and r[2] == "CPP" and r[4] == "remoting") == 2, out
+    code, out, err = await run_admin(daemons.ns.address, "consumer-progress", "--group", group, "--topic", topic)
+    assert code == 0, err
+    owners = {line.split()[-1].rpartition("@")[2] for line in out.splitlines() if line.startswith(topic)}
+    assert owners == {"c1", "c2"} and "total lag: 0" in out, out
 
     for c in consumers:
         assert c.stop() == 0
