@@ -123,14 +123,21 @@ _PULL_FIELDS = (
 )
 
 
+#: the pull's numeric fields, parsed here once (the native header then takes ints at its fast path)
+_PULL_INTS = ("queueId", "queueOffset", "commitOffset", "suspendTimeoutMillis", "subVersion")
+
+
 def _int_field(ext: Mapping[str, Any], name: str, default: int) -> int:
+    """A decimal integer as Java's ``Long.parseLong`` reads it (ASCII digits, an optional sign)."""
     raw = ext.get(name)
     if raw is None:
         return default
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        raise RemotingRequestError(f"PULL_MESSAGE: header field '{name}' must be an integer, got {raw!r}") from None
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    digits = raw[1:] if isinstance(raw, str) and raw[:1] in ("-", "+") else raw
+    if not (isinstance(digits, str) and digits.isascii() and digits.isdigit()):
+        raise RemotingRequestError(f"PULL_MESSAGE: header field '{name}' must be an integer, got {raw!r}")
+    return int(raw)
 
 
 def pull_request(ext: Mapping[str, Any]) -> PullRequest:
@@ -146,6 +153,9 @@ def pull_request(ext: Mapping[str, Any]) -> PullRequest:
         if fields.get(name) is None:
             raise RemotingRequestError(f"PULL_MESSAGE: header field '{name}' is missing")
     sys_flag = _int_field(fields, "sysFlag", 0)
+    for name in _PULL_INTS:
+        if name in fields:
+            fields[name] = _int_field(fields, name, 0)
     if "maxMsgNums" in fields:
         fields["maxMsgNums"] = min(max(_int_field(fields, "maxMsgNums", 32), 1), MAX_PULL_MSG_NUMS)
     etype = ext.get("expressionType")

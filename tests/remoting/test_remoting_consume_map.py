@@ -68,6 +68,9 @@ def test_max_msg_nums_is_clamped_to_pymqs_range(asked: str, clamped: int) -> Non
     [
         ({"topic": None}, "topic"),
         ({"consumerGroup": None}, "consumerGroup"),
+        ({"queueOffset": "1.5"}, "queueOffset"),
+        ({"queueId": "٣"}, "queueId"),  # a digit, but not one Java's parseInt reads
+        ({"commitOffset": "0x10"}, "commitOffset"),
         ({"maxMsgNums": "lots"}, "maxMsgNums"),
         ({"sysFlag": "x"}, "sysFlag"),
         ({"sysFlag": "4"}, "subscription"),
