@@ -7,23 +7,6 @@
 /* The error class record.py registers (pymq.errors.MessageDecodeError). */
 static PyObject *decode_error = NULL;
 
-/* A read-only byte buffer of bytes, bytearray, a byte memoryview or an mmap; 0 (no error set)
- * for anything else, whose len() might not be its byte count. */
-static int get_bytes_buffer(PyObject *obj, Py_buffer *view) {
-    if (PyBytes_CheckExact(obj) || PyByteArray_CheckExact(obj)) {
-        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
-    }
-    if (PyMemoryView_Check(obj)) {
-        Py_buffer *mv = PyMemoryView_GET_BUFFER(obj);
-        if (mv->ndim != 1 || mv->itemsize != 1 || !PyBuffer_IsContiguous(mv, 'C')) return 0;
-        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
-    }
-    if (strcmp(Py_TYPE(obj)->tp_name, "mmap.mmap") == 0) {
-        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
-    }
-    return 0;
-}
-
 /* Append the (ordinal, kind, reason) rejection; steals reason. */
 static int add_rejection(PyObject *rejected, Py_ssize_t ordinal, int kind, PyObject *reason) {
     if (reason == NULL) return -1;

@@ -19,6 +19,7 @@
  *               store_record (one record), property_codes(_one), unpack_record(s), set_decode_error
  *   store.c     store entries: index_put (the index file), cq_entries (the consume queue)
  *   encode.c    encoding: encode_record, encode_batch, set_message_class
+ *   remoting.c  stored_to_message_decoder: stored records in RocketMQ 4.x's MessageDecoder layout (issue 30)
  *   sync.c      the Syncer type: msync jobs on a thread without the GIL, done jobs on an eventfd (SYNC_FLUSH)
  *   module.c    the method table, the module and its init (LAYOUT, INDEX_LAYOUT, CQ_LAYOUT, HAVE_*)
  */
@@ -31,7 +32,7 @@
 #include <string.h>
 
 /* Bumped (here and in record.py's speedups_layout) when a function is added or changes its contract. */
-#define ABI_VERSION 5
+#define ABI_VERSION 6
 
 #define MAGIC 0x706D7131u
 #define BLANK_MAGIC 0xCBD43194u
@@ -108,6 +109,25 @@ static inline int as_i64(PyObject *obj, int64_t *out) {
 }
 
 
+/* --- buffers ------------------------------------------------------------------------------------ */
+
+/* A read-only byte buffer of bytes, bytearray, a byte memoryview or an mmap; 0 (no error set)
+ * for anything else, whose len() might not be its byte count. */
+static inline int get_bytes_buffer(PyObject *obj, Py_buffer *view) {
+    if (PyBytes_CheckExact(obj) || PyByteArray_CheckExact(obj)) {
+        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
+    }
+    if (PyMemoryView_Check(obj)) {
+        Py_buffer *mv = PyMemoryView_GET_BUFFER(obj);
+        if (mv->ndim != 1 || mv->itemsize != 1 || !PyBuffer_IsContiguous(mv, 'C')) return 0;
+        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
+    }
+    if (strcmp(Py_TYPE(obj)->tp_name, "mmap.mmap") == 0) {
+        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
+    }
+    return 0;
+}
+
 /* --- what the files share ---------------------------------------------------------------------- */
 
 /* A docstring defined next to its function and named in module.c's method table. */
@@ -145,6 +165,10 @@ PyObject *encode_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 PyObject *encode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *set_message_class(PyObject *self, PyObject *cls);
 extern const char encode_record_doc[], encode_batch_doc[], set_message_class_doc[];
+
+/* remoting.c */
+PyObject *stored_to_message_decoder(PyObject *self, PyObject *buf);
+extern const char stored_to_message_decoder_doc[];
 
 /* sync.c */
 int sync_init(PyObject *m); /* at import: adds the Syncer type (Linux only); -1 with an error set */
