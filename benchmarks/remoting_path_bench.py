@@ -30,15 +30,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from put_path_bench import best_us  # noqa: E402
+from put_path_bench import best_us
 
-from pymq.broker.app import BrokerApp  # noqa: E402
-from pymq.config import BrokerConfig  # noqa: E402
-from pymq.logs import configure_logging  # noqa: E402
-from pymq.protocol.codes import RequestCode  # noqa: E402
-from pymq.protocol.command import Command  # noqa: E402
-from pymq.protocol.record import encode_properties, encode_record  # noqa: E402
-from pymq.protocol.route import TopicConfig  # noqa: E402
+from pymq.broker.app import BrokerApp
+from pymq.config import BrokerConfig
+from pymq.logs import configure_logging
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.command import Command
+from pymq.protocol.record import encode_properties, encode_record
+from pymq.protocol.route import TopicConfig
 
 UNIQ = "ABCDEF0123456789ABCDEF0123456789"
 PROPS = encode_properties({"UNIQ_KEY": UNIQ, "TAGS": "t"})
@@ -124,7 +124,8 @@ async def figures(root: Path) -> dict[str, Any]:
 
         out["native_pull32_us"] = best_us(native_pull, 5000)
         out["remoting_pull32_us"] = best_us(remoting_pull, 5000)
-        bad = {side: codes for side, codes in (("native", native.codes), ("remoting", remoting.codes)) if set(codes) != {0}}
+        sides = (("native", native.codes), ("remoting", remoting.codes))
+        bad = {side: codes for side, codes in sides if set(codes) != {0}}
         if bad:  # a rate of refusals is no rate of sends or pulls
             raise SystemExit(f"answers other than SUCCESS: {bad}")
         out["send_ratio"] = round(out["remoting_send_v2_us"] / out["native_send_us"], 2)
