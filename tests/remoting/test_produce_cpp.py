@@ -80,8 +80,15 @@ async def read_topic(d: Daemons, topic: str, queues: int, want: int, timeout: fl
 
 
 def send(cpp_python: Path, d: Daemons, mode: str, messages: list[dict], group: str = "PG_PYMQ_PRODUCE") -> list[dict]:
+    return send_to(cpp_python, d.ns.address, d.workdir, mode, messages, group)
+
+
+def send_to(
+    cpp_python: Path, namesrv: str, home: Path, mode: str, messages: list[dict], group: str = "PG_PYMQ_PRODUCE"
+) -> list[dict]:
+    """Run produce_send.py; its results, one per send (one for a batch)."""
     spec = json.dumps({"group": group, "messages": messages})
-    proc = run_script(cpp_python, "produce_send.py", d.ns.address, mode, spec, home=d.workdir, timeout=90)
+    proc = run_script(cpp_python, "produce_send.py", namesrv, mode, spec, home=home, timeout=90)
     assert proc.returncode == 0, proc.stderr[-2000:]
     results: list[dict] = json.loads(proc.stdout.strip().splitlines()[-1])["results"]
     return results
@@ -116,6 +123,17 @@ async def test_first_sync_send_to_a_new_topic_auto_creates_it_and_arrives_intact
     assert results[0]["offset"] == m.queue_offset == 0
     host = m.born_host.rpartition(":")[0]
     assert host == "127.0.0.1"
+
+
+async def test_a_body_the_client_compresses_is_read_back_intact(cpp_python: Path, daemons: Daemons) -> None:
+    """The C++ client deflates bodies of 4 KiB and more (sysFlag 0x1); pymq's SDK inflates them."""
+    await made_topic(daemons, "CppBig", 1)
+    big = b"".join(i.to_bytes(4, "big") for i in range(1, 5000)) + bytes(range(1, 256)) * 8
+    results = await asyncio.to_thread(send, cpp_python, daemons, "sync", [msg("CppBig", big, tags="big")])
+    assert results[0].get("status") == 0, results
+    [m] = await read_topic(daemons, "CppBig", 1, 1)
+    assert m.sys_flag & 0x1  # stored compressed, as the client sent it
+    assert m.body == big and m.tags == "big"
 
 
 async def test_sync_async_oneway_and_sharding_sends_arrive(cpp_python: Path, daemons: Daemons) -> None:
@@ -235,3 +253,19 @@ async def test_transactions_commit_rollback_and_check_back_after_the_producer_is
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait(10)
+
+
+def test_without_auto_creation_a_send_to_an_unknown_topic_fails_and_creates_nothing(
+    cpp_python: Path, tmp_path: Path, processes: list[DaemonProcess]
+) -> None:
+    """No TBW102 route (the broker does not auto-create): the client has no route and says so."""
+    ns = namesrv_process(tmp_path).start()
+    processes.append(ns)
+    broker = broker_process(tmp_path, ns.address, BROKER, env={"PYMQ_HA_PORT": "0"})
+    processes.append(broker)
+    broker.start()
+    results = send_to(cpp_python, ns.address, tmp_path, "sync", [msg("CppNotThere", b"x")])
+    assert len(results) == 1 and "error" in results[0], results
+    assert "route" in results[0]["error"].lower(), results
+    topics = json.loads((tmp_path / BROKER / "config" / "topics.json").read_text())["topicConfigTable"]
+    assert "CppNotThere" not in topics and "TBW102" not in topics and topics  # (the system topics are there)
