@@ -9,7 +9,8 @@
   CommitLog does, the header's properties are added to every message's.
 * The native answer (``queueId``, ``queueOffset``, ``commitLogOffsets``) becomes
   SendMessageResponseHeader: ``msgId`` is the offsetMsgId (store host + commit-log offset),
-  comma-joined for a batch; ``transactionId`` the UNIQ_KEY of a prepared message.
+  comma-joined for a batch; ``transactionId`` the UNIQ_KEY of a prepared message; ``MSG_REGION``
+  and ``TRACE_ON`` as a 4.9 broker adds them.
 * Response codes: those whose numbers and meaning agree pass; pymq's own (INVALID_PARAMETER
   213, ...) become SYSTEM_ERROR with their remark, which names the field.
 * CHECK_TRANSACTION_STATE's body: the stored half message in MessageDecoder's layout, on its real
@@ -74,6 +75,8 @@ STORED_CODES = frozenset(
 _BATCH_HEAD = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLen
 _I16 = struct.Struct(">h")
 RETRY_PREFIX = "%RETRY%"
+#: BrokerConfig.regionId's default in RocketMQ 4.9 (MixAll.DEFAULT_TRACE_REGION_ID)
+DEFAULT_REGION = "DefaultRegion"
 
 
 def map_code(code: int, remark: str | None) -> tuple[int, str | None]:
@@ -194,6 +197,9 @@ def send_response_ext(native: Mapping[str, Any], store_host: bytes, transaction_
         "msgId": ",".join(offset_msg_id(store_host, int(o)) for o in offsets),
         "queueId": str(native.get("queueId", 0)),
         "queueOffset": str(native.get("queueOffset", -1)),
+        # what a 4.9 broker adds to every send answer (the Java client's SendResult regionId / traceOn)
+        "MSG_REGION": DEFAULT_REGION,
+        "TRACE_ON": "true",
     }
     if transaction_id:
         ext["transactionId"] = transaction_id

@@ -166,7 +166,9 @@ def test_send_response_ext_is_the_offset_msg_id_of_each_stored_message() -> None
         return (socket.inet_aton("192.168.7.9") + struct.pack(">iq", 10911, offset)).hex().upper()
 
     ext = send_response_ext({"queueId": 3, "queueOffset": 17, "commitLogOffsets": [4096]}, store, None)
-    assert ext == {"msgId": expect(4096), "queueId": "3", "queueOffset": "17"}
+    assert ext == {
+        "msgId": expect(4096), "queueId": "3", "queueOffset": "17", "MSG_REGION": "DefaultRegion", "TRACE_ON": "true",
+    }  # fmt: skip
     batch = send_response_ext({"queueId": 0, "queueOffset": 5, "commitLogOffsets": [1, 200, 300]}, store, "TX")
     assert batch["msgId"] == f"{expect(1)},{expect(200)},{expect(300)}" and batch["transactionId"] == "TX"
     partial = {"queueId": 0, "queueOffset": 5, "commitLogOffsets": [1, 2], "statuses": [0, 3]}
