@@ -165,7 +165,12 @@ def _record(header: SendMessageRequestHeader, body: bytes, props: dict[str, str]
 def records_of_send(header: SendMessageRequestHeader, body: bytes, born_host: bytes, *, batch: bool) -> bytes:
     """The pymq record(s) the broker's native SEND_MESSAGE stores for this request."""
     if not batch:
-        return _record(header, body, header.properties, header.flag, born_host)
+        props = header.properties
+        if header.topic.startswith(RETRY_PREFIX) and header.max_reconsume_times is not None:
+            # the Java client moves a retry's MAX_RECONSUME_TIMES property into the header: put it back
+            # where the broker's retry policy reads it
+            props = {**props, Prop.MAX_RECONSUME_TIMES: str(header.max_reconsume_times)}
+        return _record(header, body, props, header.flag, born_host)
     if header.topic.startswith(RETRY_PREFIX):
         raise BatchRefused("batch request does not support retry group")
     if header.sys_flag & TRANSACTION_TYPE_MASK or header.properties.get(TRAN_MSG, "").lower() == "true":

@@ -92,6 +92,14 @@ def test_a_single_send_becomes_one_pymq_record_with_every_header_field() -> None
     assert bytes(r.properties) == b"TAGS\x01a\x02UNIQ_KEY\x01U\x02"
 
 
+def test_a_retry_sends_max_reconsume_times_header_becomes_the_property_the_retry_policy_reads() -> None:
+    h = parse_send(RequestCode.SEND_MESSAGE, header_ext(topic="%RETRY%cg", maxReconsumeTimes="4"))
+    r = parse_record(records_of_send(h, b"p", BORN, batch=False))
+    assert bytes(r.properties) == b"TAGS\x01a\x02UNIQ_KEY\x01U\x02MAX_RECONSUME_TIMES\x014\x02"
+    plain = parse_send(RequestCode.SEND_MESSAGE, header_ext(maxReconsumeTimes="4"))  # not a retry topic: as sent
+    assert b"MAX_RECONSUME" not in bytes(parse_record(records_of_send(plain, b"p", BORN, batch=False)).properties)
+
+
 def test_v2_short_names_give_the_same_record() -> None:
     v2 = dict(zip("abcdefghij", header_ext().values(), strict=True))  # SEND_MESSAGE_V2 names a..j, in order
     one = records_of_send(parse_send(RequestCode.SEND_MESSAGE, header_ext()), b"p", BORN, batch=False)
