@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pymq.errors import LocalProtocolError
 from pymq.protocol.message import Prop
 from pymq.protocol.record import encode_properties, encode_record, offset_msg_id, pack_host
 from pymq.protocol.transaction import TRAN_MSG, TRANSACTION_TYPE_MASK
@@ -148,18 +149,21 @@ def decode_batch(body: bytes | bytearray | memoryview) -> list[BatchEntry]:
 def _record(header: SendMessageRequestHeader, body: bytes, props: dict[str, str], flag: int, born: bytes) -> bytes:
     try:
         encoded = encode_properties(props)
-    except Exception as exc:  # a separator byte inside a name or value
+    except LocalProtocolError as exc:  # a separator byte inside a name or value
         raise HeaderFieldError("properties", str(exc)) from None
-    return encode_record(
-        header.topic.encode(),
-        body,
-        encoded,
-        flag=flag,
-        sys_flag=header.sys_flag,
-        born_timestamp=header.born_timestamp,
-        born_host=born,
-        reconsume_times=header.reconsume_times,
-    )
+    try:
+        return encode_record(
+            header.topic.encode(),
+            body,
+            encoded,
+            flag=flag,
+            sys_flag=header.sys_flag,
+            born_timestamp=header.born_timestamp,
+            born_host=born,
+            reconsume_times=header.reconsume_times,
+        )
+    except LocalProtocolError as exc:  # properties of more than 32767 bytes, a topic of more than 65535
+        raise HeaderFieldError("properties" if "propert" in str(exc) else "topic", str(exc)) from None
 
 
 def records_of_send(header: SendMessageRequestHeader, body: bytes, born_host: bytes, *, batch: bool) -> bytes:

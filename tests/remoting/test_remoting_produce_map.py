@@ -122,6 +122,13 @@ def test_a_bad_send_header_names_its_field(code: int, ext: dict[str, str], field
     assert e.value.field == field and field in e.value.remark
 
 
+def test_properties_too_long_for_a_record_name_the_field() -> None:
+    h = parse_send(RequestCode.SEND_MESSAGE, header_ext(properties="big\x01" + "v" * 40000 + "\x02"))
+    with pytest.raises(HeaderFieldError) as e:
+        records_of_send(h, b"p", BORN, batch=False)
+    assert e.value.field == "properties"
+
+
 @pytest.mark.parametrize(
     ("code", "ext", "batch"),
     [
