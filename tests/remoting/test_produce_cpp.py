@@ -196,11 +196,12 @@ async def test_delay_level_is_honoured(cpp_python: Path, daemons: Daemons) -> No
 
 
 async def test_cpp_batch_send_stores_each_message(cpp_python: Path, daemons: Daemons) -> None:
-    """The C++ client sends a batch as SEND_MESSAGE_V2 with batch "1" (RocketMQ would store it as one message)."""
+    """The C++ client sends a batch as SEND_MESSAGE (10) with batch "1" (a RocketMQ broker stores it as one message)."""
     await made_topic(daemons, "CppBatch", 1)
     messages = [msg("CppBatch", f"b-{i}".encode(), tags="bt", keys=f"bk{i}", props={"i": str(i)}) for i in range(3)]
     results = await asyncio.to_thread(send, cpp_python, daemons, "batch", messages)
     assert len(results) == 1 and results[0].get("status") == 0, results
+    assert results[0]["offset"] == 0  # the first message's queue offset (its msg_id: the batch has no UNIQ_KEY)
     got = await read_topic(daemons, "CppBatch", 1, 3)
     assert [m.body for m in got] == [b"b-0", b"b-1", b"b-2"]
     assert [(m.tags, m.keys, m.properties["i"]) for m in got] == [("bt", [f"bk{i}"], str(i)) for i in range(3)]
