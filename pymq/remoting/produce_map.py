@@ -43,6 +43,7 @@ __all__ = [
     "records_of_send",
     "send_response_ext",
     "store_host_bytes",
+    "well_formed_properties",
 ]
 
 #: response codes a 4.x client reads with the same meaning as pymq's (the rest become SYSTEM_ERROR)
@@ -75,6 +76,7 @@ STORED_CODES = frozenset(
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLen
 _I16 = struct.Struct(">h")
+_SEP_NV, _SEP_P = "\x01", "\x02"
 RETRY_PREFIX = "%RETRY%"
 #: BrokerConfig.regionId's default in RocketMQ 4.9 (MixAll.DEFAULT_TRACE_REGION_ID)
 DEFAULT_REGION = "DefaultRegion"
@@ -146,11 +148,29 @@ def decode_batch(body: bytes | bytearray | memoryview) -> list[BatchEntry]:
     return out
 
 
-def _record(header: SendMessageRequestHeader, body: bytes, props: dict[str, str], flag: int, born: bytes) -> bytes:
-    try:
-        encoded = encode_properties(props)
-    except LocalProtocolError as exc:  # a separator byte inside a name or value
-        raise HeaderFieldError("properties", str(exc)) from None
+def well_formed_properties(raw: str, parsed: dict[str, str]) -> bool:
+    """Whether ``raw`` is exactly what :func:`properties_string` writes for ``parsed`` (in its own order):
+    every entry one name, one ``\\x01``, one value and its ``\\x02``, no name twice or empty."""
+    n = raw.count(_SEP_P)
+    return n == len(parsed) and raw.count(_SEP_NV) == n and (not raw or raw[-1] == _SEP_P)
+
+
+def _record(
+    header: SendMessageRequestHeader,
+    body: bytes,
+    props: dict[str, str],
+    flag: int,
+    born: bytes,
+    raw: str | None = None,
+) -> bytes:
+    """One record; ``raw``: the properties as sent, stored as they are when well formed (no re-encoding)."""
+    if raw is not None and well_formed_properties(raw, props):
+        encoded = raw.encode()
+    else:
+        try:
+            encoded = encode_properties(props)
+        except LocalProtocolError as exc:  # a separator byte inside a name or value
+            raise HeaderFieldError("properties", str(exc)) from None
     try:
         return encode_record(
             header.topic.encode(),
@@ -166,15 +186,22 @@ def _record(header: SendMessageRequestHeader, body: bytes, props: dict[str, str]
         raise HeaderFieldError("properties" if "propert" in str(exc) else "topic", str(exc)) from None
 
 
-def records_of_send(header: SendMessageRequestHeader, body: bytes, born_host: bytes, *, batch: bool) -> bytes:
-    """The pymq record(s) the broker's native SEND_MESSAGE stores for this request."""
+def records_of_send(
+    header: SendMessageRequestHeader, body: bytes, born_host: bytes, *, batch: bool, raw_properties: str | None = None
+) -> bytes:
+    """The pymq record(s) the broker's native SEND_MESSAGE stores for this request.
+
+    ``raw_properties``: the header's properties string as sent; a single message stores it as it
+    is when it is well formed (what re-encoding the parsed map would give, without the cost).
+    """
     if not batch:
         props = header.properties
         if header.topic.startswith(RETRY_PREFIX) and header.max_reconsume_times is not None:
             # the Java client moves a retry's MAX_RECONSUME_TIMES property into the header: put it back
             # where the broker's retry policy reads it
             props = {**props, Prop.MAX_RECONSUME_TIMES: str(header.max_reconsume_times)}
-        return _record(header, body, props, header.flag, born_host)
+            raw_properties = None
+        return _record(header, body, props, header.flag, born_host, raw_properties)
     if header.topic.startswith(RETRY_PREFIX):
         raise BatchRefused("batch request does not support retry group")
     if header.sys_flag & TRANSACTION_TYPE_MASK or header.properties.get(TRAN_MSG, "").lower() == "true":

@@ -100,6 +100,34 @@ def test_a_retry_sends_max_reconsume_times_header_becomes_the_property_the_retry
     assert b"MAX_RECONSUME" not in bytes(parse_record(records_of_send(plain, b"p", BORN, batch=False)).properties)
 
 
+@pytest.mark.parametrize(
+    ("raw", "stored_as_sent"),
+    [
+        ("TAGS\x01a\x02UNIQ_KEY\x01U\x02", True),
+        ("", True),
+        ("e\x01\x02", True),  # an empty value
+        ("a\x01x\x02a\x01y\x02", False),  # a name twice: the last one, once
+        ("\x01v\x02k\x01w\x02", False),  # an empty name is dropped
+        ("k\x01w\x02tail", False),  # an unterminated entry is dropped
+        ("k\x01w", False),
+    ],
+)
+def test_properties_are_stored_as_sent_when_well_formed_else_as_parsed(raw: str, stored_as_sent: bool) -> None:
+    h = parse_send(RequestCode.SEND_MESSAGE, header_ext(properties=raw))
+    fast = parse_record(records_of_send(h, b"p", BORN, batch=False, raw_properties=raw))
+    slow = parse_record(records_of_send(h, b"p", BORN, batch=False))
+    assert bytes(slow.properties) == encode_properties(h.properties)
+    assert bytes(fast.properties) == (raw.encode() if stored_as_sent else bytes(slow.properties))
+
+
+def test_a_separator_inside_a_value_names_the_properties() -> None:
+    raw = "k\x01a\x01b\x02"
+    h = parse_send(RequestCode.SEND_MESSAGE, header_ext(properties=raw))
+    with pytest.raises(HeaderFieldError) as e:
+        records_of_send(h, b"p", BORN, batch=False, raw_properties=raw)
+    assert e.value.field == "properties"
+
+
 def test_v2_short_names_give_the_same_record() -> None:
     v2 = dict(zip("abcdefghij", header_ext().values(), strict=True))  # SEND_MESSAGE_V2 names a..j, in order
     one = records_of_send(parse_send(RequestCode.SEND_MESSAGE, header_ext()), b"p", BORN, batch=False)

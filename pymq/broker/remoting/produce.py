@@ -57,7 +57,8 @@ def _sender(ctx: RemotingContext) -> Translator:
         try:
             header = parse_send(cmd.code, ext)
             batch = is_batch(cmd.code, ext, header)
-            records = records_of_send(header, cmd.body_bytes(), _born_host(channel), batch=batch)
+            raw = ext.get("i" if cmd.code == RequestCode.SEND_MESSAGE_V2 else "properties")
+            records = records_of_send(header, cmd.body_bytes(), _born_host(channel), batch=batch, raw_properties=raw)
         except HeaderFieldError as exc:
             return cmd.response(_SYSTEM_ERROR, exc.remark)
         except BatchRefused as exc:
