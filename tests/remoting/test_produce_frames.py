@@ -260,7 +260,7 @@ async def test_prepared_send_end_transaction_and_check_back(tx_cluster: LocalClu
 
         async def prepared(body: bytes, uniq: str) -> dict[str, str]:
             p = {"TRAN_MSG": "true", "PGROUP": "PG_TX", "UNIQ_KEY": uniq}
-            ext = v2_header(v1_header("FrameTx", p, queue_id=1, producerGroup="PG_TX"))
+            ext = v2_header(v1_header("FrameTx", p, queue_id=1, producerGroup="PG_TX", sysFlag="4"))  # Java: PREPARED
             r = await conn.ask(RemotingCommand(code=310, ext_fields=ext, body=body))
             assert r.code == 0, r.remark
             assert (r.ext_fields or {})["transactionId"] == uniq
