@@ -45,8 +45,12 @@ def _coded(resp: Command) -> Command:
 
 
 def _born_host(channel: RemotingChannel) -> bytes:
-    host, _, port = channel.remote_addr.rpartition(":")
-    return pack_host(host, int(port) if port.isdigit() else 0)
+    """The client's address as a record's 8-byte host (packed once per connection)."""
+    born: bytes | None = channel.attrs.get("remoting_born_host")
+    if born is None:
+        host, _, port = channel.remote_addr.rpartition(":")
+        born = channel.attrs["remoting_born_host"] = pack_host(host, int(port) if port.isdigit() else 0)
+    return born
 
 
 def _sender(ctx: RemotingContext) -> Translator:
