@@ -25,7 +25,7 @@ from pymq.remoting.codes import RequestCode, SerializeType
 from pymq.remoting.command import RemotingCommand, decode_frame, encode
 from pymq.remoting.message_layout import decode_messages
 from pymq.testing import LocalCluster
-from tests.helpers import read_all
+from tests.helpers import read_all, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -322,3 +322,38 @@ async def test_prepared_send_end_transaction_and_check_back(tx_cluster: LocalClu
         assert sorted(m.body for m in got) == [b"tx-ask-me", b"tx-commit"]
     finally:
         writer.close()
+
+
+async def test_a_retry_published_past_its_max_reconsume_times_goes_to_the_dead_letter_queue(
+    cluster: LocalCluster, conn: Conn
+) -> None:
+    """The Java consumer's fallback when its send-back fails: it publishes to %RETRY%group itself,
+    with reconsumeTimes and maxReconsumeTimes in the header (the property moved there)."""
+    hb = {
+        "clientID": "127.0.0.1@retry",
+        "producerDataSet": [],
+        "consumerDataSet": [
+            {
+                "groupName": "CG_FALLBACK",
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "subscriptionDataSet": [],
+                "unitMode": False,
+            }
+        ],
+    }
+    assert (await conn.ask(RemotingCommand(code=34, body=json.dumps(hb).encode()))).code == 0
+    await wait_until(lambda: cluster.brokers[0].topics.get("%RETRY%CG_FALLBACK") is not None, what="retry topic")
+    retry = "%RETRY%CG_FALLBACK"
+    for body, times in ((b"exhausted", "5"), (b"again", "2")):
+        ext = v2_header(v1_header(retry, {"UNIQ_KEY": body.decode()}, reconsumeTimes=times, maxReconsumeTimes="3"))
+        resp = await conn.ask(RemotingCommand(code=310, ext_fields=ext, body=body))
+        assert resp.code == 0, resp.remark
+    pc = PullConsumer(cluster.namesrv_addr, "fallback-reader", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    pc.assign([MessageQueue("%DLQ%CG_FALLBACK", "broker-a", 0), MessageQueue(retry, "broker-a", 0)])
+    got = []
+    async with pc:
+        while len(got) < 2 and (batch := await pc.poll(timeout=3)):
+            got.extend(batch)
+    assert sorted((m.topic, m.body) for m in got) == [("%DLQ%CG_FALLBACK", b"exhausted"), (retry, b"again")]
