@@ -312,6 +312,9 @@ class BrokerConfig(_Model):
     ha_master_addr: str | None = None
     #: SYNC_MASTER: slaves that must hold a message before its send answers
     in_sync_replicas: int = Field(1, ge=1)
+    #: SYNC_MASTER: replicas (the master counted) that must be in sync for a send to be stored at all;
+    #: below it a send is refused before storing (SYSTEM_ERROR "in-sync replicas not enough", as RocketMQ 5)
+    min_in_sync_replicas: int = Field(1, ge=1)
     #: SYNC_MASTER: how long a send waits for its slaves before FLUSH_SLAVE_TIMEOUT
     slave_ack_timeout_ms: int = Field(3000, ge=1)
     #: a slave further behind its master than this is not in sync (SYNC_MASTER does not count it)

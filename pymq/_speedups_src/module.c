@@ -21,7 +21,7 @@ static PyMethodDef methods[] = {
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},
     {"crc32_table", crc32_table_py, METH_VARARGS, crc32_table_doc},
     {"set_decode_error", set_decode_error, METH_O, set_decode_error_doc},
-    {"message_decoder_records", message_decoder_records, METH_O, message_decoder_records_doc},
+    {"stored_to_message_decoder", stored_to_message_decoder, METH_O, stored_to_message_decoder_doc},
     {NULL, NULL, 0, NULL},
 };
 

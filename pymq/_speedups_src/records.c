@@ -7,23 +7,6 @@
 /* The error class record.py registers (pymq.errors.MessageDecodeError). */
 static PyObject *decode_error = NULL;
 
-/* A read-only byte buffer of bytes, bytearray, a byte memoryview or an mmap; 0 (no error set)
- * for anything else, whose len() might not be its byte count. */
-static int get_bytes_buffer(PyObject *obj, Py_buffer *view) {
-    if (PyBytes_CheckExact(obj) || PyByteArray_CheckExact(obj)) {
-        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
-    }
-    if (PyMemoryView_Check(obj)) {
-        Py_buffer *mv = PyMemoryView_GET_BUFFER(obj);
-        if (mv->ndim != 1 || mv->itemsize != 1 || !PyBuffer_IsContiguous(mv, 'C')) return 0;
-        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
-    }
-    if (strcmp(Py_TYPE(obj)->tp_name, "mmap.mmap") == 0) {
-        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
-    }
-    return 0;
-}
-
 /* Append the (ordinal, kind, reason) rejection; steals reason. */
 static int add_rejection(PyObject *rejected, Py_ssize_t ordinal, int kind, PyObject *reason) {
     if (reason == NULL) return -1;
@@ -540,74 +523,4 @@ PyObject *set_decode_error(PyObject *self, PyObject *cls) {
     }
     Py_XSETREF(decode_error, Py_NewRef(cls));
     Py_RETURN_NONE;
-}
-
-/* --- message_decoder_records: stored records in RocketMQ 4.x's MessageDecoder layout ------------- */
-
-#define MD_MAGIC 0xDAA320A7u /* MessageDecoder.MESSAGE_MAGIC_CODE (-626843481) */
-#define MD_HEAD_SIZE 88      /* size .. body length: pymq.remoting.message_layout._STORED_HEAD */
-#define MD_MAX_TOPIC 127
-
-SPEEDUPS_DOC(message_decoder_records_doc,
-             "message_decoder_records(buf) -> bytes\n"
-             "pymq.remoting.message_layout.from_stored_records: the records (up to a blank marker or the end)\n"
-             "in MessageDecoder's layout, in one buffer. NotImplemented for a buffer type it does not handle and\n"
-             "for anything the Python body refuses (a bad record, a topic over 127 bytes): that body then raises.");
-
-PyObject *message_decoder_records(PyObject *self, PyObject *buf) {
-    Py_buffer view;
-    if (!get_bytes_buffer(buf, &view)) Py_RETURN_NOTIMPLEMENTED;
-    const unsigned char *d = view.buf;
-    Py_ssize_t n = view.len, pos = 0, out_size = 0;
-    /* first pass: check every record as unpack_at does and size the output */
-    while (n - pos >= BLANK_SIZE) {
-        if (rd_u32(d + pos + 4) == BLANK_MAGIC) break;
-        if (n - pos < MIN_RECORD_SIZE) goto refuse;
-        const unsigned char *r = d + pos;
-        int64_t total = rd_i32(r), body_len = rd_i32(r + BODY_LEN_POS);
-        int64_t end = (int64_t)pos + total, topic_at = (int64_t)pos + BODY_POS + body_len + 2;
-        if (rd_u32(r + 4) != MAGIC || total < MIN_RECORD_SIZE || end > n || body_len < 0 || topic_at + 2 > end)
-            goto refuse;
-        int64_t topic_len = rd_u16(d + topic_at - 2), props_at = topic_at + topic_len + 2;
-        if (props_at > end || props_at + rd_u16(d + props_at - 2) != end || topic_len > MD_MAX_TOPIC) goto refuse;
-        /* pymq's record is 88 + body + 2 + topic + 2 + properties; MessageDecoder's 88 + body + 1 + topic + 2 + ... */
-        out_size += (Py_ssize_t)(total - 1);
-        pos = (Py_ssize_t)end;
-    }
-    PyObject *out = PyBytes_FromStringAndSize(NULL, out_size);
-    if (out == NULL) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
-    Py_ssize_t stop = pos;
-    pos = 0;
-    while (pos < stop) {
-        const unsigned char *r = d + pos;
-        int64_t total = rd_i32(r), body_len = rd_i32(r + BODY_LEN_POS);
-        const unsigned char *body = r + BODY_POS, *topic = body + body_len + 2;
-        Py_ssize_t topic_len = rd_u16(topic - 2), rest = (Py_ssize_t)(total - BODY_POS - body_len - 2);
-        wr_u32(w, (uint32_t)(total - 1));            /* size */
-        wr_u32(w + 4, MD_MAGIC);                     /* magic */
-        wr_u32(w + 8, rd_u32(r + 8) & 0x7FFFFFFFu);  /* body CRC, as UtilAll.crc32 masks it */
-        memcpy(w + 12, r + 48, 4);                   /* queueId */
-        memcpy(w + 16, r + 12, 4);                   /* flag */
-        memcpy(w + 20, r + 52, 16);                  /* queueOffset, commitLogOffset */
-        memcpy(w + 36, r + 16, 4);                   /* sysFlag */
-        memcpy(w + 40, r + 20, 16);                  /* bornTimestamp, bornHost */
-        memcpy(w + 56, r + 68, 16);                  /* storeTimestamp, storeHost */
-        memcpy(w + 72, r + 36, 12);                  /* reconsumeTimes, preparedTransactionOffset */
-        memcpy(w + 84, r + BODY_LEN_POS, 4);         /* body length */
-        memcpy(w + MD_HEAD_SIZE, body, (size_t)body_len);
-        w += MD_HEAD_SIZE + body_len;
-        *w++ = (unsigned char)topic_len;             /* one byte: RocketMQ's topics are <= 127 bytes */
-        memcpy(w, topic, (size_t)rest);              /* topic, i16 properties length, properties */
-        w += rest;
-        pos += (Py_ssize_t)total;
-    }
-    PyBuffer_Release(&view);
-    return out;
-refuse:
-    PyBuffer_Release(&view);
-    Py_RETURN_NOTIMPLEMENTED;
 }

@@ -16,10 +16,10 @@
  *               files share (the method functions and their docstrings, named in module.c's table)
  *   crc.c       the CRC: zlib's or a slice-by-8 table, PCLMULQDQ folding; crc32 / crc32_table
  *   records.c   record scanning: split_batch, any_property_contains, patch_broker_blocks,
- *               store_record (one record), property_codes(_one), unpack_record(s), set_decode_error,
- *               message_decoder_records (stored records in RocketMQ 4.x's MessageDecoder layout, pymq.remoting)
+ *               store_record (one record), property_codes(_one), unpack_record(s), set_decode_error
  *   store.c     store entries: index_put (the index file), cq_entries (the consume queue)
  *   encode.c    encoding: encode_record, encode_batch, set_message_class
+ *   remoting.c  stored_to_message_decoder: stored records in RocketMQ 4.x's MessageDecoder layout (issue 30)
  *   sync.c      the Syncer type: msync jobs on a thread without the GIL, done jobs on an eventfd (SYNC_FLUSH)
  *   module.c    the method table, the module and its init (LAYOUT, INDEX_LAYOUT, CQ_LAYOUT, HAVE_*)
  */
@@ -109,6 +109,25 @@ static inline int as_i64(PyObject *obj, int64_t *out) {
 }
 
 
+/* --- buffers ------------------------------------------------------------------------------------ */
+
+/* A read-only byte buffer of bytes, bytearray, a byte memoryview or an mmap; 0 (no error set)
+ * for anything else, whose len() might not be its byte count. */
+static inline int get_bytes_buffer(PyObject *obj, Py_buffer *view) {
+    if (PyBytes_CheckExact(obj) || PyByteArray_CheckExact(obj)) {
+        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
+    }
+    if (PyMemoryView_Check(obj)) {
+        Py_buffer *mv = PyMemoryView_GET_BUFFER(obj);
+        if (mv->ndim != 1 || mv->itemsize != 1 || !PyBuffer_IsContiguous(mv, 'C')) return 0;
+        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
+    }
+    if (strcmp(Py_TYPE(obj)->tp_name, "mmap.mmap") == 0) {
+        return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) == 0 ? 1 : (PyErr_Clear(), 0);
+    }
+    return 0;
+}
+
 /* --- what the files share ---------------------------------------------------------------------- */
 
 /* A docstring defined next to its function and named in module.c's method table. */
@@ -132,10 +151,8 @@ PyObject *property_codes_one(PyObject *self, PyObject *const *args, Py_ssize_t n
 PyObject *unpack_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *unpack_records(PyObject *self, PyObject *buf);
 PyObject *set_decode_error(PyObject *self, PyObject *cls);
-PyObject *message_decoder_records(PyObject *self, PyObject *buf);
 extern const char split_batch_doc[], any_property_contains_doc[], patch_broker_blocks_doc[], property_codes_doc[],
-    unpack_record_doc[], unpack_records_doc[], set_decode_error_doc[], store_record_doc[], property_codes_one_doc[],
-    message_decoder_records_doc[];
+    unpack_record_doc[], unpack_records_doc[], set_decode_error_doc[], store_record_doc[], property_codes_one_doc[];
 
 /* store.c */
 PyObject *index_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
@@ -148,6 +165,10 @@ PyObject *encode_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 PyObject *encode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *set_message_class(PyObject *self, PyObject *cls);
 extern const char encode_record_doc[], encode_batch_doc[], set_message_class_doc[];
+
+/* remoting.c */
+PyObject *stored_to_message_decoder(PyObject *self, PyObject *buf);
+extern const char stored_to_message_decoder_doc[];
 
 /* sync.c */
 int sync_init(PyObject *m); /* at import: adds the Syncer type (Linux only); -1 with an error set */

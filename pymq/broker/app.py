@@ -211,6 +211,7 @@ class BrokerApp:
                 role=self.role,
                 wait_replicated=self._wait_replicated,
                 loop_sync=self.loop_sync,
+                in_sync_replicas=self._in_sync_replicas,
             ),
             SendBackHandlers(
                 store=store,
@@ -597,6 +598,9 @@ class BrokerApp:
 
     def _ha_address(self) -> str:
         return self.replication.ha_address() if self.replication is not None else ""
+
+    def _in_sync_replicas(self) -> int:
+        return self.replication.in_sync_replicas() if self.replication is not None else 1
 
     def _wait_replicated(self, end: int) -> asyncio.Future[int] | None:
         return self.replication.wait_replicated(end) if self.replication is not None else None

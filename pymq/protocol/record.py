@@ -119,14 +119,13 @@ def speedups_layout() -> dict[str, int | str]:
     }
 
 
-#: what the record, batch and index code call (and pymq.remoting.message_layout, through message_decoder_records)
+#: what the record, batch and index code call
 SPEEDUPS_FUNCTIONS = (
     "any_property_contains",
     "cq_entries",
     "encode_batch",
     "encode_record",
     "index_put",
-    "message_decoder_records",
     "patch_broker_blocks",
     "property_codes",
     "property_codes_one",
@@ -134,6 +133,7 @@ SPEEDUPS_FUNCTIONS = (
     "set_message_class",
     "split_batch",
     "store_record",
+    "stored_to_message_decoder",
     "unpack_record",
     "unpack_records",
 )
@@ -147,19 +147,6 @@ if speedups is not None:
             f"missing {missing}; expected {speedups_layout()}): rebuild it (pip install -e .) or set PYMQ_NO_SPEEDUPS=1"
         )
     speedups.set_decode_error(MessageDecodeError)
-
-
-def message_decoder_records(buf: bytes | bytearray | memoryview) -> bytes | None:
-    """The accelerator's twin of :func:`pymq.remoting.message_layout.from_stored_records`, or None.
-
-    None when there is no accelerator, or when it leaves the buffer to the pure-Python body (a bad
-    record, a topic RocketMQ cannot carry: that body raises what it raises). Here because only this
-    module loads the accelerator.
-    """
-    if speedups is None:
-        return None
-    out = speedups.message_decoder_records(buf)
-    return None if out is NotImplemented else out
 
 
 def pack_host(host: str, port: int) -> bytes:

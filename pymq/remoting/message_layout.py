@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from pymq.errors import RemoteProtocolError
-from pymq.protocol.record import iter_records, message_decoder_records
+from pymq.protocol import record
 
 __all__ = [
     "MESSAGE_MAGIC_CODE",
@@ -193,24 +193,25 @@ def from_stored_records(buf: bytes | bytearray | memoryview) -> bytes:
     sysFlag bits agree (compressed 0x1, multi-tags 0x2, transaction 0x4/0x8/0xC), the body CRC is
     masked to 31 bits as UtilAll.crc32 does, and the topic length shrinks to RocketMQ's one byte
     (a longer topic is refused: RocketMQ allows 127). Raises MessageDecodeError for a bad record.
-    The C accelerator does the same in one pass (``record.message_decoder_records``); this body is
-    its reference, and runs whenever the accelerator is absent or leaves a buffer to it.
+    The C accelerator does it when it is built (its twin, tested byte for byte); this body is the reference.
     """
-    converted = message_decoder_records(buf)
-    if converted is not None:
-        return converted
+    accel = record.speedups
+    if accel is not None:
+        converted = accel.stored_to_message_decoder(buf)
+        if converted is not NotImplemented:
+            return converted  # type: ignore[no-any-return]
     return from_stored_records_py(buf)
 
 
 def from_stored_records_py(buf: bytes | bytearray | memoryview) -> bytes:
-    """:func:`from_stored_records` in pure Python (the accelerator's reference)."""
+    """:func:`from_stored_records` in pure Python (the reference for the accelerator)."""
     out: list[bytes | memoryview] = []
     view = memoryview(buf)
     pack = _STORED_HEAD.pack
     for (
         _total, crc, flag, sys_flag, born_ts, born_host, reconsume, prepared,
         queue_id, queue_offset, physical, store_ts, store_host, body_at, topic_at, props_at, end,
-    ) in iter_records(buf):  # fmt: skip
+    ) in record.iter_records_py(buf):  # fmt: skip
         body_len = topic_at - 2 - body_at
         topic_len = props_at - 2 - topic_at
         props_len = end - props_at

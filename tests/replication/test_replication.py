@@ -17,6 +17,7 @@ from pymq.client import Message, Producer
 from pymq.client.admin import AdminClient
 from pymq.client.admin_replication import group_members, promote_slave
 from pymq.client.producer import SendStatus
+from pymq.errors import SystemError_
 from pymq.testing import LocalCluster
 from pymq.testing.logs import capture_logs
 from tests.helpers import wait_until
@@ -83,6 +84,32 @@ async def test_sync_master_answers_after_the_slave_holds_the_message(
             r = await p.send(Message("t", b"gone"))
             assert r.status == SendStatus.SLAVE_NOT_AVAILABLE
             assert master.store is not None and master.store.commitlog.max_offset > before
+
+
+async def test_min_in_sync_replicas_refuses_sends_before_storing_until_a_slave_is_in_sync(tmp_path: Path) -> None:
+    broker = {"role": "SYNC_MASTER", "slave_ack_timeout_ms": 1500, "min_in_sync_replicas": 2}
+    async with LocalCluster(tmp_path / "c", broker=broker) as cluster:
+        master = cluster.brokers[0]
+        await cluster.create_topic("t", 2)
+        assert master.store is not None
+        async with Producer(cluster.namesrv_addr, retry_times=0) as p:
+            before = master.store.commitlog.max_offset
+            with pytest.raises(SystemError_) as refused:
+                await p.send(Message("t", b"alone"))
+            assert refused.value.code == 1  # SYSTEM_ERROR, as RocketMQ 5 answers IN_SYNC_REPLICAS_NOT_ENOUGH
+            assert "in-sync replicas not enough: 1 in sync" in str(refused.value)
+            assert master.store.commitlog.max_offset == before  # refused before storing: nothing to lose
+            slave = await add_slave(cluster, master, tmp_path)
+            await wait_until(lambda: caught_up(master, slave), 20)
+            await wait_until(lambda: master.runtime_info().get("inSyncSlaves") == 1, 10)
+            r = await p.send(Message("t", b"two in sync"))
+            assert r.status == SendStatus.SEND_OK
+            assert commitlog(slave) == commitlog(master)
+            assert slave.replication is not None
+            await slave.replication.stop()
+            await wait_until(lambda: not master.runtime_info()["slaves"], 10)
+            with pytest.raises(SystemError_, match="in-sync replicas not enough"):
+                await p.send(Message("t", b"slave gone"))
 
 
 async def test_a_slave_of_another_store_is_refused_and_left_unchanged(tmp_path: Path) -> None:

@@ -150,6 +150,13 @@ class Replication:
         master = self.master
         return master.wait_replicated(end) if master is not None else None
 
+    def in_sync_replicas(self) -> int:
+        """Replicas in sync, this master counted (RocketMQ's sync-state set size); 1 when not serving slaves."""
+        master = self.master
+        if master is None:
+            return 1
+        return 1 + len(master.acks.in_sync(self.store.max_phy_offset))
+
     def ha_address(self) -> str:
         return self.master.address if self.master is not None else ""
 

@@ -75,8 +75,12 @@ class SendHandlers:
         role: RoleMachine,
         wait_replicated: WaitReplicated | None = None,
         loop_sync: LoopSync | None = None,
+        in_sync_replicas: Callable[[], int] | None = None,
     ) -> None:
         self.store = store
+        #: SYNC_MASTER's min_in_sync_replicas: the replicas in sync now (the master counted)
+        self.in_sync_replicas = in_sync_replicas
+        self.min_in_sync = config.min_in_sync_replicas
         #: SYNC_MASTER's seam (the HA master service); the role is read per send (it can change)
         self.wait_replicated = wait_replicated
         self.role = role
@@ -155,6 +159,10 @@ class SendHandlers:
         body: Buffer = cmd.body  # type: ignore[assignment]  # a received request's body is one buffer
         if not len(body):
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, EMPTY_BODY_REMARK)
+        if self.min_in_sync > 1 and self.role.sync_master:
+            refused = self._too_few_in_sync(cmd)
+            if refused is not None:
+                return refused
         if topic.startswith(RETRY_PREFIX):
             topic, queue_id, body = dead_letter_if_exhausted(
                 topic, queue_id, body, self.subscription_groups, self.topics
@@ -185,6 +193,17 @@ class SendHandlers:
             if self.group_commit is not None:
                 return self.group_commit.wait(resp, end)
         return resp
+
+    def _too_few_in_sync(self, cmd: Command) -> Command | None:
+        """Below min_in_sync_replicas a SYNC master stores nothing (RocketMQ 5's IN_SYNC_REPLICAS_NOT_ENOUGH)."""
+        have = self.in_sync_replicas() if self.in_sync_replicas is not None else 1
+        if have >= self.min_in_sync:
+            return None
+        return cmd.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"in-sync replicas not enough: {have} in sync (the master counted), min_in_sync_replicas "
+            f"{self.min_in_sync}; nothing was stored",
+        )
 
     @staticmethod
     def build_response(cmd: Command, queue_id: int, results: PutResults) -> Command:

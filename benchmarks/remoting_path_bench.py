@@ -1,0 +1,157 @@
+"""A RocketMQ 4.x client's requests against pymq's own, in one broker process without sockets (issue 30).
+
+    python benchmarks/remoting_path_bench.py [--json]
+
+The broker's CPU per request, best of 5 rounds, through a real ``BrokerApp``'s dispatchers
+with a fake channel (as ``put_path_bench.py``'s ``dispatch_send``):
+
+* ``native_send_us`` / ``remoting_send_v2_us``: one 1 KiB message by pymq's SEND_MESSAGE (a
+  record the client encoded) and by a 4.x SEND_MESSAGE_V2 (header fields ``a``..``m``, the raw
+  body; translated onto the same handler). Ratio aim: at most 1.2.
+* ``native_pull32_us`` / ``remoting_pull32_us``: a pull of 32 stored 1 KiB messages by pymq's
+  PULL_MESSAGE and by a 4.x PULL_MESSAGE (answered in MessageDecoder's layout). Ratio aim:
+  at most 1.3.
+
+Frame decoding and encoding are left out on both sides (the transport's share; see
+``remoting_codec_bench.py`` for the remoting codec's own cost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from put_path_bench import best_us
+
+from pymq.broker.app import BrokerApp
+from pymq.config import BrokerConfig
+from pymq.logs import configure_logging
+from pymq.protocol.codes import RequestCode
+from pymq.protocol.command import Command
+from pymq.protocol.record import encode_properties, encode_record
+from pymq.protocol.route import TopicConfig
+
+UNIQ = "ABCDEF0123456789ABCDEF0123456789"
+PROPS = encode_properties({"UNIQ_KEY": UNIQ, "TAGS": "t"})
+QUEUES = 8
+PULL_BATCH = 32
+STORED_PER_QUEUE = 2048
+
+
+class _Channel:
+    """Just enough of a server channel for both dispatchers to answer into; counts answers by code."""
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self.parked = 0
+        self.max_parked = 1 << 30
+        self.remote_addr = "127.0.0.1:5000"
+        self.attrs: dict[str, Any] = {}
+        self.is_open = True
+        self.codes: dict[int, int] = {}
+
+    def write_command(self, cmd: Command) -> None:
+        self.codes[cmd.code] = self.codes.get(cmd.code, 0) + 1
+
+    def handler_finished(self) -> None:
+        self.inflight -= 1
+
+    def unparked(self) -> None:
+        self.parked -= 1
+
+    def add_close_callback(self, cb: Any) -> None:
+        pass
+
+    def push_oneway(self, cmd: Command) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+async def figures(root: Path) -> dict[str, Any]:
+    app = BrokerApp(BrokerConfig.model_validate({"port": 0, "store": {"store_dir": str(root / "broker")}}))
+    await app.start()
+    try:
+        app.topics.upsert(TopicConfig("bench", QUEUES, QUEUES))
+        body = os.urandom(1024)
+        record = memoryview(encode_record(b"bench", body, PROPS))
+        native = _Channel()
+        remoting = _Channel()
+        send_code, pull_code = int(RequestCode.SEND_MESSAGE), int(RequestCode.PULL_MESSAGE)
+
+        def native_send(i: int) -> None:
+            ext = {"topic": "bench", "queueId": i % QUEUES, "producerGroup": "bench"}
+            app.dispatcher.dispatch(native, Command(send_code, i, 0, None, ext, record))  # type: ignore[arg-type]
+
+        props = f"UNIQ_KEY\x01{UNIQ}\x02TAGS\x01t\x02"
+
+        def remoting_send(i: int) -> None:
+            ext = {"a": "bench", "b": "bench", "c": "TBW102", "d": "4", "e": str(i % QUEUES), "f": "0",
+                   "g": "1700000000000", "h": "0", "i": props, "j": "0", "k": "false", "m": "false"}  # fmt: skip
+            app.remoting_dispatcher.dispatch(remoting, Command(310, i, 0, None, ext, body))  # type: ignore[arg-type]
+
+        out: dict[str, Any] = {"native_send_us": best_us(native_send, 20000)}
+        out["remoting_send_v2_us"] = best_us(remoting_send, 20000)
+        # enough stored in every queue for the pulls below
+        for q in range(QUEUES):
+            for _ in range(STORED_PER_QUEUE):
+                app.put_path.put("bench", q, record)
+        await asyncio.sleep(1.0)  # the dispatcher builds the consume queues
+
+        def offset(i: int) -> int:
+            return (i * PULL_BATCH) % (STORED_PER_QUEUE - PULL_BATCH)
+
+        def native_pull(i: int) -> None:
+            ext = {"consumerGroup": "g", "topic": "bench", "queueId": i % QUEUES, "queueOffset": offset(i),
+                   "maxMsgNums": PULL_BATCH, "sysFlag": 0, "commitOffset": -1}  # fmt: skip
+            app.dispatcher.dispatch(native, Command(pull_code, i, 0, None, ext))  # type: ignore[arg-type]
+
+        def remoting_pull(i: int) -> None:
+            ext = {"consumerGroup": "g", "topic": "bench", "queueId": str(i % QUEUES), "queueOffset": str(offset(i)),
+                   "maxMsgNums": str(PULL_BATCH), "sysFlag": "0", "commitOffset": "-1",
+                   "suspendTimeoutMillis": "0", "subVersion": "0"}  # fmt: skip
+            app.remoting_dispatcher.dispatch(remoting, Command(11, i, 0, None, ext))  # type: ignore[arg-type]
+
+        out["native_pull32_us"] = best_us(native_pull, 5000)
+        out["remoting_pull32_us"] = best_us(remoting_pull, 5000)
+        sides = (("native", native.codes), ("remoting", remoting.codes))
+        bad = {side: codes for side, codes in sides if set(codes) != {0}}
+        if bad:  # a rate of refusals is no rate of sends or pulls
+            raise SystemExit(f"answers other than SUCCESS: {bad}")
+        out["send_ratio"] = round(out["remoting_send_v2_us"] / out["native_send_us"], 2)
+        out["pull_ratio"] = round(out["remoting_pull32_us"] / out["native_pull32_us"], 2)
+        out["answers"] = {"native": native.codes, "remoting": remoting.codes}
+        return out
+    finally:
+        await app.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    configure_logging("error")
+    root = Path(tempfile.mkdtemp(prefix="pymq-remoting-bench-"))
+    try:
+        result = asyncio.run(figures(root))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for name, value in result.items():
+            print(f"{name:22} {value}")
+
+
+if __name__ == "__main__":
+    main()
