@@ -79,6 +79,7 @@ class CppConsumer:
         *,
         model: str = "clustering",
         orderly: bool = False,
+        fail_below: str = "0",
     ) -> None:
         self.instance = instance
         self.out = tmp / f"{instance}.jsonl"
@@ -89,7 +90,7 @@ class CppConsumer:
         args = [namesrv, group, topic, expression, instance, model, "1" if orderly else "0"]
         self.proc = subprocess.Popen(
             [str(python), str(SCRIPTS / "consume_push.py"), *args, str(self.stop_file), str(self.out), "color"],
-            env={**os.environ, "HOME": str(home)},
+            env={**os.environ, "HOME": str(home), "FAIL_BELOW": fail_below},
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
@@ -393,4 +394,55 @@ async def test_a_message_pymq_sent_back_reaches_the_cpp_consumer_with_its_recons
     assert again["topic"] == topic  # the client restores the topic from RETRY_TOPIC
     assert bytes.fromhex(again["body"]) == body
     assert (again["tags"], again["keys"], again["props"]["color"]) == ("TagR", "key-0", "c0")
+    assert c.stop() == 0
+
+
+async def test_cpp_consumer_retries_through_its_send_back_then_succeeds(
+    daemons: Daemons, consumers: list[CppConsumer], cpp_python: Path, tmp_path: Path
+) -> None:
+    """RECONSUME_LATER twice: the client's CONSUMER_SEND_MSG_BACK (36) puts the message on %RETRY%group with
+    reconsumeTimes 1, then 2 (due after the 200 ms levels), and the client reads it back each time."""
+    topic, group = "CppRetryLoop", "CG_CPP_RETRY_LOOP"
+    await make_topic(daemons, topic)
+    c = start(consumers, cpp_python, tmp_path, daemons, group, topic, "TagR || warm", "f1", fail_below="2")
+    await wait_owning(daemons.ns.address, group, ["f1"])
+    async with Producer(daemons.ns.address) as producer:
+        await warm_up(producer, topic, consumers, each=True)
+        body = random_bodies(1, seed=34)[0]
+        [result] = await produce(producer, topic, ["TagR"], [body])
+    await wait_until(lambda: len(c.received()) >= 3, timeout=60, interval=0.2, what="three deliveries")
+    await asyncio.sleep(1)  # a fourth would show up now
+    rows = c.received()
+    assert [r["reconsume_times"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        assert (r["id"], r["topic"], r["tags"], r["keys"]) == (result.msg_id, topic, "TagR", "key-0")
+        assert bytes.fromhex(r["body"]) == body and r["props"]["color"] == "c0"
+    assert c.stop() == 0
+
+
+async def test_cpp_consumer_that_always_fails_dead_letters_after_max_reconsume_times(
+    daemons: Daemons, consumers: list[CppConsumer], cpp_python: Path, tmp_path: Path
+) -> None:
+    """The C++ client's maxReconsumeTimes (16): 17 deliveries, then pymq's retry policy moves the
+    message to %DLQ%group, where pymq's admin reads it with its body."""
+    topic, group = "CppDoomed", "CG_CPP_DLQ"
+    await make_topic(daemons, topic)
+    c = start(consumers, cpp_python, tmp_path, daemons, group, topic, "TagD || warm", "d1", fail_below="always")
+    await wait_owning(daemons.ns.address, group, ["d1"])
+    async with Producer(daemons.ns.address) as producer:
+        await warm_up(producer, topic, consumers, each=True)
+        body = random_bodies(1, seed=35)[0]
+        [result] = await produce(producer, topic, ["TagD"], [body])
+    async with AdminClient(daemons.ns.address) as admin:
+
+        async def dead() -> bool:
+            return bool(await admin.dlq_list(group))
+
+        await wait_until_async(dead, timeout=90, interval=0.5, what="the message in %DLQ%")
+        [letter] = await admin.dlq_list(group)
+    rows = c.received()
+    assert [r["reconsume_times"] for r in rows] == list(range(17)), [r["reconsume_times"] for r in rows]
+    assert letter.body == body and letter.msg_id == result.msg_id and letter.tags == "TagD"
+    await asyncio.sleep(1)
+    assert len(c.received()) == 17  # nothing after the dead letter
     assert c.stop() == 0

@@ -6,6 +6,10 @@ MODEL is ``clustering`` or ``broadcasting``; ORDERLY ``1`` registers an orderly 
 STOP_FILE exists (or 120 s), then shuts the consumer down. Each line: topic, tags, keys, body (hex;
 the C API hands the body over as a C string, so it ends at the first NUL byte), id, queue id and
 offset, reconsume times, the asked-for properties, the consumer's instance and a thread id.
+
+With FAIL_BELOW=N in the environment the listener answers RECONSUME_LATER while a message's
+reconsume times are below N (the client then sends it back: CONSUMER_SEND_MSG_BACK); ``always``
+fails every time. Messages tagged ``warm`` (the tests' warm-up rounds) always succeed.
 """
 
 import json
@@ -19,6 +23,7 @@ from rocketmq.ffi import MessageModel
 
 namesrv, group, topic, expression, instance, model, orderly, stop_file, out_file, *props = sys.argv[1:]
 lock = threading.Lock()
+fail_below = os.environ.get("FAIL_BELOW", "0")
 out = open(out_file, "a", buffering=1)  # noqa: SIM115 - closed at exit
 
 
@@ -41,6 +46,8 @@ def on_message(msg):
     }
     with lock:
         out.write(json.dumps(row) + "\n")
+    if row["tags"] != "warm" and (fail_below == "always" or msg.reconsume_times < int(fail_below)):
+        return ConsumeStatus.RECONSUME_LATER
     return ConsumeStatus.CONSUME_SUCCESS
 
 
