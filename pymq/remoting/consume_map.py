@@ -184,13 +184,16 @@ def pull_response_ext(ext: Mapping[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def pull_body(body: bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview]) -> bytes:
-    """A native pull body (stored records, one buffer or a sequence of them) in MessageDecoder's layout."""
+def pull_body(
+    body: bytes | bytearray | memoryview | Sequence[bytes | bytearray | memoryview],
+) -> bytes | list[bytes]:
+    """A native pull body (stored records: one buffer, or a sequence of runs a tag filter split) in
+    MessageDecoder's layout: one buffer per run, written one after the other without joining them."""
     if isinstance(body, (bytes, bytearray, memoryview)):
         return from_stored_records(body)
     if len(body) == 1:
         return from_stored_records(body[0])
-    return b"".join([from_stored_records(b) for b in body])
+    return [from_stored_records(b) for b in body]
 
 
 # --- offsets --------------------------------------------------------------------------------------------

@@ -121,7 +121,10 @@ def _stored(n: int) -> list[bytes]:
 def test_pull_body_of_one_buffer_or_many_is_message_decoder_records() -> None:
     records = _stored(3)
     whole = pull_body(b"".join(records))
-    assert whole == pull_body([memoryview(r) for r in records]) == pull_body([b"".join(records)])
+    runs = pull_body([memoryview(r) for r in records])
+    assert isinstance(runs, list) and len(runs) == 3  # one converted buffer per run, not joined
+    assert whole == b"".join(runs) == pull_body([b"".join(records)])
+    assert isinstance(whole, bytes)
     msgs = decode_messages(whole)
     assert whole == b"".join(map(encode_message, msgs))
     assert [m.reconsume_times for m in msgs] == [0, 1, 2]
