@@ -84,7 +84,7 @@ class CppConsumer:
         self.instance = instance
         self.out = tmp / f"{instance}.jsonl"
         self.stop_file = tmp / f"{instance}.stop"
-        home = tmp / f"home-{instance}"
+        home = self.home = tmp / f"home-{instance}"
         home.mkdir()
         self.log = open(tmp / f"{instance}.log", "wb")  # noqa: SIM115 - closed in stop()
         args = [namesrv, group, topic, expression, instance, model, "1" if orderly else "0"]
@@ -103,6 +103,10 @@ class CppConsumer:
     def received(self) -> list[dict[str, Any]]:
         """What the listener got, warm-up messages left out."""
         return [r for r in self.rows() if r["tags"] != "warm"]
+
+    def client_log(self) -> str:
+        """The C++ client's own log (under $HOME/logs/rocketmq-cpp)."""
+        return "".join(p.read_text(errors="replace") for p in sorted(self.home.glob("logs/rocketmq-cpp/*.log*")))
 
     def stop(self) -> int:
         self.stop_file.touch()
@@ -446,3 +450,34 @@ async def test_cpp_consumer_that_always_fails_dead_letters_after_max_reconsume_t
     await asyncio.sleep(1)
     assert len(c.received()) == 17  # nothing after the dead letter
     assert c.stop() == 0
+
+
+async def test_when_a_cpp_consumer_leaves_the_other_takes_its_queues_at_once(
+    daemons: Daemons, consumers: list[CppConsumer], cpp_python: Path, tmp_path: Path
+) -> None:
+    """NOTIFY_CONSUMER_IDS_CHANGED reaches the C++ client: the one left rebalances within seconds (its own
+    periodic rebalance is every 20 s) and reads what is produced next from every queue."""
+    topic, group = "CppHandover", "CG_CPP_HANDOVER"
+    await make_topic(daemons, topic)
+    for name in ("h1", "h2"):
+        start(consumers, cpp_python, tmp_path, daemons, group, topic, "*", name)
+    await wait_owning(daemons.ns.address, group, ["h1", "h2"])
+    h1, h2 = consumers
+    notified = h1.client_log().count(f"notifyConsumerIdsChanged:{group}")
+    assert await asyncio.to_thread(h2.stop) == 0
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    async with Producer(daemons.ns.address) as producer:
+        # h1 owns every queue once a round sent to each queue reaches it
+        await warm_up(producer, topic, [h1], each=True)
+        took = loop.time() - t0
+        bodies = random_bodies(8, seed=36)
+        results = await produce(producer, topic, ["after"] * 8, bodies)
+    assert took < 15, f"h1 took {took:.1f} s to take over h2's queues"
+    # the client says why it rebalanced: the broker's push (the C++ client logs each one it handles)
+    assert h1.client_log().count(f"notifyConsumerIdsChanged:{group}") > notified
+    sent = {r.msg_id: (i, r, bodies[i], "after") for i, r in enumerate(results)}
+    await wait_until(lambda: len(h1.received()) >= len(sent), timeout=30, what="every message at h1")
+    check_rows(h1.received(), sent, topic)
+    assert {r["queue_id"] for r in h1.received()} == set(range(QUEUES))
+    assert h1.stop() == 0
