@@ -26,6 +26,7 @@ from pymq.errors import (
     TopicNotExistError,
 )
 from pymq.grpc_proxy.pb import definition_pb2 as pb
+from pymq.protocol.filter import Subscription
 from pymq.protocol.message import Message, MessageExt, Prop
 from pymq.protocol.route import MASTER_ID, PERM_READ, PERM_WRITE, TopicRouteData
 from pymq.protocol.transaction import CHECK_IMMUNITY_TIME_IN_SECONDS, PGROUP, TRAN_MSG
@@ -313,17 +314,86 @@ def to_v2(m: MessageExt, topic: str, handle: str | None, invisible_ms: int, name
     )
 
 
+# --- clients registered with the brokers ---------------------------------------------------------------------
+
+
+#: the protocol the brokers list a 5.x client under (its heartbeat body's ``protocol``)
+GRPC_PROTOCOL = "grpc"
+_CONSUME_TYPES: dict[int, str] = {pb.PUSH_CONSUMER: "CONSUME_PASSIVELY", pb.SIMPLE_CONSUMER: "CONSUME_ACTIVELY"}
+
+
+def client_language(metadata_language: str, agent: pb.UA | None) -> str:
+    """The client's language in RocketMQ's words (JAVA, PYTHON, GOLANG...): its ``x-mq-language`` header,
+    else its Settings.user_agent, else OTHER."""
+    if metadata_language:
+        return metadata_language.upper()
+    if agent is not None and agent.language != pb.LANGUAGE_UNSPECIFIED:
+        return str(pb.Language.Name(agent.language))
+    return "OTHER"
+
+
+def subscriptions(settings: pb.Settings) -> list[Subscription]:
+    """A consumer's TAG subscriptions from its Telemetry settings (SQL ones are not served, so not listed)."""
+    out = []
+    for entry in settings.subscription.subscriptions:
+        if entry.expression.type == pb.SQL or not entry.topic.name:
+            continue
+        out.append(Subscription.parse(entry.topic.name, entry.expression.expression or "*"))
+    return out
+
+
+def heartbeat_body(
+    client_id: str,
+    client_type: int,
+    *,
+    language: str,
+    producer_topics: list[str] | None = None,
+    group: str = "",
+    subs: list[Subscription] | None = None,
+) -> dict[str, object]:
+    """pymq's HEART_BEAT body for a 5.x client, sent by the front end on its behalf.
+
+    A producer is listed under each topic it publishes (a 5.x producer has no group: RocketMQ's proxy
+    registers it under the topic too); a consumer under its group, pop-style (CLUSTERING, its broker
+    decides). ``protocol`` says "grpc" (the channel is the front end's, which is pymq's protocol)."""
+    body: dict[str, object] = {
+        "clientID": client_id,
+        "language": language,
+        "version": 0,
+        "protocol": GRPC_PROTOCOL,
+        "producerDataSet": [],
+        "consumerDataSet": [],
+    }
+    if client_type == pb.PRODUCER:
+        body["producerDataSet"] = [{"groupName": t} for t in producer_topics or []]
+    elif client_type in _CONSUME_TYPES and group:
+        body["consumerDataSet"] = [
+            {
+                "groupName": group,
+                "consumeType": _CONSUME_TYPES[client_type],
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",  # pop starts new groups at the queues' minimum
+                "subscriptionDataSet": [s.to_dict() for s in subs or []],
+            }
+        ]
+    return body
+
+
 __all__ = [
+    "GRPC_PROTOCOL",
     "MESSAGE_GROUP_PROP",
     "MappingError",
     "Outgoing",
     "check_type",
+    "client_language",
     "duration",
     "error_status",
+    "heartbeat_body",
     "message_types",
     "millis",
     "route_queues",
     "status",
+    "subscriptions",
     "timestamp",
     "to_pymq",
     "to_v2",

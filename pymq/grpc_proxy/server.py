@@ -50,6 +50,7 @@ class GrpcProxy:
         self._client_options = client_options
         self.producer: ProxyProducer | None = None
         self.server: grpc.aio.Server | None = None
+        self.service: MessagingService | None = None
 
     async def start(self) -> GrpcProxy:
         """Listen (ConfigError in the daemons' wording if the port cannot be had), then serve."""
@@ -74,7 +75,8 @@ class GrpcProxy:
         self.producer.on_check = service.on_transaction_check
         add_to_server(service, server)
         await server.start()
-        self.server = server
+        service.clients.start()
+        self.server, self.service = server, service
         log.info("grpc proxy listening on %s:%d", self.host, bound)
         return self
 
@@ -89,6 +91,9 @@ class GrpcProxy:
         server, self.server = self.server, None
         if server is not None:
             await server.stop(grace)
+        service, self.service = self.service, None
+        if service is not None:
+            await service.clients.close()
         producer, self.producer = self.producer, None
         if producer is not None:
             await producer.close()

@@ -19,6 +19,7 @@ from pymq.client import broker_api
 from pymq.client.producer import Producer
 from pymq.errors import PymqError, error_for_response
 from pymq.grpc_proxy import mapping
+from pymq.grpc_proxy.clients import ClientRegistry, metadata
 from pymq.grpc_proxy.handlers import Malformed, generic_handler
 from pymq.grpc_proxy.mapping import MappingError
 from pymq.grpc_proxy.pb import definition_pb2 as pb
@@ -54,12 +55,15 @@ class ProxySettings:
         long_polling_ms: int = 20_000,
         default_invisible_ms: int = 30_000,
         max_delivery_attempts: int = 17,
+        client_expiry_s: float = 60.0,
     ) -> None:
         self.max_body_size = max_body_size
         self.receive_batch_size = receive_batch_size
         self.long_polling_ms = long_polling_ms
         self.default_invisible_ms = default_invisible_ms
         self.max_delivery_attempts = max_delivery_attempts
+        #: a 5.x client silent this long is unregistered from the brokers (under their 120 s channel expiry)
+        self.client_expiry_s = client_expiry_s
 
 
 class MessagingService:
@@ -74,6 +78,9 @@ class MessagingService:
         self._rr = 0
         #: topics a half message was sent to (the brokers were told this front end's producer group)
         self._tx_topics: set[str] = set()
+        #: the 5.x clients registered with the brokers on their behalf
+        self.clients = ClientRegistry(lambda: self._inst, expiry_s=self.settings.client_expiry_s)
+        self._background: set[asyncio.Future[Any]] = set()
 
     @property
     def _inst(self) -> Any:
@@ -154,16 +161,24 @@ class MessagingService:
         return spb.QueryAssignmentResponse(status=mapping.status(), assignments=out)
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
-        """OK for a known client type (nothing is registered yet); a consumer's heartbeat names its group."""
+        """OK for a known client type, and the client's registration with the brokers renewed (see clients.py);
+        a consumer's heartbeat names its group."""
         if request.client_type not in _CLIENT_TYPES:
             return spb.HeartbeatResponse(status=_unrecognized(request.client_type))
         if request.client_type != pb.PRODUCER and not request.group.name:
             return spb.HeartbeatResponse(status=mapping.status(pb.ILLEGAL_CONSUMER_GROUP, "group.name is empty"))
+        client_id = metadata(context).get("x-mq-client-id", "")
+        if client_id:
+            await self.clients.heartbeat(client_id, request.client_type, request.group.name)
         return spb.HeartbeatResponse(status=mapping.status())
 
     async def NotifyClientTermination(
         self, request: spb.NotifyClientTerminationRequest, context: Any
     ) -> spb.NotifyClientTerminationResponse:
+        """The client is shutting down: unregister it from the brokers."""
+        client_id = metadata(context).get("x-mq-client-id", "")
+        if client_id:
+            await self.clients.remove(client_id, "it notified its termination")
         return spb.NotifyClientTerminationResponse(status=mapping.status())
 
     async def Telemetry(
@@ -173,6 +188,9 @@ class MessagingService:
         check-backs (RecoverOrphanedTransactionCommand). Open until the client ends it."""
         out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue(maxsize=_TELEMETRY_BACKLOG)
         topics: list[str] = []
+        headers = metadata(context)
+        client_id = headers.get("x-mq-client-id", "")
+        counted: list[bool] = []  # this stream counts for its client (after its first settings)
 
         async def read() -> None:
             try:
@@ -194,6 +212,7 @@ class MessagingService:
                                 status=mapping.status(), settings=self.effective_settings(cmd.settings)
                             )
                         )
+                        await self._register_client(client_id, headers, cmd.settings, counted)
                     elif kind is None:
                         await out.put(
                             spb.TelemetryCommand(
@@ -210,6 +229,26 @@ class MessagingService:
         finally:
             reader.cancel()
             self._unregister(out, topics)
+            if counted:
+                self._spawn(self.clients.stream_closed(client_id))
+
+    async def _register_client(
+        self, client_id: str, headers: dict[str, str], settings: pb.Settings, counted: list[bool]
+    ) -> None:
+        if not client_id:
+            return
+        try:
+            await self.clients.settings(client_id, headers, settings)
+        except Exception:  # registration is for listings: it must not end the client's stream
+            log.exception("registering 5.x client %s failed", client_id)
+        if not counted:
+            counted.append(True)
+            self.clients.stream_opened(client_id)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _unregister(self, out: asyncio.Queue[Any], topics: list[str]) -> None:
         for t in topics:
