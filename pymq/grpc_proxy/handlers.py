@@ -85,6 +85,11 @@ def generic_handler(service: Any) -> grpc.GenericRpcHandler:
             s.NotifyClientTermination, spb.NotifyClientTerminationRequest, spb.NotifyClientTerminationResponse
         ),
         "EndTransaction": _unary(s.EndTransaction, spb.EndTransactionRequest, spb.EndTransactionResponse),
+        "ForwardMessageToDeadLetterQueue": _unary(
+            s.ForwardMessageToDeadLetterQueue,
+            spb.ForwardMessageToDeadLetterQueueRequest,
+            spb.ForwardMessageToDeadLetterQueueResponse,
+        ),
         "Telemetry": _bidi(s.Telemetry, spb.TelemetryCommand, spb.TelemetryCommand),
     }
     return grpc.method_handlers_generic_handler(SERVICE, methods)

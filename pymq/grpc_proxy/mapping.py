@@ -52,6 +52,7 @@ _NOT_USER = (
 )
 _ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 _HANDLE_SEP = "~"
+_OFFSET_SEP = "."
 
 
 class MappingError(Exception):
@@ -249,22 +250,39 @@ def check_type(out: Outgoing, accepted: list[int]) -> None:
 # --- receive --------------------------------------------------------------------------------------------------
 
 
-def wrap_handle(broker_name: str, handle: str) -> str:
-    return base64.urlsafe_b64encode(broker_name.encode()).decode() + _HANDLE_SEP + handle
+def wrap_handle(broker_name: str, handle: str, commitlog_offset: int | None = None) -> str:
+    """``<b64(broker)>[.<commitlog offset>]~<handle>``: the offset (of the popped message) is what
+    ForwardMessageToDeadLetterQueue sends back, as RocketMQ's handles carry it."""
+    head = base64.urlsafe_b64encode(broker_name.encode()).decode()
+    if commitlog_offset is not None:
+        head += f"{_OFFSET_SEP}{commitlog_offset}"
+    return head + _HANDLE_SEP + handle
 
 
 def unwrap_handle(wrapped: str) -> tuple[str, str]:
     """(broker name, broker handle) of a handle made by :func:`wrap_handle`; MappingError if it is not one."""
+    broker, handle, _ = unwrap_handle_offset(wrapped)
+    return broker, handle
+
+
+def unwrap_handle_offset(wrapped: str) -> tuple[str, str, int | None]:
+    """(broker name, broker handle, commitlog offset or None) of a handle made by :func:`wrap_handle`."""
     head, sep, handle = wrapped.partition(_HANDLE_SEP)
     if not sep or not handle:
         raise MappingError(pb.INVALID_RECEIPT_HANDLE, "receipt_handle was not issued by this service")
+    head, dot, offset_text = head.partition(_OFFSET_SEP)
+    offset: int | None = None
     try:
         broker = base64.urlsafe_b64decode(head.encode()).decode()
+        if dot:
+            offset = int(offset_text)
+            if offset < 0:
+                raise ValueError(offset_text)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise MappingError(pb.INVALID_RECEIPT_HANDLE, "receipt_handle was not issued by this service") from None
     if not broker:
         raise MappingError(pb.INVALID_RECEIPT_HANDLE, "receipt_handle names no broker")
-    return broker, handle
+    return broker, handle, offset
 
 
 def to_v2(m: MessageExt, topic: str, handle: str | None, invisible_ms: int, namespace: str = "") -> pb.Message:
@@ -398,5 +416,6 @@ __all__ = [
     "to_pymq",
     "to_v2",
     "unwrap_handle",
+    "unwrap_handle_offset",
     "wrap_handle",
 ]

@@ -455,7 +455,8 @@ class MessagingService:
             real_topic = m.topic
             if real_topic.startswith(RETRY_PREFIX):
                 real_topic = m.properties.get(Prop.RETRY_TOPIC) or topic
-            out.append(mapping.to_v2(m, real_topic, mapping.wrap_handle(broker, handle), invisible_ms, ns))
+            wrapped = mapping.wrap_handle(broker, handle, m.commitlog_offset)
+            out.append(mapping.to_v2(m, real_topic, wrapped, invisible_ms, ns))
         return out
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
@@ -500,15 +501,58 @@ class MessagingService:
                 raise MappingError(
                     pb.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be {MIN_INVISIBLE_MS}..{MAX_INVISIBLE_MS} ms"
                 )
-            broker, handle = mapping.unwrap_handle(request.receipt_handle)
+            broker, handle, clog = mapping.unwrap_handle_offset(request.receipt_handle)
             addr = await self._addr(broker, topic)
             resp = await self._invoke(addr, broker_api.change_invisible_time(group, topic, handle, ms))
             if resp.code != ResponseCode.SUCCESS:
                 raise error_for_response(resp.code, resp.remark, addr)
-            new = mapping.wrap_handle(broker, broker_api.read_new_handle(resp))
+            new = mapping.wrap_handle(broker, broker_api.read_new_handle(resp), clog)
         except (MappingError, PymqError, TimeoutError) as exc:
             return spb.ChangeInvisibleDurationResponse(status=mapping.error_status(exc))
         return spb.ChangeInvisibleDurationResponse(status=mapping.status(), receipt_handle=new)
+
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Any
+    ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        """As RocketMQ's proxy: send the received message back with a negative delay level (its broker
+        stores it in ``%DLQ%<group>`` with its properties and origin), then ack its receipt handle."""
+        group, topic = request.group.name, request.topic.name
+        try:
+            if not group:
+                raise MappingError(pb.ILLEGAL_CONSUMER_GROUP, "group.name is empty")
+            if not topic:
+                raise MappingError(pb.ILLEGAL_TOPIC, "topic.name is empty")
+            if not request.message_id:
+                raise MappingError(pb.ILLEGAL_MESSAGE_ID, "message_id is empty")
+            broker, handle, clog = mapping.unwrap_handle_offset(request.receipt_handle)
+            if clog is None:
+                raise MappingError(pb.INVALID_RECEIPT_HANDLE, "receipt_handle names no message (commit log offset)")
+            addr = await self._addr(broker, topic)
+            await self._check_handle_message(addr, clog, request.message_id, topic)
+            cmd = broker_api.send_msg_back(
+                group, clog, request.message_id, topic, delay_level=-1, max_reconsume_times=-1
+            )
+            resp = await self._invoke(addr, cmd)
+            if resp.code != ResponseCode.SUCCESS:
+                raise error_for_response(resp.code, resp.remark, addr)
+            ack = await self._invoke(addr, broker_api.ack_message(group, topic, handle))
+            if ack.code != ResponseCode.SUCCESS:  # dead-lettered; its pop checkpoint may still revive it once
+                log.warning("dead-lettered %s but its ack failed: %s %s", request.message_id, ack.code, ack.remark)
+        except (MappingError, PymqError, TimeoutError) as exc:
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=mapping.error_status(exc))
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=mapping.status())
+
+    async def _check_handle_message(self, addr: str, clog: int, message_id: str, topic: str) -> None:
+        """The commit log offset a client hands back must hold the message it names, of the topic (or the
+        a retry copy of it): the offset is not covered by the broker's handle signature."""
+        resp = await self._invoke(addr, broker_api.view_message(clog))
+        msgs = list(iter_messages(resp.body)) if resp.code == ResponseCode.SUCCESS else []
+        m = msgs[0] if msgs else None
+        if m is not None:
+            real = m.properties.get(Prop.RETRY_TOPIC) if m.topic.startswith(RETRY_PREFIX) else m.topic
+            if m.msg_id == message_id and real == topic:
+                return
+        raise MappingError(pb.INVALID_RECEIPT_HANDLE, f"receipt_handle does not name message {message_id} of {topic}")
 
 
 _CLIENT_TYPES = frozenset({pb.PRODUCER, pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER})
