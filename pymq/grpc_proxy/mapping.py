@@ -113,12 +113,17 @@ def _permission(perm: int) -> int:
     return pb.READ if readable else pb.WRITE if writable else pb.NONE
 
 
-def message_types(attributes: dict[str, str]) -> list[int]:
-    """The types a topic accepts: its ``message.type`` attribute (RocketMQ 5), or all when unset/MIXED."""
-    declared = attributes.get("message.type", "").upper()
+def message_types(attributes: dict[str, str], *, unset_is_normal: bool = False) -> list[int]:
+    """The types a topic accepts: its ``message.type`` attribute (RocketMQ 5), all when MIXED.
+
+    Unset (or not a type's name): all, unless ``unset_is_normal``, which is RocketMQ's rule
+    (TopicConfig.getTopicMessageType says NORMAL for a topic without the attribute)."""
+    declared = attributes.get("message.type", "").strip().upper()
     by_name = {"NORMAL": pb.NORMAL, "FIFO": pb.FIFO, "DELAY": pb.DELAY, "TRANSACTION": pb.TRANSACTION}
     if declared in by_name:
         return [by_name[declared]]
+    if unset_is_normal and not declared:
+        return [pb.NORMAL]
     return list(_ALL_TYPES)
 
 
@@ -237,13 +242,25 @@ def millis_ts(ts: Timestamp) -> int:
     return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
 
 
+def effective_type(out: Outgoing) -> int:
+    """The message's type: as the client declared it, else from its properties (RocketMQ's
+    TopicMessageType.parseFromMessageProperty: a delivery time is DELAY, a message group FIFO)."""
+    if out.message_type:
+        return out.message_type
+    if Prop.TIMER_DELIVER_MS in out.message.properties:
+        return pb.DELAY
+    return pb.FIFO if out.message_group is not None else pb.NORMAL
+
+
 def check_type(out: Outgoing, accepted: list[int]) -> None:
     """RocketMQ 5's rule: the message's type must be one the topic accepts."""
-    if out.message_type and out.message_type not in accepted:
+    mtype = effective_type(out)
+    if mtype not in accepted:
         names = ", ".join(pb.MessageType.Name(t) for t in accepted)
         raise MappingError(
             pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-            f"topic {out.message.topic} accepts {names}, not {pb.MessageType.Name(out.message_type)}",
+            f"topic {out.message.topic} accepts {names} messages (its message.type attribute), "
+            f"not {pb.MessageType.Name(mtype)}",
         )
 
 
@@ -405,6 +422,7 @@ __all__ = [
     "check_type",
     "client_language",
     "duration",
+    "effective_type",
     "error_status",
     "heartbeat_body",
     "message_types",

@@ -24,9 +24,11 @@ from pymq.grpc_proxy.handlers import Malformed, generic_handler
 from pymq.grpc_proxy.mapping import MappingError
 from pymq.grpc_proxy.pb import definition_pb2 as pb
 from pymq.grpc_proxy.pb import service_pb2 as spb
+from pymq.grpc_proxy.topic_types import TopicTypes
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.message import MessageExt, Prop, iter_messages
 from pymq.protocol.requests import (
+    DLQ_PREFIX,
     MAX_INVISIBLE_MS,
     MAX_POP_MSG_NUMS,
     MIN_INVISIBLE_MS,
@@ -56,6 +58,8 @@ class ProxySettings:
         default_invisible_ms: int = 30_000,
         max_delivery_attempts: int = 17,
         client_expiry_s: float = 60.0,
+        topic_config_ttl_s: float = 10.0,
+        unset_message_type_is_normal: bool = False,
     ) -> None:
         self.max_body_size = max_body_size
         self.receive_batch_size = receive_batch_size
@@ -64,6 +68,10 @@ class ProxySettings:
         self.max_delivery_attempts = max_delivery_attempts
         #: a 5.x client silent this long is unregistered from the brokers (under their 120 s channel expiry)
         self.client_expiry_s = client_expiry_s
+        #: how long a topic's message.type attribute is trusted before it is read again
+        self.topic_config_ttl_s = topic_config_ttl_s
+        #: RocketMQ's rule for a topic without message.type (NORMAL only); pymq's default accepts every type
+        self.unset_message_type_is_normal = unset_message_type_is_normal
 
 
 class MessagingService:
@@ -81,6 +89,12 @@ class MessagingService:
         #: the 5.x clients registered with the brokers on their behalf
         self.clients = ClientRegistry(lambda: self._inst, expiry_s=self.settings.client_expiry_s)
         self._background: set[asyncio.Future[Any]] = set()
+        #: topic -> the message types its message.type attribute accepts (SendMessage checks, QueryRoute tells)
+        self.topic_types = TopicTypes(
+            lambda: self._inst,
+            ttl_s=self.settings.topic_config_ttl_s,
+            unset_is_normal=self.settings.unset_message_type_is_normal,
+        )
 
     @property
     def _inst(self) -> Any:
@@ -115,9 +129,6 @@ class MessagingService:
         inst = self._inst
         return await inst.rpc.invoke(addr, cmd, inst.config.rpc_timeout_seconds + extra_s)
 
-    def _queues(self, topic: pb.Resource, route: Any, asked: pb.Endpoints) -> list[pb.MessageQueue]:
-        return mapping.route_queues(topic, route, self._endpoints(asked), mapping.message_types({}))
-
     # --- routes and clients ----------------------------------------------------------------------------------
 
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
@@ -130,9 +141,8 @@ class MessagingService:
             return spb.QueryRouteResponse(status=mapping.error_status(exc))
         if route is None or not route.queueDatas:
             return spb.QueryRouteResponse(status=mapping.status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
-        queues = mapping.route_queues(
-            request.topic, route, self._endpoints(request.endpoints), mapping.message_types({})
-        )
+        types = await self.topic_types.accepted(topic)
+        queues = mapping.route_queues(request.topic, route, self._endpoints(request.endpoints), types)
         return spb.QueryRouteResponse(status=mapping.status(), message_queues=queues)
 
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context: Any) -> spb.QueryAssignmentResponse:
@@ -149,9 +159,8 @@ class MessagingService:
             return spb.QueryAssignmentResponse(
                 status=mapping.status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
             )
-        queues = mapping.route_queues(
-            request.topic, route, self._endpoints(request.endpoints), mapping.message_types({})
-        )
+        types = await self.topic_types.accepted(topic)
+        queues = mapping.route_queues(request.topic, route, self._endpoints(request.endpoints), types)
         seen: set[str] = set()
         out = []
         for q in queues:
@@ -328,6 +337,9 @@ class MessagingService:
     async def _send_one(self, m: pb.Message) -> spb.SendResultEntry:
         try:
             out = mapping.to_pymq(m, self.settings.max_body_size)
+            topic = out.message.topic
+            if not topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):  # as RocketMQ: retry and DLQ topics unchecked
+                mapping.check_type(out, await self.topic_types.accepted(topic))
             if out.message_type == pb.TRANSACTION:
                 mapping.mark_transactional(out, m.system_properties, self.producer.group)
             queue = None
