@@ -18,12 +18,16 @@ class ProxyApp:
             long_polling_ms=config.long_polling_ms,
             default_invisible_ms=config.default_invisible_ms,
         )
+        acl = config.acl
+        credentials = {"access_key": acl.access_key, "secret_key": acl.secret_key} if acl.access_key else {}
         self.proxy = GrpcProxy(
             config.namesrv_addrs,
             host=config.host,
             port=config.port,
             advertised_host=config.advertised_host,
             settings=settings,
+            acl_file=acl.file if acl.enable else None,
+            **credentials,
         )
 
     @property

@@ -19,6 +19,7 @@ from pymq.client import broker_api
 from pymq.client.producer import Producer
 from pymq.errors import PymqError, error_for_response
 from pymq.grpc_proxy import mapping
+from pymq.grpc_proxy.auth import GrpcAcl, settings_needs
 from pymq.grpc_proxy.clients import ClientRegistry, metadata
 from pymq.grpc_proxy.handlers import Malformed, generic_handler
 from pymq.grpc_proxy.mapping import MappingError
@@ -77,8 +78,16 @@ class ProxySettings:
 class MessagingService:
     """apache.rocketmq.v2.MessagingService over pymq brokers, through one pymq producer's client instance."""
 
-    def __init__(self, producer: Producer, advertised: tuple[str, int], settings: ProxySettings | None = None) -> None:
+    def __init__(
+        self,
+        producer: Producer,
+        advertised: tuple[str, int],
+        settings: ProxySettings | None = None,
+        acl: GrpcAcl | None = None,
+    ) -> None:
         self.producer = producer
+        #: checks each call's authorization header and permissions (None: ACL off)
+        self.acl = acl
         self.advertised = advertised
         self.settings = settings or ProxySettings()
         #: topic -> outbound queues of the Telemetry streams of producer clients publishing it
@@ -200,6 +209,9 @@ class MessagingService:
         headers = metadata(context)
         client_id = headers.get("x-mq-client-id", "")
         counted: list[bool] = []  # this stream counts for its client (after its first settings)
+        if self.acl is not None and (refused := self.acl.check_needs([], context)) is not None:
+            yield spb.TelemetryCommand(status=refused)
+            return
 
         async def read() -> None:
             try:
@@ -210,6 +222,12 @@ class MessagingService:
                     kind = cmd.WhichOneof("command")
                     if kind == "settings" and cmd.settings.client_type not in _CLIENT_TYPES:
                         await out.put(spb.TelemetryCommand(status=_unrecognized(cmd.settings.client_type)))
+                    elif (
+                        kind == "settings"
+                        and self.acl is not None
+                        and (refused := self.acl.check_needs(settings_needs(cmd.settings), context)) is not None
+                    ):
+                        await out.put(spb.TelemetryCommand(status=refused))
                     elif kind == "settings":
                         if cmd.settings.client_type == pb.PRODUCER:
                             self._unregister(out, topics)
