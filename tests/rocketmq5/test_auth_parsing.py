@@ -58,6 +58,10 @@ def test_pymq_proxy_acl_settings_reach_the_front_end(tmp_path: Path) -> None:
     assert on.proxy.acl is not None and set(on.proxy.acl.acl.accounts) == {"app"}
     assert on.proxy._client_options == {"access_key": "proxy", "secret_key": "proxy-secret"}
     assert ProxyApp(ProxyConfig()).proxy.acl is None
+    strict = ProxyApp(ProxyConfig(unset_message_type_is_normal=True)).proxy.settings
+    assert (
+        strict.unset_message_type_is_normal and not ProxyApp(ProxyConfig()).proxy.settings.unset_message_type_is_normal
+    )
     (tmp_path / "bad.toml").write_text("[[accounts]]\naccess_key = 1\n")
     with pytest.raises(ConfigError):
         GrpcProxy("127.0.0.1:9876", acl_file=tmp_path / "bad.toml")
