@@ -98,12 +98,14 @@ class ClientRegistry:
         self.clock = clock
         self.clients: dict[str, ProxiedClient] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        #: set by close(): late stream ends and heartbeats then change nothing (the client instance is gone)
+        self.closed = False
 
     # --- what the service calls -----------------------------------------------------------------------------
 
     async def settings(self, client_id: str, headers: dict[str, str], settings: pb.Settings) -> None:
         """Telemetry settings arrived: (re)describe the client and register it at once."""
-        if not client_id:
+        if not client_id or self.closed:
             return
         language = mapping.client_language(
             headers.get("x-mq-language", ""), settings.user_agent if settings.HasField("user_agent") else None
@@ -129,7 +131,7 @@ class ClientRegistry:
     async def heartbeat(self, client_id: str, client_type: int, group: str) -> None:
         """The client's Heartbeat: keep it registered (a client whose settings never came is not registered)."""
         c = self.clients.get(client_id)
-        if c is None:
+        if c is None or self.closed:
             return
         c.last_seen = self.clock()
         if client_type in (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER) and group and group != c.group:
@@ -145,7 +147,7 @@ class ClientRegistry:
 
     async def stream_closed(self, client_id: str) -> None:
         c = self.clients.get(client_id)
-        if c is None:
+        if c is None or self.closed:
             return
         c.streams -= 1
         if c.streams <= 0:
@@ -167,6 +169,7 @@ class ClientRegistry:
             self._sweeper = asyncio.ensure_future(self._sweep_loop())
 
     async def close(self) -> None:
+        """Stop sweeping and unregister every client (while the front end's client instance still runs)."""
         sweeper, self._sweeper = self._sweeper, None
         if sweeper is not None:
             sweeper.cancel()
@@ -174,6 +177,7 @@ class ClientRegistry:
                 await sweeper
         for client_id in list(self.clients):
             await self.remove(client_id, "the front end is closing")
+        self.closed = True
 
     async def sweep(self) -> list[str]:
         """Unregister the clients silent for longer than ``expiry_s``; their ids."""

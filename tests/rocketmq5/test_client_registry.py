@@ -130,3 +130,18 @@ def test_heartbeat_body_language_and_metadata_helpers() -> None:
     assert metadata(None) == {}
     body = mapping.heartbeat_body("c", pb.PUSH_CONSUMER, language="JAVA", group="g")
     assert body["consumerDataSet"][0]["consumeType"] == "CONSUME_PASSIVELY"  # type: ignore[index]
+
+
+async def test_after_close_nothing_is_registered_or_sent() -> None:
+    inst = Instance()
+    reg = ClientRegistry(lambda: inst)
+    settings = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="t1")]))
+    await reg.settings("p-1", {}, settings)
+    reg.stream_opened("p-1")
+    sent(inst)
+    await reg.close()
+    assert [h.producer_group for _, _, h in sent(inst)] == ["t1"] and reg.clients == {}
+    await reg.settings("p-2", {}, settings)
+    await reg.stream_closed("p-1")
+    await reg.heartbeat("p-2", pb.PRODUCER, "")
+    assert sent(inst) == [] and reg.clients == {}
