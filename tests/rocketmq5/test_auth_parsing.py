@@ -65,3 +65,18 @@ def test_pymq_proxy_acl_settings_reach_the_front_end(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_text("[[accounts]]\naccess_key = 1\n")
     with pytest.raises(ConfigError):
         GrpcProxy("127.0.0.1:9876", acl_file=tmp_path / "bad.toml")
+
+
+def test_a_brokers_acl_guards_its_grpc_front_end(tmp_path: Path) -> None:
+    from pymq.cli.broker import BrokerWithGrpc
+    from pymq.config import BrokerConfig
+
+    acl = tmp_path / "acl.toml"
+    acl.write_text('[[accounts]]\naccess_key = "broker"\nsecret_key = "broker-secret"\nadmin = true\n')
+    config = BrokerConfig(
+        grpc_port=0, acl={"enable": True, "file": acl, "access_key": "broker", "secret_key": "broker-secret"}
+    )
+    local = BrokerWithGrpc(config, broker=None)
+    assert local.proxy.acl is not None and set(local.proxy.acl.acl.accounts) == {"broker"}
+    assert local.proxy._client_options == {"access_key": "broker", "secret_key": "broker-secret"}
+    assert BrokerWithGrpc(BrokerConfig(grpc_port=0), broker=None).proxy.acl is None
