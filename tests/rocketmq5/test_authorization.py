@@ -7,10 +7,12 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
+from pymq.client.admin import AdminClient
 from pymq.grpc_proxy import GrpcProxy
 from pymq.grpc_proxy.auth import sign
 from pymq.grpc_proxy.pb import definition_pb2 as pb
@@ -18,7 +20,9 @@ from pymq.grpc_proxy.pb import service_pb2 as spb
 from pymq.grpc_proxy.pb.service_pb2_grpc import MessagingServiceStub
 from pymq.grpc_proxy.service import ProxySettings
 from pymq.testing import LocalCluster
-from tests.rocketmq5.conftest import FAST_REVIVE, run_client
+from tests.acl_accounts import BROKER_CREDENTIALS, account, acl_toml, admin_account, write_acl
+from tests.helpers import wait_until, wait_until_async
+from tests.rocketmq5.conftest import FAST_REVIVE, consumers_of, lingering, producers_of, run_client
 
 pytestmark = pytest.mark.integration
 
@@ -137,3 +141,53 @@ async def test_each_call_is_checked_with_its_own_headers(guarded: tuple[LocalClu
         assert first.status.code == pb.UNAUTHORIZED
         telemetry.cancel()
     assert proxy.acl is not None and proxy.acl.refusals[pb.UNAUTHORIZED] >= 5
+
+
+async def test_acl_cluster_end_to_end_the_front_end_signs_with_its_own_account(
+    tmp_path: Path, rocketmq5_python: Path
+) -> None:
+    """Brokers and nameserver with ACL too: the front end's own calls (routes, sends, pops, acks, the
+    clients' heartbeats, topic attributes) are signed with its account; its clients with theirs."""
+    acl_file = write_acl(
+        tmp_path / "acl.toml",
+        acl_toml(
+            admin_account("proxy"),
+            account("app", topic_perms={"t-sec": "PUB|SUB"}, group_perms={"g-sec": "SUB"}),
+        ),
+    )
+    acl = {"enable": True, "file": acl_file, "reload_interval_seconds": 0.2}
+    async with LocalCluster(
+        tmp_path / "c", brokers=1, namesrv={"acl": acl}, broker={"acl": {**acl, **BROKER_CREDENTIALS}}
+    ) as c:
+        await wait_until(lambda: bool(c.namesrvs[0].registry.live), what="broker registered")
+        async with AdminClient(c.namesrv_addr, **BROKER_CREDENTIALS) as admin:
+            await admin.create_topic("t-sec", queues=2)
+            await c.wait_for_route("t-sec", 1)
+            async with GrpcProxy(
+                c.namesrv_addr,
+                port=0,
+                settings=ProxySettings(long_polling_ms=2000),
+                acl_file=acl_file,
+                access_key="proxy",
+                secret_key="proxy-secret",
+            ) as proxy:
+                endpoint = f"127.0.0.1:{proxy.port}"
+                app = {"ak": "app", "sk": "app-secret"}
+                spec = {"endpoint": endpoint, "topic": "t-sec", "messages": [{"body": "secured"}], **app}
+                sent = await run_client(rocketmq5_python, "produce.py", spec)
+                assert "message_id" in sent[0], sent
+                args = {"endpoint": endpoint, "group": "g-sec", "topic": "t-sec", "count": 1, **app}
+                got = await run_client(rocketmq5_python, "consume.py", args)
+                assert [m["body"] for m in got["messages"]] == ["secured"] and not got["errors"], got
+                async with lingering(rocketmq5_python, proxy, "g-sec", "t-sec", **app) as (_, ids):
+                    await wait_until_async(
+                        lambda: _listed(consumers_of(admin, "g-sec"), ids["consumer"]), timeout=15, what="consumer"
+                    )
+                    await wait_until_async(
+                        lambda: _listed(producers_of(admin, "t-sec"), ids["producer"]), timeout=15, what="producer"
+                    )
+                assert proxy.acl is not None and proxy.acl.refusals == {}
+
+
+async def _listed(rows: Any, client_id: str) -> bool:
+    return any(r["clientId"] == client_id and r["protocol"] == "grpc" for r in await rows)

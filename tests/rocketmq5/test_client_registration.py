@@ -7,54 +7,18 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pymq.client.admin import AdminClient
-from pymq.errors import PymqError
 from pymq.grpc_proxy import GrpcProxy
 from pymq.testing import LocalCluster
 from tests.helpers import run_admin, wait_until_async
-from tests.rocketmq5.conftest import CLIENTS
+from tests.rocketmq5.conftest import consumers_of, lingering, producers_of
 
 pytestmark = pytest.mark.integration
-
-
-@asynccontextmanager
-async def lingering(python: Path, proxy: GrpcProxy, group: str) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
-    """A 5.x Producer (topic t5) and SimpleConsumer (``group``) kept running by ``clients/linger.py``."""
-    args = {"endpoint": f"127.0.0.1:{proxy.port}", "topic": "t5", "group": group}
-    proc = await asyncio.create_subprocess_exec(
-        str(python), str(CLIENTS / "linger.py"), json.dumps(args),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        cwd=str(CLIENTS),
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(proc.stdout.readline(), 30)
-        assert line, f"linger.py ended: {(await proc.stderr.read()).decode()[-3000:] if proc.stderr else ''}"
-        ready = json.loads(line)
-        assert ready["ready"] and ready["producer"] and ready["consumer"], ready
-        yield proc, ready
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-
-
-async def consumers_of(admin: AdminClient, group: str) -> list[dict[str, Any]]:
-    try:
-        return list((await admin.consumer_connection(group))["connections"])
-    except PymqError:  # no broker knows the group (none of its clients is connected)
-        return []
-
-
-async def producers_of(admin: AdminClient, group: str) -> list[dict[str, Any]]:
-    return list((await admin.producer_connections()).get(group, []))
 
 
 async def test_5x_clients_listed_with_language_and_protocol_then_gone_after_shutdown(

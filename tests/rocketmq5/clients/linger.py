@@ -1,6 +1,6 @@
 """Run with the rocketmq-python-client venv: start a 5.x Producer and SimpleConsumer, then wait.
 
-argv[1]: JSON {"endpoint", "topic", "group"}
+argv[1]: JSON {"endpoint", "topic", "group", "ak"?, "sk"?}
 Prints {"ready": true, "producer": <client id>, "consumer": <client id>} once both started, then
 waits for a line on stdin ("stop": shut both down, print {"stopped": true}, exit 0).
 """
@@ -11,7 +11,7 @@ import sys
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Producer, SimpleConsumer
 
 args = json.loads(sys.argv[1])
-config = ClientConfiguration(args["endpoint"], Credentials(), request_timeout=5)
+config = ClientConfiguration(args["endpoint"], Credentials(args.get("ak", ""), args.get("sk", "")), request_timeout=5)
 producer = Producer(config, (args["topic"],))
 consumer = SimpleConsumer(config, args["group"], {args["topic"]: FilterExpression("TagA||TagB")}, await_duration=1)
 producer.startup()
