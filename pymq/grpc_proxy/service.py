@@ -573,11 +573,15 @@ class MessagingService:
         return spb.ForwardMessageToDeadLetterQueueResponse(status=mapping.status())
 
     async def _check_handle_message(self, addr: str, clog: int, message_id: str, topic: str) -> None:
-        """The commit log offset a client hands back must hold the message it names, of the topic (or the
-        a retry copy of it): the offset is not covered by the broker's handle signature."""
+        """The commit log offset a client hands back must hold the message it names, of the topic (or a
+        retry copy of it): the offset is not covered by the broker's handle signature."""
         resp = await self._invoke(addr, broker_api.view_message(clog))
-        msgs = list(iter_messages(resp.body)) if resp.code == ResponseCode.SUCCESS else []
-        m = msgs[0] if msgs else None
+        m = None
+        if resp.code == ResponseCode.SUCCESS:
+            try:
+                m = next(iter_messages(resp.body), None)
+            except Exception:  # an offset inside a record reads as garbage
+                m = None
         if m is not None:
             real = m.properties.get(Prop.RETRY_TOPIC) if m.topic.startswith(RETRY_PREFIX) else m.topic
             if m.msg_id == message_id and real == topic:

@@ -71,6 +71,8 @@ async def test_forwarded_message_lands_in_the_dlq_with_its_properties_and_is_not
     # tampered with: another offset, no offset, another message id
     for bad_handle, bad_id in [
         (mapping.wrap_handle(broker, inner, 0 if clog else 1), msg_id),
+        (mapping.wrap_handle(broker, inner, clog + 7), msg_id),  # inside the record
+        (mapping.wrap_handle(broker, inner, clog + 10**9), msg_id),  # past the end of the log
         (mapping.wrap_handle(broker, inner), msg_id),
         (handle, "0A0000000000000000000000"),
     ]:
