@@ -40,6 +40,8 @@ class ProxiedClient:
     client_id: str
     client_type: int
     language: str
+    #: RocketMQ's version code of the client's version (0: unknown)
+    version: int = 0
     group: str = ""
     topics: list[str] = field(default_factory=list)
     subscriptions: list[Subscription] = field(default_factory=list)
@@ -60,6 +62,7 @@ class ProxiedClient:
             self.client_id,
             self.client_type,
             language=self.language,
+            version=self.version,
             producer_topics=self.topics,
             group=self.group,
             subs=self.subscriptions,
@@ -115,6 +118,8 @@ class ClientRegistry:
             c = self.clients[client_id] = ProxiedClient(client_id, settings.client_type, language)
         old_consumer, old_producers = c.groups()
         c.client_type, c.language = settings.client_type, language
+        agent_version = settings.user_agent.version if settings.HasField("user_agent") else ""
+        c.version = mapping.client_version_code(headers.get("x-mq-client-version", "") or agent_version)
         if settings.client_type == pb.PRODUCER:
             c.topics = sorted({t.name for t in settings.publishing.topics if t.name})
         else:

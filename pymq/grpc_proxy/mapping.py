@@ -367,6 +367,19 @@ def client_language(metadata_language: str, agent: pb.UA | None) -> str:
     return "OTHER"
 
 
+#: RocketMQ's MQVersion.Version ordinal of V5_0_0; each 5.a.b (a, b in 0..9) follows its _SNAPSHOT entry
+_V5_0_0 = 413
+
+
+def client_version_code(version: str) -> int:
+    """A 5.x client's version (``x-mq-client-version`` / user agent, e.g. "5.1.2") as RocketMQ's version
+    code (the ``MQVersion.Version`` ordinal 4.x clients send in their frames: V5_1_2 = 437); 0 if unknown."""
+    parts = version.strip().lstrip("vV").split(".")
+    if len(parts) < 3 or parts[0] != "5" or not all(len(p) == 1 and p.isdigit() for p in parts[1:3]):
+        return 0
+    return _V5_0_0 + 2 * (10 * int(parts[1]) + int(parts[2]))
+
+
 def subscriptions(settings: pb.Settings) -> list[Subscription]:
     """A consumer's TAG subscriptions from its Telemetry settings (SQL ones are not served, so not listed)."""
     out = []
@@ -382,6 +395,7 @@ def heartbeat_body(
     client_type: int,
     *,
     language: str,
+    version: int = 0,
     producer_topics: list[str] | None = None,
     group: str = "",
     subs: list[Subscription] | None = None,
@@ -394,7 +408,7 @@ def heartbeat_body(
     body: dict[str, object] = {
         "clientID": client_id,
         "language": language,
-        "version": 0,
+        "version": version,
         "protocol": GRPC_PROTOCOL,
         "producerDataSet": [],
         "consumerDataSet": [],
@@ -421,6 +435,7 @@ __all__ = [
     "Outgoing",
     "check_type",
     "client_language",
+    "client_version_code",
     "duration",
     "effective_type",
     "error_status",

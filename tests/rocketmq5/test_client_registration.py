@@ -35,7 +35,7 @@ async def test_5x_clients_listed_with_language_and_protocol_then_gone_after_shut
         assert code == 0, err
         conn = json.loads(out)
         [c] = [c for c in conn["connections"] if c["clientId"] == ids["consumer"]]
-        assert (c["language"], c["protocol"]) == ("PYTHON", "grpc"), c
+        assert (c["language"], c["protocol"], c["version"]) == ("PYTHON", "grpc", 437), c  # 5.1.2 is V5_1_2
         assert conn["consumeType"] == "CONSUME_ACTIVELY" and conn["messageModel"] == "CLUSTERING", conn
         assert [(s["topic"], s["subString"]) for s in conn["subscriptions"]] == [("t5", "TagA||TagB")], conn
         code, out, err = await run_admin(cluster.namesrv_addr, "--json", "producer-connection", "--group", "t5")

@@ -74,6 +74,7 @@ async def test_a_consumer_is_registered_with_every_broker_then_expires_when_sile
     beats = sent(inst)
     assert [(a, c) for a, c, _ in beats] == [("m:1", RequestCode.HEART_BEAT), ("s:1", RequestCode.HEART_BEAT)]
     body = beats[0][2]
+    assert body["version"] == 427  # the user agent's 5.0.7 as RocketMQ's MQVersion code (V5_0_7)
     assert (body["clientID"], body["language"], body["protocol"], body["producerDataSet"]) == (
         "cid-1",
         "JAVA",
@@ -145,3 +146,13 @@ async def test_after_close_nothing_is_registered_or_sent() -> None:
     await reg.stream_closed("p-1")
     await reg.heartbeat("p-2", pb.PRODUCER, "")
     assert sent(inst) == [] and reg.clients == {}
+
+
+def test_client_versions_as_rocketmq_version_codes() -> None:
+    # MQVersion.Version ordinals (apache/rocketmq common/MQVersion.java)
+    assert mapping.client_version_code("5.0.0") == 413
+    assert mapping.client_version_code("5.1.2") == 437
+    assert mapping.client_version_code("5.3.3") == 479
+    assert mapping.client_version_code("V5_9_9".replace("_", ".")) == 611
+    for unknown in ("", "4.9.4", "5.10.0", "five", "5.1"):
+        assert mapping.client_version_code(unknown) == 0
