@@ -31,6 +31,8 @@ class ClientChannel:
     last_update: float
     language: str = "PYTHON"
     version: int = 0
+    #: how the client reaches pymq: "pymq" (native frames), "remoting" (RocketMQ 4.x), "grpc" (5.x, through the proxy)
+    protocol: str = "pymq"
 
     @property
     def addr(self) -> str:
@@ -92,6 +94,7 @@ class ConsumerManager:
         subscriptions: list[Subscription],
         language: str = "PYTHON",
         version: int = 0,
+        protocol: str = "pymq",
     ) -> bool:
         """Record a consumer's heartbeat; True if the group's membership changed."""
         now = self.clock()
@@ -109,7 +112,7 @@ class ConsumerManager:
         ch = info.channels.get(client_id)
         changed = ch is None or ch.channel is not channel
         if ch is None or ch.channel is not channel:
-            info.channels[client_id] = ClientChannel(client_id, channel, now, language, version)
+            info.channels[client_id] = ClientChannel(client_id, channel, now, language, version, protocol)
             log.info("consumer_registered", group=group, client_id=client_id, peer=channel.remote_addr)
         else:
             ch.last_update = now
@@ -118,12 +121,19 @@ class ConsumerManager:
         return changed
 
     def register_producer(
-        self, group: str, client_id: str, channel: Channel, *, language: str = "PYTHON", version: int = 0
+        self,
+        group: str,
+        client_id: str,
+        channel: Channel,
+        *,
+        language: str = "PYTHON",
+        version: int = 0,
+        protocol: str = "pymq",
     ) -> None:
         chans = self.producers.setdefault(group, {})
         ch = chans.get(client_id)
         if ch is None or ch.channel is not channel:
-            chans[client_id] = ClientChannel(client_id, channel, self.clock(), language, version)
+            chans[client_id] = ClientChannel(client_id, channel, self.clock(), language, version, protocol)
         else:
             ch.last_update = self.clock()
 
@@ -131,7 +141,13 @@ class ConsumerManager:
         """Every producer group's connected clients (GET_ALL_PRODUCER_INFO)."""
         return {
             group: [
-                {"clientId": ch.client_id, "clientAddr": ch.addr, "language": ch.language, "version": ch.version}
+                {
+                    "clientId": ch.client_id,
+                    "clientAddr": ch.addr,
+                    "language": ch.language,
+                    "version": ch.version,
+                    "protocol": ch.protocol,
+                }
                 for ch in sorted(chans.values(), key=lambda c: c.client_id)
             ]
             for group, chans in sorted(self.producers.items())
@@ -237,6 +253,7 @@ class ConsumerManager:
                     "clientAddr": ch.addr,
                     "language": ch.language,
                     "version": ch.version,
+                    "protocol": ch.protocol,
                 }
                 for ch in sorted(info.channels.values(), key=lambda c: c.client_id)
             ],
