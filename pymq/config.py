@@ -392,6 +392,12 @@ class ProxyConfig(_Model):
     long_polling_ms: int = Field(20_000, ge=0)
     #: a ReceiveMessage without invisible_duration gets this one
     default_invisible_ms: int = Field(30_000, ge=100)
+    #: RocketMQ's rule for a topic without a ``message.type`` attribute: NORMAL messages only
+    #: (default: such a topic accepts every type, as pymq's topics always did)
+    unset_message_type_is_normal: bool = False
+    #: ``[acl]``: with ``enable``, 5.x clients' authorization headers are checked against ``file``'s
+    #: accounts; ``access_key``/``secret_key`` sign the front end's own requests to ACL brokers
+    acl: AclSettings = Field(default_factory=AclSettings)
 
     @field_validator("namesrv_addrs")
     @classmethod

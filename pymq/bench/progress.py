@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 from pymq.bench.stats import Recorder
+from pymq.tasks import wait_within
 
 
 @contextlib.asynccontextmanager
@@ -35,7 +36,7 @@ async def live(recorders: Callable[[], list[Recorder]], label: str, enabled: boo
                 print(line(), file=sys.stderr, flush=True)
                 last = time.monotonic()
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.5)
+                await wait_within(stop.wait(), 0.5)
 
     async def fancy() -> None:
         from rich.console import Console
@@ -45,7 +46,7 @@ async def live(recorders: Callable[[], list[Recorder]], label: str, enabled: boo
             while not stop.is_set():
                 view.update(line())
                 with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 0.25)
+                    await wait_within(stop.wait(), 0.25)
 
     try:
         import rich  # noqa: F401

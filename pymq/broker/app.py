@@ -72,6 +72,7 @@ from pymq.protocol.codes import NAMESRV_REQUEST_CODES, RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.requests import ConsumerGroupRequest
 from pymq.security.daemon import acl_interceptor, daemon_signer, listener_tls, outgoing_tls
+from pymq.tasks import wait_within
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.limits import limits_from_settings
@@ -523,7 +524,7 @@ class BrokerApp:
         cfg = self.config
         replication.epochs.load()
         try:
-            newer = await asyncio.wait_for(
+            newer = await wait_within(
                 newer_master(self.namesrv_client, cfg, self.address, replication.epochs.epoch), 5.0
             )
         except TimeoutError:

@@ -31,15 +31,12 @@ class ClientChannel:
     last_update: float
     language: str = "PYTHON"
     version: int = 0
+    #: how the client reaches pymq: "pymq" (native frames), "remoting" (RocketMQ 4.x), "grpc" (5.x, through the proxy)
+    protocol: str = "pymq"
 
     @property
     def addr(self) -> str:
         return self.channel.remote_addr
-
-    @property
-    def protocol(self) -> str:
-        """The wire the client speaks: ``pymq``, or ``remoting`` for a RocketMQ 4.x client."""
-        return str(self.channel.attrs.get("protocol") or "pymq")
 
 
 @dataclass
@@ -97,6 +94,7 @@ class ConsumerManager:
         subscriptions: list[Subscription],
         language: str = "PYTHON",
         version: int = 0,
+        protocol: str = "pymq",
     ) -> bool:
         """Record a consumer's heartbeat; True if the group's membership changed."""
         now = self.clock()
@@ -114,7 +112,7 @@ class ConsumerManager:
         ch = info.channels.get(client_id)
         changed = ch is None or ch.channel is not channel
         if ch is None or ch.channel is not channel:
-            info.channels[client_id] = ClientChannel(client_id, channel, now, language, version)
+            info.channels[client_id] = ClientChannel(client_id, channel, now, language, version, protocol)
             log.info("consumer_registered", group=group, client_id=client_id, peer=channel.remote_addr)
         else:
             ch.last_update = now
@@ -123,12 +121,19 @@ class ConsumerManager:
         return changed
 
     def register_producer(
-        self, group: str, client_id: str, channel: Channel, *, language: str = "PYTHON", version: int = 0
+        self,
+        group: str,
+        client_id: str,
+        channel: Channel,
+        *,
+        language: str = "PYTHON",
+        version: int = 0,
+        protocol: str = "pymq",
     ) -> None:
         chans = self.producers.setdefault(group, {})
         ch = chans.get(client_id)
         if ch is None or ch.channel is not channel:
-            chans[client_id] = ClientChannel(client_id, channel, self.clock(), language, version)
+            chans[client_id] = ClientChannel(client_id, channel, self.clock(), language, version, protocol)
         else:
             ch.last_update = self.clock()
 

@@ -18,6 +18,7 @@ from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import encode_body
 from pymq.protocol.requests import RegisterBrokerRequest, RegisterBrokerResponse, UnregisterBrokerRequest
+from pymq.tasks import wait_within
 from pymq.transport.client import RpcClient
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ class NamesrvRegistrar:
         interval = self.config.register_interval_seconds
         while True:
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout=interval)
+                await wait_within(self._wakeup.wait(), timeout=interval)
             self._wakeup.clear()
             await self.register_all()
 
@@ -167,15 +168,15 @@ class NamesrvRegistrar:
         if self._registered:
             self._registered = False
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.unregister_all(), timeout=3.0)
+                await wait_within(self.unregister_all(), timeout=3.0)
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:
     """Cancel the registration loop and wait for it to end.
 
-    Cancel again if it keeps running: on Python 3.11 a cancellation that lands as
-    ``wait_for``'s inner wait completes can be swallowed (the loop then goes on), and
-    awaiting such a task would never return.
+    Cancel again if it keeps running (a belt to :func:`pymq.tasks.wait_within`'s braces: on
+    Python 3.11 ``asyncio.wait_for`` swallowed a cancellation that landed as its inner wait
+    completed, and awaiting such a task never returned).
     """
     for _ in range(20):
         task.cancel()

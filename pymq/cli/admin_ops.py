@@ -111,19 +111,40 @@ async def consumer_connection(admin: AdminClient, ctx: AdminContext, group: str)
     subs = [{"topic": s["topic"], "expression": s["subString"]} for s in info["subscriptions"]]
     human = "\n\n".join([
         key_values({k: info[k] for k in ("group", "messageModel", "consumeType", "consumeFromWhere")}),
-        table(
-            info["connections"],
-            [
-                ("clientId", "CLIENT ID"),
-                ("clientAddr", "ADDRESS"),
-                ("language", "LANGUAGE"),
-                ("version", "VERSION"),
-                ("protocol", "PROTOCOL"),
-            ],
-        ),
+        table(info["connections"], _CONNECTION_COLUMNS),
         table(subs, [("topic", "TOPIC"), ("expression", "EXPRESSION")]),
     ])  # fmt: skip
     emit(info, ctx.as_json, human)
+
+
+_CONNECTION_COLUMNS = [
+    ("clientId", "CLIENT ID"),
+    ("clientAddr", "ADDRESS"),
+    ("language", "LANGUAGE"),
+    ("version", "VERSION"),
+    ("protocol", "PROTOCOL"),
+]
+
+
+@main.command("producer-connection")
+@click.option("--group", default=None, help="Only this producer group (a 5.x producer's group is its topic).")
+@admin_command
+async def producer_connection(admin: AdminClient, ctx: AdminContext, group: str | None) -> None:
+    """Connected producers by group, as every master sees them (pymq, RocketMQ 4.x and, via the gRPC
+    front end, 5.x clients: the PROTOCOL column says which).
+
+    \b
+    Example:
+      pymq-admin producer-connection --group order-producers
+    """
+    conns = await admin.producer_connections()
+    if group is not None:
+        if group not in conns:
+            raise ClientError(f"no producer of group {group} is connected")
+        conns = {group: conns[group]}
+    rows = [{**c, "group": g, "protocol": c.get("protocol", "pymq")} for g, cs in sorted(conns.items()) for c in cs]
+    columns = [("group", "GROUP"), *_CONNECTION_COLUMNS, ("brokerName", "BROKER")]
+    emit(conns, ctx.as_json, table(rows, columns))
 
 
 @main.command("reset-offset")

@@ -102,8 +102,17 @@ class BrokerWithGrpc:
 
         self.broker = broker
         assert config.grpc_port is not None
+        acl = config.acl  # the broker's ACL file also guards its front end; its account signs the front end's calls
+        credentials: dict[str, Any] = {}
+        if acl.access_key is not None:
+            credentials = {"access_key": acl.access_key, "secret_key": acl.secret_key}
         self.proxy = GrpcProxy(
-            config.namesrv_addrs, host=config.host, port=config.grpc_port, advertised_host=config.advertised_host
+            config.namesrv_addrs,
+            host=config.host,
+            port=config.grpc_port,
+            advertised_host=config.advertised_host,
+            acl_file=acl.file if acl.enable else None,
+            **credentials,
         )
 
     @property

@@ -20,6 +20,7 @@ from pymq.cli.common import EXIT_OK, startup_error, startup_failure
 from pymq.config import NamesrvConfig
 from pymq.errors import ConfigError
 from pymq.logs import get_logger
+from pymq.tasks import wait_within
 
 log = get_logger("local")
 
@@ -70,7 +71,7 @@ class Child:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(self.proc.wait(), 15)
+                await wait_within(self.proc.wait(), 15)
             except TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()

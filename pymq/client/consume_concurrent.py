@@ -20,6 +20,7 @@ from pymq.client.rebalance import NoQueueHooks
 from pymq.logs import get_logger
 from pymq.protocol.message import MessageExt
 from pymq.protocol.route import MessageQueue
+from pymq.tasks import wait_within
 
 log = get_logger("client.consume")
 
@@ -108,9 +109,9 @@ class ConcurrentConsumeService(NoQueueHooks):
                 if executor is not None:
                     stop = threading.Event()
                     fut = asyncio.get_running_loop().run_in_executor(executor, self._run_listener_sync, msgs, out, stop)
-                    await asyncio.wait_for(fut, settings.timeout)
+                    await wait_within(fut, settings.timeout)
                 else:
-                    await asyncio.wait_for(self._run_listener_async(msgs, out), settings.timeout)
+                    await wait_within(self._run_listener_async(msgs, out), settings.timeout)
             except TimeoutError:
                 if stop is not None:
                     stop.set()

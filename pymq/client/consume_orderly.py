@@ -30,7 +30,7 @@ from pymq.protocol.headers import decode_body
 from pymq.protocol.message import MessageExt
 from pymq.protocol.requests import LOCK_OK_MQ_SET
 from pymq.protocol.route import MASTER_ID, MessageQueue
-from pymq.tasks import cancel_and_wait
+from pymq.tasks import cancel_and_wait, wait_within
 
 log = get_logger("client.orderly")
 
@@ -215,9 +215,9 @@ class OrderlyConsumeService:
         try:
             if executor is not None:
                 loop = asyncio.get_running_loop()
-                result = await asyncio.wait_for(loop.run_in_executor(executor, self.listener, msgs), timeout)
+                result = await wait_within(loop.run_in_executor(executor, self.listener, msgs), timeout)
             else:
-                result = await asyncio.wait_for(self.listener(msgs), timeout)
+                result = await wait_within(self.listener(msgs), timeout)
         except asyncio.CancelledError:
             raise
         except Exception:

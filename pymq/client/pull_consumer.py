@@ -32,6 +32,7 @@ from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription
 from pymq.protocol.message import MessageExt
 from pymq.protocol.route import MessageQueue
+from pymq.tasks import wait_within
 
 PULL_DELAY_PAUSED = 0.1
 
@@ -119,7 +120,7 @@ class PullConsumer(ConsumerBase):
                 if self._buffer.empty():
                     if remaining <= 0:
                         break
-                    item = await asyncio.wait_for(self._buffer.get(), remaining)
+                    item = await wait_within(self._buffer.get(), remaining)
                 else:
                     item = self._buffer.get_nowait()
             except TimeoutError:

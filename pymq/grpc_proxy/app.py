@@ -17,13 +17,18 @@ class ProxyApp:
             receive_batch_size=config.receive_batch_size,
             long_polling_ms=config.long_polling_ms,
             default_invisible_ms=config.default_invisible_ms,
+            unset_message_type_is_normal=config.unset_message_type_is_normal,
         )
+        acl = config.acl
+        credentials = {"access_key": acl.access_key, "secret_key": acl.secret_key} if acl.access_key else {}
         self.proxy = GrpcProxy(
             config.namesrv_addrs,
             host=config.host,
             port=config.port,
             advertised_host=config.advertised_host,
             settings=settings,
+            acl_file=acl.file if acl.enable else None,
+            **credentials,
         )
 
     @property

@@ -38,10 +38,18 @@ def _decoder(cls: Any) -> Callable[[bytes], Any]:
     return decode
 
 
-def _unary(fn: Callable[[Any, Any], Any], req: Any, resp: Any) -> grpc.RpcMethodHandler:
+#: guard(method, request, context): None to go on, else the status to answer with (ACL; see auth.py)
+Guard = Callable[[str, Any, Any], Any]
+
+
+def _unary(fn: Callable[[Any, Any], Any], req: Any, resp: Any, guard: Guard | None = None) -> grpc.RpcMethodHandler:
+    name = fn.__name__
+
     async def call(request: Any, context: Any) -> Any:
         if isinstance(request, Malformed):
             return resp(status=request.status)
+        if guard is not None and (refused := guard(name, request, context)) is not None:
+            return resp(status=refused)
         return await fn(request, context)
 
     return grpc.unary_unary_rpc_method_handler(
@@ -49,10 +57,17 @@ def _unary(fn: Callable[[Any, Any], Any], req: Any, resp: Any) -> grpc.RpcMethod
     )
 
 
-def _server_stream(fn: Callable[[Any, Any], AsyncIterator[Any]], req: Any, resp: Any) -> grpc.RpcMethodHandler:
+def _server_stream(
+    fn: Callable[[Any, Any], AsyncIterator[Any]], req: Any, resp: Any, guard: Guard | None = None
+) -> grpc.RpcMethodHandler:
+    name = fn.__name__
+
     async def call(request: Any, context: Any) -> AsyncIterator[Any]:
         if isinstance(request, Malformed):
             yield resp(status=request.status)
+            return
+        if guard is not None and (refused := guard(name, request, context)) is not None:
+            yield resp(status=refused)
             return
         async for item in fn(request, context):
             yield item
@@ -69,22 +84,31 @@ def _bidi(fn: Callable[[Any, Any], AsyncIterator[Any]], req: Any, resp: Any) -> 
 
 
 def generic_handler(service: Any) -> grpc.GenericRpcHandler:
-    """The methods pymq serves (the others answer gRPC UNIMPLEMENTED)."""
+    """The methods pymq serves (the others answer gRPC UNIMPLEMENTED); with the service's ``acl`` set,
+    each call is checked by it first (Telemetry checks its own stream and settings)."""
     s = service
+    acl = getattr(service, "acl", None)
+    g: Guard | None = acl.check if acl is not None else None
     methods = {
-        "QueryRoute": _unary(s.QueryRoute, spb.QueryRouteRequest, spb.QueryRouteResponse),
-        "Heartbeat": _unary(s.Heartbeat, spb.HeartbeatRequest, spb.HeartbeatResponse),
-        "SendMessage": _unary(s.SendMessage, spb.SendMessageRequest, spb.SendMessageResponse),
-        "QueryAssignment": _unary(s.QueryAssignment, spb.QueryAssignmentRequest, spb.QueryAssignmentResponse),
-        "ReceiveMessage": _server_stream(s.ReceiveMessage, spb.ReceiveMessageRequest, spb.ReceiveMessageResponse),
-        "AckMessage": _unary(s.AckMessage, spb.AckMessageRequest, spb.AckMessageResponse),
+        "QueryRoute": _unary(s.QueryRoute, spb.QueryRouteRequest, spb.QueryRouteResponse, g),
+        "Heartbeat": _unary(s.Heartbeat, spb.HeartbeatRequest, spb.HeartbeatResponse, g),
+        "SendMessage": _unary(s.SendMessage, spb.SendMessageRequest, spb.SendMessageResponse, g),
+        "QueryAssignment": _unary(s.QueryAssignment, spb.QueryAssignmentRequest, spb.QueryAssignmentResponse, g),
+        "ReceiveMessage": _server_stream(s.ReceiveMessage, spb.ReceiveMessageRequest, spb.ReceiveMessageResponse, g),
+        "AckMessage": _unary(s.AckMessage, spb.AckMessageRequest, spb.AckMessageResponse, g),
         "ChangeInvisibleDuration": _unary(
-            s.ChangeInvisibleDuration, spb.ChangeInvisibleDurationRequest, spb.ChangeInvisibleDurationResponse
+            s.ChangeInvisibleDuration, spb.ChangeInvisibleDurationRequest, spb.ChangeInvisibleDurationResponse, g
         ),
         "NotifyClientTermination": _unary(
-            s.NotifyClientTermination, spb.NotifyClientTerminationRequest, spb.NotifyClientTerminationResponse
+            s.NotifyClientTermination, spb.NotifyClientTerminationRequest, spb.NotifyClientTerminationResponse, g
         ),
-        "EndTransaction": _unary(s.EndTransaction, spb.EndTransactionRequest, spb.EndTransactionResponse),
+        "EndTransaction": _unary(s.EndTransaction, spb.EndTransactionRequest, spb.EndTransactionResponse, g),
+        "ForwardMessageToDeadLetterQueue": _unary(
+            s.ForwardMessageToDeadLetterQueue,
+            spb.ForwardMessageToDeadLetterQueueRequest,
+            spb.ForwardMessageToDeadLetterQueueResponse,
+            g,
+        ),
         "Telemetry": _bidi(s.Telemetry, spb.TelemetryCommand, spb.TelemetryCommand),
     }
     return grpc.method_handlers_generic_handler(SERVICE, methods)

@@ -26,6 +26,7 @@ from pymq.errors import (
     TopicNotExistError,
 )
 from pymq.grpc_proxy.pb import definition_pb2 as pb
+from pymq.protocol.filter import Subscription
 from pymq.protocol.message import Message, MessageExt, Prop
 from pymq.protocol.route import MASTER_ID, PERM_READ, PERM_WRITE, TopicRouteData
 from pymq.protocol.transaction import CHECK_IMMUNITY_TIME_IN_SECONDS, PGROUP, TRAN_MSG
@@ -51,6 +52,7 @@ _NOT_USER = (
 )
 _ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 _HANDLE_SEP = "~"
+_OFFSET_SEP = "."
 
 
 class MappingError(Exception):
@@ -111,12 +113,17 @@ def _permission(perm: int) -> int:
     return pb.READ if readable else pb.WRITE if writable else pb.NONE
 
 
-def message_types(attributes: dict[str, str]) -> list[int]:
-    """The types a topic accepts: its ``message.type`` attribute (RocketMQ 5), or all when unset/MIXED."""
-    declared = attributes.get("message.type", "").upper()
+def message_types(attributes: dict[str, str], *, unset_is_normal: bool = False) -> list[int]:
+    """The types a topic accepts: its ``message.type`` attribute (RocketMQ 5), all when MIXED.
+
+    Unset (or not a type's name): all, unless ``unset_is_normal``, which is RocketMQ's rule
+    (TopicConfig.getTopicMessageType says NORMAL for a topic without the attribute)."""
+    declared = attributes.get("message.type", "").strip().upper()
     by_name = {"NORMAL": pb.NORMAL, "FIFO": pb.FIFO, "DELAY": pb.DELAY, "TRANSACTION": pb.TRANSACTION}
     if declared in by_name:
         return [by_name[declared]]
+    if unset_is_normal and not declared:
+        return [pb.NORMAL]
     return list(_ALL_TYPES)
 
 
@@ -235,35 +242,64 @@ def millis_ts(ts: Timestamp) -> int:
     return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
 
 
+def effective_type(out: Outgoing) -> int:
+    """The message's type: as the client declared it, else from its properties (RocketMQ's
+    TopicMessageType.parseFromMessageProperty: a delivery time is DELAY, a message group FIFO)."""
+    if out.message_type:
+        return out.message_type
+    if Prop.TIMER_DELIVER_MS in out.message.properties:
+        return pb.DELAY
+    return pb.FIFO if out.message_group is not None else pb.NORMAL
+
+
 def check_type(out: Outgoing, accepted: list[int]) -> None:
     """RocketMQ 5's rule: the message's type must be one the topic accepts."""
-    if out.message_type and out.message_type not in accepted:
+    mtype = effective_type(out)
+    if mtype not in accepted:
         names = ", ".join(pb.MessageType.Name(t) for t in accepted)
         raise MappingError(
             pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-            f"topic {out.message.topic} accepts {names}, not {pb.MessageType.Name(out.message_type)}",
+            f"topic {out.message.topic} accepts {names} messages (its message.type attribute), "
+            f"not {pb.MessageType.Name(mtype)}",
         )
 
 
 # --- receive --------------------------------------------------------------------------------------------------
 
 
-def wrap_handle(broker_name: str, handle: str) -> str:
-    return base64.urlsafe_b64encode(broker_name.encode()).decode() + _HANDLE_SEP + handle
+def wrap_handle(broker_name: str, handle: str, commitlog_offset: int | None = None) -> str:
+    """``<b64(broker)>[.<commitlog offset>]~<handle>``: the offset (of the popped message) is what
+    ForwardMessageToDeadLetterQueue sends back, as RocketMQ's handles carry it."""
+    head = base64.urlsafe_b64encode(broker_name.encode()).decode()
+    if commitlog_offset is not None:
+        head += f"{_OFFSET_SEP}{commitlog_offset}"
+    return head + _HANDLE_SEP + handle
 
 
 def unwrap_handle(wrapped: str) -> tuple[str, str]:
     """(broker name, broker handle) of a handle made by :func:`wrap_handle`; MappingError if it is not one."""
+    broker, handle, _ = unwrap_handle_offset(wrapped)
+    return broker, handle
+
+
+def unwrap_handle_offset(wrapped: str) -> tuple[str, str, int | None]:
+    """(broker name, broker handle, commitlog offset or None) of a handle made by :func:`wrap_handle`."""
     head, sep, handle = wrapped.partition(_HANDLE_SEP)
     if not sep or not handle:
         raise MappingError(pb.INVALID_RECEIPT_HANDLE, "receipt_handle was not issued by this service")
+    head, dot, offset_text = head.partition(_OFFSET_SEP)
+    offset: int | None = None
     try:
         broker = base64.urlsafe_b64decode(head.encode()).decode()
+        if dot:
+            offset = int(offset_text)
+            if offset < 0:
+                raise ValueError(offset_text)
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise MappingError(pb.INVALID_RECEIPT_HANDLE, "receipt_handle was not issued by this service") from None
     if not broker:
         raise MappingError(pb.INVALID_RECEIPT_HANDLE, "receipt_handle names no broker")
-    return broker, handle
+    return broker, handle, offset
 
 
 def to_v2(m: MessageExt, topic: str, handle: str | None, invisible_ms: int, namespace: str = "") -> pb.Message:
@@ -313,20 +349,106 @@ def to_v2(m: MessageExt, topic: str, handle: str | None, invisible_ms: int, name
     )
 
 
+# --- clients registered with the brokers ---------------------------------------------------------------------
+
+
+#: the protocol the brokers list a 5.x client under (its heartbeat body's ``protocol``)
+GRPC_PROTOCOL = "grpc"
+_CONSUME_TYPES: dict[int, str] = {pb.PUSH_CONSUMER: "CONSUME_PASSIVELY", pb.SIMPLE_CONSUMER: "CONSUME_ACTIVELY"}
+
+
+def client_language(metadata_language: str, agent: pb.UA | None) -> str:
+    """The client's language in RocketMQ's words (JAVA, PYTHON, GOLANG...): its ``x-mq-language`` header,
+    else its Settings.user_agent, else OTHER."""
+    if metadata_language:
+        return metadata_language.upper()
+    if agent is not None and agent.language != pb.LANGUAGE_UNSPECIFIED:
+        return str(pb.Language.Name(agent.language))
+    return "OTHER"
+
+
+#: RocketMQ's MQVersion.Version ordinal of V5_0_0; each 5.a.b (a, b in 0..9) follows its _SNAPSHOT entry
+_V5_0_0 = 413
+
+
+def client_version_code(version: str) -> int:
+    """A 5.x client's version (``x-mq-client-version`` / user agent, e.g. "5.1.2") as RocketMQ's version
+    code (the ``MQVersion.Version`` ordinal 4.x clients send in their frames: V5_1_2 = 437); 0 if unknown."""
+    parts = version.strip().lstrip("vV").split(".")
+    if len(parts) < 3 or parts[0] != "5" or not all(len(p) == 1 and p.isdigit() for p in parts[1:3]):
+        return 0
+    return _V5_0_0 + 2 * (10 * int(parts[1]) + int(parts[2]))
+
+
+def subscriptions(settings: pb.Settings) -> list[Subscription]:
+    """A consumer's TAG subscriptions from its Telemetry settings (SQL ones are not served, so not listed)."""
+    out = []
+    for entry in settings.subscription.subscriptions:
+        if entry.expression.type == pb.SQL or not entry.topic.name:
+            continue
+        out.append(Subscription.parse(entry.topic.name, entry.expression.expression or "*"))
+    return out
+
+
+def heartbeat_body(
+    client_id: str,
+    client_type: int,
+    *,
+    language: str,
+    version: int = 0,
+    producer_topics: list[str] | None = None,
+    group: str = "",
+    subs: list[Subscription] | None = None,
+) -> dict[str, object]:
+    """pymq's HEART_BEAT body for a 5.x client, sent by the front end on its behalf.
+
+    A producer is listed under each topic it publishes (a 5.x producer has no group: RocketMQ's proxy
+    registers it under the topic too); a consumer under its group, pop-style (CLUSTERING, its broker
+    decides). ``protocol`` says "grpc" (the channel is the front end's, which is pymq's protocol)."""
+    body: dict[str, object] = {
+        "clientID": client_id,
+        "language": language,
+        "version": version,
+        "protocol": GRPC_PROTOCOL,
+        "producerDataSet": [],
+        "consumerDataSet": [],
+    }
+    if client_type == pb.PRODUCER:
+        body["producerDataSet"] = [{"groupName": t} for t in producer_topics or []]
+    elif client_type in _CONSUME_TYPES and group:
+        body["consumerDataSet"] = [
+            {
+                "groupName": group,
+                "consumeType": _CONSUME_TYPES[client_type],
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",  # pop starts new groups at the queues' minimum
+                "subscriptionDataSet": [s.to_dict() for s in subs or []],
+            }
+        ]
+    return body
+
+
 __all__ = [
+    "GRPC_PROTOCOL",
     "MESSAGE_GROUP_PROP",
     "MappingError",
     "Outgoing",
     "check_type",
+    "client_language",
+    "client_version_code",
     "duration",
+    "effective_type",
     "error_status",
+    "heartbeat_body",
     "message_types",
     "millis",
     "route_queues",
     "status",
+    "subscriptions",
     "timestamp",
     "to_pymq",
     "to_v2",
     "unwrap_handle",
+    "unwrap_handle_offset",
     "wrap_handle",
 ]

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
 
 from pymq.client.producer import Producer
 from pymq.errors import ConfigError
+from pymq.grpc_proxy.auth import GrpcAcl
 from pymq.grpc_proxy.service import MessagingService, ProxySettings, add_to_server
 from pymq.protocol.message import MessageExt
 from pymq.protocol.requests import CheckTransactionStateRequest
+from pymq.security.acl import AclFileError
 from pymq.transport.server import bind_socket, cannot_listen
 
 log = logging.getLogger("pymq.grpc_proxy")
@@ -40,16 +43,25 @@ class GrpcProxy:
         port: int = 8081,
         advertised_host: str | None = None,
         settings: ProxySettings | None = None,
+        acl_file: str | Path | None = None,
         **client_options: Any,
     ) -> None:
+        """``acl_file``: check 5.x clients' authorization headers against this ACL file's accounts
+        (:mod:`pymq.grpc_proxy.auth`); ``client_options`` go to the front end's own pymq client (e.g.
+        access_key/secret_key, its account on ACL brokers, which must allow what its clients do)."""
         self.namesrv = namesrv
         self.host = host
         self.port = port
         self.advertised_host = advertised_host or (host if host not in ("0.0.0.0", "::", "") else "127.0.0.1")
         self.settings = settings or ProxySettings()
         self._client_options = client_options
+        try:
+            self.acl = GrpcAcl(acl_file) if acl_file is not None else None
+        except AclFileError as exc:
+            raise ConfigError(str(exc)) from exc
         self.producer: ProxyProducer | None = None
         self.server: grpc.aio.Server | None = None
+        self.service: MessagingService | None = None
 
     async def start(self) -> GrpcProxy:
         """Listen (ConfigError in the daemons' wording if the port cannot be had), then serve."""
@@ -70,11 +82,12 @@ class GrpcProxy:
         self.port = bound
         self.producer = ProxyProducer(self.namesrv, "PYMQ_GRPC_PROXY", **self._client_options)
         await self.producer.start()
-        service = MessagingService(self.producer, (self.advertised_host, bound), self.settings)
+        service = MessagingService(self.producer, (self.advertised_host, bound), self.settings, self.acl)
         self.producer.on_check = service.on_transaction_check
         add_to_server(service, server)
         await server.start()
-        self.server = server
+        service.clients.start()
+        self.server, self.service = server, service
         log.info("grpc proxy listening on %s:%d", self.host, bound)
         return self
 
@@ -89,6 +102,9 @@ class GrpcProxy:
         server, self.server = self.server, None
         if server is not None:
             await server.stop(grace)
+        service, self.service = self.service, None
+        if service is not None:
+            await service.clients.close()
         producer, self.producer = self.producer, None
         if producer is not None:
             await producer.close()

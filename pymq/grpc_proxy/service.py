@@ -19,13 +19,17 @@ from pymq.client import broker_api
 from pymq.client.producer import Producer
 from pymq.errors import PymqError, error_for_response
 from pymq.grpc_proxy import mapping
+from pymq.grpc_proxy.auth import GrpcAcl, settings_needs
+from pymq.grpc_proxy.clients import ClientRegistry, metadata
 from pymq.grpc_proxy.handlers import Malformed, generic_handler
 from pymq.grpc_proxy.mapping import MappingError
 from pymq.grpc_proxy.pb import definition_pb2 as pb
 from pymq.grpc_proxy.pb import service_pb2 as spb
+from pymq.grpc_proxy.topic_types import TopicTypes
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.message import MessageExt, Prop, iter_messages
 from pymq.protocol.requests import (
+    DLQ_PREFIX,
     MAX_INVISIBLE_MS,
     MAX_POP_MSG_NUMS,
     MIN_INVISIBLE_MS,
@@ -54,19 +58,36 @@ class ProxySettings:
         long_polling_ms: int = 20_000,
         default_invisible_ms: int = 30_000,
         max_delivery_attempts: int = 17,
+        client_expiry_s: float = 60.0,
+        topic_config_ttl_s: float = 10.0,
+        unset_message_type_is_normal: bool = False,
     ) -> None:
         self.max_body_size = max_body_size
         self.receive_batch_size = receive_batch_size
         self.long_polling_ms = long_polling_ms
         self.default_invisible_ms = default_invisible_ms
         self.max_delivery_attempts = max_delivery_attempts
+        #: a 5.x client silent this long is unregistered from the brokers (under their 120 s channel expiry)
+        self.client_expiry_s = client_expiry_s
+        #: how long a topic's message.type attribute is trusted before it is read again
+        self.topic_config_ttl_s = topic_config_ttl_s
+        #: RocketMQ's rule for a topic without message.type (NORMAL only); pymq's default accepts every type
+        self.unset_message_type_is_normal = unset_message_type_is_normal
 
 
 class MessagingService:
     """apache.rocketmq.v2.MessagingService over pymq brokers, through one pymq producer's client instance."""
 
-    def __init__(self, producer: Producer, advertised: tuple[str, int], settings: ProxySettings | None = None) -> None:
+    def __init__(
+        self,
+        producer: Producer,
+        advertised: tuple[str, int],
+        settings: ProxySettings | None = None,
+        acl: GrpcAcl | None = None,
+    ) -> None:
         self.producer = producer
+        #: checks each call's authorization header and permissions (None: ACL off)
+        self.acl = acl
         self.advertised = advertised
         self.settings = settings or ProxySettings()
         #: topic -> outbound queues of the Telemetry streams of producer clients publishing it
@@ -74,6 +95,15 @@ class MessagingService:
         self._rr = 0
         #: topics a half message was sent to (the brokers were told this front end's producer group)
         self._tx_topics: set[str] = set()
+        #: the 5.x clients registered with the brokers on their behalf
+        self.clients = ClientRegistry(lambda: self._inst, expiry_s=self.settings.client_expiry_s)
+        self._background: set[asyncio.Future[Any]] = set()
+        #: topic -> the message types its message.type attribute accepts (SendMessage checks, QueryRoute tells)
+        self.topic_types = TopicTypes(
+            lambda: self._inst,
+            ttl_s=self.settings.topic_config_ttl_s,
+            unset_is_normal=self.settings.unset_message_type_is_normal,
+        )
 
     @property
     def _inst(self) -> Any:
@@ -108,9 +138,6 @@ class MessagingService:
         inst = self._inst
         return await inst.rpc.invoke(addr, cmd, inst.config.rpc_timeout_seconds + extra_s)
 
-    def _queues(self, topic: pb.Resource, route: Any, asked: pb.Endpoints) -> list[pb.MessageQueue]:
-        return mapping.route_queues(topic, route, self._endpoints(asked), mapping.message_types({}))
-
     # --- routes and clients ----------------------------------------------------------------------------------
 
     async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
@@ -123,9 +150,8 @@ class MessagingService:
             return spb.QueryRouteResponse(status=mapping.error_status(exc))
         if route is None or not route.queueDatas:
             return spb.QueryRouteResponse(status=mapping.status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
-        queues = mapping.route_queues(
-            request.topic, route, self._endpoints(request.endpoints), mapping.message_types({})
-        )
+        types = await self.topic_types.accepted(topic)
+        queues = mapping.route_queues(request.topic, route, self._endpoints(request.endpoints), types)
         return spb.QueryRouteResponse(status=mapping.status(), message_queues=queues)
 
     async def QueryAssignment(self, request: spb.QueryAssignmentRequest, context: Any) -> spb.QueryAssignmentResponse:
@@ -142,9 +168,8 @@ class MessagingService:
             return spb.QueryAssignmentResponse(
                 status=mapping.status(pb.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
             )
-        queues = mapping.route_queues(
-            request.topic, route, self._endpoints(request.endpoints), mapping.message_types({})
-        )
+        types = await self.topic_types.accepted(topic)
+        queues = mapping.route_queues(request.topic, route, self._endpoints(request.endpoints), types)
         seen: set[str] = set()
         out = []
         for q in queues:
@@ -154,16 +179,24 @@ class MessagingService:
         return spb.QueryAssignmentResponse(status=mapping.status(), assignments=out)
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
-        """OK for a known client type (nothing is registered yet); a consumer's heartbeat names its group."""
+        """OK for a known client type, and the client's registration with the brokers renewed (see clients.py);
+        a consumer's heartbeat names its group."""
         if request.client_type not in _CLIENT_TYPES:
             return spb.HeartbeatResponse(status=_unrecognized(request.client_type))
         if request.client_type != pb.PRODUCER and not request.group.name:
             return spb.HeartbeatResponse(status=mapping.status(pb.ILLEGAL_CONSUMER_GROUP, "group.name is empty"))
+        client_id = metadata(context).get("x-mq-client-id", "")
+        if client_id:
+            await self.clients.heartbeat(client_id, request.client_type, request.group.name)
         return spb.HeartbeatResponse(status=mapping.status())
 
     async def NotifyClientTermination(
         self, request: spb.NotifyClientTerminationRequest, context: Any
     ) -> spb.NotifyClientTerminationResponse:
+        """The client is shutting down: unregister it from the brokers."""
+        client_id = metadata(context).get("x-mq-client-id", "")
+        if client_id:
+            await self.clients.remove(client_id, "it notified its termination")
         return spb.NotifyClientTerminationResponse(status=mapping.status())
 
     async def Telemetry(
@@ -173,6 +206,12 @@ class MessagingService:
         check-backs (RecoverOrphanedTransactionCommand). Open until the client ends it."""
         out: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue(maxsize=_TELEMETRY_BACKLOG)
         topics: list[str] = []
+        headers = metadata(context)
+        client_id = headers.get("x-mq-client-id", "")
+        counted: list[bool] = []  # this stream counts for its client (after its first settings)
+        if self.acl is not None and (refused := self.acl.check_needs([], context)) is not None:
+            yield spb.TelemetryCommand(status=refused)
+            return
 
         async def read() -> None:
             try:
@@ -183,6 +222,12 @@ class MessagingService:
                     kind = cmd.WhichOneof("command")
                     if kind == "settings" and cmd.settings.client_type not in _CLIENT_TYPES:
                         await out.put(spb.TelemetryCommand(status=_unrecognized(cmd.settings.client_type)))
+                    elif (
+                        kind == "settings"
+                        and self.acl is not None
+                        and (refused := self.acl.check_needs(settings_needs(cmd.settings), context)) is not None
+                    ):
+                        await out.put(spb.TelemetryCommand(status=refused))
                     elif kind == "settings":
                         if cmd.settings.client_type == pb.PRODUCER:
                             self._unregister(out, topics)
@@ -194,6 +239,7 @@ class MessagingService:
                                 status=mapping.status(), settings=self.effective_settings(cmd.settings)
                             )
                         )
+                        await self._register_client(client_id, headers, cmd.settings, counted)
                     elif kind is None:
                         await out.put(
                             spb.TelemetryCommand(
@@ -210,6 +256,26 @@ class MessagingService:
         finally:
             reader.cancel()
             self._unregister(out, topics)
+            if counted:
+                self._spawn(self.clients.stream_closed(client_id))
+
+    async def _register_client(
+        self, client_id: str, headers: dict[str, str], settings: pb.Settings, counted: list[bool]
+    ) -> None:
+        if not client_id:
+            return
+        try:
+            await self.clients.settings(client_id, headers, settings)
+        except Exception:  # registration is for listings: it must not end the client's stream
+            log.exception("registering 5.x client %s failed", client_id)
+        if not counted:
+            counted.append(True)
+            self.clients.stream_opened(client_id)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _unregister(self, out: asyncio.Queue[Any], topics: list[str]) -> None:
         for t in topics:
@@ -289,6 +355,9 @@ class MessagingService:
     async def _send_one(self, m: pb.Message) -> spb.SendResultEntry:
         try:
             out = mapping.to_pymq(m, self.settings.max_body_size)
+            topic = out.message.topic
+            if not topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):  # as RocketMQ: retry and DLQ topics unchecked
+                mapping.check_type(out, await self.topic_types.accepted(topic))
             if out.message_type == pb.TRANSACTION:
                 mapping.mark_transactional(out, m.system_properties, self.producer.group)
             queue = None
@@ -416,7 +485,8 @@ class MessagingService:
             real_topic = m.topic
             if real_topic.startswith(RETRY_PREFIX):
                 real_topic = m.properties.get(Prop.RETRY_TOPIC) or topic
-            out.append(mapping.to_v2(m, real_topic, mapping.wrap_handle(broker, handle), invisible_ms, ns))
+            wrapped = mapping.wrap_handle(broker, handle, m.commitlog_offset)
+            out.append(mapping.to_v2(m, real_topic, wrapped, invisible_ms, ns))
         return out
 
     async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
@@ -461,15 +531,62 @@ class MessagingService:
                 raise MappingError(
                     pb.ILLEGAL_INVISIBLE_TIME, f"invisible_duration must be {MIN_INVISIBLE_MS}..{MAX_INVISIBLE_MS} ms"
                 )
-            broker, handle = mapping.unwrap_handle(request.receipt_handle)
+            broker, handle, clog = mapping.unwrap_handle_offset(request.receipt_handle)
             addr = await self._addr(broker, topic)
             resp = await self._invoke(addr, broker_api.change_invisible_time(group, topic, handle, ms))
             if resp.code != ResponseCode.SUCCESS:
                 raise error_for_response(resp.code, resp.remark, addr)
-            new = mapping.wrap_handle(broker, broker_api.read_new_handle(resp))
+            new = mapping.wrap_handle(broker, broker_api.read_new_handle(resp), clog)
         except (MappingError, PymqError, TimeoutError) as exc:
             return spb.ChangeInvisibleDurationResponse(status=mapping.error_status(exc))
         return spb.ChangeInvisibleDurationResponse(status=mapping.status(), receipt_handle=new)
+
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Any
+    ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        """As RocketMQ's proxy: send the received message back with a negative delay level (its broker
+        stores it in ``%DLQ%<group>`` with its properties and origin), then ack its receipt handle."""
+        group, topic = request.group.name, request.topic.name
+        try:
+            if not group:
+                raise MappingError(pb.ILLEGAL_CONSUMER_GROUP, "group.name is empty")
+            if not topic:
+                raise MappingError(pb.ILLEGAL_TOPIC, "topic.name is empty")
+            if not request.message_id:
+                raise MappingError(pb.ILLEGAL_MESSAGE_ID, "message_id is empty")
+            broker, handle, clog = mapping.unwrap_handle_offset(request.receipt_handle)
+            if clog is None:
+                raise MappingError(pb.INVALID_RECEIPT_HANDLE, "receipt_handle names no message (commit log offset)")
+            addr = await self._addr(broker, topic)
+            await self._check_handle_message(addr, clog, request.message_id, topic)
+            cmd = broker_api.send_msg_back(
+                group, clog, request.message_id, topic, delay_level=-1, max_reconsume_times=-1
+            )
+            resp = await self._invoke(addr, cmd)
+            if resp.code != ResponseCode.SUCCESS:
+                raise error_for_response(resp.code, resp.remark, addr)
+            ack = await self._invoke(addr, broker_api.ack_message(group, topic, handle))
+            if ack.code != ResponseCode.SUCCESS:  # dead-lettered; its pop checkpoint may still revive it once
+                log.warning("dead-lettered %s but its ack failed: %s %s", request.message_id, ack.code, ack.remark)
+        except (MappingError, PymqError, TimeoutError) as exc:
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=mapping.error_status(exc))
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=mapping.status())
+
+    async def _check_handle_message(self, addr: str, clog: int, message_id: str, topic: str) -> None:
+        """The commit log offset a client hands back must hold the message it names, of the topic (or a
+        retry copy of it): the offset is not covered by the broker's handle signature."""
+        resp = await self._invoke(addr, broker_api.view_message(clog))
+        m = None
+        if resp.code == ResponseCode.SUCCESS:
+            try:
+                m = next(iter_messages(resp.body), None)
+            except Exception:  # an offset inside a record reads as garbage
+                m = None
+        if m is not None:
+            real = m.properties.get(Prop.RETRY_TOPIC) if m.topic.startswith(RETRY_PREFIX) else m.topic
+            if m.msg_id == message_id and real == topic:
+                return
+        raise MappingError(pb.INVALID_RECEIPT_HANDLE, f"receipt_handle does not name message {message_id} of {topic}")
 
 
 _CLIENT_TYPES = frozenset({pb.PRODUCER, pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER})

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from pymq.errors import ConfigError
 from pymq.logs import get_logger
+from pymq.tasks import wait_within
 
 log = get_logger("metrics")
 
@@ -97,7 +98,7 @@ class MetricsServer:
         self._writers.add(writer)
         try:
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT)
+                head = await wait_within(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT)
             except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ConnectionError):
                 return
             status, headers, body, method = self._respond(head)

@@ -29,9 +29,8 @@ from pymq.protocol.message import Prop
 from pymq.protocol.record import encode_properties, encode_record, offset_msg_id, pack_host
 from pymq.protocol.transaction import TRAN_MSG, TRANSACTION_TYPE_MASK
 from pymq.remoting.codes import RequestCode, ResponseCode
-from pymq.remoting.command import RemotingCommand
 from pymq.remoting.message_layout import decode_messages, encode_message, from_stored_records, parse_properties
-from pymq.remoting.send_header import HeaderFieldError, SendMessageRequestHeader, decode_send_header
+from pymq.remoting.send_header import HeaderFieldError, SendMessageRequestHeader, decode_send_ext
 
 __all__ = [
     "BatchEntry",
@@ -91,7 +90,7 @@ def map_code(code: int, remark: str | None) -> tuple[int, str | None]:
 
 def parse_send(code: int, ext: Mapping[str, str]) -> SendMessageRequestHeader:
     """The send header of a SEND_MESSAGE / V2 / SEND_BATCH_MESSAGE request; HeaderFieldError names a bad field."""
-    return decode_send_header(RemotingCommand(code=code, ext_fields=dict(ext)))
+    return decode_send_ext(code, ext)
 
 
 def is_batch(code: int, ext: Mapping[str, str], header: SendMessageRequestHeader) -> bool:

@@ -10,13 +10,14 @@ is true; the C++ client sends ``"0"``). A missing required field or an ill-typed
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pymq.remoting.codes import RequestCode, ResponseCode
 from pymq.remoting.command import RemotingCommand
 from pymq.remoting.message_layout import parse_properties
 
-__all__ = ["V2_NAMES", "HeaderFieldError", "SendMessageRequestHeader", "decode_send_header"]
+__all__ = ["V2_NAMES", "HeaderFieldError", "SendMessageRequestHeader", "decode_send_ext", "decode_send_header"]
 
 #: SEND_MESSAGE_V2's short names -> SendMessageRequestHeader's (createSendMessageRequestHeaderV1).
 V2_NAMES = {
@@ -69,19 +70,16 @@ class SendMessageRequestHeader:
     broker_name: str | None = None
 
 
-def _req(ext: dict[str, str], name: str) -> str:
-    v = ext.get(name)
-    if v is None:
-        raise HeaderFieldError(name, "is missing")
-    return v
-
-
-def _int(ext: dict[str, str], name: str, bounds: tuple[int, int], default: int | None = None) -> int:
-    raw = ext.get(name)
+def _int(ext: Mapping[str, str], key: str, name: str, bounds: tuple[int, int], default: int | None = None) -> int:
+    """Field ``name``, sent under ``key`` (its V2 letter or its own name), as Java's parseInt/parseLong reads it."""
+    raw = ext.get(key)
     if raw is None:
         if default is None:
             raise HeaderFieldError(name, "is missing")
         return default
+    # the usual value: a few ASCII digits (isdigit alone would take other scripts' digits, as int() does)
+    if raw.isascii() and raw.isdigit() and len(raw) < 10:
+        return int(raw)
     if not _JAVA_INT.fullmatch(raw):
         raise HeaderFieldError(name, f"is not an integer: {raw[:40]!r}")
     v = int(raw)
@@ -90,31 +88,50 @@ def _int(ext: dict[str, str], name: str, bounds: tuple[int, int], default: int |
     return v
 
 
-def _bool(ext: dict[str, str], name: str) -> bool:
-    return (ext.get(name) or "").lower() == "true"
+#: the header's wire names, V1 (long) and V2 (one letter), in SendMessageRequestHeader's order
+_V1 = (
+    "producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
+    "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch", "brokerName",
+)  # fmt: skip
+_V2 = tuple({long: short for short, long in V2_NAMES.items()}[n] for n in _V1)
+
+
+def decode_send_ext(code: int, ext: Mapping[str, str]) -> SendMessageRequestHeader:
+    """The send header of a SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE request's extFields.
+
+    The fields are read under the names the request uses (V2's letters, or V1's long names), with
+    no renamed copy; a missing or ill-typed one raises :class:`HeaderFieldError` naming the field
+    by its long name.
+    """
+    v2 = code == RequestCode.SEND_MESSAGE_V2 or (code == RequestCode.SEND_BATCH_MESSAGE and "a" in ext)
+    k = _V2 if v2 else _V1
+    get = ext.get
+    group, topic, default_topic = get(k[0]), get(k[1]), get(k[2])
+    if group is None:
+        raise HeaderFieldError("producerGroup", "is missing")
+    if topic is None:
+        raise HeaderFieldError("topic", "is missing")
+    if default_topic is None:
+        raise HeaderFieldError("defaultTopic", "is missing")
+    max_rt = get(k[11])
+    return SendMessageRequestHeader(
+        group,
+        topic,
+        default_topic,
+        _int(ext, k[3], "defaultTopicQueueNums", _I32),
+        _int(ext, k[4], "queueId", _I32),
+        _int(ext, k[5], "sysFlag", _I32),
+        _int(ext, k[6], "bornTimestamp", _I64),
+        _int(ext, k[7], "flag", _I32),
+        parse_properties(get(k[8])),
+        _int(ext, k[9], "reconsumeTimes", _I32, default=0),
+        (get(k[10]) or "").lower() == "true",
+        None if max_rt is None else _int(ext, k[11], "maxReconsumeTimes", _I32),
+        (get(k[12]) or "").lower() == "true",
+        get(k[13]),
+    )
 
 
 def decode_send_header(cmd: RemotingCommand) -> SendMessageRequestHeader:
     """The send header of a SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE request."""
-    raw = cmd.ext_fields or {}
-    if cmd.code == RequestCode.SEND_MESSAGE_V2 or (cmd.code == RequestCode.SEND_BATCH_MESSAGE and "a" in raw):
-        ext = {V2_NAMES.get(k, k): v for k, v in raw.items()}
-    else:
-        ext = raw
-    max_rt = ext.get("maxReconsumeTimes")
-    return SendMessageRequestHeader(
-        producer_group=_req(ext, "producerGroup"),
-        topic=_req(ext, "topic"),
-        default_topic=_req(ext, "defaultTopic"),
-        default_topic_queue_nums=_int(ext, "defaultTopicQueueNums", _I32),
-        queue_id=_int(ext, "queueId", _I32),
-        sys_flag=_int(ext, "sysFlag", _I32),
-        born_timestamp=_int(ext, "bornTimestamp", _I64),
-        flag=_int(ext, "flag", _I32),
-        properties=parse_properties(ext.get("properties")),
-        reconsume_times=_int(ext, "reconsumeTimes", _I32, default=0),
-        unit_mode=_bool(ext, "unitMode"),
-        max_reconsume_times=None if max_rt is None else _int(ext, "maxReconsumeTimes", _I32),
-        batch=_bool(ext, "batch"),
-        broker_name=ext.get("brokerName"),
-    )
+    return decode_send_ext(cmd.code, cmd.ext_fields or {})

@@ -33,6 +33,7 @@ from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body, encode_body
 from pymq.protocol.record import encode_record, pack_host, parse_record
 from pymq.protocol.route import MASTER_ID, PERM_READ_WRITE, BrokerData, MessageQueue, QueueData, TopicRouteData
+from pymq.tasks import wait_within
 from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.server import RpcServer
@@ -227,7 +228,7 @@ class MockBroker:
             # Long polling: hold the pull until something is sent (or the suspend time is up).
             self._arrived.clear()
             try:
-                await asyncio.wait_for(self._arrived.wait(), int(ext["suspendTimeoutMillis"]) / 1000)
+                await wait_within(self._arrived.wait(), int(ext["suspendTimeoutMillis"]) / 1000)
             except TimeoutError:
                 pass
         if offset > len(queue):

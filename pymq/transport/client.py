@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pymq.errors import ClosedError, ConnectError, ConnectionClosedError, error_for_response
 from pymq.logs import get_logger
 from pymq.protocol.command import Command
+from pymq.tasks import wait_within
 from pymq.transport.codec import DEFAULT_MAX_FRAME_SIZE, Codec, default_codec
 from pymq.transport.connection import Connection
 from pymq.transport.dispatch import Dispatcher
@@ -121,7 +122,7 @@ class RpcClient:
         ctx = self._tls_for(addr)
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(
+            _, conn = await wait_within(
                 loop.create_connection(
                     lambda: Connection(self.dispatcher, self.codec),
                     host,
@@ -201,7 +202,7 @@ class RpcClient:
             conn.close()
         for conn in conns:
             try:
-                await asyncio.wait_for(asyncio.shield(conn.closed), timeout=1.0)
+                await wait_within(asyncio.shield(conn.closed), timeout=1.0)
             except TimeoutError:
                 conn.abort()
 

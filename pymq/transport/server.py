@@ -9,6 +9,7 @@ import socket
 import ssl as _ssl
 
 from pymq.logs import get_logger
+from pymq.tasks import wait_within
 from pymq.transport.codec import DEFAULT_MAX_FRAME_SIZE, Codec, default_codec
 from pymq.transport.connection import Connection
 from pymq.transport.dispatch import Dispatcher
@@ -119,7 +120,7 @@ class RpcServer:
             conn.close()
         if self._server is not None:
             try:
-                await asyncio.wait_for(self._server.wait_closed(), timeout=grace)
+                await wait_within(self._server.wait_closed(), timeout=grace)
             except TimeoutError:
                 for conn in list(self.connections):
                     conn.abort()

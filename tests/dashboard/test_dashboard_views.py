@@ -172,3 +172,40 @@ def test_cluster_page_shows_the_failover_controller_or_says_failover_is_manual()
     assert "<code>127.0.0.1:10911</code>" in html and ">3<" in html
     manual = page.render(brokers=[], namesrvs=["127.0.0.1:9876"], controller=None)
     assert 'id="controller"' not in manual and "No nameserver runs a controller" in manual
+
+
+def test_connection_tables_show_each_clients_protocol() -> None:
+    """Producers and a group's clients list the protocol (grpc: a 5.x client through the front end);
+    rows from brokers that do not say one are pymq's."""
+    from pymq.dashboard.state import make_templates
+
+    conns = [
+        {"clientId": "c-grpc", "clientAddr": "a", "language": "PYTHON", "version": 0, "protocol": "grpc"},
+        {"clientId": "c-old", "clientAddr": "a", "language": "JAVA", "version": 0},
+    ]
+    html = (
+        make_templates()
+        .get_template("producers.html")
+        .render(producers=[("t5", [{**c, "brokerName": "b"} for c in conns])], request=None)
+    )
+    rows = [line for line in html.splitlines() if "<code>c-" in line]
+    assert "<td>grpc</td>" in rows[0] and "<td>pymq</td>" in rows[1], rows
+    html = (
+        make_templates()
+        .get_template("group.html")
+        .render(
+            group="g",
+            progress={"totalLag": 0, "totalInFlight": 0, "queues": []},
+            config=None,
+            connection={
+                "consumeType": "x",
+                "messageModel": "y",
+                "consumeFromWhere": "z",
+                "subscriptions": [],
+                "connections": conns,
+            },
+            request=None,
+        )
+    )
+    rows = [line for line in html.splitlines() if "<code>c-" in line]
+    assert "<td>grpc</td>" in rows[0] and "<td>pymq</td>" in rows[1], rows

@@ -21,6 +21,7 @@ from pymq.protocol.message import Message
 from pymq.remoting.codes import FLAG_ONEWAY, LanguageCode, RequestCode, ResponseCode, SerializeType
 from pymq.remoting.command import RemotingCommand, RemotingDecoder, encode
 from pymq.remoting.message_layout import decode_messages
+from pymq.tasks import wait_within
 from pymq.testing import LocalCluster
 
 pytestmark = pytest.mark.integration
@@ -75,7 +76,7 @@ class Remoting:
     ) -> RemotingCommand:
         fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         self.waiting[self.send(code, ext, body)] = fut
-        return await asyncio.wait_for(fut, timeout)
+        return await wait_within(fut, timeout)
 
     async def close(self) -> None:
         self.task.cancel()

@@ -15,11 +15,14 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pymq.client.admin import AdminClient
+from pymq.errors import PymqError
 from pymq.grpc_proxy import GrpcProxy
 from pymq.grpc_proxy.service import ProxySettings
 from pymq.testing import LocalCluster
@@ -98,3 +101,41 @@ async def proxied(tmp_path: Path) -> AsyncIterator[tuple[LocalCluster, GrpcProxy
         await c.create_topic("t5", 4)
         async with GrpcProxy(c.namesrv_addr, port=0, settings=ProxySettings(long_polling_ms=2000)) as proxy:
             yield c, proxy
+
+
+# --- 5.x clients kept running, and the brokers' connection listings ------------------------------------
+
+
+@asynccontextmanager
+async def lingering(
+    python: Path, proxy: GrpcProxy, group: str, topic: str = "t5", **credentials: str
+) -> AsyncIterator[tuple[Any, dict[str, Any]]]:
+    """A 5.x Producer (``topic``) and SimpleConsumer (``group``) kept running by ``clients/linger.py``."""
+    args = {"endpoint": f"127.0.0.1:{proxy.port}", "topic": topic, "group": group, **credentials}
+    proc = await asyncio.create_subprocess_exec(
+        str(python), str(CLIENTS / "linger.py"), json.dumps(args),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        cwd=str(CLIENTS),
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert line, f"linger.py ended: {(await proc.stderr.read()).decode()[-3000:] if proc.stderr else ''}"
+        ready = json.loads(line)
+        assert ready["ready"] and ready["producer"] and ready["consumer"], ready
+        yield proc, ready
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def consumers_of(admin: AdminClient, group: str) -> list[dict[str, Any]]:
+    try:
+        return list((await admin.consumer_connection(group))["connections"])
+    except PymqError:  # no broker knows the group (none of its clients is connected)
+        return []
+
+
+async def producers_of(admin: AdminClient, group: str) -> list[dict[str, Any]]:
+    return list((await admin.producer_connections()).get(group, []))

@@ -74,6 +74,18 @@ def test_receipt_handles_round_trip_and_foreign_ones_are_refused() -> None:
         assert info.value.code == pb.INVALID_RECEIPT_HANDLE
 
 
+def test_receipt_handles_carry_the_messages_commit_log_offset() -> None:
+    wrapped = mapping.wrap_handle("broker-a", "12 34 5~6", 4096)
+    assert mapping.unwrap_handle_offset(wrapped) == ("broker-a", "12 34 5~6", 4096)
+    assert mapping.unwrap_handle(wrapped) == ("broker-a", "12 34 5~6")
+    assert mapping.unwrap_handle_offset(mapping.wrap_handle("b", "h")) == ("b", "h", None)
+    head = wrapped.split(".")[0]
+    for bad in (f"{head}.x~h", f"{head}.-1~h", f"{head}.~h"):
+        with pytest.raises(MappingError) as info:
+            mapping.unwrap_handle_offset(bad)
+        assert info.value.code == pb.INVALID_RECEIPT_HANDLE
+
+
 def test_route_queues_point_at_the_front_end_with_each_queues_permission() -> None:
     route = TopicRouteData(
         queueDatas=[QueueData("broker-a", 2, 3, PERM_READ_WRITE), QueueData("broker-b", 1, 1, PERM_READ)],

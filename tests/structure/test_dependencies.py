@@ -491,3 +491,14 @@ def test_remoting_codec_is_pure_and_imports_only_errors() -> None:
         ),
     )
     assert bad == []
+
+
+def test_nothing_awaits_with_asyncio_wait_for() -> None:
+    """``asyncio.wait_for`` can swallow a cancellation on Python 3.11 (a stopped loop goes on, its
+    stopper waits for ever): pymq awaits with a timeout through ``pymq.tasks.wait_within``."""
+    offenders_ = [
+        str(path.relative_to(PKG))
+        for path in sorted(PKG.rglob("*.py"))
+        if "asyncio.wait_for(" in path.read_text() and "/pb/" not in str(path)
+    ]
+    assert offenders_ == []

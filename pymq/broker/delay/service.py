@@ -24,7 +24,7 @@ from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.logs import get_logger
 from pymq.protocol.message import Prop
 from pymq.protocol.record import decode_properties, encode_properties, iter_spans, parse_record, reencode
-from pymq.tasks import cancel_all
+from pymq.tasks import cancel_all, wait_within
 from pymq.transport.periodic import every
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ class ScheduleService:
                     continue
                 wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                    await asyncio.wait_for(wake.wait(), 1.0)
+                    await wait_within(wake.wait(), 1.0)
                 continue
             records = [parse_record(buf, pos) for buf in result.buffers for pos, _size in iter_spans(buf)]
             for r in records:

@@ -27,6 +27,7 @@ from pymq.broker.ha.epochs import crc_of, decide_join
 from pymq.config import BrokerRole
 from pymq.errors import ProtocolError
 from pymq.logs import get_logger
+from pymq.tasks import wait_within
 
 if TYPE_CHECKING:
     from pymq.broker.ha.epoch_file import EpochFile
@@ -193,7 +194,7 @@ class HAMaster:
         hello_body: memoryview | None = None
         auth: dict[str, str | int] | None = None
         while hello is None:
-            chunk = await asyncio.wait_for(reader.read(65536), HELLO_TIMEOUT)
+            chunk = await wait_within(reader.read(65536), HELLO_TIMEOUT)
             if not chunk:
                 return
             for kind, body in decoder.feed(chunk):
@@ -314,7 +315,7 @@ class HAMaster:
                     pos += len(view)
                 del views, view
                 if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                    await asyncio.wait_for(writer.drain(), silent)
+                    await wait_within(writer.drain(), silent)
                 continue
             sleeping = loop.create_future()
             self._sleepers.append(sleeping)
@@ -327,7 +328,7 @@ class HAMaster:
                 if time.monotonic() - state.last_ack_at > silent:
                     raise TimeoutError(f"no ACK from the slave for {silent:.0f}s")
                 writer.write(codec.data_header(pos, store.max_phy_offset, 0))
-                await asyncio.wait_for(writer.drain(), silent)
+                await wait_within(writer.drain(), silent)
             elif self.role.current.flavour is not BrokerRole.SYNC_MASTER:
                 # ASYNC: let the writes of the next moment join this one (fewer, larger frames);
                 # no send waits for it, the slave is only ASYNC_BATCH_SECONDS later.

@@ -30,7 +30,7 @@ from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import decode_body
 from pymq.protocol.record_batch import whole_records_prefix
-from pymq.tasks import cancel_and_wait
+from pymq.tasks import cancel_and_wait, wait_within
 
 if TYPE_CHECKING:
     from pymq.broker.ha.epoch_file import EpochFile
@@ -149,7 +149,7 @@ class HASlave:
         if ha is None:
             return RETRY_SECONDS
         host, _, port = ha.rpartition(":")
-        reader, writer = await asyncio.wait_for(
+        reader, writer = await wait_within(
             asyncio.open_connection(host, int(port), ssl=self.ssl, limit=codec.MAX_FRAME), 5.0
         )
         try:
@@ -174,7 +174,7 @@ class HASlave:
         join = None
         frames: list[tuple[int, memoryview]] = []
         while join is None:
-            chunk = await asyncio.wait_for(reader.read(READ_SIZE), silent)
+            chunk = await wait_within(reader.read(READ_SIZE), silent)
             if not chunk:
                 raise ConnectionError("master closed the HA link before answering")
             frames = decoder.feed(chunk)
@@ -237,7 +237,7 @@ class HASlave:
             if ack_now or (expected != acked and now - acked_at >= codec.LAZY_ACK_SECONDS):
                 writer.write(codec.encode_ack(expected))
                 acked, acked_at = expected, now
-            chunk = await asyncio.wait_for(reader.read(READ_SIZE), silent)
+            chunk = await wait_within(reader.read(READ_SIZE), silent)
             if not chunk:
                 raise ConnectionError("master closed the HA link")
             self.last_frame_at = time.monotonic()

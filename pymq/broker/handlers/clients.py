@@ -54,8 +54,12 @@ class ClientHandlers:
             channel.add_close_callback(consumers.channel_closed)
         try:
             language, version = str(body.get("language", "PYTHON")), int(body.get("version", 0))
+            # the body's word first (a proxy heartbeats for its clients on its own connection), then the channel's
+            protocol = str(body.get("protocol") or channel.attrs.get("protocol") or "pymq")
             for p in body.get("producerDataSet") or []:
-                consumers.register_producer(str(p["groupName"]), client_id, channel, language=language, version=version)
+                consumers.register_producer(
+                    str(p["groupName"]), client_id, channel, language=language, version=version, protocol=protocol
+                )
             for c in body.get("consumerDataSet") or []:
                 group = str(c["groupName"])
                 sg = self.subscription_groups.get(group)
@@ -74,6 +78,7 @@ class ClientHandlers:
                     subscriptions=subs,
                     language=language,
                     version=version,
+                    protocol=protocol,
                 )
         except (KeyError, TypeError, ValueError) as exc:
             raise InvalidRequestError(f"bad heartbeat body: {exc}") from exc

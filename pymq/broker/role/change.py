@@ -43,6 +43,7 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import decode_body
+from pymq.tasks import wait_within
 
 if TYPE_CHECKING:
     from pymq.broker.registration import NamesrvRegistrar
@@ -149,7 +150,7 @@ class RoleChanger:
             if current.state is RoleState.SLAVE and rep.meta_sync is not None and final_sync_timeout > 0:
                 # A last copy of the master's topics and offsets, if it still answers (a switchover).
                 try:
-                    await asyncio.wait_for(rep.meta_sync.sync_once(), final_sync_timeout)
+                    await wait_within(rep.meta_sync.sync_once(), final_sync_timeout)
                 except (PymqError, TimeoutError) as exc:
                     log.info("final_meta_sync_skipped", reason=str(exc) or type(exc).__name__)
             new_epoch = await rep.become_master(epoch)

@@ -53,7 +53,7 @@ from pymq.protocol.record import (
     parse_record,
     reencode,
 )
-from pymq.tasks import cancel_all
+from pymq.tasks import cancel_all, wait_within
 
 if TYPE_CHECKING:
     from pymq.broker.hosts import DeliveryHost as TimerHost
@@ -248,7 +248,7 @@ class TimerService:
                 continue
             self._wake_enqueue.clear()
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
-                await asyncio.wait_for(self._wake_enqueue.wait(), IDLE_POLL)
+                await wait_within(self._wake_enqueue.wait(), IDLE_POLL)
 
     def enqueue_some(self) -> int:
         """File up to one read of new timer-topic entries per queue; how many entries were consumed."""

@@ -33,7 +33,7 @@ from pymq.protocol.command import Command
 from pymq.protocol.message import Prop
 from pymq.protocol.record import offset_msg_id, pack_host
 from pymq.protocol.requests import CheckTransactionStateRequest
-from pymq.tasks import cancel_and_wait
+from pymq.tasks import cancel_and_wait, wait_within
 
 if TYPE_CHECKING:
     from pymq.broker.consumers import ClientChannel
@@ -75,7 +75,7 @@ class TransactionCheckService:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.config.transaction_check_interval_seconds)
+                await wait_within(self._wake.wait(), self.config.transaction_check_interval_seconds)
             self._wake.clear()
             try:
                 self.check()

@@ -20,6 +20,8 @@ namesrv, mode, spec_json = sys.argv[1:]
 spec = json.loads(spec_json)
 producer = Producer(spec.get("group", "PG_PYMQ_PRODUCE"), orderly=mode == "sharding", timeout=5000)
 producer.set_namesrv_addr(namesrv)
+if spec.get("credentials"):  # AclClientRPCHook signatures (the C++ client signs with channel ALIYUN)
+    producer.set_session_credentials(spec["credentials"]["access_key"], spec["credentials"]["secret_key"], "ALIYUN")
 producer.start()
 
 

@@ -2,7 +2,8 @@
 
 argv[1]: JSON {"endpoint", "group", "topic", "count", "invisible_s", "await_s", "deadline_s",
                "then": "ack" | "nothing" | "extend:<s>" (then ack with the new handle)
-                       | "extend_only:<s>" | "ack_old_after_extend:<s>" (ack with the replaced handle), "tag"?}
+                       | "extend_only:<s>" | "ack_old_after_extend:<s>" (ack with the replaced handle), "tag"?,
+               "ak"?, "sk"? (credentials)}
 Receives until ``count`` messages came or ``deadline_s`` passed, doing ``then`` to each.
 stdout: JSON {"messages": [{"body", "tag", "keys", "props", "message_id", "attempt", "group"}], "errors": [...]}
 """
@@ -14,7 +15,7 @@ import time
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
 args = json.loads(sys.argv[1])
-config = ClientConfiguration(args["endpoint"], Credentials(), request_timeout=5)
+config = ClientConfiguration(args["endpoint"], Credentials(args.get("ak", ""), args.get("sk", "")), request_timeout=5)
 expr = FilterExpression(args["tag"]) if args.get("tag") else FilterExpression()
 consumer = SimpleConsumer(config, args["group"], {args["topic"]: expr}, await_duration=args.get("await_s", 2))
 consumer.startup()

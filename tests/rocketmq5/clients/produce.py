@@ -1,7 +1,8 @@
 """Run with the rocketmq-python-client venv: send messages with the official 5.x Producer.
 
-argv[1]: JSON {"endpoint", "topic", "messages": [{"body", "tag"?, "keys"?, "props"?, "group"?, "delay_s"?}]}
-stdout: JSON list, one {"message_id"} or {"error"} per message.
+argv[1]: JSON {"endpoint", "topic", "messages": [{"body", "tag"?, "keys"?, "props"?, "group"?, "delay_s"?}],
+               "ak"?, "sk"? (credentials: the client signs every call with them)}
+stdout: JSON list, one {"message_id"} or {"error"} per message; {"startup_error"} if the producer did not start.
 """
 
 import json
@@ -11,8 +12,13 @@ import time
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 args = json.loads(sys.argv[1])
-producer = Producer(ClientConfiguration(args["endpoint"], Credentials(), request_timeout=5), (args["topic"],))
-producer.startup()
+credentials = Credentials(args.get("ak", ""), args.get("sk", ""))
+producer = Producer(ClientConfiguration(args["endpoint"], credentials, request_timeout=5), (args["topic"],))
+try:
+    producer.startup()
+except Exception as exc:  # reported to the test, which asserts on it
+    print(json.dumps({"startup_error": f"{type(exc).__name__}: {exc}"}))
+    sys.exit(0)
 out = []
 try:
     for spec in args["messages"]:
