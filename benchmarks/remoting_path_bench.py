@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import shutil
@@ -137,11 +138,18 @@ async def figures(root: Path, only: str | None = None) -> dict[str, Any]:
                    "maxMsgNums": PULL_BATCH, "sysFlag": 0, "commitOffset": -1}  # fmt: skip
             app.dispatcher.dispatch(native, Command(pull_code, i, 0, None, ext))  # type: ignore[arg-type]
 
+        opaques = itertools.count(1)
+
         def remoting_pull(i: int) -> None:
             ext = {"consumerGroup": "g", "topic": "bench", "queueId": str(i % QUEUES), "queueOffset": str(offset(i)),
-                   "maxMsgNums": str(PULL_BATCH), "sysFlag": "0", "commitOffset": "-1",
-                   "suspendTimeoutMillis": "0", "subVersion": "0"}  # fmt: skip
-            app.remoting_dispatcher.dispatch(remoting, Command(11, i, 0, None, ext))  # type: ignore[arg-type]
+                   "maxMsgNums": str(PULL_BATCH), "sysFlag": "4", "commitOffset": "-1",
+                   "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}  # fmt: skip
+            # (sysFlag 4: the subscription rides along, as the C++ client sends it; without it the broker
+            # takes the group's from its heartbeat, and this bench's group never heartbeats)
+            # a fresh opaque each time, as a client's: a pull answered later (its pages prefaulted first) is
+            # mapped back by its opaque, and a reused one would drop the earlier answer
+            opaque = next(opaques)
+            app.remoting_dispatcher.dispatch(remoting, Command(11, opaque, 0, None, ext))  # type: ignore[arg-type]
 
         if only in (None, "pull"):
             out["native_pull32_us"], out["remoting_pull32_us"] = best_pair_us(native_pull, remoting_pull, 2000)
