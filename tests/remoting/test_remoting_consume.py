@@ -84,7 +84,7 @@ class Remoting:
 
 
 def heartbeat_body(client_id: str, topic: str, expression: str) -> bytes:
-    """HeartbeatData as the C++ client writes it (enum ordinals, not names)."""
+    """HeartbeatData as the C++ client writes it (enum ordinals, not names; codeSet zeros; subVersion a string)."""
     return json.dumps(
         {
             "clientID": client_id,
@@ -101,8 +101,9 @@ def heartbeat_body(client_id: str, topic: str, expression: str) -> bytes:
                             "subString": expression,
                             "classFilterMode": False,
                             "tagsSet": [t.strip() for t in expression.split("||")] if expression != "*" else [],
-                            "codeSet": [],
-                            "subVersion": 1,
+                            # the C++ client (1.x) sends a 0 per tag here, not the tags' hash codes
+                            "codeSet": [0] * len(expression.split("||")) if expression != "*" else [],
+                            "subVersion": "1",
                         }
                     ],
                 }
