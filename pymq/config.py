@@ -398,6 +398,10 @@ class ProxyConfig(_Model):
     #: ``[acl]``: with ``enable``, 5.x clients' authorization headers are checked against ``file``'s
     #: accounts; ``access_key``/``secret_key`` sign the front end's own requests to ACL brokers
     acl: AclSettings = Field(default_factory=AclSettings)
+    #: how far a 5.x client's signed ``x-mq-date-time`` may be from this clock (0: not checked)
+    acl_date_window_seconds: float = Field(900.0, ge=0)
+    #: ``[tls]``: TLS on the gRPC port with these certificate files (``enable``, ``cert_file``, ...)
+    tls: TlsSettings = Field(default_factory=TlsSettings)
 
     @field_validator("namesrv_addrs")
     @classmethod

@@ -112,6 +112,7 @@ class BrokerWithGrpc:
             port=config.grpc_port,
             advertised_host=config.advertised_host,
             acl_file=acl.file if acl.enable else None,
+            tls=config.tls,  # the broker's listener certificates serve its gRPC port too
             **credentials,
         )
 

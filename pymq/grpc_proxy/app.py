@@ -28,6 +28,8 @@ class ProxyApp:
             advertised_host=config.advertised_host,
             settings=settings,
             acl_file=acl.file if acl.enable else None,
+            tls=config.tls,
+            acl_date_window_seconds=config.acl_date_window_seconds,
             **credentials,
         )
 

@@ -12,8 +12,14 @@ route needs PUB or SUB; a consumer's heartbeat SUB on its group; Telemetry setti
 client declares (a producer's topics PUB, a consumer's group and topics SUB). White remote
 addresses (global, or an account's) need no signature, as on the brokers.
 
-Not checked, as RocketMQ's plain ACL does not: the ``x-mq-date-time`` window (the Python
-client writes local time with a ``Z``), so a captured signature stays valid for its key.
+The signature covers only ``x-mq-date-time`` (``yyyyMMddTHHmmssZ``), so it is the same for every
+call a client makes within a second: a replay guard keyed by signature would refuse legitimate
+calls, and there is none. What bounds a captured signature is the date window: a date further
+than ``date_window_seconds`` (default 15 minutes) from the front end's clock is refused
+(UNAUTHORIZED, saying by how much). The Python client 5.1.2 writes its *local* time with a
+``Z``: on a machine whose clock is not in UTC its calls are off by the UTC offset; widen the
+window for such clients (or set their TZ to UTC). TLS on the port is what keeps signatures
+from being captured.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +67,15 @@ def parse_authorization(value: str) -> tuple[str, list[str], str]:
         return fields["Credential"], fields["SignedHeaders"].split(";"), fields["Signature"]
     except KeyError as exc:
         raise ValueError(f"authorization has no {exc.args[0]}") from None
+
+
+#: how far a signed ``x-mq-date-time`` may be from the front end's clock (0: not checked)
+DEFAULT_DATE_WINDOW_SECONDS = 900.0
+
+
+def parse_date_time(value: str) -> float:
+    """Seconds since the epoch of an ``x-mq-date-time`` (``20261128T120000Z``); ValueError if it is not one."""
+    return datetime.strptime(value, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def peer_ip(peer: str) -> str:
@@ -107,8 +123,12 @@ class GrpcAcl:
         *,
         reload_interval_s: float = 5.0,
         monotonic: Callable[[], float] = time.monotonic,
+        date_window_seconds: float = DEFAULT_DATE_WINDOW_SECONDS,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.path = Path(path)
+        self.date_window_seconds = date_window_seconds
+        self._wall_clock = wall_clock
         self.acl: AclConfig = load_acl(self.path)
         self._mtime = self._stat()
         self.reload_interval_s = reload_interval_s
@@ -164,6 +184,17 @@ class GrpcAcl:
                 return self._refuse(pb.UNAUTHORIZED, f"authorization must sign {DATE_TIME}")
             if not hmac.compare_digest(sign(account.secret_key, date_time), signature.lower()):
                 return self._refuse(pb.UNAUTHORIZED, BAD_CREDENTIALS)
+            if self.date_window_seconds:
+                try:
+                    skew = parse_date_time(date_time) - self._wall_clock()
+                except ValueError:
+                    return self._refuse(pb.UNAUTHORIZED, f"{DATE_TIME} {date_time[:32]!r} is not yyyyMMddTHHmmssZ")
+                if abs(skew) > self.date_window_seconds:
+                    return self._refuse(
+                        pb.UNAUTHORIZED,
+                        f"{DATE_TIME} {date_time} is {skew:+.0f} s from the front end's clock (window "
+                        f"{self.date_window_seconds:.0f} s; a client writing local time as UTC is off by its offset)",
+                    )
         for kind, name, perm in wanted:
             if not name:
                 continue  # the call's own validation answers a missing name
@@ -178,4 +209,13 @@ class GrpcAcl:
         return mapping.status(code, message)
 
 
-__all__ = ["GrpcAcl", "needs", "parse_authorization", "peer_ip", "settings_needs", "sign"]
+__all__ = [
+    "DEFAULT_DATE_WINDOW_SECONDS",
+    "GrpcAcl",
+    "needs",
+    "parse_authorization",
+    "parse_date_time",
+    "peer_ip",
+    "settings_needs",
+    "sign",
+]

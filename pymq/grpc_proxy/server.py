@@ -5,18 +5,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from pymq.client.producer import Producer
 from pymq.errors import ConfigError
-from pymq.grpc_proxy.auth import GrpcAcl
+from pymq.grpc_proxy.auth import DEFAULT_DATE_WINDOW_SECONDS, GrpcAcl
 from pymq.grpc_proxy.service import MessagingService, ProxySettings, add_to_server
 from pymq.protocol.message import MessageExt
 from pymq.protocol.requests import CheckTransactionStateRequest
 from pymq.security.acl import AclFileError
 from pymq.transport.server import bind_socket, cannot_listen
+
+if TYPE_CHECKING:
+    from pymq.config import TlsSettings
 
 log = logging.getLogger("pymq.grpc_proxy")
 
@@ -32,6 +35,19 @@ class ProxyProducer(Producer):
             self.on_check(broker_addr, header, msg)
 
 
+def server_credentials(tls: TlsSettings) -> grpc.ServerCredentials:
+    """grpc's TLS for the port from ``[tls]``: the listener's certificate and key; with ``verify_client``
+    a client certificate signed by ``ca_file`` is required. ConfigError if a file cannot be read."""
+    assert tls.cert_file is not None
+    try:
+        cert = Path(tls.cert_file).read_bytes()
+        key = Path(tls.key_file or tls.cert_file).read_bytes()
+        ca = Path(tls.ca_file).read_bytes() if tls.verify_client and tls.ca_file is not None else None
+    except OSError as exc:
+        raise ConfigError(f"cannot read a TLS file of the gRPC port: {exc}") from exc
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=tls.verify_client)
+
+
 class GrpcProxy:
     """Serves apache.rocketmq.v2.MessagingService on ``host:port`` (0: any free port) for ``namesrv``'s cluster."""
 
@@ -44,6 +60,8 @@ class GrpcProxy:
         advertised_host: str | None = None,
         settings: ProxySettings | None = None,
         acl_file: str | Path | None = None,
+        tls: TlsSettings | None = None,
+        acl_date_window_seconds: float = DEFAULT_DATE_WINDOW_SECONDS,
         **client_options: Any,
     ) -> None:
         """``acl_file``: check 5.x clients' authorization headers against this ACL file's accounts
@@ -56,9 +74,11 @@ class GrpcProxy:
         self.settings = settings or ProxySettings()
         self._client_options = client_options
         try:
-            self.acl = GrpcAcl(acl_file) if acl_file is not None else None
+            self.acl = GrpcAcl(acl_file, date_window_seconds=acl_date_window_seconds) if acl_file is not None else None
         except AclFileError as exc:
             raise ConfigError(str(exc)) from exc
+        #: TLS on the port (``tls.enable``): the same certificate files as the daemon's other listeners
+        self.credentials = server_credentials(tls) if tls is not None and tls.enable else None
         self.producer: ProxyProducer | None = None
         self.server: grpc.aio.Server | None = None
         self.service: MessagingService | None = None
@@ -74,7 +94,11 @@ class GrpcProxy:
             self._check_port()
         server = grpc.aio.server(options=options)
         try:
-            bound = server.add_insecure_port(f"{self.host}:{self.port}")
+            addr = f"{self.host}:{self.port}"
+            if self.credentials is not None:
+                bound = server.add_secure_port(addr, self.credentials)
+            else:
+                bound = server.add_insecure_port(addr)
         except RuntimeError:
             bound = 0
         if bound == 0:

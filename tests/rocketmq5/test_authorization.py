@@ -123,6 +123,12 @@ async def test_each_call_is_checked_with_its_own_headers(guarded: tuple[LocalClu
         assert (await stub.QueryRoute(route, metadata=moved, timeout=5)).status.code == pb.UNAUTHORIZED
         ok = await stub.QueryRoute(route, metadata=headers("app", "app-secret-1"), timeout=5)
         assert ok.status.code == pb.OK and len(ok.message_queues) == 4
+        # a rightly signed date an hour old: outside the window (a captured signature's lifetime)
+        old = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() - 3600))
+        stale = await stub.QueryRoute(route, metadata=headers("app", "app-secret-1", old), timeout=5)
+        assert stale.status.code == pb.UNAUTHORIZED and "from the front end's clock" in stale.status.message
+        garbled = await stub.QueryRoute(route, metadata=headers("app", "app-secret-1", "yesterday"), timeout=5)
+        assert garbled.status.code == pb.UNAUTHORIZED and "is not yyyyMMddTHHmmssZ" in garbled.status.message
         other_topic = spb.QueryRouteRequest(topic=pb.Resource(name="secret-topic"))
         denied = await stub.QueryRoute(other_topic, metadata=headers("app", "app-secret-1"), timeout=5)
         assert denied.status.code == pb.FORBIDDEN and "topic secret-topic" in denied.status.message
