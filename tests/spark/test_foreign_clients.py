@@ -50,8 +50,8 @@ def message_specs(prefix: str) -> list[dict[str, Any]]:
     return [
         {
             "body": body,
-            "tag": f"{prefix}Tag{i}",
-            "keys": [f"{prefix}-key-{i}", f"order-{i}"],
+            "tag": f"{prefix}Tag{i}" if i != 2 else f"{prefix}T\u00e4g\u4e16{i}",
+            "keys": [f"{prefix}-key-{i}", f"order-{i}" if i != 2 else f"\u00f6rder-{i}"],
             "props": {"color": f"c{i}", "who": prefix, "with space": "a b", "unicode": "\u00e9\u4e16"},
         }
         for i, body in enumerate(BODIES)
