@@ -585,19 +585,34 @@ GRPC_REQUESTS: list[tuple[str, Any]] = [
 #: what handlers.py's request decoders turn a request that does not decode into (a BAD_REQUEST answer)
 _GRPC_DECODERS = {cls: grpc_handlers._decoder(cls) for _, cls in GRPC_REQUESTS}
 _GRPC_ROUTE = TopicRouteData(
-    queueDatas=[QueueData("b", 2, 3, 6), QueueData("gone", 1, 1, 6)],
-    brokerDatas=[BrokerData("c", "b", {0: "127.0.0.1:1"}), BrokerData("c", "gone", {1: "127.0.0.1:2"})],
+    queueDatas=[QueueData("b", 2, 3, 6), QueueData("b2", 2, 1, 6), QueueData("gone", 1, 1, 6)],
+    brokerDatas=[
+        BrokerData("c", "b", {0: "127.0.0.1:1"}),
+        BrokerData("c", "b2", {0: "127.0.0.1:3"}),
+        BrokerData("c", "gone", {1: "127.0.0.1:2"}),
+    ],
 )
 _GRPC_SETTINGS = SimpleNamespace(settings=ProxySettings())
 _GRPC_TYPE_ATTRIBUTES = ({}, {"message.type": "NORMAL"}, {"message.type": "FIFO"}, {"message.type": "MIXED"})
 _UNIQ = "0A0000010000000000000001"
 
 
+_GRPC_MAX_BODY = 1024
+
+
+def _grpc_status(exc: grpc_mapping.MappingError) -> None:
+    """What the client is answered for a MappingError: the code it carries, never INTERNAL_SERVER_ERROR."""
+    st = grpc_mapping.error_status(exc)
+    assert st.code == exc.code and st.code != gpb.INTERNAL_SERVER_ERROR and st.message, st
+
+
 def _grpc_handle(text: str) -> None:
     """A receipt handle (or transaction id) from a client: MappingError, or parts that wrap back to the same."""
     try:
         broker, handle, offset = grpc_mapping.unwrap_handle_offset(text)
-    except grpc_mapping.MappingError:
+    except grpc_mapping.MappingError as exc:
+        assert exc.code == gpb.INVALID_RECEIPT_HANDLE
+        _grpc_status(exc)
         return
     assert broker and handle and (offset is None or offset >= 0)
     assert grpc_mapping.unwrap_handle_offset(grpc_mapping.wrap_handle(broker, handle, offset)) == (
@@ -611,8 +626,9 @@ def _grpc_send(m: Any) -> None:
     """One SendMessage entry: to_pymq, the type checks, the half-message marking, and the record round trip
     (what a 5.x consumer reads back is what was sent: body, tag, keys, user properties)."""
     try:
-        out = grpc_mapping.to_pymq(m, 1 << 16)
-    except grpc_mapping.MappingError:
+        out = grpc_mapping.to_pymq(m, _GRPC_MAX_BODY)
+    except grpc_mapping.MappingError as exc:
+        _grpc_status(exc)
         return
     mtype = grpc_mapping.effective_type(out)
     for attributes in _GRPC_TYPE_ATTRIBUTES:
@@ -620,8 +636,9 @@ def _grpc_send(m: Any) -> None:
             accepted = grpc_mapping.message_types(attributes, unset_is_normal=unset_is_normal)
             try:
                 grpc_mapping.check_type(out, accepted)
-            except grpc_mapping.MappingError:
+            except grpc_mapping.MappingError as exc:
                 assert mtype not in accepted
+                _grpc_status(exc)
     sp = m.system_properties
     if mtype == gpb.TRANSACTION:
         half = grpc_mapping.Outgoing(
@@ -631,8 +648,15 @@ def _grpc_send(m: Any) -> None:
         )  # fmt: skip
         try:
             grpc_mapping.mark_transactional(half, sp, "PYMQ_GRPC_PROXY")
-        except grpc_mapping.MappingError:
-            pass
+        except grpc_mapping.MappingError as exc:
+            _grpc_status(exc)
+        else:  # a half message reads back as a TRANSACTION message with the same user properties
+            rec = record.encode_record(
+                half.message.topic.encode(), bytes(half.message.body), ProducerEncoding._properties(half.message, _UNIQ)
+            )
+            back = grpc_mapping.to_v2(decode_message(rec), half.message.topic, None, 0)
+            assert back.system_properties.message_type == gpb.TRANSACTION, back
+            assert dict(back.user_properties) == dict(m.user_properties), back
     props = ProducerEncoding._properties(out.message, _UNIQ)  # what the front end's producer encodes: no refusal
     rec = record.encode_record(out.message.topic.encode(), bytes(out.message.body), props, born_timestamp=1)
     ext = decode_message(rec, broker_name="b")
@@ -712,7 +736,7 @@ def grpc_mapping_target(data: bytes) -> None:
     elif method in ("QueryRoute", "QueryAssignment"):
         types = grpc_mapping.message_types({"message.type": req.topic.name}, unset_is_normal=bool(data[0] & 0x80))
         queues = grpc_mapping.route_queues(req.topic, _GRPC_ROUTE, req.endpoints, types)
-        assert len(queues) == 3 and all(q.broker.name == "b" for q in queues), queues
+        assert [q.broker.name for q in queues] == ["b"] * 3 + ["b2"] * 2, queues  # "gone" has no master
     elif method == "Heartbeat":
         grpc_mapping.heartbeat_body("client", req.client_type, language="PYTHON", group=req.group.name)
     elif method == "Telemetry" and req.HasField("settings"):
