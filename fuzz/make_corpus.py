@@ -176,6 +176,8 @@ def grpc_seeds(broker_handle: str) -> list[bytes]:
         spb.SendMessageRequest(messages=[message(tag="T", keys=["k1", "k2"], message_type=pb.NORMAL)]),
         spb.SendMessageRequest(messages=[message(message_group="fifo-1", message_type=pb.FIFO)]),
         spb.SendMessageRequest(messages=[message(delivery_timestamp=born, message_type=pb.DELAY)]),
+        spb.SendMessageRequest(messages=[message(delivery_timestamp=born, message_group="g", message_type=pb.FIFO)]),
+        spb.SendMessageRequest(messages=[pb.Message(topic=topic, body=bytes(range(256)) * 5)]),  # over the limit
         spb.SendMessageRequest(
             messages=[
                 message(
