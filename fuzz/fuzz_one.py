@@ -35,6 +35,12 @@ INSTRUMENTED = [
     "pymq.broker.store.config_files",
     "pymq.broker.pop.records",
     "pymq.broker.pop.receipt",
+    "pymq.grpc_proxy.mapping",
+    "pymq.grpc_proxy.auth",
+    "pymq.grpc_proxy.handlers",
+    "pymq.protocol.filter",
+    "pymq.protocol.message",
+    "pymq.client.producer_encoding",
 ]
 
 

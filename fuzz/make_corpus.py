@@ -126,8 +126,110 @@ def seeds() -> dict[str, list[bytes]]:
         encode_message(MessageExt("T", b"body", queue_id=1, queue_offset=5, properties={"TAGS": "a"})),
         stored + stored2,
     ]
+    out["grpc_mapping"] = grpc_seeds(signed.decode())
     assert _u8(b"", 0) == 0
     return out
+
+
+def grpc_seeds(broker_handle: str) -> list[bytes]:
+    """apache.rocketmq.v2 requests as the 5.x Python client 5.1.2 fills them (its fields, a producer's and a
+    consumer's settings), with the receipt handles and transaction ids pymq's front end hands out; each
+    prefixed with its index in targets.GRPC_REQUESTS."""
+    from google.protobuf.duration_pb2 import Duration
+    from google.protobuf.timestamp_pb2 import Timestamp
+    from targets import GRPC_REQUESTS
+
+    from pymq.grpc_proxy import mapping
+    from pymq.grpc_proxy.pb import definition_pb2 as pb
+    from pymq.grpc_proxy.pb import service_pb2 as spb
+
+    index = {cls: i for i, (_, cls) in enumerate(GRPC_REQUESTS)}
+    topic, group = pb.Resource(name="t5"), pb.Resource(name="g5")
+    endpoints = pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=8081)])
+    born = Timestamp(seconds=1_700_000_000, nanos=5_000_000)
+
+    def message(**sp: object) -> pb.Message:
+        props = pb.SystemProperties(
+            message_id="01A1B2C3D4E5F60718293A4B5C00000001", body_encoding=pb.IDENTITY, born_timestamp=born,
+            born_host="host-1", **sp,  # type: ignore[arg-type]
+        )  # fmt: skip
+        return pb.Message(topic=topic, user_properties={"color": "red", "with space": "a b"}, system_properties=props,
+                          body=b"\x00\x01binary\xff")  # fmt: skip
+
+    handle = mapping.wrap_handle("broker-a", broker_handle, 4096)
+    tx_id = mapping.transaction_id("broker-a", 7, 4096, "01A1B2C3D4E5F60718293A4B5C00000001")
+    agent = pb.UA(language=pb.PYTHON, version="5.1.2", platform="Linux", hostname="host-1")
+    consumer = pb.Settings(
+        client_type=pb.SIMPLE_CONSUMER, access_point=endpoints, request_timeout=Duration(seconds=3),
+        subscription=pb.Subscription(
+            group=group,
+            subscriptions=[pb.SubscriptionEntry(topic=topic, expression=pb.FilterExpression(type=pb.TAG,
+                                                                                           expression="A || B"))],
+        ),
+        user_agent=agent,
+    )  # fmt: skip
+    producer = pb.Settings(
+        client_type=pb.PRODUCER, access_point=endpoints, request_timeout=Duration(seconds=3),
+        publishing=pb.Publishing(topics=[topic], validate_message_type=True), user_agent=agent,
+    )  # fmt: skip
+    requests = [
+        spb.SendMessageRequest(messages=[message(tag="T", keys=["k1", "k2"], message_type=pb.NORMAL)]),
+        spb.SendMessageRequest(messages=[message(message_group="fifo-1", message_type=pb.FIFO)]),
+        spb.SendMessageRequest(messages=[message(delivery_timestamp=born, message_type=pb.DELAY)]),
+        spb.SendMessageRequest(messages=[message(delivery_timestamp=born, message_group="g", message_type=pb.FIFO)]),
+        spb.SendMessageRequest(messages=[pb.Message(topic=topic, body=bytes(range(256)) * 5)]),  # over the limit
+        spb.SendMessageRequest(
+            messages=[
+                message(
+                    tag="T", message_type=pb.TRANSACTION, orphaned_transaction_recovery_duration=Duration(seconds=5)
+                )
+            ]
+        ),
+        spb.ReceiveMessageRequest(
+            group=group,
+            message_queue=pb.MessageQueue(
+                topic=topic,
+                id=0,
+                permission=pb.READ_WRITE,
+                broker=pb.Broker(name="broker-a", id=0, endpoints=endpoints),
+            ),
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="A || B"),
+            batch_size=32,
+            invisible_duration=Duration(seconds=15),
+            auto_renew=False,
+            long_polling_timeout=Duration(seconds=2),
+        ),
+        spb.AckMessageRequest(
+            group=group,
+            topic=topic,
+            entries=[spb.AckMessageEntry(message_id="01A1B2C3D4E5F60718293A4B5C00000001", receipt_handle=handle)],
+        ),
+        spb.ChangeInvisibleDurationRequest(
+            group=group, topic=topic, receipt_handle=handle, invisible_duration=Duration(seconds=30), message_id="01A1"
+        ),
+        spb.EndTransactionRequest(
+            topic=topic,
+            message_id="01A1B2C3D4E5F60718293A4B5C00000001",
+            transaction_id=tx_id,
+            resolution=pb.COMMIT,
+            source=pb.SOURCE_CLIENT,
+        ),
+        spb.QueryRouteRequest(topic=topic, endpoints=endpoints),
+        spb.QueryAssignmentRequest(topic=topic, group=group, endpoints=endpoints),
+        spb.HeartbeatRequest(group=group, client_type=pb.SIMPLE_CONSUMER),
+        spb.NotifyClientTerminationRequest(group=group),
+        spb.ForwardMessageToDeadLetterQueueRequest(
+            group=group,
+            topic=topic,
+            receipt_handle=handle,
+            message_id="01A1",
+            delivery_attempt=17,
+            max_delivery_attempts=16,
+        ),
+        spb.TelemetryCommand(settings=consumer),
+        spb.TelemetryCommand(settings=producer),
+    ]
+    return [bytes([index[type(r)]]) + r.SerializeToString() for r in requests]
 
 
 def main() -> None:

@@ -31,7 +31,10 @@ sys.path.insert(0, str(HERE))
 
 import build_sanitized  # noqa: E402
 
-TARGET_NAMES = ("frame", "records", "batch", "headers", "signing", "ha_codec", "timer_files", "pop_records", "remoting")
+TARGET_NAMES = (
+    "frame", "records", "batch", "headers", "signing", "ha_codec", "timer_files", "pop_records", "remoting",
+    "grpc_mapping",
+)  # fmt: skip
 
 _STAT = re.compile(r"#(\d+)\s+(?:DONE|pulse|NEW|REDUCE|INITED)\s+cov: (\d+) ft: (\d+).*?exec/s: (\d+)")
 
@@ -53,6 +56,7 @@ def run_target(
         "-rss_limit_mb=3072",
         "-print_final_stats=1",
         f"-artifact_prefix={artifacts}/{name}-",
+        *([f"-dict={HERE / 'dicts' / f'{name}.dict'}"] if (HERE / "dicts" / f"{name}.dict").is_file() else []),
         str(target_work),
         *([str(corpus)] if corpus.is_dir() else []),
     ]

@@ -21,9 +21,11 @@ import tempfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import msgpack
+from google.protobuf.message import DecodeError
 
 from pymq.broker.ha import codec as ha
 from pymq.broker.pop.receipt import HandleError, HandleSigner, ReceiptHandle
@@ -32,6 +34,7 @@ from pymq.broker.store.dispatcher import Dispatcher
 from pymq.broker.timer.checkpoint import TimerCheckpoint
 from pymq.broker.timer.timer_log import UNIT_SIZE, TimerLog
 from pymq.broker.timer.timer_wheel import SLOT_SIZE, TimerWheel
+from pymq.client.producer_encoding import ProducerEncoding
 from pymq.errors import (
     InvalidRequestError,
     LocalProtocolError,
@@ -39,9 +42,19 @@ from pymq.errors import (
     ProtocolError,
     RemoteProtocolError,
 )
+from pymq.grpc_proxy import auth
+from pymq.grpc_proxy import handlers as grpc_handlers
+from pymq.grpc_proxy import mapping as grpc_mapping
+from pymq.grpc_proxy.pb import definition_pb2 as gpb
+from pymq.grpc_proxy.pb import service_pb2 as spb
+from pymq.grpc_proxy.service import MessagingService, ProxySettings
 from pymq.protocol import record, record_batch
 from pymq.protocol import requests as rq
+from pymq.protocol.filter import Subscription
 from pymq.protocol.frame import Command, FrameDecoder, encode_bytes
+from pymq.protocol.headers import encode_body
+from pymq.protocol.message import Message, decode_message
+from pymq.protocol.route import BrokerData, QueueData, TopicRouteData
 from pymq.remoting import command as remoting_command
 from pymq.remoting import message_layout, send_header
 from pymq.remoting.codes import SerializeType
@@ -553,6 +566,183 @@ def remoting(data: bytes) -> None:
     differential(message_layout.from_stored_records, data, allowed=(MessageDecodeError, ValueError))
 
 
+# --- the RocketMQ 5.x gRPC front end's request mapping (issues 31, 35) -----------------------------------
+
+#: (method, request class) in the order of an input's first byte (make_corpus.py writes seeds the same way)
+GRPC_REQUESTS: list[tuple[str, Any]] = [
+    ("SendMessage", spb.SendMessageRequest),
+    ("ReceiveMessage", spb.ReceiveMessageRequest),
+    ("AckMessage", spb.AckMessageRequest),
+    ("ChangeInvisibleDuration", spb.ChangeInvisibleDurationRequest),
+    ("EndTransaction", spb.EndTransactionRequest),
+    ("QueryRoute", spb.QueryRouteRequest),
+    ("QueryAssignment", spb.QueryAssignmentRequest),
+    ("Heartbeat", spb.HeartbeatRequest),
+    ("NotifyClientTermination", spb.NotifyClientTerminationRequest),
+    ("ForwardMessageToDeadLetterQueue", spb.ForwardMessageToDeadLetterQueueRequest),
+    ("Telemetry", spb.TelemetryCommand),
+]
+#: what handlers.py's request decoders turn a request that does not decode into (a BAD_REQUEST answer)
+_GRPC_DECODERS = {cls: grpc_handlers._decoder(cls) for _, cls in GRPC_REQUESTS}
+_GRPC_ROUTE = TopicRouteData(
+    queueDatas=[QueueData("b", 2, 3, 6), QueueData("b2", 2, 1, 6), QueueData("gone", 1, 1, 6)],
+    brokerDatas=[
+        BrokerData("c", "b", {0: "127.0.0.1:1"}),
+        BrokerData("c", "b2", {0: "127.0.0.1:3"}),
+        BrokerData("c", "gone", {1: "127.0.0.1:2"}),
+    ],
+)
+_GRPC_SETTINGS = SimpleNamespace(settings=ProxySettings())
+_GRPC_TYPE_ATTRIBUTES = ({}, {"message.type": "NORMAL"}, {"message.type": "FIFO"}, {"message.type": "MIXED"})
+_UNIQ = "0A0000010000000000000001"
+
+
+_GRPC_MAX_BODY = 1024
+
+
+def _grpc_status(exc: grpc_mapping.MappingError) -> None:
+    """What the client is answered for a MappingError: the code it carries, never INTERNAL_SERVER_ERROR."""
+    st = grpc_mapping.error_status(exc)
+    assert st.code == exc.code and st.code != gpb.INTERNAL_SERVER_ERROR and st.message, st
+
+
+def _grpc_handle(text: str) -> None:
+    """A receipt handle (or transaction id) from a client: MappingError, or parts that wrap back to the same."""
+    try:
+        broker, handle, offset = grpc_mapping.unwrap_handle_offset(text)
+    except grpc_mapping.MappingError as exc:
+        assert exc.code == gpb.INVALID_RECEIPT_HANDLE
+        _grpc_status(exc)
+        return
+    assert broker and handle and (offset is None or offset >= 0)
+    assert grpc_mapping.unwrap_handle_offset(grpc_mapping.wrap_handle(broker, handle, offset)) == (
+        broker,
+        handle,
+        offset,
+    )
+
+
+def _grpc_send(m: Any) -> None:
+    """One SendMessage entry: to_pymq, the type checks, the half-message marking, and the record round trip
+    (what a 5.x consumer reads back is what was sent: body, tag, keys, user properties)."""
+    try:
+        out = grpc_mapping.to_pymq(m, _GRPC_MAX_BODY)
+    except grpc_mapping.MappingError as exc:
+        _grpc_status(exc)
+        return
+    mtype = grpc_mapping.effective_type(out)
+    for attributes in _GRPC_TYPE_ATTRIBUTES:
+        for unset_is_normal in (False, True):
+            accepted = grpc_mapping.message_types(attributes, unset_is_normal=unset_is_normal)
+            try:
+                grpc_mapping.check_type(out, accepted)
+            except grpc_mapping.MappingError as exc:
+                assert mtype not in accepted
+                _grpc_status(exc)
+    sp = m.system_properties
+    if mtype == gpb.TRANSACTION:
+        half = grpc_mapping.Outgoing(
+            Message(out.message.topic, out.message.body, out.message.tags, out.message.keys,
+                    properties=dict(out.message.properties)),
+            out.message_id, out.message_group, out.message_type,
+        )  # fmt: skip
+        try:
+            grpc_mapping.mark_transactional(half, sp, "PYMQ_GRPC_PROXY")
+        except grpc_mapping.MappingError as exc:
+            _grpc_status(exc)
+        else:  # a half message reads back as a TRANSACTION message with the same user properties
+            rec = record.encode_record(
+                half.message.topic.encode(), bytes(half.message.body), ProducerEncoding._properties(half.message, _UNIQ)
+            )
+            back = grpc_mapping.to_v2(decode_message(rec), half.message.topic, None, 0)
+            assert back.system_properties.message_type == gpb.TRANSACTION, back
+            assert dict(back.user_properties) == dict(m.user_properties), back
+    props = ProducerEncoding._properties(out.message, _UNIQ)  # what the front end's producer encodes: no refusal
+    rec = record.encode_record(out.message.topic.encode(), bytes(out.message.body), props, born_timestamp=1)
+    ext = decode_message(rec, broker_name="b")
+    back = grpc_mapping.to_v2(ext, ext.topic, "h", 1000)
+    assert back.body == m.body and back.topic.name == m.topic.name, back
+    assert dict(back.user_properties) == dict(m.user_properties), (dict(back.user_properties), m.user_properties)
+    bsp = back.system_properties
+    assert (bsp.tag if bsp.HasField("tag") else None) == (sp.tag if sp.HasField("tag") else None), bsp
+    assert list(bsp.keys) == " ".join(sp.keys).split(), (list(bsp.keys), list(sp.keys))  # RocketMQ's KEYS: spaces
+    if out.message_group is not None:
+        assert bsp.message_group == out.message_group and bsp.message_type == gpb.FIFO, bsp
+    assert bsp.message_id == _UNIQ and bsp.receipt_handle == "h", bsp
+
+
+def _grpc_settings(settings: Any) -> None:
+    """Telemetry settings: what the front end makes of them (registration with the brokers, effective settings)."""
+    auth.settings_needs(settings)
+    agent = settings.user_agent if settings.HasField("user_agent") else None
+    language = grpc_mapping.client_language("", agent)
+    assert isinstance(language, str) and language
+    version = grpc_mapping.client_version_code(agent.version if agent is not None else "")
+    assert isinstance(version, int) and version >= 0
+    subs = grpc_mapping.subscriptions(settings)
+    for sub in subs:
+        assert Subscription.from_dict(sub.to_dict()) == sub
+    body = grpc_mapping.heartbeat_body(
+        "client", settings.client_type, language=language, version=version,
+        producer_topics=[t.name for t in settings.publishing.topics], group=settings.subscription.group.name,
+        subs=subs,
+    )  # fmt: skip
+    encode_body(body)
+    MessagingService.effective_settings(_GRPC_SETTINGS, settings)  # type: ignore[arg-type]
+
+
+def grpc_mapping_target(data: bytes) -> None:
+    """pymq.grpc_proxy: bytes -> the apache.rocketmq.v2 request the first byte names (protobuf's parser:
+    DecodeError allowed, and handlers.py's decoder then answers BAD_REQUEST), then the pure functions the
+    front end feeds it to: auth.needs/settings_needs, mapping.to_pymq/effective_type/check_type/
+    mark_transactional (MappingError), the record round trip back through to_v2 (the same body, tag, keys,
+    user properties), receipt handles and transaction ids (MappingError; what parses wraps back the same),
+    route_queues/message_types, client_language/client_version_code/subscriptions/heartbeat_body and the
+    effective Telemetry settings (no error allowed).
+    """
+    if not data:
+        return
+    method, cls = GRPC_REQUESTS[data[0] % len(GRPC_REQUESTS)]
+    raw = data[1:]
+    try:
+        req = cls.FromString(raw)
+    except DecodeError:
+        assert isinstance(_GRPC_DECODERS[cls](raw), grpc_handlers.Malformed)
+        return
+    assert not isinstance(_GRPC_DECODERS[cls](raw), grpc_handlers.Malformed)
+    if method != "Telemetry":
+        auth.needs(method, req)
+    if method == "SendMessage":
+        for m in req.messages:
+            _grpc_send(m)
+    elif method == "ReceiveMessage":
+        grpc_mapping.millis(req.invisible_duration)
+        grpc_mapping.millis(req.long_polling_timeout)
+        Subscription.parse(req.message_queue.topic.name, req.filter_expression.expression or "*")
+    elif method == "AckMessage":
+        for e in req.entries:
+            _grpc_handle(e.receipt_handle)
+    elif method in ("ChangeInvisibleDuration", "ForwardMessageToDeadLetterQueue"):
+        if method == "ChangeInvisibleDuration":
+            grpc_mapping.millis(req.invisible_duration)
+        _grpc_handle(req.receipt_handle)
+    elif method == "EndTransaction":
+        try:
+            parsed = grpc_mapping.parse_transaction_id(req.transaction_id)
+        except grpc_mapping.MappingError as exc:
+            assert exc.code == gpb.INVALID_TRANSACTION_ID
+        else:
+            assert grpc_mapping.parse_transaction_id(grpc_mapping.transaction_id(*parsed)) == parsed
+    elif method in ("QueryRoute", "QueryAssignment"):
+        types = grpc_mapping.message_types({"message.type": req.topic.name}, unset_is_normal=bool(data[0] & 0x80))
+        queues = grpc_mapping.route_queues(req.topic, _GRPC_ROUTE, req.endpoints, types)
+        assert [q.broker.name for q in queues] == ["b"] * 3 + ["b2"] * 2, queues  # "gone" has no master
+    elif method == "Heartbeat":
+        grpc_mapping.heartbeat_body("client", req.client_type, language="PYTHON", group=req.group.name)
+    elif method == "Telemetry" and req.HasField("settings"):
+        _grpc_settings(req.settings)
+
+
 #: name -> target (the names are the corpus directories under fuzz/corpus/)
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "frame": frame,
@@ -564,6 +754,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "timer_files": timer_files,
     "pop_records": pop_records,
     "remoting": remoting,
+    "grpc_mapping": grpc_mapping_target,
 }
 
 if os.environ.get("PYMQ_FUZZ_SELFTEST"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import json
 import sys
@@ -497,6 +498,9 @@ async def consume(
 ) -> None:
     """Read and print messages (the group's offsets are committed).
 
+    With --json each message carries ``body`` (a text preview: the first 200 bytes as UTF-8, bad
+    bytes replaced) and ``bodyBase64`` (the whole body, byte for byte).
+
     \b
     Example:
       pymq-admin consume --topic orders --count 1
@@ -536,7 +540,7 @@ async def consume(
             await consumer.commit(shown)
     rows = [{**message_row(m), "body": preview(m.body, 80)} for m in got]
     emit(
-        [{**m.to_dict(), "body": preview(m.body)} for m in got],
+        [{**m.to_dict(), "body": preview(m.body), "bodyBase64": base64.b64encode(m.body).decode()} for m in got],
         ctx.as_json,
         table(rows, [*MESSAGE_COLUMNS[:5], ("body", "BODY")]) if rows else "no message",
     )

@@ -29,27 +29,20 @@ from pymq.grpc_proxy.pb import definition_pb2 as pb
 from pymq.protocol.filter import Subscription
 from pymq.protocol.message import Message, MessageExt, Prop
 from pymq.protocol.route import MASTER_ID, PERM_READ, PERM_WRITE, TopicRouteData
-from pymq.protocol.transaction import CHECK_IMMUNITY_TIME_IN_SECONDS, PGROUP, TRAN_MSG
+from pymq.protocol.transaction import CHECK_IMMUNITY_TIME_IN_SECONDS, PGROUP, TRAN_MSG, TRANSACTION_CHECK_TIMES
 
-#: user property names a 5.x client may not set: pymq keeps its own system properties there
-_RESERVED = frozenset(
-    {Prop.TAGS, Prop.KEYS, Prop.UNIQ_KEY, Prop.DELAY, Prop.TIMER_DELIVER_MS, Prop.TIMER_DELAY_MS, Prop.SHARDING_KEY}
+#: user property names a 5.x client may not set (ILLEGAL_MESSAGE_PROPERTY_KEY, as RocketMQ's proxy refuses
+#: MessageConst's system names): every property pymq's broker or clients read (REAL_TOPIC, TRAN_MSG, PGROUP,
+#: RETRY_TOPIC, PRIORITY ... would re-route, half or re-prioritise a message) and, with the ``__`` prefix,
+#: its and RocketMQ's internal ones; :func:`to_v2` hides all of them (user properties are the rest), so a
+#: 5.x consumer reads back what a 5.x producer sent
+_SYSTEM_NAMES = frozenset(
+    {v for k, v in vars(Prop).items() if k.isupper() and isinstance(v, str)}
+    | {TRAN_MSG, PGROUP, CHECK_IMMUNITY_TIME_IN_SECONDS, TRANSACTION_CHECK_TIMES}
 )
+_SEPARATORS = ("\x01", "\x02")  # the property string's separators (pymq's record and RocketMQ's)
 #: the property that carries a FIFO message's group through pymq (RocketMQ 5 stores it there too)
 MESSAGE_GROUP_PROP = "__SHARDINGKEY"
-#: pymq's system properties that are not user properties for a 5.x client
-_NOT_USER = (
-    Prop.RETRY_TOPIC,
-    Prop.REAL_TOPIC,
-    Prop.REAL_QID,
-    Prop.ORIGIN_MESSAGE_ID,
-    Prop.RECONSUME_TIME,
-    Prop.TIMER_DELIVER_MS,
-    TRAN_MSG,
-    PGROUP,
-    CHECK_IMMUNITY_TIME_IN_SECONDS,
-    "TRANSACTION_CHECK_TIMES",
-)
 _ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 _HANDLE_SEP = "~"
 _OFFSET_SEP = "."
@@ -184,17 +177,23 @@ def to_pymq(msg: pb.Message, max_body: int) -> Outgoing:
     sp = msg.system_properties
     props: dict[str, str] = {}
     for key, value in msg.user_properties.items():
-        if not key or key in _RESERVED or key == MESSAGE_GROUP_PROP:
+        if not key or key in _SYSTEM_NAMES or key.startswith("__") or _separated(key):
             raise MappingError(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {key!r} is reserved or empty")
+        if _separated(value):
+            raise MappingError(pb.BAD_REQUEST, f"user property {key!r} has \\x01 or \\x02 in its value")
         props[key] = value
     tag = sp.tag if sp.HasField("tag") else None
-    if tag is not None and (not tag.strip() or "|" in tag):
-        raise MappingError(pb.ILLEGAL_MESSAGE_TAG, f"system_properties.tag {tag!r} is blank or contains '|'")
+    if tag is not None and (not tag.strip() or "|" in tag or _separated(tag)):
+        raise MappingError(pb.ILLEGAL_MESSAGE_TAG, f"system_properties.tag {tag!r} is blank or has '|', \\x01, \\x02")
     keys = [k for k in sp.keys]
-    if any(not k.strip() for k in keys):
-        raise MappingError(pb.ILLEGAL_MESSAGE_KEY, "system_properties.keys has a blank key")
+    if any(not k.strip() or _separated(k) for k in keys):
+        raise MappingError(pb.ILLEGAL_MESSAGE_KEY, "system_properties.keys has a blank key or one with \\x01, \\x02")
     group = sp.message_group if sp.HasField("message_group") else None
+    if group is not None and _separated(group):
+        raise MappingError(pb.ILLEGAL_MESSAGE_GROUP, "system_properties.message_group has \\x01 or \\x02")
     mtype = sp.message_type
+    if mtype != pb.MESSAGE_TYPE_UNSPECIFIED and mtype not in _ALL_TYPES:
+        raise MappingError(pb.BAD_REQUEST, f"system_properties.message_type {mtype} is not a message type")
     if group is not None:
         if not group:
             raise MappingError(pb.ILLEGAL_MESSAGE_GROUP, "system_properties.message_group is empty")
@@ -207,6 +206,10 @@ def to_pymq(msg: pb.Message, max_body: int) -> Outgoing:
             )
         out.set_delivery_time(millis_ts(sp.delivery_timestamp))
     return Outgoing(out, sp.message_id, group, mtype)
+
+
+def _separated(text: str) -> bool:
+    return _SEPARATORS[0] in text or _SEPARATORS[1] in text
 
 
 def mark_transactional(out: Outgoing, sp: pb.SystemProperties, group: str) -> None:
@@ -256,12 +259,19 @@ def check_type(out: Outgoing, accepted: list[int]) -> None:
     """RocketMQ 5's rule: the message's type must be one the topic accepts."""
     mtype = effective_type(out)
     if mtype not in accepted:
-        names = ", ".join(pb.MessageType.Name(t) for t in accepted)
+        names = ", ".join(_type_name(t) for t in accepted)
         raise MappingError(
             pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-            f"topic {out.message.topic} accepts {names} messages (its message.type attribute), "
-            f"not {pb.MessageType.Name(mtype)}",
+            f"topic {out.message.topic} accepts {names} messages (its message.type attribute), not {_type_name(mtype)}",
         )
+
+
+def _type_name(mtype: int) -> str:
+    """The type's name; a number protobuf kept without a name (an open enum) as the number."""
+    try:
+        return str(pb.MessageType.Name(mtype))
+    except ValueError:
+        return str(mtype)
 
 
 # --- receive --------------------------------------------------------------------------------------------------
@@ -305,9 +315,7 @@ def unwrap_handle_offset(wrapped: str) -> tuple[str, str, int | None]:
 def to_v2(m: MessageExt, topic: str, handle: str | None, invisible_ms: int, namespace: str = "") -> pb.Message:
     """A stored pymq message as the 5.x clients read it (ids, tag, keys, group, attempts, digest)."""
     props = m.properties
-    user = {k: v for k, v in props.items() if k not in _RESERVED and k != MESSAGE_GROUP_PROP and not k.startswith("__")}
-    for k in _NOT_USER:
-        user.pop(k, None)
+    user = {k: v for k, v in props.items() if k not in _SYSTEM_NAMES and not k.startswith("__")}
     body = m.body
     sp = pb.SystemProperties(
         message_id=props.get(Prop.UNIQ_KEY) or m.msg_id,
@@ -363,7 +371,10 @@ def client_language(metadata_language: str, agent: pb.UA | None) -> str:
     if metadata_language:
         return metadata_language.upper()
     if agent is not None and agent.language != pb.LANGUAGE_UNSPECIFIED:
-        return str(pb.Language.Name(agent.language))
+        try:
+            return str(pb.Language.Name(agent.language))
+        except ValueError:  # a value this .proto has no name for (protobuf keeps unknown enum values)
+            pass
     return "OTHER"
 
 

@@ -85,7 +85,7 @@ def test_message_commands(daemons) -> None:
     make_topic(ns, "t-msg")
     sent = js(ns, "send", "--topic", "t-msg", "--body", "hello admin", "--tags", "A", "--keys", "order-7")
     got = js(ns, "consume", "--topic", "t-msg", "--group", "cli-g", "--count", "1", "--wait", "3")
-    assert [m["body"] for m in got] == ["hello admin"]
+    assert [(m["body"], m["bodyBase64"]) for m in got] == [("hello admin", "aGVsbG8gYWRtaW4=")]
     assert js(ns, "consume", "--topic", "t-msg", "--group", "cli-g", "--count", "1", "--wait", "1") == []  # committed
     found = js(ns, "query-key", "--topic", "t-msg", "--key", "order-7")
     assert [m["msgId"] for m in found] == [sent["msgId"]]

@@ -10,6 +10,7 @@ import base64
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -168,3 +169,110 @@ def test_fuzz_pop_checkpoint_in_range_round_trips() -> None:
     body = json.dumps({"c": "G", "t": "T", "q": 1, "o": [2**63 - 1], "nb": 1, "pt": 2**63 - 1, "it": 0}).encode()
     ck = CheckPoint.from_body(body)
     assert CheckPoint.from_body(parse_record(ck.to_record("R")).body) == ck
+
+
+# --- grpc_mapping: what a 5.x client's SendMessage / Telemetry may carry ------------------------------------
+
+
+def _grpc_target() -> Any:
+    """fuzz/targets.py's grpc_mapping target (fuzz/ is not a package)."""
+    import sys
+
+    fuzz = Path(__file__).resolve().parents[2] / "fuzz"
+    sys.path.insert(0, str(fuzz))
+    try:
+        import targets
+    finally:
+        sys.path.remove(str(fuzz))
+    return targets.TARGETS["grpc_mapping"]
+
+
+# (target "grpc_mapping", found by libFuzzer with the dictionary's "REAL_TOPIC") byte 0: SendMessageRequest; a
+# message whose user properties name REAL_TOPIC. The front end stored it as a pymq property the broker's delay,
+# timer and transaction paths read (REAL_TOPIC, REAL_QID, TRAN_MSG, PGROUP ... likewise), and to_v2 hid it from
+# 5.x consumers: what was sent did not come back.
+GRPC_SYSTEM_PROPERTY = base64.b64decode(
+    "AAp5CgQSAnQ1EhEKClJFQUxfVE9QSUMSA2EgYhIMCgVjb2xvchIDcmVkGkUKAVQaIjAxQTFCMkMzRDRFNUY2MDcxODI5M0E0QjVDMDAw"
+    "MDAwMDEoATAEOgsIgOLPqgYQwJaxAkIGaG9zdC0xmgECCAUiCQABYmluYXJ5/w=="
+)
+
+
+def test_fuzz_grpc_user_property_naming_a_system_property_is_refused() -> None:
+    from pymq.grpc_proxy import mapping
+    from pymq.grpc_proxy.pb import definition_pb2 as pb
+    from pymq.grpc_proxy.pb import service_pb2 as spb
+
+    _grpc_target()(GRPC_SYSTEM_PROPERTY)
+    (m,) = spb.SendMessageRequest.FromString(GRPC_SYSTEM_PROPERTY[1:]).messages
+    assert dict(m.user_properties) == {"REAL_TOPIC": "a b", "color": "red"}
+    with pytest.raises(mapping.MappingError) as err:
+        mapping.to_pymq(m, 1 << 20)
+    assert err.value.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY and "REAL_TOPIC" in err.value.message
+    for key in ("TRAN_MSG", "PGROUP", "REAL_QID", "RETRY_TOPIC", "PRIORITY", "WAIT", "__transactionId__", "a\x01b"):
+        m.user_properties.clear()
+        m.user_properties[key] = "true"
+        with pytest.raises(mapping.MappingError) as err:
+            mapping.to_pymq(m, 1 << 20)
+        assert err.value.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY, key
+    m.user_properties.clear()
+    m.user_properties["real_topic"] = "x\x02TRAN_MSG\x01true"  # a value that would split into two properties
+    with pytest.raises(mapping.MappingError) as err:
+        mapping.to_pymq(m, 1 << 20)
+    assert err.value.code == pb.BAD_REQUEST
+    m.user_properties["real_topic"] = "fine"  # not a system name: kept, and read back by a 5.x consumer
+    assert mapping.to_pymq(m, 1 << 20).message.properties == {"real_topic": "fine"}
+
+
+@pytest.mark.parametrize(
+    ("field", "code"),
+    [("tag", "ILLEGAL_MESSAGE_TAG"), ("keys", "ILLEGAL_MESSAGE_KEY"), ("message_group", "ILLEGAL_MESSAGE_GROUP")],
+)
+def test_fuzz_grpc_separators_in_tag_keys_or_group_are_refused_by_field(field: str, code: str) -> None:
+    """\\x01/\\x02 would end up in the record's property string; before, pymq's producer refused them as a
+    ClientError (a BAD_REQUEST naming no field); now the field's own code."""
+    from pymq.grpc_proxy import mapping
+    from pymq.grpc_proxy.pb import definition_pb2 as pb
+
+    sp = pb.SystemProperties(message_id="id")
+    if field == "keys":
+        sp.keys.append("k\x02KEYS\x01x")
+    else:
+        setattr(sp, field, "a\x01b")
+    m = pb.Message(topic=pb.Resource(name="t"), body=b"x", system_properties=sp)
+    with pytest.raises(mapping.MappingError) as err:
+        mapping.to_pymq(m, 1 << 20)
+    assert err.value.code == getattr(pb, code)
+
+
+def test_fuzz_grpc_unknown_message_type_is_a_bad_request_not_a_value_error() -> None:
+    """(target "grpc_mapping", its first hand-made input) a message_type protobuf keeps without a name (an open
+    enum: 7) reached check_type, whose pb.MessageType.Name(7) raised ValueError: SendMessage answered gRPC
+    INTERNAL instead of a v2 status."""
+    from pymq.grpc_proxy import mapping
+    from pymq.grpc_proxy.pb import definition_pb2 as pb
+    from pymq.grpc_proxy.pb import service_pb2 as spb
+    from pymq.protocol.message import Message
+
+    sp = pb.SystemProperties(message_id="id", tag="T", message_type=7)  # type: ignore[arg-type]
+    m = pb.Message(topic=pb.Resource(name="t"), body=b"x", system_properties=sp)
+    _grpc_target()(b"\x00" + spb.SendMessageRequest(messages=[m]).SerializeToString())
+    with pytest.raises(mapping.MappingError) as err:
+        mapping.to_pymq(m, 1 << 20)
+    assert err.value.code == pb.BAD_REQUEST and "message_type 7" in err.value.message
+    out = mapping.Outgoing(Message("t", b"x"), "id", None, 7)  # check_type alone names it by number
+    with pytest.raises(mapping.MappingError, match="not 7"):
+        mapping.check_type(out, [pb.NORMAL])
+
+
+def test_fuzz_grpc_unknown_user_agent_language_is_other() -> None:
+    """A Telemetry settings' user_agent.language without a name (99) made client_language raise ValueError
+    (registration with the brokers failed, logged with a traceback per settings)."""
+    from pymq.grpc_proxy import mapping
+    from pymq.grpc_proxy.pb import definition_pb2 as pb
+    from pymq.grpc_proxy.pb import service_pb2 as spb
+
+    agent = pb.UA(language=99, version="5.1.2")  # type: ignore[arg-type]
+    assert mapping.client_language("", agent) == "OTHER"
+    assert mapping.client_language("", pb.UA(language=pb.PYTHON)) == "PYTHON"
+    settings = pb.Settings(client_type=pb.PRODUCER, user_agent=agent)
+    _grpc_target()(b"\x0a" + spb.TelemetryCommand(settings=settings).SerializeToString())

@@ -9,6 +9,7 @@ import grpc
 import pytest
 
 from pymq.client import Message, Producer
+from pymq.client.admin import AdminClient
 from pymq.grpc_proxy import GrpcProxy
 from pymq.grpc_proxy.handlers import SERVICE
 from pymq.grpc_proxy.mapping import wrap_handle
@@ -127,6 +128,26 @@ async def test_send_errors_name_the_field(stub: MessagingServiceStub) -> None:
         assert answer.status.code == code, (pb.Code.Name(code), answer)
     none = await stub.SendMessage(spb.SendMessageRequest(), timeout=5)
     assert none.status.code == pb.BAD_REQUEST
+
+
+async def test_system_property_names_and_unknown_types_are_refused_not_stored(
+    proxied: tuple[LocalCluster, GrpcProxy], stub: MessagingServiceStub
+) -> None:
+    """(fuzz target grpc_mapping) a user property named like a pymq system property (TRAN_MSG would have made
+    a NORMAL message a half message, REAL_TOPIC re-routed by the delay/timer paths) is ILLEGAL_MESSAGE_PROPERTY_KEY;
+    a message_type the .proto does not name is BAD_REQUEST (it was a gRPC INTERNAL: ValueError); nothing stored."""
+    for props in ({"TRAN_MSG": "true"}, {"REAL_TOPIC": "elsewhere", "REAL_QID": "0"}, {"__x": "1"}):
+        m = pb.Message(topic=res("t5"), body=b"b", user_properties=props, system_properties=pb.SystemProperties())
+        answer = await stub.SendMessage(spb.SendMessageRequest(messages=[m]), timeout=10)
+        assert answer.status.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY, answer
+        assert any(repr(k) in answer.status.message for k in props), answer  # (map order: either name)
+    sp = pb.SystemProperties(message_type=7)  # type: ignore[arg-type]
+    m = pb.Message(topic=res("t5"), body=b"b", system_properties=sp)
+    answer = await stub.SendMessage(spb.SendMessageRequest(messages=[m]), timeout=10)
+    assert answer.status.code == pb.BAD_REQUEST and "message_type 7" in answer.status.message, answer
+    async with AdminClient(proxied[0].namesrv_addr) as admin:
+        status = await admin.topic_status("t5")
+    assert sum(q["maxOffset"] for q in status) == 0, status
 
 
 async def test_telemetry_answers_settings_and_refuses_empty_commands(stub: MessagingServiceStub) -> None:

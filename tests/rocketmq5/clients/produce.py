@@ -1,6 +1,7 @@
 """Run with the rocketmq-python-client venv: send messages with the official 5.x Producer.
 
-argv[1]: JSON {"endpoint", "topic", "messages": [{"body", "tag"?, "keys"?, "props"?, "group"?, "delay_s"?}],
+argv[1]: JSON {"endpoint", "topic",
+               "messages": [{"body" | "body_hex" (any bytes), "tag"?, "keys"?, "props"?, "group"?, "delay_s"?}],
                "ak"?, "sk"? (credentials: the client signs every call with them)}
 stdout: JSON list, one {"message_id"} or {"error"} per message; {"startup_error"} if the producer did not start.
 """
@@ -24,7 +25,7 @@ try:
     for spec in args["messages"]:
         msg = Message()
         msg.topic = args["topic"]
-        msg.body = spec["body"].encode()
+        msg.body = bytes.fromhex(spec["body_hex"]) if "body_hex" in spec else spec["body"].encode()
         if spec.get("tag"):
             msg.tag = spec["tag"]
         for key in spec.get("keys", []):
