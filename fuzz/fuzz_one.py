@@ -41,6 +41,10 @@ INSTRUMENTED = [
     "pymq.protocol.filter",
     "pymq.protocol.message",
     "pymq.client.producer_encoding",
+    "pymq.remoting.command",
+    "pymq.remoting.wire",
+    "pymq.remoting.send_header",
+    "pymq.remoting.message_layout",
 ]
 
 
