@@ -1,0 +1,182 @@
+"""A consumer's running info (GET_CONSUMER_RUNNING_INFO, issue 33): what the dashboard shows of one client.
+
+The broker relays an admin's request to the client; :class:`~pymq.client.instance.ClientInstance`
+answers it with :func:`running_info` of the named group's consumer, a msgpack body shaped
+like RocketMQ's ConsumerRunningInfo:
+
+* ``clientId``, ``group``, ``properties`` (consume type, message model, where it starts,
+  orderly, the pull thresholds, pid, Python and pymq versions, start time),
+* ``subscriptionSet`` (as the heartbeat sends them),
+* ``mqTable``: one row per owned queue: ``mq`` and ``pq`` (RocketMQ's ProcessQueueInfo
+  names: cached message count and bytes, min/max cached and commit offsets, ``locked``,
+  last lock/pull/consume times as epoch ms, ``droped``),
+* ``jstack`` (only when asked): the process's threads' and the loop's asyncio tasks' stacks
+  as text; tasks with the same stack are printed once with their count (a consumer has one
+  pull task per queue), and the text is cut at :data:`MAX_JSTACK_CHARS`.
+
+Everything here reads in-memory state on the loop: no I/O (stack lines name file, line and
+function, never the source text, which would be read from disk), nothing awaited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+from collections.abc import Iterable
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from pymq.clock import Clock
+
+if TYPE_CHECKING:
+    from pymq.client.consumer_base import ConsumerBase
+    from pymq.client.process_queue import ProcessQueue
+
+#: the stacks' text is cut here (a process with thousands of distinct task stacks)
+MAX_JSTACK_CHARS = 256 * 1024
+#: frames printed per thread or task (innermost kept)
+MAX_FRAMES = 40
+#: task names listed for a group of tasks with the same stack
+MAX_TASK_NAMES = 5
+
+
+def _epoch_ms(clock: Clock, monotonic_at: float) -> int:
+    """A monotonic instant of ``clock`` as epoch milliseconds (0: never)."""
+    if not monotonic_at:
+        return 0
+    return clock.time_ms() - int((clock.monotonic() - monotonic_at) * 1000)
+
+
+def process_queue_info(pq: ProcessQueue, clock: Clock) -> dict[str, Any]:
+    """One owned queue's state (RocketMQ's ProcessQueueInfo field names)."""
+    count = pq.count
+    return {
+        "commitOffset": pq.commit_offset(),
+        "cachedMsgMinOffset": pq.min_offset,
+        "cachedMsgMaxOffset": pq.max_offset if count else -1,
+        "cachedMsgCount": count,
+        "cachedMsgSizeInBytes": pq.size,
+        "locked": pq.locked,
+        "lastLockTimestamp": _epoch_ms(clock, pq.last_lock_time),
+        "lastPullTimestamp": _epoch_ms(clock, pq.last_pull_time),
+        "lastConsumeTimestamp": _epoch_ms(clock, pq.last_consume_time),
+        "consuming": pq.consuming,
+        "droped": pq.dropped,
+    }
+
+
+def _pymq_version() -> str:
+    try:
+        import pymq
+
+        return str(pymq.__version__)
+    except Exception:  # not installed as a distribution (a source checkout)
+        return "unknown"
+
+
+def running_info(consumer: ConsumerBase, client_id: str, *, jstack: bool = False) -> dict[str, Any]:
+    """The body answering GET_CONSUMER_RUNNING_INFO for ``consumer`` (see the module's docstring)."""
+    clock = consumer.clock
+    properties: dict[str, Any] = {
+        "consumeType": consumer.consume_type,
+        "messageModel": consumer.message_model.value,
+        "consumeFromWhere": consumer.consume_from_where.value,
+        "consumeOrderly": bool(getattr(consumer, "orderly", False)),
+        "pullBatchSize": consumer.pull_batch_size,
+        "pullBatchBytes": consumer.pull_batch_bytes,
+        "pullThresholdForQueue": consumer.pull_threshold_for_queue,
+        "pullThresholdSizeForQueue": consumer.pull_threshold_size_for_queue,
+        "consumerClass": type(consumer).__name__,
+        "pid": os.getpid(),
+        "language": "PYTHON",
+        "pythonVersion": sys.version.split()[0],
+        "pymqVersion": _pymq_version(),
+        "startTimestamp": consumer.start_timestamp,
+        "nowTimestamp": clock.time_ms(),
+    }
+    concurrency = getattr(consumer, "consume_concurrency", None)
+    if concurrency is not None:
+        properties["consumeConcurrency"] = concurrency
+    rows = [
+        {"mq": mq.to_dict(), "pq": process_queue_info(pq, clock)}
+        for mq, pq in sorted(consumer.process_queues.items(), key=lambda item: item[0])
+    ]
+    body: dict[str, Any] = {
+        "clientId": client_id,
+        "group": consumer.group,
+        "properties": properties,
+        "subscriptionSet": [s.to_dict() for s in consumer.subscriptions.values()],
+        "mqTable": rows,
+    }
+    if jstack:
+        body["jstack"] = stacks_text()
+    return body
+
+
+# --- stacks ----------------------------------------------------------------------------------------
+
+
+def _frame_line(frame: FrameType, lineno: int | None = None) -> str:
+    code = frame.f_code
+    return f'  File "{code.co_filename}", line {lineno if lineno is not None else frame.f_lineno}, in {code.co_name}'
+
+
+def _thread_frames(frame: FrameType | None) -> list[str]:
+    """A thread's stack, outermost first, the innermost MAX_FRAMES."""
+    lines: list[str] = []
+    while frame is not None and len(lines) < MAX_FRAMES:
+        lines.append(_frame_line(frame))
+        frame = frame.f_back
+    lines.reverse()
+    return lines
+
+
+def _task_frames(task: asyncio.Task[Any]) -> list[str]:
+    """Where a task waits: its coroutine chain, outermost first."""
+    try:
+        frames = task.get_stack(limit=MAX_FRAMES)
+    except Exception:  # a task of a foreign implementation
+        return ["  <stack unavailable>"]
+    return [_frame_line(f) for f in frames]
+
+
+def _task_name(task: asyncio.Task[Any]) -> str:
+    name = task.get_name()
+    coro = task.get_coro()
+    qual = getattr(coro, "__qualname__", None) or type(coro).__name__
+    return f"{name} ({qual})"
+
+
+def stacks_text(loop: asyncio.AbstractEventLoop | None = None, *, limit: int = MAX_JSTACK_CHARS) -> str:
+    """The process's thread stacks and ``loop``'s task stacks (the running loop's by default) as text."""
+    out: list[str] = []
+    threads = {t.ident: t for t in threading.enumerate()}
+    frames = sys._current_frames()
+    out.append(f"Threads ({len(frames)}):")
+    for ident, frame in sorted(frames.items(), key=lambda item: item[0] or 0):
+        t = threads.get(ident)
+        name = t.name if t is not None else "?"
+        daemon = " daemon" if t is not None and t.daemon else ""
+        out.append(f'\n"{name}" ident={ident}{daemon}')
+        out.extend(_thread_frames(frame))
+    try:
+        tasks: Iterable[asyncio.Task[Any]] = asyncio.all_tasks(loop)
+    except RuntimeError:  # no running loop
+        tasks = ()
+    groups: dict[tuple[str, ...], list[asyncio.Task[Any]]] = {}
+    n = 0
+    for task in tasks:
+        n += 1
+        groups.setdefault(tuple(_task_frames(task)), []).append(task)
+    out.append(f"\nAsyncio tasks ({n}, {len(groups)} distinct stacks):")
+    for stack, members in sorted(groups.items(), key=lambda item: -len(item[1])):
+        names = ", ".join(sorted(_task_name(t) for t in members)[:MAX_TASK_NAMES])
+        more = f", ... {len(members) - MAX_TASK_NAMES} more" if len(members) > MAX_TASK_NAMES else ""
+        out.append(f"\n{len(members)} task(s): {names}{more}")
+        out.extend(stack)
+    text = "\n".join(out)
+    if len(text) > limit:
+        text = text[:limit] + f"\n... cut at {limit} characters"
+    return text
