@@ -11,12 +11,12 @@ CLI over this class.
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any, cast
 
 from pymq.client import broker_api
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import read_queues
+from pymq.client.running_info import parse_remoting_running_info
 from pymq.client.security import Security
 from pymq.errors import (
     ClientError,
@@ -47,11 +47,10 @@ def _running_info_body(body: bytes) -> dict[str, Any]:
     except PymqError:
         pass
     text = body.decode("utf-8", "replace")
-    try:
-        parsed = json.loads(text)
-    except ValueError:  # fastjson writes maps keyed by objects (mqTable): not JSON
+    try:  # RocketMQ's JSON keys mqTable by MessageQueue objects: not JSON, parsed leniently
+        return {**parse_remoting_running_info(text), "format": "remoting"}
+    except (ValueError, TypeError):
         return {"format": "remoting", "raw": text}
-    return {**parsed, "format": "remoting"} if isinstance(parsed, dict) else {"format": "remoting", "raw": text}
 
 
 class AdminClient:

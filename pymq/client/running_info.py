@@ -21,6 +21,7 @@ function, never the source text, which would be read from disk), nothing awaited
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import threading
@@ -180,3 +181,93 @@ def stacks_text(loop: asyncio.AbstractEventLoop | None = None, *, limit: int = M
     if len(text) > limit:
         text = text[:limit] + f"\n... cut at {limit} characters"
     return text
+
+
+# --- RocketMQ 4.x clients' answers ---------------------------------------------------------------
+
+
+def _skip_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _value(text: str, i: int, decoder: json.JSONDecoder) -> tuple[Any, int]:
+    i = _skip_ws(text, i)
+    if i >= len(text):
+        raise ValueError("unexpected end")
+    c = text[i]
+    if c == "{":
+        pairs: list[tuple[Any, Any]] = []
+        i = _skip_ws(text, i + 1)
+        if text.startswith("}", i):
+            return {}, i + 1
+        while True:
+            key, i = _value(text, i, decoder)
+            i = _skip_ws(text, i)
+            if not text.startswith(":", i):
+                raise ValueError(f"':' expected at {i}")
+            val, i = _value(text, i + 1, decoder)
+            pairs.append((key, val))
+            i = _skip_ws(text, i)
+            if text.startswith(",", i):
+                i += 1
+                continue
+            if text.startswith("}", i):
+                i += 1
+                break
+            raise ValueError(f"',' or '}}' expected at {i}")
+        if all(isinstance(k, str) for k, _ in pairs):
+            return dict(pairs), i
+        return [list(p) for p in pairs], i  # a map keyed by objects: its entries
+    if c == "[":
+        items: list[Any] = []
+        i = _skip_ws(text, i + 1)
+        if text.startswith("]", i):
+            return items, i + 1
+        while True:
+            item, i = _value(text, i, decoder)
+            items.append(item)
+            i = _skip_ws(text, i)
+            if text.startswith(",", i):
+                i += 1
+                continue
+            if text.startswith("]", i):
+                return items, i + 1
+            raise ValueError(f"',' or ']' expected at {i}")
+    return decoder.raw_decode(text, i)
+
+
+#: epoch ms past 2100-01-01: not a time (the C++ client 2.x sends uninitialised lock/consume times)
+_LATEST_PLAUSIBLE_MS = 4_102_444_800_000
+
+
+def _number(key: str, value: Any) -> Any:
+    """fastjson and the C++ client write longs as strings: back to ints where they are (unsigned -1, the
+    C++ client's "no offset", back to -1; a time that cannot be one to 0, "never")."""
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        value = int(value)
+        if value >= 1 << 63:
+            value -= 1 << 64
+    if key.endswith("Timestamp") and isinstance(value, int) and not 0 <= value <= _LATEST_PLAUSIBLE_MS:
+        return 0
+    return value
+
+
+def parse_remoting_running_info(text: str) -> dict[str, Any]:
+    """A RocketMQ 4.x client's ConsumerRunningInfo (its JSON, whose ``mqTable`` is keyed by MessageQueue
+    objects, which JSON does not allow) in pymq's shape: ``mqTable`` as ``{"mq", "pq"}`` rows, long
+    values as ints. Raises ValueError when the text is not that."""
+    value, end = _value(text, 0, json.JSONDecoder())
+    if _skip_ws(text, end) != len(text) or not isinstance(value, dict):
+        raise ValueError("not a ConsumerRunningInfo object")
+    table = value.get("mqTable")
+    if isinstance(table, dict):  # an empty table, or a client that wrote string keys
+        table = [[k, v] for k, v in table.items()]
+    if isinstance(table, list):
+        value["mqTable"] = [
+            {"mq": dict(mq), "pq": {str(k): _number(str(k), v) for k, v in pq.items()}}
+            for mq, pq in table
+            if isinstance(mq, dict) and isinstance(pq, dict)
+        ]
+    return value

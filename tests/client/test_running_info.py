@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import msgpack
+import pytest
 
 from pymq.client import running_info as ri
 from pymq.client.instance import ClientInstance
@@ -116,3 +117,42 @@ async def test_the_client_instance_answers_for_its_consumer_or_says_it_has_none(
     missing = ask("g-other", False)
     assert missing.code == ResponseCode.CONSUMER_NOT_ONLINE
     assert "g-other" in (missing.remark or "") and "10.0.0.1@1" in (missing.remark or "")
+
+
+#: what the RocketMQ C++ client 2.x answered (observed against pymq-broker; trimmed to one queue)
+CPP_ANSWER = """{"mqTable":{{
+   "brokerName" : "broker-a",
+   "queueId" : 0,
+   "topic" : "t-run"
+}:{
+   "cachedMsgCount" : 2,
+   "cachedMsgMaxOffset" : "7",
+   "cachedMsgMinOffset" : "6",
+   "commitOffset" : "18446744073709551615",
+   "droped" : false,
+   "lastConsumeTimestamp" : "8031081608758567539",
+   "lastLockTimestamp" : "0",
+   "lastPullTimestamp" : "1795868318295",
+   "locked" : false,
+   "tryUnlockTimes" : 0
+}
+},"jstack":"","properties":{"PROP_CLIENT_VERSION":"V3_1_8","PROP_CONSUME_TYPE":"CONSUME_PASSIVELY"},
+"subscriptionSet":[{"subString":"*","subVersion":"1795868318273","topic":"t-run"}]}
+"""
+
+
+def test_a_remoting_clients_answer_is_read_into_the_same_shape() -> None:
+    """MessageQueue objects as map keys (not JSON) become rows; longs sent as strings become ints."""
+    info = ri.parse_remoting_running_info(CPP_ANSWER)
+    (row,) = info["mqTable"]
+    assert row["mq"] == {"brokerName": "broker-a", "queueId": 0, "topic": "t-run"}
+    pq = row["pq"]
+    assert (pq["cachedMsgCount"], pq["cachedMsgMinOffset"], pq["cachedMsgMaxOffset"]) == (2, 6, 7)
+    assert pq["commitOffset"] == -1  # unsigned -1
+    assert pq["lastPullTimestamp"] == 1795868318295 and pq["lastConsumeTimestamp"] == 0  # garbage: never
+    assert info["properties"]["PROP_CLIENT_VERSION"] == "V3_1_8"
+    assert info["subscriptionSet"][0]["topic"] == "t-run" and info["jstack"] == ""
+    assert ri.parse_remoting_running_info('{"mqTable":{},"properties":{}}')["mqTable"] == []
+    for bad in ("", "{", '{"a":1} x', "[1]", '{"a" 1}'):
+        with pytest.raises(ValueError):
+            ri.parse_remoting_running_info(bad)
