@@ -135,12 +135,23 @@ def _thread_frames(frame: FrameType | None) -> list[str]:
 
 
 def _task_frames(task: asyncio.Task[Any]) -> list[str]:
-    """Where a task waits: its coroutine chain, outermost first."""
-    try:
-        frames = task.get_stack(limit=MAX_FRAMES)
-    except Exception:  # a task of a foreign implementation
-        return ["  <stack unavailable>"]
-    return [_frame_line(f) for f in frames]
+    """Where a task waits: its chain of awaiting coroutines, outermost first, and what the innermost awaits.
+
+    ``Task.get_stack`` gives a suspended coroutine's own frame only; the chain is followed through
+    ``cr_await`` (``gi_yieldfrom`` for generator-based awaitables) to the innermost one.
+    """
+    lines: list[str] = []
+    obj: Any = task.get_coro()
+    while obj is not None and len(lines) < MAX_FRAMES:
+        frame = getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None) or getattr(obj, "ag_frame", None)
+        if frame is None:  # a future, or a finished or foreign awaitable: say what
+            if not lines or not hasattr(obj, "cr_code"):
+                what = type(obj).__name__
+                lines.append("  awaiting a Future" if what == "FutureIter" else f"  awaiting {what}")
+            break
+        lines.append(_frame_line(frame))
+        obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None) or getattr(obj, "ag_await", None)
+    return lines
 
 
 def _task_name(task: asyncio.Task[Any]) -> str:

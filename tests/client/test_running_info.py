@@ -87,7 +87,14 @@ async def test_stacks_list_threads_and_tasks_grouping_identical_stacks() -> None
     assert '"MainThread"' in text
     assert "7 task(s): waiter-0 (test_stacks_list_threads_and_tasks_grouping_identical_stacks.<locals>" in text
     assert "... 2 more" in text
-    assert "in parked_somewhere" in text
+    # the chain of awaits down to the innermost, not only the task's own frame
+    chain = text[text.index("7 task(s)") :].splitlines()[1:5]
+    assert [line.rsplit(" in ", 1)[-1].strip() for line in chain] == [
+        "parked_somewhere",
+        "wait",
+        "awaiting a Future",
+        "",
+    ]
     assert text.count("in parked_somewhere") == 1  # one group, printed once
 
 
