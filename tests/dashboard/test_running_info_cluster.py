@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pymq.client import ConsumeFromWhere, Message, Producer, PushConsumer, broker_api
+from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer, PushConsumer, broker_api
 from pymq.client.admin import AdminClient
 from pymq.config import DashboardConfig
 from pymq.dashboard.server import DashboardServer
@@ -151,6 +151,24 @@ async def test_an_orderly_consumer_shows_its_locks(cluster: LocalCluster) -> Non
         info = await admin.consumer_running_info("g-ord", client_id)
         assert info["properties"]["consumeOrderly"] is True
         assert all(r["pq"]["lastLockTimestamp"] > 0 for r in info["mqTable"] if r["mq"]["topic"] == "orders")
+
+
+async def test_a_pull_consumer_answers_too(cluster: LocalCluster) -> None:
+    """A PullConsumer (consume type CONSUME_ACTIVELY) reports its owned queues the same way."""
+    consumer = PullConsumer(
+        cluster.namesrv_addr, "g-pull", instance_name="pull-1", consume_from_where=ConsumeFromWhere.FIRST_OFFSET, **FAST
+    )
+    consumer.subscribe("orders", "*")
+    async with consumer, Producer(cluster.namesrv_addr) as producer, AdminClient(cluster.namesrv_addr) as admin:
+        for i in range(5):
+            await producer.send(Message("orders", f"p{i}".encode()))
+        got: list = []
+        while len(got) < 5:
+            got.extend(await consumer.poll(timeout=2))
+        info = await admin.consumer_running_info("g-pull", consumer.instance.client_id)
+        assert info["properties"]["consumeType"] == "CONSUME_ACTIVELY"
+        assert info["properties"]["consumerClass"] == "PullConsumer"
+        assert len([r for r in info["mqTable"] if r["mq"]["topic"] == "orders"]) == 8
 
 
 async def test_a_client_that_never_answers(cluster: LocalCluster) -> None:
