@@ -5,7 +5,8 @@ answers it with :func:`running_info` of the named group's consumer, a msgpack bo
 like RocketMQ's ConsumerRunningInfo:
 
 * ``clientId``, ``group``, ``properties`` (consume type, message model, where it starts,
-  orderly, the pull thresholds, pid, Python and pymq versions, start time),
+  orderly, the pull thresholds, pid, Python and pymq versions, start time; a push consumer's
+  messages consumed successfully since it started and their average rate),
 * ``subscriptionSet`` (as the heartbeat sends them),
 * ``mqTable``: one row per owned queue: ``mq`` and ``pq`` (RocketMQ's ProcessQueueInfo
   names: cached message count and bytes, min/max cached and commit offsets, ``locked``,
@@ -100,6 +101,14 @@ def running_info(consumer: ConsumerBase, client_id: str, *, jstack: bool = False
     concurrency = getattr(consumer, "consume_concurrency", None)
     if concurrency is not None:
         properties["consumeConcurrency"] = concurrency
+    service = getattr(consumer, "service", None)  # a push consumer's consume service, once started
+    consumed = getattr(service, "consumed", None)
+    if isinstance(consumed, int):
+        # lifetime figures (RocketMQ's statusTable keeps per-minute rates: not kept here)
+        properties["consumeOkTotal"] = consumed
+        if consumer.start_timestamp:
+            seconds = max(0.001, (properties["nowTimestamp"] - consumer.start_timestamp) / 1000)
+            properties["consumeOkTpsSinceStart"] = round(consumed / seconds, 2)
     rows = [
         {"mq": mq.to_dict(), "pq": process_queue_info(pq, clock)}
         for mq, pq in sorted(consumer.process_queues.items(), key=lambda item: item[0])

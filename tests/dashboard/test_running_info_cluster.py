@@ -86,6 +86,7 @@ async def test_running_info_through_admin_cli_and_dashboard(cluster: LocalCluste
         rows = [r["pq"] for r in info["mqTable"]]
         assert sum(r["cachedMsgCount"] for r in rows) >= 1  # held by the listener
         assert all(r["lastPullTimestamp"] > 0 and r["locked"] is False for r in rows)
+        assert info["properties"]["consumeOkTotal"] == 0  # the listener holds its first batch
 
         stacks = await admin.consumer_running_info("g-run", client_id, jstack=True)
         assert "pymq-client-heartbeat" in stacks["jstack"] and '"MainThread"' in stacks["jstack"]
