@@ -38,6 +38,8 @@ class ClientChan:
         self.asked.append((cmd, timeout))
         if isinstance(self.answer, Exception):
             raise self.answer
+        if self.answer == "stuck":  # waits for room in an output buffer that never drains
+            await asyncio.Event().wait()
         if self.answer == "never":  # as a connection does: the request times out
             await asyncio.sleep(timeout)
             raise RequestTimeoutError(f"no response from {self.remote_addr} within {timeout:.3f}s")
@@ -93,6 +95,11 @@ async def test_a_client_that_never_answers_is_a_system_error_saying_so() -> None
     resp = await ask(registered(ClientChan("never")))
     assert resp.code == ResponseCode.SYSTEM_ERROR
     assert resp.remark == "consumer 10.0.0.1@7 of group g1 did not answer within 0.05s"
+
+
+async def test_a_client_whose_connection_is_stuck_is_a_system_error_too() -> None:
+    resp = await ask(registered(ClientChan("stuck")))
+    assert resp.code == ResponseCode.SYSTEM_ERROR and "did not answer within 0.05s" in resp.remark
 
 
 async def test_a_client_gone_while_asked_or_closed() -> None:

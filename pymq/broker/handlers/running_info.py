@@ -11,6 +11,7 @@ admin hears why rather than timing out itself.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from pymq.errors import ConnectionClosedError, RequestTimeoutError
@@ -57,8 +58,9 @@ class RunningInfoHandlers:
             )
         ask = Command.request(RequestCode.GET_CONSUMER_RUNNING_INFO, h.to_ext())
         try:
-            answer = await member.channel.request(ask, self.client_timeout)
-        except RequestTimeoutError:
+            # the outer bound also covers waiting for room in a full output buffer (a client not reading)
+            answer = await asyncio.wait_for(member.channel.request(ask, self.client_timeout), self.client_timeout + 0.5)
+        except (TimeoutError, RequestTimeoutError):
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR,
                 f"consumer {h.client_id} of group {h.consumer_group} did not answer within {self.client_timeout:g}s",
