@@ -154,7 +154,12 @@ def running_info_text(info: dict[str, Any]) -> str:
         for r in info["mqTable"]
     ]
     parts = [
-        key_values({**head, **(info.get("properties") or {})}),
+        key_values(
+            {
+                **head,
+                **{k: fmt_ms(v) if k.endswith("Timestamp") else v for k, v in (info.get("properties") or {}).items()},
+            }
+        ),
         table(subs, [("topic", "TOPIC"), ("expression", "EXPRESSION")]),
         table(rows, _PROCESS_QUEUE_COLUMNS),
     ]

@@ -10,7 +10,8 @@ like RocketMQ's ConsumerRunningInfo:
 * ``subscriptionSet`` (as the heartbeat sends them),
 * ``mqTable``: one row per owned queue: ``mq`` and ``pq`` (RocketMQ's ProcessQueueInfo
   names: cached message count and bytes, min/max cached and commit offsets, ``locked``,
-  last lock/pull/consume times as epoch ms, ``droped``),
+  last lock/pull/consume times as epoch ms, ``droped``; the last pull is when the last pull
+  *answer* came, so an idle queue's long poll shows up to its hold time, 15 s, behind),
 * ``jstack`` (only when asked): the process's threads' and the loop's asyncio tasks' stacks
   as text; tasks with the same stack are printed once with their count (a consumer has one
   pull task per queue), and the text is cut at :data:`MAX_JSTACK_CHARS`.
