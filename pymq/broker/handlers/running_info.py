@@ -11,7 +11,6 @@ admin hears why rather than timing out itself.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 from pymq.errors import ConnectionClosedError, RequestTimeoutError
@@ -19,6 +18,7 @@ from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.requests import ConsumerRunningInfoRequest
+from pymq.tasks import wait_within
 from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler
 
@@ -59,7 +59,7 @@ class RunningInfoHandlers:
         ask = Command.request(RequestCode.GET_CONSUMER_RUNNING_INFO, h.to_ext())
         try:
             # the outer bound also covers waiting for room in a full output buffer (a client not reading)
-            answer = await asyncio.wait_for(member.channel.request(ask, self.client_timeout), self.client_timeout + 0.5)
+            answer = await wait_within(member.channel.request(ask, self.client_timeout), self.client_timeout + 0.5)
         except (TimeoutError, RequestTimeoutError):
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR,
