@@ -144,6 +144,10 @@ class SubscriptionGroupNotExistError(RemoteError):
     """The consumer group is unknown to the broker."""
 
 
+class ConsumerNotOnlineError(RemoteError):
+    """The consumer client a request names is not connected to the broker (CONSUMER_NOT_ONLINE)."""
+
+
 class QueryNotFoundError(RemoteError):
     """A query by key or id found nothing."""
 
@@ -247,6 +251,7 @@ def _code_map() -> dict[int, type[RemoteError]]:
             R.TOPIC_NOT_EXIST: TopicNotExistError,
             R.QUERY_NOT_FOUND: QueryNotFoundError,
             R.SUBSCRIPTION_GROUP_NOT_EXIST: SubscriptionGroupNotExistError,
+            R.CONSUMER_NOT_ONLINE: ConsumerNotOnlineError,
             R.INVALID_PARAMETER: InvalidRequestError,
             R.INVALID_RECEIPT_HANDLE: InvalidReceiptHandleError,
         }

@@ -37,6 +37,7 @@ from pymq.broker.handlers.locks import LockHandlers
 from pymq.broker.handlers.offsets import OffsetHandlers
 from pymq.broker.handlers.pull import PullHandlers
 from pymq.broker.handlers.query import QueryHandlers
+from pymq.broker.handlers.running_info import RunningInfoHandlers
 from pymq.broker.handlers.send import SendHandlers
 from pymq.broker.hosts import BrokerParts
 from pymq.broker.locks import QueueLockManager
@@ -264,6 +265,7 @@ class BrokerApp:
                 acl_accounts=lambda: self.acl.acl.describe() if self.acl is not None else None,
                 topic_traffic=self.stats.topic_totals,
             ),
+            RunningInfoHandlers(consumers=self.consumers),
             ReplicationHandlers(delay_offsets=lambda: self.schedule.offsets, role_change=self.role_changer.change),
             self.pop.handlers(store, self.put_path, address),
         )

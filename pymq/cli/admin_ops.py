@@ -118,6 +118,68 @@ async def consumer_connection(admin: AdminClient, ctx: AdminContext, group: str)
     emit(info, ctx.as_json, human)
 
 
+@main.command("consumer-running-info")
+@click.option("--group", required=True)
+@click.option("--client-id", required=True, help="As consumer-connection lists it (ip@instance).")
+@click.option("--jstack", is_flag=True, help="Add the client's thread and asyncio task stacks.")
+@admin_command
+async def consumer_running_info(
+    admin: AdminClient, ctx: AdminContext, group: str, client_id: str, jstack: bool
+) -> None:
+    """One consumer client's running info: subscriptions, per owned queue its cached messages, last pull
+    and consume times and lock, and with --jstack its stacks (asked through a broker it is connected to).
+
+    \b
+    Example:
+      pymq-admin consumer-running-info --group order-service --client-id 10.0.0.5@4242 --jstack
+    """
+    info = await admin.consumer_running_info(group, client_id, jstack)
+    emit(info, ctx.as_json, running_info_text(info))
+
+
+def running_info_text(info: dict[str, Any]) -> str:
+    """The human form of a consumer's running info (pymq's body; a 4.x client's JSON as it came)."""
+    if "raw" in info or "mqTable" not in info or not isinstance(info["mqTable"], list):
+        return json.dumps({k: v for k, v in info.items() if k != "raw"}, indent=2, default=str) + (
+            "\n" + str(info["raw"]) if "raw" in info else ""
+        )
+    head = {"clientId": info.get("clientId"), "group": info.get("group"), "broker": info.get("brokerName")}
+    subs = [{"topic": s.get("topic"), "expression": s.get("subString")} for s in info.get("subscriptionSet") or []]
+    rows = [
+        {
+            "queue": f"{r['mq'].get('topic')}@{r['mq'].get('brokerName')}:{r['mq'].get('queueId')}",
+            **r["pq"],
+            "lastPull": fmt_ms(r["pq"].get("lastPullTimestamp")),
+            "lastConsume": fmt_ms(r["pq"].get("lastConsumeTimestamp")),
+        }
+        for r in info["mqTable"]
+    ]
+    parts = [
+        key_values(
+            {
+                **head,
+                **{k: fmt_ms(v) if k.endswith("Timestamp") else v for k, v in (info.get("properties") or {}).items()},
+            }
+        ),
+        table(subs, [("topic", "TOPIC"), ("expression", "EXPRESSION")]),
+        table(rows, _PROCESS_QUEUE_COLUMNS),
+    ]
+    if info.get("jstack"):
+        parts.append(str(info["jstack"]))
+    return "\n\n".join(parts)
+
+
+_PROCESS_QUEUE_COLUMNS = [
+    ("queue", "QUEUE"),
+    ("cachedMsgCount", "CACHED"),
+    ("cachedMsgSizeInBytes", "BYTES"),
+    ("commitOffset", "COMMIT OFFSET"),
+    ("locked", "LOCKED"),
+    ("lastPull", "LAST PULL"),
+    ("lastConsume", "LAST CONSUME"),
+]
+
+
 _CONNECTION_COLUMNS = [
     ("clientId", "CLIENT ID"),
     ("clientAddr", "ADDRESS"),

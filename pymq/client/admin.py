@@ -16,8 +16,16 @@ from typing import Any, cast
 from pymq.client import broker_api
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import read_queues
+from pymq.client.running_info import parse_remoting_running_info
 from pymq.client.security import Security
-from pymq.errors import ClientError, NoRouteError, PymqError, QueryNotFoundError, TopicNotExistError
+from pymq.errors import (
+    ClientError,
+    ConsumerNotOnlineError,
+    NoRouteError,
+    PymqError,
+    QueryNotFoundError,
+    TopicNotExistError,
+)
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body, encode_body
@@ -28,6 +36,21 @@ from pymq.transport.client import RpcClient
 
 #: consumer group used by admin reads (print-message, dlq-list)
 ADMIN_GROUP = "PYMQ_ADMIN"
+
+
+def _running_info_body(body: bytes) -> dict[str, Any]:
+    """A GET_CONSUMER_RUNNING_INFO answer: msgpack from pymq's clients, JSON from RocketMQ 4.x ones."""
+    try:
+        info = decode_body(body, "running info")
+        if isinstance(info, dict):
+            return {**info, "format": "pymq"}
+    except PymqError:
+        pass
+    text = body.decode("utf-8", "replace")
+    try:  # RocketMQ's JSON keys mqTable by MessageQueue objects: not JSON, parsed leniently
+        return {**parse_remoting_running_info(text), "format": "remoting"}
+    except (ValueError, TypeError):
+        return {"format": "remoting", "raw": text}
 
 
 class AdminClient:
@@ -218,6 +241,24 @@ class AdminClient:
             connection: dict[str, Any] = decode_body(resp.body)
             return connection
         raise last or ClientError(f"no broker knows consumer group {group}")
+
+    async def consumer_running_info(self, group: str, client_id: str, jstack: bool = False) -> dict[str, Any]:
+        """One consumer client's running info (GET_CONSUMER_RUNNING_INFO, relayed by a broker it is connected
+        to): properties, subscriptions, per owned queue its process state (``mqTable``) and, with ``jstack``,
+        its threads' and asyncio tasks' stacks (``jstack``, text). ``brokerName`` says which broker relayed it.
+
+        A RocketMQ 4.x client answers JSON: it is returned parsed when it parses, else as ``raw`` text.
+        Raises :class:`~pymq.errors.ConsumerNotOnlineError` when no master knows that client.
+        """
+        last: PymqError | None = None
+        for name, addr in sorted((await self.master_addrs()).items()):
+            try:
+                resp = await self.broker_call(addr, broker_api.consumer_running_info(group, client_id, jstack))
+            except ConsumerNotOnlineError as exc:
+                last = exc
+                continue
+            return {**_running_info_body(resp.body_bytes()), "brokerName": name}
+        raise last or ClientError("no master broker to ask")
 
     async def group_list(self, cluster: str | None = None) -> dict[str, dict[str, Any]]:
         """Every subscription group's config as the masters hold it (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), by name;

@@ -31,6 +31,7 @@ from pymq.protocol.requests import (
     ChangeInvisibleTimeRequest,
     ChangeInvisibleTimeResponse,
     ConsumerGroupRequest,
+    ConsumerRunningInfoRequest,
     ConsumerSendMsgBackRequest,
     ConsumeStatsRequest,
     CreateTopicRequest,
@@ -247,6 +248,12 @@ def unregister_client(client_id: str, producer_group: str | None, consumer_group
 def consumer_group(code: int, group: str) -> Command:
     """GET_CONSUMER_LIST_BY_GROUP or GET_CONSUMER_CONNECTION_LIST."""
     return Command.request(code, ConsumerGroupRequest(consumer_group=group).to_ext())
+
+
+def consumer_running_info(group: str, client_id: str, jstack: bool = False) -> Command:
+    """GET_CONSUMER_RUNNING_INFO: a consumer client's running info, relayed by the broker (admin)."""
+    header = ConsumerRunningInfoRequest(consumer_group=group, client_id=client_id, jstack_enable=jstack)
+    return Command.request(RequestCode.GET_CONSUMER_RUNNING_INFO, header.to_ext())
 
 
 # --- nameserver --------------------------------------------------------------------------------------

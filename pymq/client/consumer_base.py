@@ -24,6 +24,7 @@ from pymq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffset
 from pymq.client.process_queue import ProcessQueue
 from pymq.client.pull_api import PullNodes, PullResult, decode_pulled, pull
 from pymq.client.rebalance import QueueOwnership, assign
+from pymq.client.running_info import running_info
 from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.errors import ClientError, ClosedError, PymqError, RemoteError
 from pymq.logs import get_logger
@@ -117,6 +118,8 @@ class ConsumerBase:
         self._background: set[asyncio.Task[None]] = set()
         self._started = False
         self._closing = False
+        #: when start() ran (epoch ms; 0: not started), for running info
+        self.start_timestamp = 0
 
     # --- subscriptions ------------------------------------------------------------------------------------
 
@@ -165,6 +168,7 @@ class ConsumerBase:
         inst.consumers[self.group] = self
         await inst.start()
         self._started = True
+        self.start_timestamp = self.clock.time_ms()
         await self._on_start()
         for topic in list(self.subscriptions):
             try:
@@ -239,6 +243,10 @@ class ConsumerBase:
 
     def topics_of_interest(self) -> list[str]:
         return list(self.subscriptions)
+
+    def running_info(self, client_id: str, *, jstack: bool = False) -> dict[str, Any]:
+        """This consumer's GET_CONSUMER_RUNNING_INFO answer (see :mod:`pymq.client.running_info`)."""
+        return running_info(self, client_id, jstack=jstack)
 
     # --- rebalance ---------------------------------------------------------------------------------------
 

@@ -22,11 +22,16 @@ from pymq.client.routes import RouteCache
 from pymq.clock import SYSTEM_CLOCK, Clock
 from pymq.errors import ConfigError, PymqError
 from pymq.logs import get_logger
-from pymq.protocol.codes import RequestCode
+from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.frame import Command
-from pymq.protocol.headers import decode_body
+from pymq.protocol.headers import decode_body, encode_body
 from pymq.protocol.message import decode_message
-from pymq.protocol.requests import CheckTransactionStateRequest, ConsumerGroupRequest, ResetOffsetRequest
+from pymq.protocol.requests import (
+    CheckTransactionStateRequest,
+    ConsumerGroupRequest,
+    ConsumerRunningInfoRequest,
+    ResetOffsetRequest,
+)
 from pymq.protocol.route import MASTER_ID, MessageQueue, TopicRouteData
 from pymq.protocol.transaction import PGROUP
 from pymq.tasks import cancel_all
@@ -63,6 +68,8 @@ class ConsumerMember(ClientMember, Protocol):
 
     def reset_offsets(self, table: dict[MessageQueue, int]) -> None: ...
 
+    def running_info(self, client_id: str, *, jstack: bool = False) -> dict[str, Any]: ...
+
 
 class ClientInstance:
     _registry: dict[tuple[str, int], ClientInstance] = {}
@@ -77,6 +84,7 @@ class ClientInstance:
                 RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
                 RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
                 RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction,
+                RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
             },
             name="client",
         )
@@ -292,3 +300,20 @@ class ClientInstance:
             return None
         check(channel.remote_addr, header, msg)
         return None
+
+    def _on_running_info(self, cmd: Command, channel: Channel) -> Command:
+        """A broker relays an admin's GET_CONSUMER_RUNNING_INFO: the group's consumer describes itself.
+
+        Answered inline on the loop from in-memory state (no I/O; the stacks are bounded text).
+        """
+        header = ConsumerRunningInfoRequest.from_ext(cmd.ext)
+        consumer = self.consumers.get(header.consumer_group)
+        if consumer is None:
+            return cmd.response(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"client {self.client_id} has no consumer of group {header.consumer_group}",
+            )
+        if header.client_id != self.client_id:
+            log.warning("running_info_other_client_id", asked=header.client_id, client_id=self.client_id)
+        info = consumer.running_info(self.client_id, jstack=header.jstack_enable)
+        return cmd.response(body=encode_body(info))

@@ -14,6 +14,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from pymq.client.admin import AdminClient
+from pymq.dashboard import views
 from pymq.dashboard.guard import check_mutation
 from pymq.dashboard.state import admin_of, bounded_gather, flash, get_state, render
 from pymq.errors import PymqError
@@ -65,6 +66,33 @@ async def group_page(request: Request) -> Response:
     topics = sorted({r["topic"] for r in progress["queues"] if not r["topic"].startswith("%RETRY%")})
     return render(
         request, "group.html", group=group, progress=progress, connection=connection, config=config, topics=topics
+    )
+
+
+async def client_page(request: Request) -> Response:
+    """One consumer client's running info (GET_CONSUMER_RUNNING_INFO, relayed by a broker): its owned queues'
+    process state and, with ``?jstack=1``, its threads' and asyncio tasks' stacks."""
+    group = request.path_params["group"]
+    client_id = request.path_params["client_id"]
+    jstack = request.query_params.get("jstack") in ("1", "yes", "true")
+    error = None
+    info: dict[str, Any] = {}
+    try:
+        info = await admin_of(request).consumer_running_info(group, client_id, jstack)
+    except PymqError as exc:  # not connected, did not answer: said on the page, the link back stays
+        error = str(exc)
+    properties = {k: v for k, v in (info.get("properties") or {}).items()} if isinstance(info, dict) else {}
+    return render(
+        request,
+        "client.html",
+        group=group,
+        client_id=client_id,
+        jstack=jstack,
+        error=error,
+        info=info,
+        properties=properties,
+        rows=views.running_info_rows(info),
+        status_code=200 if error is None else 502,
     )
 
 
@@ -161,6 +189,7 @@ routes = [
     Route("/groups", groups_page),
     Route("/groups/{group}", group_page),
     Route("/groups/{group}/reset", group_reset, methods=["POST"]),
+    Route("/groups/{group}/clients/{client_id}", client_page),
     Route("/dlq", dlq_page),
     Route("/dlq/resend", dlq_resend, methods=["POST"]),
     Route("/dlq/export", dlq_export),

@@ -103,3 +103,30 @@ def preview(body: bytes, limit: int = 60) -> str:
     """The start of a body as one line of text (undecodable bytes as U+FFFD)."""
     text = body[:limit].decode("utf-8", errors="replace").replace("\n", " ")
     return text + ("…" if len(body) > limit else "")
+
+
+def running_info_rows(info: dict[str, Any]) -> list[dict[str, Any]]:
+    """A consumer's owned queues (``mqTable`` of its running info) as table rows, the stuck-looking first:
+    most cached messages, then the oldest consume. A 4.x client's unparsed answer has none."""
+    rows = []
+    for entry in info.get("mqTable") or []:
+        if not isinstance(entry, dict):
+            continue
+        mq, pq = entry.get("mq") or {}, entry.get("pq") or {}
+        rows.append({
+            "topic": mq.get("topic", ""),
+            "brokerName": mq.get("brokerName", ""),
+            "queueId": mq.get("queueId", ""),
+            "cached": int(pq.get("cachedMsgCount") or 0),
+            "cachedBytes": int(pq.get("cachedMsgSizeInBytes") or 0),
+            "minOffset": pq.get("cachedMsgMinOffset", -1),
+            "maxOffset": pq.get("cachedMsgMaxOffset", -1),
+            "commitOffset": pq.get("commitOffset", -1),
+            "locked": bool(pq.get("locked")),
+            "lastLock": pq.get("lastLockTimestamp") or 0,
+            "lastPull": pq.get("lastPullTimestamp") or 0,
+            "lastConsume": pq.get("lastConsumeTimestamp") or 0,
+            "dropped": bool(pq.get("droped")),
+        })  # fmt: skip
+    rows.sort(key=lambda r: (-r["cached"], r["lastConsume"], r["topic"], r["brokerName"], str(r["queueId"])))
+    return rows

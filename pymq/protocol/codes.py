@@ -32,6 +32,9 @@ class RequestCode(IntEnum):
     GET_ALL_DELAY_OFFSET = 45
     GET_BROKER_RUNTIME_INFO = 28
     GET_CONSUMER_CONNECTION_LIST = 203
+    # admin -> broker, then broker -> that consumer client (a request, not oneway): the client's running
+    # info (subscriptions, per-queue process state, optionally its stacks); RocketMQ's code and header
+    GET_CONSUMER_RUNNING_INFO = 307
     # every producer group's connected clients (RocketMQ's GET_ALL_PRODUCER_INFO; the dashboard, issue 33)
     GET_ALL_PRODUCER_INFO = 328
     # the ACL accounts and their rights, never their secret keys (RocketMQ 4's GET_BROKER_CLUSTER_ACL_CONFIG
@@ -124,6 +127,8 @@ class ResponseCode(IntEnum):
     PULL_OFFSET_MOVED = 21
     QUERY_NOT_FOUND = 22
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
+    #: the consumer client a request names is not connected to this broker (RocketMQ's CONSUMER_NOT_ONLINE)
+    CONSUMER_NOT_ONLINE = 206
     #: a request with missing or ill-typed header fields (RocketMQ 5's INVALID_PARAMETER)
     INVALID_PARAMETER = 213
     # pop consumption: RocketMQ's NO_MESSAGE / POLLING_TIMEOUT (nothing to receive) and RocketMQ 5's

@@ -288,6 +288,17 @@ class ConsumerGroupRequest(Header):
     consumer_group: str
 
 
+@wire_header
+@dataclass(slots=True, kw_only=True)
+class ConsumerRunningInfoRequest(Header):
+    """GET_CONSUMER_RUNNING_INFO (RocketMQ's GetConsumerRunningInfoRequestHeader): admin -> broker, and
+    the same header broker -> the named client. ``jstack_enable``: add the process's stacks."""
+
+    consumer_group: str
+    client_id: str
+    jstack_enable: bool = False
+
+
 @dataclass(slots=True)
 class LockBatchBody:
     """The body of LOCK_BATCH_MQ and UNLOCK_BATCH_MQ (msgpack map)."""

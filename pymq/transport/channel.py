@@ -1,7 +1,8 @@
 """What request handlers see of the connection a request came on, and what the dispatcher needs.
 
 Handlers take ``(request, channel)``: a :class:`Channel` is the peer's address, a dict of
-per-connection attributes, close callbacks and a way to push a oneway request to the peer.
+per-connection attributes, close callbacks, a way to push a oneway request to the peer and a
+way to ask it something and wait for its answer (:meth:`Channel.request`).
 :class:`~pymq.transport.connection.Connection` implements it; so can a test double or a
 connection speaking another wire format. Nothing here knows how commands become bytes.
 """
@@ -30,6 +31,14 @@ class Channel(Protocol):
 
     def push_oneway(self, cmd: Command) -> None:
         """Send a oneway request to the peer now (e.g. NOTIFY_CONSUMER_IDS_CHANGED)."""
+
+    async def request(self, cmd: Command, timeout: float) -> Command:
+        """Send a request to the peer and wait for its answer (e.g. GET_CONSUMER_RUNNING_INFO, broker -> client).
+
+        Raises :class:`~pymq.errors.RequestTimeoutError` when no answer came within ``timeout``
+        seconds and :class:`~pymq.errors.ConnectionClosedError` when the connection is (or gets) closed.
+        """
+        ...
 
     def close(self) -> None: ...
 

@@ -245,6 +245,10 @@ def test_a_dead_letter_is_resent_from_the_ui(browser: Browser, daemons: dict[str
         clients = browser.text("#clients")
         assert "PYTHON" in clients and "127.0.0.1" in clients, clients
         browser.shot("group-with-client")
+        browser.css("#clients a.stacks").click()  # the client's running info, with its stacks
+        assert TOPIC in browser.text("#process-queues"), browser.text("main")
+        assert "Asyncio tasks (" in browser.text("#stacks")
+        browser.shot("client-running-info")
         while not admin_run(daemons, lambda a: a.dlq_list(FAILING_GROUP)):  # sent back before the consumer stops
             assert time.monotonic() < deadline, "the failed message never reached the dead-letter queue"
             time.sleep(0.1)

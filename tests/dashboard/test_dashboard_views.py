@@ -209,3 +209,25 @@ def test_connection_tables_show_each_clients_protocol() -> None:
     )
     rows = [line for line in html.splitlines() if "<code>c-" in line]
     assert "<td>grpc</td>" in rows[0] and "<td>pymq</td>" in rows[1], rows
+
+
+def test_running_info_rows_put_the_stuck_looking_queues_first() -> None:
+    """A consumer's owned queues for its page: most cached first, then the oldest consume; 4.x raw has none."""
+    info = {
+        "mqTable": [
+            {"mq": {"topic": "t", "brokerName": "b", "queueId": 0}, "pq": {"cachedMsgCount": 0, "commitOffset": 9}},
+            {
+                "mq": {"topic": "t", "brokerName": "b", "queueId": 1},
+                "pq": {"cachedMsgCount": 3, "cachedMsgSizeInBytes": 30, "locked": True, "lastConsumeTimestamp": 5},
+            },
+            {
+                "mq": {"topic": "t", "brokerName": "a", "queueId": 2},
+                "pq": {"cachedMsgCount": 3, "lastConsumeTimestamp": 2},
+            },
+        ]
+    }
+    rows = views.running_info_rows(info)
+    assert [(r["brokerName"], r["queueId"]) for r in rows] == [("a", 2), ("b", 1), ("b", 0)]
+    assert rows[1]["cachedBytes"] == 30 and rows[1]["locked"] is True and rows[2]["commitOffset"] == 9
+    assert rows[2]["lastPull"] == 0 and rows[2]["dropped"] is False
+    assert views.running_info_rows({"format": "remoting", "raw": "{...}"}) == []

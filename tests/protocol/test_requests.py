@@ -102,6 +102,10 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
     ),
     (rq.ConsumerGroupRequest(consumer_group="g"), {"consumerGroup": "g"}),
     (
+        rq.ConsumerRunningInfoRequest(consumer_group="g", client_id="10.0.0.1@7", jstack_enable=True),
+        {"consumerGroup": "g", "clientId": "10.0.0.1@7", "jstackEnable": True},
+    ),
+    (
         rq.QueryMessageRequest(topic="t", key="k", max_num=5, begin_timestamp=1, end_timestamp=2),
         {"topic": "t", "key": "k", "maxNum": 5, "beginTimestamp": 1, "endTimestamp": 2},
     ),

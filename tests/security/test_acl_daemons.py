@@ -78,6 +78,14 @@ async def test_signed_producer_push_pull_orderly_consumers_and_admin_succeed(sec
         while len(got["pull"]) < 6 and time.monotonic() < deadline:
             got["pull"].update(m.body for m in await pull.poll(timeout=0.5))
         await wait_until(lambda: all(len(v) == 6 for v in got.values()), timeout=20, what=f"all consumed: {got}")
+        # a consumer's running info is the admin's (the broker asks the signed client over its connection)
+        client_id = push.instance.client_id
+        async with AdminClient(ns, **OPS) as admin:
+            info = await admin.consumer_running_info("g-push", client_id, jstack=True)
+            assert info["clientId"] == client_id and info["jstack"] and info["mqTable"]
+        async with AdminClient(ns, **APP) as admin:
+            with pytest.raises(NoPermissionError, match="admin permission required"):
+                await admin.consumer_running_info("g-push", client_id)
     async with AdminClient(ns, **OPS) as admin:
         assert (await admin.topic_route("orders")).queueDatas
         assert sum(q["maxOffset"] for q in await admin.topic_status("orders")) == 6

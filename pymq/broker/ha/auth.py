@@ -51,6 +51,9 @@ class _Peer:
     def push_oneway(self, cmd: Command) -> None:
         pass
 
+    async def request(self, cmd: Command, timeout: float) -> Command:
+        raise NotImplementedError("the ACL check's peer cannot be asked anything")
+
     def close(self) -> None:
         pass
 

@@ -80,6 +80,12 @@ class RemotingChannel:
         if mapped is not None:
             self.conn.push_oneway(mapped)
 
+    async def request(self, cmd: Command, timeout: float) -> Command:
+        """A broker -> client request with an answer (GET_CONSUMER_RUNNING_INFO, issue 33): RocketMQ 4.x
+        uses the same code and header names, so it is sent as it is; the answer (a JSON body) comes back
+        as the client wrote it."""
+        return await self.conn.request(cmd, timeout)
+
     def close(self) -> None:
         self.conn.close()
 
