@@ -47,6 +47,7 @@ _FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
+_ZERO = b"\x00\x00\x00\x00"
 _MAX_HEADER_LEN = (1 << 24) - 1
 _T = TypeVar("_T")
 
@@ -147,22 +148,35 @@ def _json_header_dumps(
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+#: an extFields key's bytes with their length word (answers use a few keys; bounded)
+_KEY_PREFIXES: dict[str, bytes] = {}
+
+
+def _key_prefix(k: str) -> bytes:
+    kb = k.encode()
+    if len(kb) > 0xFFFF:
+        raise LocalProtocolError(f"extFields key too long: {k[:40]!r}")
+    prefix = _U16.pack(len(kb)) + kb
+    if len(_KEY_PREFIXES) < 256:
+        _KEY_PREFIXES[k] = prefix
+    return prefix
+
+
 def _binary_header(
     code: int, language: int, version: int, opaque: int, flag: int, remark: str | None, ext: dict[str, str] | None
 ) -> bytes:
-    head = _FIXED.pack(code, language, version, opaque, flag)
     rb = remark.encode() if remark else b""
-    parts = [head, _I32.pack(len(rb)), rb, b""]
-    if ext:
-        pack16, pack32 = _U16.pack, _I32.pack
-        for k, v in ext.items():
-            kb, vb = k.encode(), v.encode()
-            if len(kb) > 0xFFFF:
-                raise LocalProtocolError(f"extFields key too long: {k[:40]!r}")
-            parts += (pack16(len(kb)), kb, pack32(len(vb)), vb)
-    ext_len = sum(map(len, parts[4:]))
-    parts[3] = _I32.pack(ext_len)
-    return b"".join(parts)
+    if not ext:
+        return _FIXED.pack(code, language, version, opaque, flag) + _I32.pack(len(rb)) + rb + _ZERO
+    parts: list[bytes] = []
+    prefixes, pack32 = _KEY_PREFIXES, _I32.pack
+    for k, v in ext.items():
+        vb = v.encode()
+        parts += (prefixes.get(k) or _key_prefix(k), pack32(len(vb)), vb)
+    ext_bytes = b"".join(parts)
+    return b"".join(
+        (_FIXED.pack(code, language, version, opaque, flag), pack32(len(rb)), rb, pack32(len(ext_bytes)), ext_bytes)
+    )
 
 
 def header_bytes(
@@ -383,16 +397,17 @@ def _ascii_ext(region: bytes) -> dict[str, str] | None:
     s = region.decode("ascii")
     ext: dict[str, str] = {}
     p, end = 0, len(region)
+    u16, i32 = _U16.unpack_from, _I32.unpack_from
     try:
         while p < end:
-            n = (region[p] << 8) | region[p + 1]
+            (n,) = u16(region, p)
             if not n:
                 return None
             k = p + 2 + n
-            m = int.from_bytes(region[k : k + 4], "big")  # ASCII: the top byte < 0x80, so m >= 0
+            (m,) = i32(region, k)  # ASCII: its top byte < 0x80, so m >= 0
+            ext[s[p + 2 : k]] = s[k + 4 : k + 4 + m]
             p = k + 4 + m
-            ext[s[k - n : k]] = s[k + 4 : p]
-    except IndexError:
+    except struct.error:  # a length word past the end
         return None
     return ext if p == end else None
 
