@@ -25,7 +25,15 @@ _JAVA = LanguageCode.JAVA
 
 
 def ext_to_wire(ext: dict[str, Any]) -> dict[str, str]:
-    """extFields as RocketMQ carries them: every value a string (``true``/``false`` for booleans)."""
+    """extFields as RocketMQ carries them: every value a string (``true``/``false`` for booleans).
+
+    ``ext`` itself when its values are all strings already (not a copy: do not change it).
+    """
+    for v in ext.values():
+        if v.__class__ is not str:
+            break
+    else:
+        return ext  # every value a string already (the usual answer): as it is
     out: dict[str, str] = {}
     for k, v in ext.items():
         if v is None:
