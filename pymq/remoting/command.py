@@ -500,6 +500,18 @@ class RemotingDecoder:
     def feed_fields(self, data: bytes) -> list[Fields]:
         """As :meth:`feed`, each frame's fields as a tuple (:data:`Fields`) instead of a RemotingCommand:
         the same frames, the same errors, without the object (the broker's hot path)."""
+        if not self._buf and len(data) >= 8:
+            # the usual read: exactly one whole frame and nothing held (no copy into the buffer)
+            length, word = _PREFIX.unpack_from(data, 0)
+            if length == len(data) - 4 and length <= self._max:
+                view = memoryview(data)[4:]
+                try:
+                    return [_fields_after_length(view, word)]
+                except Exception:
+                    self._buf += data  # held as the loop below holds a frame it could not decode
+                    raise
+                finally:
+                    view.release()
         return self._frames(data, _fields_after_length)
 
     def _frames(self, data: bytes, decode: Callable[[memoryview, int], _T]) -> list[_T]:
