@@ -36,9 +36,11 @@ def ext_to_wire(ext: dict[str, Any]) -> dict[str, str]:
         return ext  # every value a string already (the usual answer): as it is
     out: dict[str, str] = {}
     for k, v in ext.items():
-        if v is None:
+        if v.__class__ is int:  # (not a bool)
+            out[k] = str(v)
+        elif v is None:
             continue
-        if isinstance(v, str):
+        elif isinstance(v, str):
             out[k] = v
         elif isinstance(v, bool):
             out[k] = "true" if v else "false"
