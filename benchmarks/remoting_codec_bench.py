@@ -6,10 +6,12 @@
 * ``remoting_send_decode``: the C++ client's SEND_MESSAGE JSON frame -> RemotingCommand ->
   SendMessageRequestHeader (µs per send).
 * ``remoting_v2_send_decode``: the same as SEND_MESSAGE_V2 in a binary ROCKETMQ header.
+* ``wire_send_decode`` / ``wire_v2_send_decode``: the broker's path for those two frames:
+  ``RemotingWire.feed`` (frame -> fields -> Command, no RemotingCommand) -> ``decode_send_ext``.
 * ``pull_layout_32x1k``: 32 x 1 KiB records into MessageDecoder layout (µs per pull body).
 
 Only the codec part of a send: the broker's handler and put path are not wired for remoting
-yet (issue 30), so this is no end-to-end ratio. Best of 5 rounds.
+yet (issue 30), so this is no end-to-end ratio. Best of 5 rounds, process CPU time.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from pymq.protocol.requests import SendMessageRequest
 from pymq.remoting.codes import LanguageCode, RequestCode, SerializeType
 from pymq.remoting.command import RemotingCommand, RemotingDecoder, encode
 from pymq.remoting.message_layout import MessageExt, encode_message, properties_string
-from pymq.remoting.send_header import V2_NAMES, decode_send_header
+from pymq.remoting.send_header import V2_NAMES, decode_send_ext, decode_send_header
+from pymq.remoting.wire import RemotingWire
 
 BODY = b"x" * 1024
 PROPS = {"KEYS": "k1", "TAGS": "TagA", "UNIQ_KEY": "0100007F000057C60000055A66920100", "WAIT": "true"}
@@ -48,10 +51,10 @@ EXT = {
 def best_us(fn: Callable[[], None], n: int) -> float:
     best = float("inf")
     for _ in range(5):
-        t = time.perf_counter()
+        t = time.process_time()
         for _ in range(n):
             fn()
-        best = min(best, (time.perf_counter() - t) / n * 1e6)
+        best = min(best, (time.process_time() - t) / n * 1e6)
     return best
 
 
@@ -90,6 +93,16 @@ def main() -> None:
         (cmd,) = rd.feed(v2)
         decode_send_header(cmd)
 
+    wire = RemotingWire()
+
+    def wire_v1() -> None:
+        (cmd,) = wire.feed(v1)
+        decode_send_ext(cmd.code, cmd.ext)
+
+    def wire_v2() -> None:
+        (cmd,) = wire.feed(v2)
+        decode_send_ext(cmd.code, cmd.ext)
+
     msgs = [
         MessageExt(topic="TopicTest", body=BODY, queue_offset=i, commit_log_offset=i * 1200, properties=PROPS)
         for i in range(32)
@@ -102,9 +115,12 @@ def main() -> None:
         "native_send_decode": best_us(native_once, 20000),
         "remoting_send_decode": best_us(remoting_v1, 20000),
         "remoting_v2_send_decode": best_us(remoting_v2, 20000),
+        "wire_send_decode": best_us(wire_v1, 20000),
+        "wire_v2_send_decode": best_us(wire_v2, 20000),
         "pull_layout_32x1k": best_us(pull_layout, 2000),
     }
     out["ratio_v2_vs_native"] = out["remoting_v2_send_decode"] / out["native_send_decode"]
+    out["ratio_wire_v2_vs_native"] = out["wire_v2_send_decode"] / out["native_send_decode"]
     if args.json:
         print(json.dumps(out))
     else:

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from json.encoder import encode_basestring as _json_str
+from typing import Any, Literal, TypeVar
 
 from pymq.errors import FrameTooLargeError, LocalProtocolError, RemoteProtocolError
 from pymq.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, SerializeType
@@ -44,7 +46,10 @@ _PREFIX = struct.Struct(">iI")
 _FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 _I32 = struct.Struct(">i")
 _U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_ZERO = b"\x00\x00\x00\x00"
 _MAX_HEADER_LEN = (1 << 24) - 1
+_T = TypeVar("_T")
 
 
 class RemotingFrameError(RemoteProtocolError):
@@ -103,45 +108,105 @@ class RemotingCommand:
 # --- encoding ---------------------------------------------------------------------------------------
 
 
-def _encode_json_header(cmd: RemotingCommand) -> bytes:
+def _json_header(
+    code: int, language: str, version: int, opaque: int, flag: int, remark: str | None, ext: dict[str, str] | None
+) -> bytes:
+    """The JSON header, byte for byte what ``json.dumps(obj, sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)`` writes for it (its members in sorted order), without building the object:
+    the fixed members are a template, the strings go through json's own ``encode_basestring``."""
+    if type(code) is not int or type(flag) is not int or type(opaque) is not int or type(version) is not int:
+        return _json_header_dumps(code, language, version, opaque, flag, remark, ext)
+    try:
+        parts = ['{"code":', str(code)]
+        if ext:
+            members = ",".join([_json_str(k) + ":" + _json_str(ext[k]) for k in sorted(ext)])
+            parts += (',"extFields":{', members, "}")
+        parts += [',"flag":', str(flag), ',"language":', _json_str(language), ',"opaque":', str(opaque)]
+        if remark is not None:
+            parts += [',"remark":', _json_str(remark)]
+    except TypeError:  # a value that is not a string: json.dumps writes it as its own type (or refuses it)
+        return _json_header_dumps(code, language, version, opaque, flag, remark, ext)
+    parts += [',"serializeTypeCurrentRPC":"JSON","version":', str(version), "}"]
+    return "".join(parts).encode()
+
+
+def _json_header_dumps(
+    code: int, language: str, version: int, opaque: int, flag: int, remark: str | None, ext: dict[str, Any] | None
+) -> bytes:
     obj: dict[str, Any] = {
-        "code": cmd.code,
-        "flag": cmd.flag,
-        "language": cmd.language.name,
-        "opaque": cmd.opaque,
+        "code": code,
+        "flag": flag,
+        "language": language,
+        "opaque": opaque,
         "serializeTypeCurrentRPC": "JSON",
-        "version": cmd.version,
+        "version": version,
     }
-    if cmd.ext_fields:
-        obj["extFields"] = cmd.ext_fields
-    if cmd.remark is not None:
-        obj["remark"] = cmd.remark
+    if ext:
+        obj["extFields"] = ext
+    if remark is not None:
+        obj["remark"] = remark
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _encode_binary_header(cmd: RemotingCommand) -> bytes:
-    parts = [_FIXED.pack(cmd.code, int(cmd.language), cmd.version, cmd.opaque, cmd.flag)]
-    remark = cmd.remark.encode() if cmd.remark else b""
-    parts += [_I32.pack(len(remark)), remark]
-    ext = bytearray()
-    for k, v in (cmd.ext_fields or {}).items():
-        kb, vb = k.encode(), v.encode()
-        if len(kb) > 0xFFFF:
-            raise LocalProtocolError(f"extFields key too long: {k[:40]!r}")
-        ext += _U16.pack(len(kb)) + kb + _I32.pack(len(vb)) + vb
-    parts += [_I32.pack(len(ext)), bytes(ext)]
-    return b"".join(parts)
+#: an extFields key's bytes with their length word (answers use a few keys; bounded)
+_KEY_PREFIXES: dict[str, bytes] = {}
+
+
+def _key_prefix(k: str) -> bytes:
+    kb = k.encode()
+    if len(kb) > 0xFFFF:
+        raise LocalProtocolError(f"extFields key too long: {k[:40]!r}")
+    prefix = _U16.pack(len(kb)) + kb
+    if len(_KEY_PREFIXES) < 256:
+        _KEY_PREFIXES[k] = prefix
+    return prefix
+
+
+def _binary_header(
+    code: int, language: int, version: int, opaque: int, flag: int, remark: str | None, ext: dict[str, str] | None
+) -> bytes:
+    rb = remark.encode() if remark else b""
+    if not ext:
+        return _FIXED.pack(code, language, version, opaque, flag) + _I32.pack(len(rb)) + rb + _ZERO
+    parts: list[bytes] = []
+    prefixes, pack32 = _KEY_PREFIXES, _I32.pack
+    for k, v in ext.items():
+        vb = v.encode()
+        parts += (prefixes.get(k) or _key_prefix(k), pack32(len(vb)), vb)
+    ext_bytes = b"".join(parts)
+    return b"".join(
+        (_FIXED.pack(code, language, version, opaque, flag), pack32(len(rb)), rb, pack32(len(ext_bytes)), ext_bytes)
+    )
+
+
+def header_bytes(
+    serialize_type: SerializeType,
+    code: int,
+    language: LanguageCode,
+    version: int,
+    opaque: int,
+    flag: int,
+    remark: str | None,
+    ext: dict[str, str] | None,
+) -> bytes:
+    """A header from its fields in ``serialize_type`` (no length words, no body): what
+    :func:`encode_header` writes for the RemotingCommand of these fields, without one."""
+    if serialize_type is SerializeType.ROCKETMQ:
+        if not -(1 << 15) <= code < (1 << 15):
+            raise LocalProtocolError(f"code {code} does not fit the ROCKETMQ header's i16")
+        header = _binary_header(code, int(language), version, opaque, flag, remark, ext)
+    else:
+        header = _json_header(code, language.name, version, opaque, flag, remark, ext)
+    if len(header) > _MAX_HEADER_LEN:
+        raise LocalProtocolError(f"remoting header of {len(header)} bytes exceeds 2^24-1")
+    return header
 
 
 def encode_header(cmd: RemotingCommand) -> bytes:
     """The header of ``cmd`` in its ``serialize_type`` (no length words, no body)."""
-    if not -(1 << 15) <= cmd.code < (1 << 15) and cmd.serialize_type is SerializeType.ROCKETMQ:
-        raise LocalProtocolError(f"code {cmd.code} does not fit the ROCKETMQ header's i16")
-    binary = cmd.serialize_type is SerializeType.ROCKETMQ
-    header = _encode_binary_header(cmd) if binary else _encode_json_header(cmd)
-    if len(header) > _MAX_HEADER_LEN:
-        raise LocalProtocolError(f"remoting header of {len(header)} bytes exceeds 2^24-1")
-    return header
+    return header_bytes(
+        cmd.serialize_type, cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields
+    )
 
 
 def frame_prefix(serialize_type: SerializeType, header_len: int, body_len: int) -> bytes:
@@ -310,6 +375,110 @@ def _decode_after_length(rest: memoryview, word: int) -> RemotingCommand:
     raise RemotingFrameError("serialize_type", f"unknown serialize type {stype}")
 
 
+#: a decoded frame's fields, in this order (what :meth:`RemotingDecoder.feed_fields` gives; no RemotingCommand)
+Fields = tuple[int, LanguageCode, int, int, int, "str | None", "dict[str, str] | None", bytes, SerializeType]
+
+_LANGUAGES = {int(m): m for m in LanguageCode}
+_LANGUAGE_NAMES = dict(LanguageCode.__members__)
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+_JSON, _ROCKETMQ = SerializeType.JSON, SerializeType.ROCKETMQ
+
+
+def _fields_of(cmd: RemotingCommand) -> Fields:
+    return (
+        cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields, cmd.body,
+        cmd.serialize_type,
+    )  # fmt: skip
+
+
+def _ascii_ext(region: bytes) -> dict[str, str] | None:
+    """A ROCKETMQ header's extFields run when it is all ASCII (the usual header): decoded once, sliced
+    by the length words; None when anything is odd (the byte-wise reader then names it)."""
+    s = region.decode("ascii")
+    ext: dict[str, str] = {}
+    p, end = 0, len(region)
+    u16, i32 = _U16.unpack_from, _I32.unpack_from
+    try:
+        while p < end:
+            (n,) = u16(region, p)
+            if not n:
+                return None
+            k = p + 2 + n
+            (m,) = i32(region, k)  # ASCII: its top byte < 0x80, so m >= 0
+            ext[s[p + 2 : k]] = s[k + 4 : k + 4 + m]
+            p = k + 4 + m
+    except struct.error:  # a length word past the end
+        return None
+    return ext if p == end else None
+
+
+def _fields_after_length(rest: memoryview, word: int) -> Fields:
+    """:func:`_decode_after_length`'s fields, without the RemotingCommand: the well-formed header
+    is read inline; anything else goes to the full decoder, which names what is wrong."""
+    stype, header_len = word >> 24, word & _MAX_HEADER_LEN
+    if header_len <= len(rest) - 4:
+        header = bytes(rest[4 : 4 + header_len])
+        if stype == 1:  # ROCKETMQ
+            end = len(header)
+            if end >= 21:
+                code, lang, version, opaque, flag = _FIXED.unpack_from(header, 0)
+                language = _LANGUAGES.get(lang)
+                (n,) = _I32.unpack_from(header, 13)
+                pos = 17 + n
+                if language is not None and n >= 0 and pos + 4 <= end:
+                    (ext_len,) = _I32.unpack_from(header, pos)
+                    ext_at = pos + 4
+                    if ext_len >= 0 and ext_at + ext_len <= end:
+                        region = header[ext_at : ext_at + ext_len]
+                        ext = _ascii_ext(region) if region.isascii() else None
+                        remark_bytes = header[17:pos]
+                        if (ext is not None or not ext_len) and remark_bytes.isascii():
+                            return (
+                                code, language, version, opaque, flag, remark_bytes.decode() if n else None,
+                                ext or None, bytes(rest[4 + header_len :]), _ROCKETMQ,
+                            )  # fmt: skip
+        elif stype == 0:  # JSON
+            try:
+                obj = json.loads(header)
+            except (UnicodeDecodeError, ValueError):
+                obj = None
+            if type(obj) is dict:
+                fields = _json_fields(obj)
+                if fields is not None:
+                    code, language, version, opaque, flag, remark, ext = fields
+                    return code, language, version, opaque, flag, remark, ext, bytes(rest[4 + header_len :]), _JSON
+    return _fields_of(_decode_after_length(rest, word))
+
+
+def _json_fields(
+    obj: dict[str, Any],
+) -> tuple[int, LanguageCode, int, int, int, str | None, dict[str, str] | None] | None:
+    """A JSON header's fields when every member is as RocketMQ writes it; None: the full decoder judges."""
+    get = obj.get
+    name = get("language", "JAVA")
+    language = _LANGUAGE_NAMES.get(name) if type(name) is str else None
+    code, version, opaque, flag = get("code"), get("version", 0), get("opaque", 0), get("flag", 0)
+    remark, ext = get("remark"), get("extFields")
+    if (
+        language is None
+        or type(code) is not int
+        or type(version) is not int
+        or type(opaque) is not int
+        or type(flag) is not int
+        or not (_I32_MIN <= code <= _I32_MAX and _I32_MIN <= version <= _I32_MAX)
+        or not (_I32_MIN <= opaque <= _I32_MAX and _I32_MIN <= flag <= _I32_MAX)
+        or (remark is not None and type(remark) is not str)
+    ):
+        return None
+    if ext is not None:
+        if type(ext) is not dict:
+            return None
+        for v in ext.values():
+            if type(v) is not str:
+                return None
+    return code, language, version, opaque, flag, remark, ext
+
+
 class RemotingDecoder:
     """Stream decoder for one connection: feed bytes, get whole commands.
 
@@ -326,8 +495,28 @@ class RemotingDecoder:
         return len(self._buf)
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
+        return self._frames(data, _decode_after_length)
+
+    def feed_fields(self, data: bytes) -> list[Fields]:
+        """As :meth:`feed`, each frame's fields as a tuple (:data:`Fields`) instead of a RemotingCommand:
+        the same frames, the same errors, without the object (the broker's hot path)."""
+        if not self._buf and len(data) >= 8:
+            # the usual read: exactly one whole frame and nothing held (no copy into the buffer)
+            length, word = _PREFIX.unpack_from(data, 0)
+            if length == len(data) - 4 and length <= self._max:
+                view = memoryview(data)[4:]
+                try:
+                    return [_fields_after_length(view, word)]
+                except Exception:
+                    self._buf += data  # held as the loop below holds a frame it could not decode
+                    raise
+                finally:
+                    view.release()
+        return self._frames(data, _fields_after_length)
+
+    def _frames(self, data: bytes, decode: Callable[[memoryview, int], _T]) -> list[_T]:
         self._buf += data
-        out: list[RemotingCommand] = []
+        out: list[_T] = []
         buf = self._buf
         pos = 0
         while len(buf) - pos >= 4:
@@ -340,8 +529,8 @@ class RemotingDecoder:
                 break
             rest = memoryview(buf)[pos + 4 : pos + 4 + length]
             try:
-                word = struct.unpack_from(">I", rest, 0)[0]
-                out.append(_decode_after_length(rest, word))
+                word = _U32.unpack_from(rest, 0)[0]
+                out.append(decode(rest, word))
             finally:
                 rest.release()
             pos += 4 + length

@@ -155,7 +155,11 @@ def pull_request(ext: Mapping[str, Any]) -> PullRequest:
     sys_flag = _int_field(fields, "sysFlag", 0)
     for name in _PULL_INTS:
         if name in fields:
-            fields[name] = _int_field(fields, name, 0)
+            raw = fields[name]
+            # the usual value (ASCII digits) inline; anything else is judged, and named, by _int_field
+            fields[name] = (
+                int(raw) if raw.__class__ is str and raw.isdigit() and raw.isascii() else _int_field(fields, name, 0)
+            )
     if "maxMsgNums" in fields:
         fields["maxMsgNums"] = min(max(_int_field(fields, "maxMsgNums", 32), 1), MAX_PULL_MSG_NUMS)
     etype = ext.get("expressionType")

@@ -75,6 +75,7 @@ STORED_CODES = frozenset(
 
 _BATCH_HEAD = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLen
 _I16 = struct.Struct(">h")
+_OFFSET = struct.Struct(">q")  # offset_msg_id's commit-log offset
 _SEP_NV, _SEP_P = "\x01", "\x02"
 RETRY_PREFIX = "%RETRY%"
 #: BrokerConfig.regionId's default in RocketMQ 4.9 (MixAll.DEFAULT_TRACE_REGION_ID)
@@ -228,8 +229,12 @@ def send_response_ext(native: Mapping[str, Any], store_host: bytes, transaction_
     statuses = native.get("statuses")
     if statuses is not None:  # a partly stored batch: the stored ones (RocketMQ's batch is whole or nothing)
         offsets = [o for o, s in zip(offsets, statuses, strict=False) if s == 0]
+    if len(offsets) == 1:  # a single send: no join
+        msg_id = (store_host + _OFFSET.pack(int(offsets[0]))).hex().upper()
+    else:
+        msg_id = ",".join([offset_msg_id(store_host, int(o)) for o in offsets])
     ext = {
-        "msgId": ",".join(offset_msg_id(store_host, int(o)) for o in offsets),
+        "msgId": msg_id,
         "queueId": str(native.get("queueId", 0)),
         "queueOffset": str(native.get("queueOffset", -1)),
         # what a 4.9 broker adds to every send answer (the Java client's SendResult regionId / traceOn)

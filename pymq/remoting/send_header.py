@@ -113,18 +113,27 @@ def decode_send_ext(code: int, ext: Mapping[str, str]) -> SendMessageRequestHead
         raise HeaderFieldError("topic", "is missing")
     if default_topic is None:
         raise HeaderFieldError("defaultTopic", "is missing")
+    # the usual values (a few ASCII digits) are read inline; anything else goes to _int, which
+    # parses it as Java does or names the field
+    d, e, f, g, h, j = get(k[3]), get(k[4]), get(k[5]), get(k[6]), get(k[7]), get(k[9])
     max_rt = get(k[11])
     return SendMessageRequestHeader(
         group,
         topic,
         default_topic,
-        _int(ext, k[3], "defaultTopicQueueNums", _I32),
-        _int(ext, k[4], "queueId", _I32),
-        _int(ext, k[5], "sysFlag", _I32),
-        _int(ext, k[6], "bornTimestamp", _I64),
-        _int(ext, k[7], "flag", _I32),
+        int(d)
+        if d is not None and d.isdigit() and d.isascii() and len(d) < 10
+        else _int(ext, k[3], "defaultTopicQueueNums", _I32),
+        int(e) if e is not None and e.isdigit() and e.isascii() and len(e) < 10 else _int(ext, k[4], "queueId", _I32),
+        int(f) if f is not None and f.isdigit() and f.isascii() and len(f) < 10 else _int(ext, k[5], "sysFlag", _I32),
+        int(g)
+        if g is not None and g.isdigit() and g.isascii() and len(g) < 19
+        else _int(ext, k[6], "bornTimestamp", _I64),
+        int(h) if h is not None and h.isdigit() and h.isascii() and len(h) < 10 else _int(ext, k[7], "flag", _I32),
         parse_properties(get(k[8])),
-        _int(ext, k[9], "reconsumeTimes", _I32, default=0),
+        int(j)
+        if j is not None and j.isdigit() and j.isascii() and len(j) < 10
+        else _int(ext, k[9], "reconsumeTimes", _I32, default=0),
         (get(k[10]) or "").lower() == "true",
         None if max_rt is None else _int(ext, k[11], "maxReconsumeTimes", _I32),
         (get(k[12]) or "").lower() == "true",

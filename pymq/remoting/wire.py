@@ -17,24 +17,30 @@ from typing import Any
 
 from pymq.protocol.command import Buffer, Command
 from pymq.remoting.codes import FLAG_RESPONSE, LanguageCode, SerializeType
-from pymq.remoting.command import (
-    DEFAULT_MAX_FRAME_SIZE,
-    RemotingCommand,
-    RemotingDecoder,
-    encode_header,
-    frame_prefix,
-)
+from pymq.remoting.command import DEFAULT_MAX_FRAME_SIZE, RemotingDecoder, frame_prefix, header_bytes
 
 __all__ = ["RemotingWire", "ext_to_wire"]
 
+_JAVA = LanguageCode.JAVA
+
 
 def ext_to_wire(ext: dict[str, Any]) -> dict[str, str]:
-    """extFields as RocketMQ carries them: every value a string (``true``/``false`` for booleans)."""
+    """extFields as RocketMQ carries them: every value a string (``true``/``false`` for booleans).
+
+    ``ext`` itself when its values are all strings already (not a copy: do not change it).
+    """
+    for v in ext.values():
+        if v.__class__ is not str:
+            break
+    else:
+        return ext  # every value a string already (the usual answer): as it is
     out: dict[str, str] = {}
     for k, v in ext.items():
-        if v is None:
+        if v.__class__ is int:  # (not a bool)
+            out[k] = str(v)
+        elif v is None:
             continue
-        if isinstance(v, str):
+        elif isinstance(v, str):
             out[k] = v
         elif isinstance(v, bool):
             out[k] = "true" if v else "false"
@@ -64,35 +70,36 @@ class RemotingWire:
         return self._decoder.buffered
 
     def feed(self, data: bytes) -> list[Command]:
+        # the decoder's field tuples (no RemotingCommand per request) straight into Commands
         out: list[Command] = []
-        for rc in self._decoder.feed(data):
-            if not rc.is_response:
-                self.language = rc.language
-                self.version = rc.version
+        for code, language, version, opaque, flag, remark, ext, body, stype in self._decoder.feed_fields(data):
+            if not flag & FLAG_RESPONSE:
+                self.language = language
+                self.version = version
                 if not self._seen:
-                    self.serialize_type = rc.serialize_type
+                    self.serialize_type = stype
                     self._seen = True
-                elif rc.serialize_type is not self.serialize_type:
+                elif stype is not self.serialize_type:
                     # a client that mixes types (rare): remember this request's for its answer
-                    self._types[rc.opaque] = rc.serialize_type
-            out.append(Command(rc.code, rc.opaque, rc.flag, rc.remark, rc.ext_fields or {}, rc.body))
+                    self._types[opaque] = stype
+            out.append(Command(code, opaque, flag, remark, ext or {}, body))
         return out
 
     def encode(self, cmd: Command) -> Sequence[Buffer]:
         stype = self.serialize_type
         if cmd.flags & FLAG_RESPONSE and self._types:
             stype = self._types.pop(cmd.opaque, stype)
-        rc = RemotingCommand(
-            code=cmd.code,
-            language=LanguageCode.JAVA,
-            version=self.version,
-            opaque=cmd.opaque,
-            flag=cmd.flags,
-            remark=cmd.remark,
-            ext_fields=ext_to_wire(cmd.ext) if cmd.ext else None,
-            serialize_type=stype,
+        ext = cmd.ext
+        header = header_bytes(
+            stype,
+            cmd.code,
+            _JAVA,
+            self.version,
+            cmd.opaque,
+            cmd.flags,
+            cmd.remark,
+            ext_to_wire(ext) if ext else None,
         )
-        header = encode_header(rc)
         body = cmd.body
         if isinstance(body, (bytes, bytearray, memoryview)):
             return [frame_prefix(stype, len(header), len(body)) + header, body]

@@ -16,6 +16,7 @@ from pymq.remoting.command import (
     RemotingFrameError,
     decode_frame,
     encode,
+    encode_header,
     sniff,
 )
 
@@ -165,9 +166,11 @@ def test_sniff_tells_remoting_from_pymq_frames() -> None:
         ),
     ],
 )
-def test_broken_frames_name_the_field(frame: bytes, field: str) -> None:
+@pytest.mark.parametrize("fields", [False, True], ids=["commands", "fields"])
+def test_broken_frames_name_the_field(frame: bytes, field: str, fields: bool) -> None:
+    decoder = RemotingDecoder()
     with pytest.raises(RemotingFrameError) as err:
-        RemotingDecoder().feed(frame)
+        decoder.feed_fields(frame) if fields else decoder.feed(frame)
     assert err.value.field == field
     assert field in str(err.value)
 
@@ -179,3 +182,58 @@ def test_length_below_the_header_word_and_above_the_limit_are_refused() -> None:
         RemotingDecoder().feed(struct.pack(">i", -5))
     with pytest.raises(FrameTooLargeError):
         RemotingDecoder(max_frame_size=1024).feed(struct.pack(">i", 4096))
+
+
+_ODD_STRINGS = ["plain", "", "ü ✓ 中文", 'quote " back \\ slash', "ctl \x01\x02\n\t\x7f", "\u2028 line sep", "😀"]
+
+
+def _frames_to_compare() -> list[bytes]:
+    frames = []
+    for stype in (SerializeType.JSON, SerializeType.ROCKETMQ):
+        for s in _ODD_STRINGS:
+            for ext in (None, {"k": s}, {s or "e": "v", "a": "1", "b": s}):
+                for remark in (None, s):
+                    cmd = RemotingCommand(
+                        code=310,
+                        opaque=-7,
+                        flag=FLAG_ONEWAY,
+                        version=413,
+                        remark=remark,
+                        ext_fields=ext,
+                        body=b"body",
+                        serialize_type=stype,
+                        language=LanguageCode.CPP,
+                    )
+                    frames.append(encode(cmd))
+    frames += [
+        java_json_frame('{"code":10,"opaque":1,"extFields":{"n":5,"t":true,"x":null},"extra":{"y":1}}', b"b"),
+        java_json_frame('{"code":10,"opaque":1,"flag":0,"language":"GO","serializeTypeCurrentRPC":"JSON"}'),
+        java_json_frame('{"code":10,"opaque":1,"extFields":{}}'),
+        java_binary_frame(java_binary_header(10, 1, 2, 3, 0, b"", [(b"k", b"\xc3\xbc")])),
+        java_binary_frame(java_binary_header(10, 1, 2, 3, 0, "r\u00fc".encode(), [(b"k" * 200, b"v" * 300)])),
+    ]
+    return frames
+
+
+@pytest.mark.parametrize("frame", _frames_to_compare())
+def test_fields_are_what_the_commands_carry(frame: bytes) -> None:
+    """feed_fields (the broker's fast path) gives each frame's fields exactly as feed's RemotingCommand."""
+    (cmd,) = RemotingDecoder().feed(frame)
+    (fields,) = RemotingDecoder().feed_fields(frame)
+    assert fields == (cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields,
+                      cmd.body, cmd.serialize_type)  # fmt: skip
+
+
+@pytest.mark.parametrize("s", _ODD_STRINGS)
+def test_json_header_template_is_what_json_dumps_writes(s: str) -> None:
+    for ext in (None, {}, {"b": s, "a": s, s or "e": "1"}, {"n": 5, "t": True}):  # type: ignore[dict-item]
+        for remark in (None, s):
+            cmd = RemotingCommand(code=17, opaque=3, flag=FLAG_RESPONSE, remark=remark, ext_fields=ext)  # type: ignore[arg-type]
+            obj: dict = {"code": 17, "flag": FLAG_RESPONSE, "language": "JAVA", "opaque": 3,
+                         "serializeTypeCurrentRPC": "JSON", "version": 0}  # fmt: skip
+            if ext:
+                obj["extFields"] = ext
+            if remark is not None:
+                obj["remark"] = remark
+            dumped = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+            assert encode_header(cmd) == dumped

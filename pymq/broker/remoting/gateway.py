@@ -19,10 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pymq.errors import RemoteError
 from pymq.logs import get_logger
 from pymq.protocol.codes import ResponseCode
-from pymq.protocol.command import Command
+from pymq.protocol.command import FLAG_ONEWAY, Command
 from pymq.transport.channel import Channel, ServerChannel
 from pymq.transport.dispatch import Dispatcher, Handler
 
@@ -171,21 +170,24 @@ class RemotingGateway:
         authenticate = self.authenticate
 
         def handle(cmd: Command, channel: Channel) -> Command | None:
-            rc = remoting_channel(channel, push)
-            who = authenticate(cmd, rc) if authenticate is not None else None
-            if isinstance(who, Command):
-                return who  # refused before anything is translated
-            try:
-                out = translate(cmd, rc)
-            except RemoteError:
-                raise  # answered by the remoting dispatcher with its code and remark
+            rc = channel.attrs.get(_ATTR) or remoting_channel(channel, push)
+            who = None
+            if authenticate is not None:
+                who = authenticate(cmd, rc)
+                if isinstance(who, Command):
+                    return who  # refused before anything is translated
+            # a RemoteError raised here is answered by the remoting dispatcher with its code and remark
+            out = translate(cmd, rc)
             if isinstance(out, Command):
-                return out
+                return out  # a remoting answer, sent as it is
             request = out.native
-            request.opaque = cmd.opaque
-            request.flags = cmd.flags
-            if not cmd.is_oneway:
-                rc.expect(cmd.opaque, out.answer)
+            request.opaque = opaque = cmd.opaque
+            request.flags = flags = cmd.flags
+            if not flags & FLAG_ONEWAY:
+                rc._answers[opaque] = out.answer
+            if who is None:
+                native.dispatch(rc, request)
+                return None
             # the native interceptors run inside dispatch(), synchronously: the key is theirs only now
             rc.authenticated_as = who
             try:

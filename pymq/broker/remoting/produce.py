@@ -28,12 +28,11 @@ from pymq.remoting.produce_map import (
     check_transaction_body,
     is_batch,
     map_code,
-    parse_send,
     records_of_send,
     send_response_ext,
     store_host_bytes,
 )
-from pymq.remoting.send_header import HeaderFieldError
+from pymq.remoting.send_header import HeaderFieldError, decode_send_ext
 
 _SYSTEM_ERROR = int(ResponseCode.SYSTEM_ERROR)
 
@@ -53,35 +52,45 @@ def _born_host(channel: RemotingChannel) -> bytes:
     return born
 
 
+_V2 = int(RequestCode.SEND_MESSAGE_V2)
+_NATIVE_SEND, _NATIVE_BATCH = int(NativeCode.SEND_MESSAGE), int(NativeCode.SEND_BATCH_MESSAGE)
+
+
 def _sender(ctx: RemotingContext) -> Translator:
     store_host = store_host_bytes(ctx.address)
 
+    def answer_of(tx_id: str | None) -> ResponseMapper:
+        # a prepared message's answer carries its transaction id (rare: a closure only then)
+        def answer(resp: Command) -> Command:
+            ext = resp.ext
+            if resp.code in STORED_CODES and ext and "commitLogOffsets" in ext:
+                return Command(
+                    resp.code, resp.opaque, FLAG_RESPONSE, resp.remark, send_response_ext(ext, store_host, tx_id)
+                )
+            return _coded(resp)
+
+        return answer
+
+    plain_answer = answer_of(None)
+
     def send(cmd: Command, channel: RemotingChannel) -> Translated | Command:
         ext = cmd.ext
+        code = cmd.code
         try:
-            header = parse_send(cmd.code, ext)
-            batch = is_batch(cmd.code, ext, header)
-            raw = ext.get("i" if cmd.code == RequestCode.SEND_MESSAGE_V2 else "properties")
-            records = records_of_send(header, cmd.body_bytes(), _born_host(channel), batch=batch, raw_properties=raw)
+            header = decode_send_ext(code, ext)
+            batch = is_batch(code, ext, header)
+            raw = ext.get("i" if code == _V2 else "properties")
+            born = channel.attrs.get("remoting_born_host") or _born_host(channel)
+            records = records_of_send(header, cmd.body_bytes(), born, batch=batch, raw_properties=raw)
         except HeaderFieldError as exc:
             return cmd.response(_SYSTEM_ERROR, exc.remark)
         except BatchRefused as exc:
             return cmd.response(int(ResponseCode.MESSAGE_ILLEGAL), str(exc))
-        tx_id = (
-            header.properties.get(Prop.UNIQ_KEY)
-            if not batch and header.properties.get(TRAN_MSG, "").lower() == "true"
-            else None
-        )
-
-        def answer(resp: Command) -> Command:
-            if resp.code in STORED_CODES and resp.ext and "commitLogOffsets" in resp.ext:
-                out = send_response_ext(resp.ext, store_host, tx_id)
-                return Command(resp.code, resp.opaque, FLAG_RESPONSE, resp.remark, out)
-            return _coded(resp)
-
+        props = header.properties
+        tran = props.get(TRAN_MSG) if not batch else None
+        answer = answer_of(props.get(Prop.UNIQ_KEY)) if tran is not None and tran.lower() == "true" else plain_answer
         native_ext = {"topic": header.topic, "queueId": header.queue_id, "producerGroup": header.producer_group}
-        code = NativeCode.SEND_BATCH_MESSAGE if batch else NativeCode.SEND_MESSAGE
-        return Translated(Command(int(code), ext=native_ext, body=records), answer)
+        return Translated(Command(_NATIVE_BATCH if batch else _NATIVE_SEND, 0, 0, None, native_ext, records), answer)
 
     return send
 
