@@ -25,7 +25,7 @@ from pymq.logs import RateLimitedLog, get_logger
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.security import remoting_signing
-from pymq.security.acl import ANY, PUB, SUB, AclConfig, AclFileError, allows, load_acl
+from pymq.security.acl import ANY, PUB, SUB, Account, AclConfig, AclFileError, allows, load_acl
 from pymq.security.permissions import (
     TOPIC,
     BodyNotUnderstood,
@@ -101,22 +101,15 @@ class AclInterceptor(Interceptor):
             return self._refuse(request, channel, "malformed", "malformed request", error=type(exc).__name__)
 
     def _check(self, request: Command, channel: Channel) -> Command | None:
-        acl = self.acl
         vouched = getattr(channel, "authenticated_as", None)
         if vouched is not None:  # a front end checked this request's own signature (4.x remoting)
             return None if vouched is WHITE else self._permitted(request, channel, vouched)
-        ip = peer_ip(channel.remote_addr)
-        if acl.global_white and acl.is_globally_white(ip):
-            return None
-        access_key = request.ext.get(ACCESS_KEY)
-        if not isinstance(access_key, str) or not access_key:
-            return self._refuse(request, channel, "unsigned", "request not signed")
-        account = acl.accounts.get(access_key)
-        if account is None:
-            why = "unknown access key"
-            return self._refuse(request, channel, "credentials", BAD_CREDENTIALS, why=why, access_key=access_key)
-        if account.white_remote and account.is_white(ip):
-            return None  # RocketMQ: an account's white address needs no signature
+        claimed = self._claimed(request, channel)
+        if isinstance(claimed, Command):
+            return claimed
+        if not isinstance(claimed, tuple):
+            return None  # WHITE: a white-listed peer needs no signature
+        access_key, account = claimed
         try:
             sig = verify(request, account.secret_key, self._now_ms(), self.window_ms)
         except SignatureError as exc:
@@ -127,6 +120,24 @@ class AclInterceptor(Interceptor):
         if self.replay.seen(sig, self._monotonic()):
             return self._refuse(request, channel, "replay", "replayed request", access_key=access_key)
         return self._permitted(request, channel, access_key)
+
+    def _claimed(self, request: Command, channel: Channel) -> tuple[str, Account] | str | Command:
+        """Who the request says it is, before its signature is checked: (access key, account), :data:`WHITE`
+        for a white-listed peer (global, or the account's: RocketMQ asks no signature of it), or a refusal."""
+        acl = self.acl
+        ip = peer_ip(channel.remote_addr)
+        if acl.global_white and acl.is_globally_white(ip):
+            return WHITE
+        access_key = request.ext.get(ACCESS_KEY)
+        if not isinstance(access_key, str) or not access_key:
+            return self._refuse(request, channel, "unsigned", "request not signed")
+        account = acl.accounts.get(access_key)
+        if account is None:
+            why = "unknown access key"
+            return self._refuse(request, channel, "credentials", BAD_CREDENTIALS, why=why, access_key=access_key)
+        if account.white_remote and account.is_white(ip):
+            return WHITE
+        return access_key, account
 
     def _permitted(self, request: Command, channel: Channel, access_key: str) -> Command | None:
         """The request code's requirement against the account's permissions (signature already checked)."""
@@ -151,19 +162,10 @@ class AclInterceptor(Interceptor):
         for a white-listed peer, or a NO_PERMISSION answer. Permissions are checked later, on the
         native request it becomes (the channel carries the key as ``authenticated_as``)."""
         try:
-            acl = self.acl
-            ip = peer_ip(channel.remote_addr)
-            if acl.global_white and acl.is_globally_white(ip):
-                return WHITE
-            access_key = request.ext.get(ACCESS_KEY)
-            if not isinstance(access_key, str) or not access_key:
-                return self._refuse(request, channel, "unsigned", "request not signed")
-            account = acl.accounts.get(access_key)
-            if account is None:
-                why = "unknown access key"
-                return self._refuse(request, channel, "credentials", BAD_CREDENTIALS, why=why, access_key=access_key)
-            if account.white_remote and account.is_white(ip):
-                return WHITE
+            claimed = self._claimed(request, channel)
+            if not isinstance(claimed, tuple):
+                return claimed  # WHITE or a refusal
+            access_key, account = claimed
             if not remoting_signing.verify(request.ext, request.body_bytes(), account.secret_key):
                 why = "signature mismatch"
                 return self._refuse(request, channel, "credentials", BAD_CREDENTIALS, why=why, access_key=access_key)
