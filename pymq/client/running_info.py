@@ -29,13 +29,39 @@ import sys
 import threading
 from collections.abc import Iterable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pymq.clock import Clock
 
 if TYPE_CHECKING:
-    from pymq.client.consumer_base import ConsumerBase
+    from collections.abc import Mapping
+
     from pymq.client.process_queue import ProcessQueue
+    from pymq.protocol.filter import Subscription
+    from pymq.protocol.route import MessageQueue
+
+
+class RunningConsumer(Protocol):
+    """What :func:`running_info` reads of a consumer (ConsumerBase has it; named here, not imported,
+    so that consumer_base can import this module)."""
+
+    clock: Clock
+    group: str
+    consume_type: str
+    message_model: Any
+    consume_from_where: Any
+    pull_batch_size: int | None
+    pull_batch_bytes: int
+    pull_threshold_for_queue: int
+    pull_threshold_size_for_queue: int
+    start_timestamp: int
+
+    @property
+    def process_queues(self) -> Mapping[MessageQueue, ProcessQueue]: ...
+
+    @property
+    def subscriptions(self) -> Mapping[str, Subscription]: ...
+
 
 #: the stacks' text is cut here (a process with thousands of distinct task stacks)
 MAX_JSTACK_CHARS = 256 * 1024
@@ -79,7 +105,7 @@ def _pymq_version() -> str:
         return "unknown"
 
 
-def running_info(consumer: ConsumerBase, client_id: str, *, jstack: bool = False) -> dict[str, Any]:
+def running_info(consumer: RunningConsumer, client_id: str, *, jstack: bool = False) -> dict[str, Any]:
     """The body answering GET_CONSUMER_RUNNING_INFO for ``consumer`` (see the module's docstring)."""
     clock = consumer.clock
     properties: dict[str, Any] = {
