@@ -19,10 +19,12 @@ __all__ = ["main"]
 assert admin_ops  # registers the group, message and broker commands on ``main``
 assert admin_replication  # registers broker-role
 
-# transactional messages: tx-pending
-from pymq.cli import admin_tx  # noqa: E402
+# transactional messages: tx-pending; connected clients: consumer-progress, consumer-connection,
+# consumer-running-info, producer-connection
+from pymq.cli import admin_clients, admin_tx  # noqa: E402
 
 assert admin_tx
+assert admin_clients
 
 
 # --- cluster and topics ------------------------------------------------------------------------------
