@@ -17,6 +17,8 @@ structlog: a readable console on a terminal, one JSON object per line otherwise.
 
 from __future__ import annotations
 
+import datetime
+import json as _json
 import logging
 import sys
 import threading
@@ -75,11 +77,25 @@ class Logger:
             fields = {**self._context, **fields}
         self._logger.log(
             level,
-            _message(event, fields),
+            _LazyMessage(event, fields),
             exc_info=exc_info,
             extra={FIELDS_ATTR: {"event": event, **fields}},
             stacklevel=3,  # the caller of log.info(...), for %(funcName)s and %(lineno)d
         )
+
+
+class _LazyMessage:
+    """A record's ``msg``: the ``event key=value`` text, built only if a formatter asks for it
+    (the daemons' JSON formatter never does)."""
+
+    __slots__ = ("event", "fields")
+
+    def __init__(self, event: str, fields: dict[str, Any]) -> None:
+        self.event = event
+        self.fields = fields
+
+    def __str__(self) -> str:
+        return _message(self.event, self.fields)
 
 
 def _message(event: str, fields: dict[str, Any]) -> str:
@@ -136,10 +152,12 @@ def configure_logging(level: str = "info", *, json: bool | None = None, stream: 
     ]
     if json:
         pre_chain.append(structlog.processors.format_exc_info)
-    formatter = structlog.stdlib.ProcessorFormatter(
+    formatter: logging.Formatter = structlog.stdlib.ProcessorFormatter(
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
         foreign_pre_chain=pre_chain,
     )
+    if json:
+        formatter = _JsonEvents(formatter)
     handler = _DaemonHandler(stream)
     handler.setFormatter(formatter)
     root = logging.getLogger()
@@ -161,6 +179,32 @@ def _structured_fields(_logger: Any, _method: str, event_dict: dict[str, Any]) -
         if key in event_dict:
             out[key] = event_dict[key]
     return out
+
+
+_UTC = datetime.UTC
+
+
+class _JsonEvents(logging.Formatter):
+    """The JSON line of a pymq event, as structlog's chain above renders it, at a sixth of the cost.
+
+    A daemon logs an event per client connecting, per rejected request: structlog's
+    ProcessorFormatter copies each record and runs five processors (~110 us a line), which a
+    flood of bad requests turns into most of the broker's time. Records with an exception, and
+    records that are not pymq events, still go through structlog.
+    """
+
+    def __init__(self, structlog_formatter: logging.Formatter) -> None:
+        super().__init__()
+        self._structlog = structlog_formatter
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, FIELDS_ATTR, None)
+        if fields.__class__ is not dict or record.exc_info or record.stack_info:
+            return self._structlog.format(record)
+        line = {"component": record.name.removeprefix("pymq."), **fields}
+        line["level"] = record.levelname.lower()
+        line["timestamp"] = datetime.datetime.fromtimestamp(record.created, _UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return _json.dumps(line, default=repr)
 
 
 class RateLimitedLog:

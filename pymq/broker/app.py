@@ -472,6 +472,9 @@ class BrokerApp:
         self._close_metrics()
         if self.loop_sync is not None:
             self.loop_sync.close()  # before the store closes its syncer: off the loop, queued syncs answered
+        # the config writers' last changes: written on their own threads, waited for here
+        await asyncio.to_thread(self.topics.flush)
+        await asyncio.to_thread(self.subscription_groups.flush)
         if self.store is not None and self.store.running:
             self.offsets.persist()
             await asyncio.to_thread(self.store.shutdown)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pymq.broker.store.config_files import read_json, write_json_atomic
+from pymq.broker.store.config_writer import ConfigWriter, Durable
 from pymq.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ class SubscriptionGroupManager:
         self.path = path
         self.auto_create = auto_create
         self.groups: dict[str, SubscriptionGroupConfig] = {}
+        #: writes the file off the event loop, coalescing changes (auto-created groups come in floods)
+        self.writer = ConfigWriter(path, lambda: {"subscriptionGroupTable": self.table()})
 
     def configure(self, config: BrokerConfig) -> None:
         """Follow the live broker config (see :class:`~pymq.broker.runtime_config.RuntimeConfig`)."""
@@ -76,32 +79,38 @@ class SubscriptionGroupManager:
                 self.groups[name] = SubscriptionGroupConfig.from_dict(d)
 
     def persist(self) -> None:
+        """Write the file now, on this thread."""
         write_json_atomic(self.path, {"subscriptionGroupTable": self.table()})
+
+    def flush(self) -> None:
+        """Write what changed and is not on disk yet, waiting for it (shutdown)."""
+        self.writer.flush()
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         cfg = self.groups.get(group)
         if cfg is None and self.auto_create:
             cfg = self.groups[group] = SubscriptionGroupConfig(group)
-            self.persist()
+            self.writer.changed()
         return cfg
 
     def table(self) -> dict[str, dict[str, Any]]:
         """Every group's config as a dict, by name (the file's and GET_ALL_SUBSCRIPTIONGROUP_CONFIG's form)."""
         return {n: g.to_dict() for n, g in sorted(self.groups.items())}
 
-    def upsert(self, cfg: SubscriptionGroupConfig) -> None:
+    def upsert(self, cfg: SubscriptionGroupConfig, on_durable: Durable | None = None) -> None:
+        """Create or replace a group's config; ``on_durable`` runs once the file has it."""
         self.groups[cfg.groupName] = cfg
-        self.persist()
+        self.writer.changed(on_durable)
 
     def replace_all(self, table: dict[str, Any]) -> None:
         """Take a master's whole table (a slave's copy)."""
         groups = {n: SubscriptionGroupConfig.from_dict(d) for n, d in table.items()}
         if groups != self.groups:
             self.groups = groups
-            self.persist()
+            self.writer.changed()
 
-    def delete(self, group: str) -> bool:
+    def delete(self, group: str, on_durable: Durable | None = None) -> bool:
         if self.groups.pop(group, None) is None:
             return False
-        self.persist()
+        self.writer.changed(on_durable)
         return True

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pymq.broker.store.config_files import read_json, write_json_atomic
+from pymq.broker.store.config_writer import ConfigWriter, Durable
 from pymq.broker.system_topics import SCHEDULE_TOPIC
 from pymq.errors import InvalidRequestError
 from pymq.logs import get_logger
@@ -55,6 +56,8 @@ class TopicConfigManager:
         #: called after any change (the broker re-registers with the nameservers)
         self.on_change: Callable[[], None] | None = None
         self._delay_levels = delay_levels
+        #: writes topics.json off the event loop, coalescing a flood of changes into few writes
+        self.writer = ConfigWriter(path, self._snapshot)
 
     def configure(self, config: BrokerConfig) -> None:
         """Follow the live broker config (see :class:`~pymq.broker.runtime_config.RuntimeConfig`)."""
@@ -85,21 +88,27 @@ class TopicConfigManager:
                 ),
             )
 
-    def persist(self) -> None:
-        write_json_atomic(
-            self.path,
-            {
-                "topicConfigTable": {n: tc.to_dict() for n, tc in sorted(self.topics.items())},
-                "dataVersion": self.data_version,
-            },
-        )
+    def _snapshot(self) -> dict[str, Any]:
+        # sorted() copies the table in one C call: safe on the writer thread while the loop changes it
+        return {
+            "topicConfigTable": {n: tc.to_dict() for n, tc in sorted(self.topics.items())},
+            "dataVersion": self.data_version,
+        }
 
-    def _changed(self) -> None:
+    def persist(self) -> None:
+        """Write topics.json now, on this thread."""
+        write_json_atomic(self.path, self._snapshot())
+
+    def flush(self) -> None:
+        """Write what changed and is not on disk yet, waiting for it (shutdown)."""
+        self.writer.flush()
+
+    def _changed(self, on_durable: Durable | None = None) -> None:
         self.data_version = {
             "timestamp": int(time.time() * 1000),
             "counter": self.data_version["counter"] + 1,
         }
-        self.persist()
+        self.writer.changed(on_durable)
         if self.on_change is not None:
             self.on_change()
 
@@ -110,7 +119,8 @@ class TopicConfigManager:
         """Every topic's config (a copy of the list: the table may change while the caller iterates)."""
         return list(self.topics.values())
 
-    def upsert(self, tc: TopicConfig) -> TopicConfig:
+    def upsert(self, tc: TopicConfig, on_durable: Durable | None = None) -> TopicConfig:
+        """Create or replace a topic; ``on_durable`` runs (on the writer thread) once topics.json has it."""
         if tc.readQueueNums < 1 or tc.writeQueueNums < 1 or tc.readQueueNums > 1024 or tc.writeQueueNums > 1024:
             raise InvalidRequestError("queue numbers must be between 1 and 1024")
         old = self.topics.get(tc.topicName)
@@ -123,14 +133,16 @@ class TopicConfigManager:
                 write=tc.writeQueueNums,
                 perm=tc.perm,
             )
-            self._changed()
+            self._changed(on_durable)
+        elif on_durable is not None:
+            self.writer.changed(on_durable)  # unchanged, but the caller waits for the file to hold it
         return tc
 
-    def delete(self, topic: str) -> bool:
+    def delete(self, topic: str, on_durable: Durable | None = None) -> bool:
         if self.topics.pop(topic, None) is None:
             return False
         log.info("topic_deleted", topic=topic)
-        self._changed()
+        self._changed(on_durable)
         return True
 
     def auto_create_for_send(self, topic: str) -> TopicConfig | None:
@@ -159,7 +171,7 @@ class TopicConfigManager:
                 "timestamp": int(data_version.get("timestamp", 0)),
                 "counter": int(data_version.get("counter", 0)),
             }
-        self.persist()
+        self.writer.changed()
         if self.on_change is not None:
             self.on_change()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -115,7 +116,9 @@ def test_topic_configs_persist_with_system_topics(tmp_path: Path) -> None:
     t = TopicConfigManager(tmp_path / "topics.json", delay_levels=18)
     t.load()
     t.on_change = lambda: changed.append(1)
-    t.upsert(TopicConfig("orders", 4, 4))
+    durable = threading.Event()
+    t.upsert(TopicConfig("orders", 4, 4), lambda error: durable.set() if error is None else None)
+    assert durable.wait(10), "the writer thread never reported topics.json written"
     t2 = TopicConfigManager(tmp_path / "topics.json")
     t2.load()
     assert t2.get("orders") == TopicConfig("orders", 4, 4) and t2.get("SCHEDULE_TOPIC_XXXX") is not None
@@ -138,6 +141,7 @@ def test_subscription_group_settings_validated(tmp_path: Path) -> None:
         SubscriptionGroupConfig.from_dict({"groupName": "g", "nope": 1})
     mgr = SubscriptionGroupManager(tmp_path / "sg.json")
     assert mgr.get("new-group").retryMaxTimes == 16
+    mgr.flush()  # written in the background; flush waits for it
     again = SubscriptionGroupManager(tmp_path / "sg.json", auto_create=False)
     again.load()
     assert again.get("new-group") is not None and again.get("other") is None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pymq.broker.store.config_writer import Durable
 from pymq.broker.subscription_groups import SubscriptionGroupConfig
 from pymq.broker.topics import validate_topic_name
-from pymq.errors import InvalidRequestError
+from pymq.errors import InvalidRequestError, RemoteError
 from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import decode_body, encode_body
@@ -28,6 +30,27 @@ if TYPE_CHECKING:
     from pymq.broker.store import MessageStore
     from pymq.broker.subscription_groups import SubscriptionGroupManager
     from pymq.broker.topics import TopicConfigManager
+
+
+def answer_when_durable(answer: Command, what: str) -> tuple[Durable, asyncio.Future[Command]]:
+    """A config writer's ``on_durable`` hook and the future the handler returns: the request is
+    answered once the change is on disk (written off the loop, coalesced with others), or with
+    SYSTEM_ERROR naming the failure."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Command] = loop.create_future()
+
+    def settle(error: Exception | None) -> None:
+        if fut.done():
+            return
+        if error is None:
+            fut.set_result(answer)
+        else:
+            fut.set_exception(RemoteError(ResponseCode.SYSTEM_ERROR, f"{what} not written: {error}"))
+
+    def on_durable(error: Exception | None) -> None:  # on the writer thread
+        loop.call_soon_threadsafe(settle, error)
+
+    return on_durable, fut
 
 
 class AdminHandlers:
@@ -77,7 +100,7 @@ class AdminHandlers:
             RequestCode.PING: lambda cmd, channel: cmd.response(),
         }
 
-    def create_topic(self, cmd: Command, channel: Channel) -> Command:
+    def create_topic(self, cmd: Command, channel: Channel) -> Command | asyncio.Future[Command]:
         h = CreateTopicRequest.from_ext(cmd.ext)
         config = self.runtime.config
         validate_topic_name(h.topic, config.store.max_topic_length)
@@ -95,16 +118,18 @@ class AdminHandlers:
             tc.attributes = parse_attributes(h.attributes)
         except ValueError as exc:
             return cmd.response(ResponseCode.INVALID_PARAMETER, f"header field 'attributes': {exc}")
-        self.topics.upsert(tc)
-        return cmd.response(body=encode_body(tc.to_dict()))
+        on_durable, answered = answer_when_durable(cmd.response(body=encode_body(tc.to_dict())), "topic config")
+        self.topics.upsert(tc, on_durable)
+        return answered
 
-    def delete_topic(self, cmd: Command, channel: Channel) -> Command:
+    def delete_topic(self, cmd: Command, channel: Channel) -> Command | asyncio.Future[Command]:
         topic = TopicRequest.from_ext(cmd.ext).topic
-        if not self.topics.delete(topic):
+        on_durable, answered = answer_when_durable(cmd.response(), "topic config")
+        if not self.topics.delete(topic, on_durable):
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] does not exist on {self.address}")
         self.store.delete_topic(topic)
         self.offsets.delete_topic(topic)
-        return cmd.response()
+        return answered
 
     def all_topics(self, cmd: Command, channel: Channel) -> Command:
         t = self.topics
@@ -130,22 +155,24 @@ class AdminHandlers:
             )
         return cmd.response(body=encode_body({"offsetTable": rows}))
 
-    def update_group(self, cmd: Command, channel: Channel) -> Command:
+    def update_group(self, cmd: Command, channel: Channel) -> asyncio.Future[Command]:
         body = decode_body(cmd.body, "subscription group config")
         if not isinstance(body, dict):
             raise InvalidRequestError("subscription group config must be a map")
         cfg = SubscriptionGroupConfig.from_dict(body)
-        self.subscription_groups.upsert(cfg)
-        return cmd.response(body=encode_body(cfg.to_dict()))
+        on_durable, answered = answer_when_durable(cmd.response(body=encode_body(cfg.to_dict())), "group config")
+        self.subscription_groups.upsert(cfg, on_durable)
+        return answered
 
     def all_groups(self, cmd: Command, channel: Channel) -> Command:
         return cmd.response(body=encode_body({"subscriptionGroupTable": self.subscription_groups.table()}))
 
-    def delete_group(self, cmd: Command, channel: Channel) -> Command:
+    def delete_group(self, cmd: Command, channel: Channel) -> Command | asyncio.Future[Command]:
         group = DeleteSubscriptionGroupRequest.from_ext(cmd.ext).group_name
-        if not self.subscription_groups.delete(group):
+        on_durable, answered = answer_when_durable(cmd.response(), "group config")
+        if not self.subscription_groups.delete(group, on_durable):
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group} does not exist")
-        return cmd.response()
+        return answered
 
     def consumer_connections(self, cmd: Command, channel: Channel) -> Command:
         group = ConsumerGroupRequest.from_ext(cmd.ext).consumer_group
