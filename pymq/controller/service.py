@@ -149,13 +149,15 @@ class ControllerService:
         assert self.campaign is not None and self.leadership is not None
         period = max(0.1, min(1.0, self.campaign.ttl / 4))
         while True:
+            pause = period
             try:
                 await self._campaign_round()
-            except Exception as exc:  # etcd unreachable: try again; the lease may lapse meanwhile
+            except Exception as exc:  # etcd unreachable (or electing its leader): try again soon
                 log.warning("controller_campaign_failed reason=%s", exc)
+                pause = min(period, 0.1)
             if self.leadership.must_step_down():
                 await self._step_down("the leadership lease lapsed (etcd not answering keepalives)")
-            await asyncio.sleep(period)
+            await asyncio.sleep(pause)
 
     async def _campaign_round(self) -> None:
         camp, lead, clock = self.campaign, self.leadership, self.core.clock
