@@ -79,7 +79,8 @@ async def controller_status(admin: AdminClient, ctx: AdminContext) -> None:
     """The failover controller's view (issue 32): per broker group its master, epoch, sync-state set
     and live replicas, and the last elections with their reasons.
 
-    Asks each nameserver in turn; the first one running a controller (``--controller embedded``) answers.
+    Asks each nameserver in turn; the first one running a controller (``--controller embedded|etcd``)
+    answers, the active one preferred; a standby says it is one and names the active controller.
 
     \b
     Example:
@@ -154,4 +155,4 @@ async def elect_master(admin: AdminClient, ctx: AdminContext, broker_name: str, 
         group: dict[str, Any] = decode_body(resp.body, "group state")
         emit(group, ctx.as_json, f"{broker_name}: master {group.get('master')} at epoch {group.get('epoch')}")
         return
-    raise PymqError(f"no nameserver runs a controller (start one with --controller embedded): {last}")
+    raise PymqError(f"no active controller answered (start one with --controller embedded or etcd): {last}")

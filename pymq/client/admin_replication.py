@@ -61,7 +61,7 @@ async def controller_status(admin: AdminClient) -> dict[str, Any]:
         standby = standby or status  # a standby of several (etcd): the active one is preferred
     if standby is not None:
         return standby
-    raise ClientError(f"no nameserver runs a controller (start one with --controller embedded): {last}")
+    raise ClientError(f"no nameserver runs a controller (start one with --controller embedded or etcd): {last}")
 
 
 async def _status(admin: AdminClient, addr: str) -> dict[str, Any] | None:

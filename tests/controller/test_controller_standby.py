@@ -25,20 +25,31 @@ from pymq.client.send_result import SendStatus
 from pymq.controller.etcd_store import EtcdStateStore
 from pymq.errors import PymqError
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
-from tests.controller.test_controller_failover import read_everything
-from tests.controller_group import BROKER_ENV, CONTROLLER, TOPIC, controller_status, create_topic, in_sync, master_is
+from tests.controller_group import (
+    BROKER_ENV,
+    CONTROLLER,
+    TOPIC,
+    controller_status,
+    create_topic,
+    in_sync,
+    master_is,
+    read_everything,
+)
 from tests.etcd_server import etcd_cluster, etcd_server
 from tests.helpers import wait_until_async
 from tests.master_slave import fast_client_options
+from tests.metrics_helpers import scrape, value
 
 pytestmark = pytest.mark.integration
 
 ETCD_LEASE = "2"
 
 
-def etcd_controller(workdir: Path, endpoints: list[str]) -> DaemonProcess:
+def etcd_controller(workdir: Path, endpoints: list[str], metrics_port: int | None = None) -> DaemonProcess:
     args = [*CONTROLLER[2:], "--controller", "etcd", "--controller-etcd", ";".join(endpoints),
             "--controller-etcd-lease", ETCD_LEASE]  # fmt: skip
+    if metrics_port is not None:
+        args += ["--metrics-port", str(metrics_port)]
     return namesrv_process(workdir, *args)
 
 
@@ -132,7 +143,8 @@ async def test_kill_9_the_active_controller_a_standby_takes_over_and_the_next_fa
 ) -> None:
     started = time.monotonic()
     with etcd_server(tmp_path / "etcd", free_ports) as url:
-        nss = [etcd_controller(tmp_path / f"ns{i}", [url]).start() for i in range(3)]
+        metrics = free_ports(3)
+        nss = [etcd_controller(tmp_path / f"ns{i}", [url], metrics[i]).start() for i in range(3)]
         processes.extend(nss)
         addrs = [p.address for p in nss]
         ns_all = ";".join(addrs)
@@ -157,6 +169,9 @@ async def test_kill_9_the_active_controller_a_standby_takes_over_and_the_next_fa
             group = status["groups"]["broker-a"]
             assert (group["master"], group["epoch"]) == (master.address, epoch)  # loaded from etcd, no election
             other = next(a for a in rest if a != new_active)
+            for addr, want in ((new_active, 1), (other, 0)):
+                _, samples = await scrape(f"http://127.0.0.1:{metrics[addrs.index(addr)]}/metrics")
+                assert value(samples, "pymq_controller_active") == want
             out = admin(other, "controller-status")
             assert out.startswith(f"controller {other}: standby (active controller: {new_active})"), out
             await wait_until_async(lambda: both_heard(new_active, master.address, slave.address), timeout=10,
