@@ -54,6 +54,9 @@ class EtcdCampaign:
 
     def campaign(self) -> CampaignResult:
         """One attempt: create the key bound to this lease, or learn who holds it."""
+        if not self.lease:
+            # a key put without a lease would never expire: the leadership could never move again
+            raise RuntimeError("no etcd lease to campaign with")
         key = b64(self.key)
         txn = {
             "compare": [{"key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],

@@ -169,7 +169,7 @@ class ControllerService:
             if ttl <= 0:
                 await self._step_down("the leadership lease expired in etcd")
             return
-        if ttl <= 0:
+        if ttl <= 0 or not camp.lease:  # (a step-down may have revoked it meanwhile)
             sent = clock()
             ttl = await asyncio.to_thread(camp.grant)
         result = await asyncio.to_thread(camp.campaign)

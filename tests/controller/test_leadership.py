@@ -165,6 +165,7 @@ class FakeCampaign:
         return float(self.ttl)
 
     def campaign(self) -> CampaignResult:
+        assert self.lease, "campaigned without a lease"
         self.etcd.expire()
         if self.etcd.holder is None:
             self.etcd.holder = (self.me, self.lease)
