@@ -154,6 +154,11 @@ async def test_kill_9_the_active_controller_a_standby_takes_over_and_the_next_fa
         out = admin(standby, "controller-status")
         assert out.startswith(f"controller {standby}: standby (active controller: {active})"), out
         assert f"controller {active}: active" in admin(ns_all, "controller-status")
+        # elect-master given only the standby: it follows the controller the standby names
+        elect = [sys.executable, "-m", "pymq.cli.admin", "--namesrv", standby, "elect-master",
+                 "--broker-name", "broker-a", "--broker-addr", "127.0.0.1:1"]  # fmt: skip
+        wrong = subprocess.run(elect, capture_output=True, text=True, timeout=30)
+        assert wrong.returncode == 1 and "127.0.0.1:1 is not in broker-a's sync-state set" in wrong.stderr, wrong
         epoch = (await controller_status(active))["groups"]["broker-a"]["epoch"]
 
         async with Producer(ns_all, "sp", **fast_client_options(interval=1.0, persist=1.0)) as producer:
