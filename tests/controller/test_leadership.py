@@ -344,3 +344,20 @@ async def test_the_broker_goes_to_the_controller_a_standby_names_and_stays_with_
     rpc.calls.clear()
     await lnk._beat(starting=True)
     assert rpc.calls == [n3, n1] and lnk.addrs[0] == n1
+
+
+# --- configuration --------------------------------------------------------------------------------
+
+
+def test_the_etcd_controller_settings_are_validated() -> None:
+    from pydantic import ValidationError
+
+    from pymq.config import NamesrvConfig
+
+    cfg = NamesrvConfig(controller="etcd", controller_etcd_lease_seconds=2, controller_address="10.0.0.1:9876")
+    assert (cfg.controller_etcd_lease_seconds, cfg.controller_etcd_leader_key) == (2, "/pymq/controller/leader")
+    assert NamesrvConfig().controller_etcd_lease_seconds == 5
+    with pytest.raises(ValidationError, match="controller_etcd_lease_seconds"):
+        NamesrvConfig(controller_etcd_lease_seconds=0)
+    with pytest.raises(ValidationError, match="controller_etcd_endpoints"):
+        NamesrvConfig(controller="etcd", controller_etcd_endpoints=[])
