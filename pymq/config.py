@@ -155,12 +155,20 @@ class NamesrvConfig(_Model):
     acl: AclSettings = Field(default_factory=AclSettings)
     tls: TlsSettings = Field(default_factory=TlsSettings)
     # --- failover controller (issue 32; docs/REPLICATION.md "Automatic failover") ---
-    #: "embedded": this nameserver runs the controller, its state in ``controller_dir``;
-    #: "etcd": its state in etcd (``controller_etcd_endpoints``), each change compared on revision
+    #: "embedded": this nameserver runs the controller, its state in ``controller_dir`` (one controller);
+    #: "etcd": its state in etcd (``controller_etcd_endpoints``), each change compared on revision;
+    #: every such nameserver runs a controller, one active (campaign in etcd), the others standby
     controller: Literal["off", "embedded", "etcd"] = "off"
     controller_dir: Path = Path("./controller")
-    controller_etcd_endpoints: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:2379"])
+    controller_etcd_endpoints: list[str] = Field(default_factory=lambda: ["http://127.0.0.1:2379"], min_length=1)
     controller_etcd_key: str = "/pymq/controller/state"
+    #: the key the controllers campaign for (bound to the active one's etcd lease)
+    controller_etcd_leader_key: str = "/pymq/controller/leader"
+    #: TTL of the active controller's etcd lease: a dead active controller is replaced after about
+    #: this long (etcd raises a TTL below its minimum, 1.5 x its election timeout: 2 s by default)
+    controller_etcd_lease_seconds: int = Field(5, ge=1, le=300)
+    #: the address a standby names as the active controller (default: this nameserver's host:port)
+    controller_address: str | None = None
     #: a master silent this long is replaced by an election
     controller_master_timeout_seconds: float = Field(3.0, gt=0)
     #: how long a master holds its mastership after a heartbeat it sent (must be < the timeout)

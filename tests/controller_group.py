@@ -3,11 +3,14 @@ short timeouts and the CONTROLLER_STATUS questions the tests ask."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from pymq.client import ConsumeFromWhere, PullConsumer
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body
+from pymq.protocol.route import MessageQueue
 from pymq.transport.client import RpcClient
 
 TOPIC = "failover"
@@ -19,6 +22,17 @@ BROKER_ENV = {
     "PYMQ_REGISTER_INTERVAL_SECONDS": "2",
     "PYMQ_SLAVE_ACK_TIMEOUT_MS": "1000",
 }
+
+
+async def read_everything(ns: str, want: set[bytes], timeout: float = 15.0) -> set[bytes]:
+    pc = PullConsumer(ns, f"reader-{time.monotonic_ns()}", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    pc.assign([MessageQueue(TOPIC, "broker-a", q) for q in range(QUEUES)])
+    got: set[bytes] = set()
+    deadline = time.monotonic() + timeout
+    async with pc:
+        while not want <= got and time.monotonic() < deadline:
+            got.update(m.body for m in await pc.poll(timeout=0.5))
+    return got
 
 
 async def controller_status(ns: str) -> dict[str, Any]:

@@ -12,8 +12,9 @@ from pymq.cli.output import emit, key_values, table
 from pymq.client.admin import AdminClient
 from pymq.client.admin_replication import controller_status as controller_status_of
 from pymq.client.admin_replication import promote_slave
-from pymq.errors import InvalidRequestError, PymqError
-from pymq.protocol.codes import RequestCode
+from pymq.controller.leadership import ACTIVE_CONTROLLER
+from pymq.errors import InvalidRequestError, PymqError, error_for_response
+from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import decode_body
 from pymq.protocol.requests import ControllerElectRequest
@@ -78,7 +79,8 @@ async def controller_status(admin: AdminClient, ctx: AdminContext) -> None:
     """The failover controller's view (issue 32): per broker group its master, epoch, sync-state set
     and live replicas, and the last elections with their reasons.
 
-    Asks each nameserver in turn; the first one running a controller (``--controller embedded``) answers.
+    Asks each nameserver in turn; the first one running a controller (``--controller embedded|etcd``)
+    answers, the active one preferred; a standby says it is one and names the active controller.
 
     \b
     Example:
@@ -102,7 +104,17 @@ async def controller_status(admin: AdminClient, ctx: AdminContext) -> None:
         for e in status.get("elections", [])
     ]
     human = table(groups, cols) + ("\nelections:\n" + "\n".join(history) if history else "")
-    emit(status, ctx.as_json, human)
+    emit(status, ctx.as_json, _role_line(status) + human)
+
+
+def _role_line(status: dict[str, Any]) -> str:
+    """``controller ADDR: active`` or ``controller ADDR: standby (active controller: X)``."""
+    me = status.get("controller")
+    if not me:
+        return ""  # a single (embedded) controller of an older nameserver
+    if status.get("role") == "standby":
+        return f"controller {me}: standby (active controller: {status.get('activeController') or 'none yet'})\n"
+    return f"controller {me}: active\n"
 
 
 @main.command("elect-master")
@@ -120,16 +132,27 @@ async def elect_master(admin: AdminClient, ctx: AdminContext, broker_name: str, 
     """
     ext = ControllerElectRequest(broker_name=broker_name, broker_addr=broker_addr).to_ext()
     last: Exception | None = None
-    for addr in admin.ns.addrs:
+    order = list(admin.ns.addrs)
+    i = 0
+    while i < len(order):
+        addr = order[i]
+        i += 1
         cmd = Command.request(RequestCode.CONTROLLER_ELECT_MASTER, ext)
         try:
-            resp = await admin.rpc.invoke_ok(addr, cmd, admin.timeout + 10.0)
-        except InvalidRequestError:
-            raise
+            resp = await admin.rpc.invoke(addr, cmd, admin.timeout + 10.0)
         except PymqError as exc:
             last = exc
+            continue
+        active = (resp.ext or {}).get(ACTIVE_CONTROLLER)
+        if resp.code != ResponseCode.SUCCESS and isinstance(active, str) and active not in order[:i]:
+            order.insert(i, active)  # a standby of several: ask the active controller it names next
+        if resp.code != ResponseCode.SUCCESS:
+            error = error_for_response(resp.code, resp.remark, addr)
+            if isinstance(error, InvalidRequestError):
+                raise error
+            last = error
             continue
         group: dict[str, Any] = decode_body(resp.body, "group state")
         emit(group, ctx.as_json, f"{broker_name}: master {group.get('master')} at epoch {group.get('epoch')}")
         return
-    raise PymqError(f"no nameserver runs a controller (start one with --controller embedded): {last}")
+    raise PymqError(f"no active controller answered (start one with --controller embedded or etcd): {last}")

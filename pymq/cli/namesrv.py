@@ -56,6 +56,13 @@ from pymq.nameserver.app import NamesrvApp
     default=None,
     help="Seconds a master holds its mastership after a heartbeat (default 2; < the timeout).",
 )
+@click.option(
+    "--controller-etcd-lease",
+    "controller_etcd_lease_seconds",
+    type=int,
+    default=None,
+    help="TTL in seconds of the etcd lease the active controller holds (default 5; etcd raises it to its minimum).",
+)
 @daemon_options
 def main(
     config_path: str | None, port_file: str | None, log_level: str | None, log_format: str, **flags: object

@@ -42,10 +42,13 @@ async def group_members(admin: AdminClient, broker_name: str) -> dict[int, str]:
 async def controller_status(admin: AdminClient) -> dict[str, Any]:
     """The failover controller's view from the first nameserver that runs one (issue 32): per broker
     group its master, epoch, sync-state set and live replicas (``groups``), and the last elections.
+    With several controllers (etcd) the active one's answer is preferred; when only standbys
+    answer, the first one's (``role`` "standby", ``activeController``, no groups).
 
     Raises :class:`~pymq.errors.ClientError` if no nameserver runs a controller.
     """
     last: Exception | None = None
+    standby: dict[str, Any] | None = None
     for addr in admin.ns.addrs:
         try:
             resp = await admin.rpc.invoke_ok(addr, broker_api.controller_status(), admin.timeout)
@@ -53,8 +56,12 @@ async def controller_status(admin: AdminClient) -> dict[str, Any]:
             last = exc
             continue
         status: dict[str, Any] = decode_body(resp.body, "controller status")
-        return status
-    raise ClientError(f"no nameserver runs a controller (start one with --controller embedded): {last}")
+        if status.get("role") != "standby":
+            return status
+        standby = standby or status  # a standby of several (etcd): the active one is preferred
+    if standby is not None:
+        return standby
+    raise ClientError(f"no nameserver runs a controller (start one with --controller embedded or etcd): {last}")
 
 
 async def _status(admin: AdminClient, addr: str) -> dict[str, Any] | None:

@@ -86,8 +86,25 @@ class Controller:
         #: group -> (the replica asked for or None, not before this time): operator elections
         #: waiting for the current master's lease to lapse
         self.handovers: dict[str, tuple[str | None, float]] = {}
+        #: no election for a lapsed heartbeat before this time (a controller that just took over
+        #: has heard no one yet: see :meth:`take_over`)
+        self.grace_until = float("-inf")
         if self.unclean_election:
             log.warning("unclean election is ON: a replica outside the sync-state set may be elected and lose writes")
+
+    def take_over(self, groups: dict[str, GroupState], grace: float) -> None:
+        """Start deciding from ``groups`` (loaded from the store): everything heard before is
+        forgotten, and no replica is declared dead before ``grace`` seconds (at least the master
+        timeout) have passed, so that every live master has had a full timeout to check in."""
+        self.groups = groups
+        self.dirty = False
+        self.heartbeats.last.clear()
+        self.granted.clear()
+        self.handovers.clear()
+        self.grace_until = self.clock() + max(grace, self.master_timeout)
+
+    def in_grace(self) -> bool:
+        return self.clock() < self.grace_until
 
     def heartbeat(self, hb: Heartbeat) -> Assignment:
         """Record ``hb`` and answer the broker's assignment (raises MasterAlreadyAlive)."""
@@ -169,6 +186,8 @@ class Controller:
                 e = self.elect(name, "operator election", exclude=g.master)
                 if e is not None:
                     out.append(e)
+        if now < self.grace_until:
+            return out  # just took over: the silent have not had a full timeout to check in yet
         for g in self.groups.values():
             if g.master is not None and self.heartbeats.alive(g.master):
                 continue

@@ -1,9 +1,17 @@
-"""The controller's RPC face, embedded in a nameserver (``pymq-namesrv --controller embedded``).
+"""The controller's RPC face, embedded in a nameserver (``pymq-namesrv --controller embedded|etcd``).
 
 It answers CONTROLLER_HEARTBEAT with the broker's assignment and CONTROLLER_STATUS with every
 group's state, runs :meth:`Controller.tick` a few times a second, saves the state through its
-:class:`StateStore` whenever it changed (before answering), and tells its owner of every
-election (``on_election``: the nameserver drops the old master's routes at once).
+:class:`StateStore` whenever it changed (before answering; the store's blocking I/O runs in a
+thread), and tells its owner of every election (``on_election``: the nameserver drops the old
+master's routes at once).
+
+With a ``campaign`` (etcd), several controllers run and one is active (:mod:`.leadership`): a
+standby answers heartbeats and elections with SERVICE_NOT_AVAILABLE naming the active
+controller (ext ``activeController``), and its status says so. On winning the campaign a
+controller loads the state from etcd and takes over with a grace of a full master timeout
+(:meth:`Controller.take_over`); its lease lapsing, or a save refused (:class:`StateConflict`:
+another controller decided, or it lost the key), makes it step down and campaign again.
 """
 
 from __future__ import annotations
@@ -15,6 +23,10 @@ from collections.abc import Callable
 from typing import Any
 
 from pymq.controller.core import Controller, Election, Heartbeat, MasterAlreadyAlive
+from pymq.controller.etcd_campaign import EtcdCampaign
+from pymq.controller.etcd_store import EtcdStateStore, StateConflict
+from pymq.controller.leadership import ACTIVE, ACTIVE_CONTROLLER, Leadership
+from pymq.controller.state import GroupState
 from pymq.controller.store import StateStore
 from pymq.errors import InvalidRequestError
 from pymq.protocol.codes import RequestCode, ResponseCode
@@ -28,7 +40,7 @@ MASTER_STATES = frozenset({"MASTER", "FENCED"})
 
 
 class ControllerService:
-    """One active controller over ``store``; ``start()`` loads the state and begins ticking."""
+    """A controller over ``store``; ``start()`` loads the state (or campaigns) and begins ticking."""
 
     def __init__(
         self,
@@ -39,6 +51,7 @@ class ControllerService:
         unclean_election: bool = False,
         clock: Callable[[], float] = time.monotonic,
         on_election: Callable[[Election], None] | None = None,
+        campaign: EtcdCampaign | None = None,
     ) -> None:
         if lease >= master_timeout:
             raise ValueError("the master lease must be shorter than the election timeout")
@@ -46,7 +59,11 @@ class ControllerService:
         self.lease = lease
         self.core = Controller(clock, master_timeout, unclean_election, lease=lease)
         self.on_election = on_election
-        self._task: asyncio.Task[None] | None = None
+        self.campaign = campaign
+        #: who is active (None: a single controller, always active)
+        self.leadership: Leadership | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._save_lock = asyncio.Lock()
 
     def table(self) -> dict[int, Any]:
         return {
@@ -55,48 +72,143 @@ class ControllerService:
             RequestCode.CONTROLLER_ELECT_MASTER: self.elect_master,
         }
 
-    async def start(self) -> None:
-        self.core.groups = self.store.load()
-        # A restarted controller has heard no one yet: masters get two timeouts to check in (their
-        # clients may be backing off from the address that was down).
-        now = self.core.clock()
-        for g in self.core.groups.values():
-            if g.master is not None:
-                self.core.heartbeats.last[g.master] = now + self.core.master_timeout
-        self._task = asyncio.create_task(self._tick_loop(), name="controller-tick")
-        log.info("controller_started groups=%d", len(self.core.groups))
+    @property
+    def address(self) -> str:
+        return self.leadership.me if self.leadership is not None else ""
+
+    def active(self) -> bool:
+        return self.leadership is None or self.leadership.active()
+
+    async def start(self, address: str = "") -> None:
+        """Load the state and serve (one controller), or campaign as ``address`` (several)."""
+        if self.campaign is None:
+            groups = await asyncio.to_thread(self.store.load)
+            # A restarted controller has heard no one yet: masters get two timeouts to check in
+            # (their clients may be backing off from the address that was down).
+            self.core.take_over(groups, 2 * self.core.master_timeout)
+            log.info("controller_started groups=%d", len(self.core.groups))
+        else:
+            self.campaign.me = address
+            self.leadership = Leadership(self.core.clock, address)
+            self._tasks.append(asyncio.create_task(self._campaign_loop(), name="controller-campaign"))
+            log.info("controller_campaigning address=%s", address)
+        self._tasks.append(asyncio.create_task(self._tick_loop(), name="controller-tick"))
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
             try:
-                await self._task
+                await task
             except asyncio.CancelledError:
                 pass
+        self._tasks = []
+        if self.campaign is not None and self.campaign.lease:
+            try:  # the next controller need not wait for the lease to expire
+                await asyncio.to_thread(self.campaign.resign)
+            except Exception as exc:
+                log.warning("controller_resign_failed reason=%s", exc)
 
     async def _tick_loop(self) -> None:
         interval = min(0.2, self.core.master_timeout / 5)
         while True:
             await asyncio.sleep(interval)
             try:
-                self.tick()
+                if self.active():
+                    await self.tick()
             except Exception:  # a state store that fails (etcd down, a conflict): decide nothing, retry
                 log.exception("controller_tick_failed")
 
-    def tick(self) -> list[Election]:
+    async def tick(self) -> list[Election]:
         elections = self.core.tick()
-        self._save()
+        await self._save()
         for e in elections:
             if self.on_election is not None:
                 self.on_election(e)
         return elections
 
-    def _save(self) -> None:
-        if self.core.dirty:
-            self.store.save(self.core.groups)
+    async def _save(self) -> None:
+        async with self._save_lock:
+            if not self.core.dirty:
+                return
             self.core.dirty = False
+            # a copy: the event loop goes on changing the live state while the thread writes
+            snapshot = {n: GroupState.from_dict(g.to_dict()) for n, g in self.core.groups.items()}
+            try:
+                await asyncio.to_thread(self.store.save, snapshot)
+            except StateConflict as exc:
+                if self.leadership is not None:
+                    await self._step_down(str(exc))
+                raise
+            except BaseException:
+                self.core.dirty = True
+                raise
 
-    def heartbeat(self, cmd: Command, channel: object) -> Command:
+    # --- the campaign (several controllers on etcd) ----------------------------------------------
+
+    async def _campaign_loop(self) -> None:
+        assert self.campaign is not None and self.leadership is not None
+        period = max(0.1, min(1.0, self.campaign.ttl / 4))
+        while True:
+            pause = period
+            try:
+                await self._campaign_round()
+            except Exception as exc:  # etcd unreachable (or electing its leader): try again soon
+                log.warning("controller_campaign_failed reason=%s", exc)
+                pause = min(period, 0.1)
+            if self.leadership.must_step_down():
+                await self._step_down("the leadership lease lapsed (etcd not answering keepalives)")
+            await asyncio.sleep(pause)
+
+    async def _campaign_round(self) -> None:
+        camp, lead, clock = self.campaign, self.leadership, self.core.clock
+        assert camp is not None and lead is not None
+        sent = clock()
+        ttl = await asyncio.to_thread(camp.keepalive) if camp.lease else 0.0
+        if lead.active():
+            lead.renewed(sent, ttl)
+            if ttl <= 0:
+                await self._step_down("the leadership lease expired in etcd")
+            return
+        if ttl <= 0 or not camp.lease:  # (a step-down may have revoked it meanwhile)
+            sent = clock()
+            ttl = await asyncio.to_thread(camp.grant)
+        result = await asyncio.to_thread(camp.campaign)
+        if not result.won:
+            if result.leader != lead.leader:
+                log.info("controller_standby active=%s", result.leader)
+            lead.lost(result.leader)
+            return
+        groups = await asyncio.to_thread(self.store.load)
+        if isinstance(self.store, EtcdStateStore):
+            self.store.fence = (camp.key, camp.lease)
+        self.core.take_over(groups, self.core.master_timeout)
+        lead.won(sent, ttl)
+        log.warning(
+            "controller_took_over address=%s groups=%d grace=%.1fs", lead.me, len(groups), self.core.master_timeout
+        )
+
+    async def _step_down(self, reason: str) -> None:
+        lead, camp = self.leadership, self.campaign
+        assert lead is not None and camp is not None
+        was = lead.deadline > 0
+        lead.step_down()
+        self.core.take_over({}, 0.0)
+        if isinstance(self.store, EtcdStateStore):
+            self.store.fence = None
+        if was:
+            log.warning("controller_stepped_down address=%s reason=%s", lead.me, reason)
+        try:
+            await asyncio.to_thread(camp.resign)
+        except Exception as exc:  # the lease expires by itself
+            log.warning("controller_resign_failed reason=%s", exc)
+
+    def _refuse(self, cmd: Command) -> Command:
+        assert self.leadership is not None
+        leader = self.leadership.leader
+        ext = {ACTIVE_CONTROLLER: leader} if leader and leader != self.leadership.me else None
+        return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, self.leadership.refusal(), ext)
+
+    async def heartbeat(self, cmd: Command, channel: object) -> Command:
         h = ControllerHeartbeatRequest.from_ext(cmd.ext)
         sync_set = None
         if len(cmd.body):
@@ -116,11 +228,18 @@ class ControllerService:
             sync_set=sync_set,
             starting=h.starting,
         )
+        if not self.active():
+            return self._refuse(cmd)
         try:
             a = self.core.heartbeat(hb)
         except MasterAlreadyAlive as exc:
             return cmd.response(ResponseCode.NO_PERMISSION, str(exc))
-        self._save()
+        try:
+            await self._save()
+        except StateConflict:
+            return self._refuse(cmd)
+        if not self.active():
+            return self._refuse(cmd)  # the lease lapsed while saving: no MASTER answer from here
         answer = ControllerAssignment(
             role=a.role,
             master_addr=a.master or "",
@@ -134,18 +253,33 @@ class ControllerService:
         """An operator's election: waits out the master's lease, elects, answers the group's state."""
         h = ControllerElectRequest.from_ext(cmd.ext)
         core = self.core
+        if not self.active():
+            return self._refuse(cmd)
         try:
             not_before = core.request_election(h.broker_name, h.broker_addr or None)
         except ValueError as exc:
             raise InvalidRequestError(str(exc)) from None
         await asyncio.sleep(max(0.0, not_before - core.clock()) + 0.01)
-        self.tick()
+        if not self.active():
+            return self._refuse(cmd)
+        try:
+            await self.tick()
+        except StateConflict:
+            return self._refuse(cmd)
         g = core.groups[h.broker_name]
         return cmd.response(body=encode_body(g.to_dict()))
 
     def status(self, cmd: Command, channel: object) -> Command:
         core = self.core
+        lead = self.leadership
+        if lead is not None and not lead.active():
+            standby = {"controller": lead.me, "role": lead.role, ACTIVE_CONTROLLER: lead.leader}
+            return cmd.response(body=encode_body({**standby, "groups": {}, "elections": []}))
         body = {
+            "controller": self.address,
+            "role": ACTIVE,
+            ACTIVE_CONTROLLER: self.address,
+            "graceSeconds": round(max(0.0, core.grace_until - core.clock()), 3),
             "masterTimeoutSeconds": core.master_timeout,
             "leaseSeconds": self.lease,
             "groups": {

@@ -75,6 +75,11 @@ class NamesrvCollector:
         yield age
         controller = getattr(app, "controller", None)
         if controller is not None:
+            active = GaugeMetricFamily(
+                "pymq_controller_active", "1 while this nameserver's controller is the active one (0: standby)."
+            )
+            active.add_metric([], 1 if controller.active() else 0)
+            yield active
             yield from controller_series(controller.core)
 
 

@@ -37,10 +37,17 @@ class NamesrvApp:
             from pymq.controller.store import FileStateStore, StateStore
 
             store: StateStore
+            campaign = None
             if config.controller == "etcd":
-                from pymq.controller.etcd_store import EtcdStateStore
+                from pymq.controller.etcd_campaign import EtcdCampaign
+                from pymq.controller.etcd_store import EtcdGateway, EtcdStateStore
 
-                store = EtcdStateStore(config.controller_etcd_endpoints, config.controller_etcd_key)
+                ttl = config.controller_etcd_lease_seconds
+                # a request may take no longer than a third of the lease: a hung etcd member must
+                # not hold a keepalive past the leadership's deadline
+                gateway = EtcdGateway(config.controller_etcd_endpoints, timeout=min(2.0, max(0.3, ttl / 3)))
+                store = EtcdStateStore([], config.controller_etcd_key, gateway=gateway)
+                campaign = EtcdCampaign(gateway, config.controller_etcd_leader_key, "", ttl)
             else:
                 store = FileStateStore(config.controller_dir)
             self.controller = ControllerService(
@@ -49,6 +56,7 @@ class NamesrvApp:
                 lease=config.controller_lease_seconds,
                 unclean_election=config.controller_unclean_election,
                 on_election=self._elected,
+                campaign=campaign,
             )
             table.update(self.controller.table())
         self.dispatcher = Dispatcher(table, name="namesrv")
@@ -98,7 +106,7 @@ class NamesrvApp:
             raise
         self._scan_task = asyncio.create_task(self._scan_loop(), name="namesrv-expiry-scan")
         if self.controller is not None:
-            await self.controller.start()
+            await self.controller.start(self.config.controller_address or self.address)
         if self.acl is not None:
             self._acl_reload = asyncio.create_task(
                 every(self.config.acl.reload_interval_seconds, self.acl.reload_if_changed, name="acl-reload"),

@@ -269,22 +269,23 @@ def hb_command(body: bytes = b"", **ext: object) -> Command:
     return Command.request(RequestCode.CONTROLLER_HEARTBEAT, {**req, **ext}, body)
 
 
-def test_service_answers_assignments_and_saves_before_answering(tmp_path: Path, clock: FakeClock) -> None:
+async def test_service_answers_assignments_and_saves_before_answering(tmp_path: Path, clock: FakeClock) -> None:
     store = FileStateStore(tmp_path)
     svc = ControllerService(store, master_timeout=3.0, lease=2.0, clock=clock)
-    resp = svc.heartbeat(hb_command(), None)
+    resp = await svc.heartbeat(hb_command(), None)
     a = ControllerAssignment.from_ext(resp.ext)
     assert (resp.code, a.role, a.master_addr, a.lease_ms) == (ResponseCode.SUCCESS, "MASTER", M, 2000)
     assert store.load()["g"].master == M
-    refused = svc.heartbeat(hb_command(brokerAddr=S1, starting="true"), None)
+    refused = await svc.heartbeat(hb_command(brokerAddr=S1, starting="true"), None)
     assert refused.code == ResponseCode.NO_PERMISSION and "already has a live master" in (refused.remark or "")
 
 
-def test_service_names_the_bad_field(tmp_path: Path) -> None:
+async def test_service_names_the_bad_field(tmp_path: Path) -> None:
     svc = ControllerService(FileStateStore(tmp_path), master_timeout=3.0, lease=2.0)
     with pytest.raises(InvalidRequestError, match="syncSet"):
-        svc.heartbeat(hb_command(encode_body({"syncSet": "x"})), None)
+        await svc.heartbeat(hb_command(encode_body({"syncSet": "x"})), None)
     with pytest.raises(InvalidRequestError, match="epoch"):
-        svc.heartbeat(hb_command(epoch="-3"), None)
+        await svc.heartbeat(hb_command(epoch="-3"), None)
     with pytest.raises(InvalidRequestError, match="clusterName"):
-        svc.heartbeat(Command.request(RequestCode.CONTROLLER_HEARTBEAT, {"brokerName": "g", "role": "MASTER"}), None)
+        bad = Command.request(RequestCode.CONTROLLER_HEARTBEAT, {"brokerName": "g", "role": "MASTER"})
+        await svc.heartbeat(bad, None)

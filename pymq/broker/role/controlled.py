@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pymq.broker.role.gate import SLAVE_REFUSALS
 from pymq.broker.role.state import RoleEvent, RoleState
 from pymq.config import BrokerRole
+from pymq.controller.leadership import ACTIVE_CONTROLLER
 from pymq.errors import ConfigError, PymqError
 from pymq.logs import get_logger
 from pymq.protocol.codes import RequestCode, ResponseCode
@@ -154,7 +155,11 @@ class ControllerLink:
         )
         body = encode_body({"syncSet": self.sync_set()}) if role.state is RoleState.MASTER else b""
         sent = self.clock()
-        for addr in self.addrs:
+        order = list(self.addrs)
+        i = 0
+        while i < len(order):
+            addr = order[i]
+            i += 1
             cmd = Command.request(RequestCode.CONTROLLER_HEARTBEAT, req.to_ext(), body)
             try:
                 resp = await self.rpc.invoke(addr, cmd, timeout=max(self.interval, 0.5))
@@ -164,7 +169,14 @@ class ControllerLink:
             if resp.code == ResponseCode.NO_PERMISSION:
                 raise _Refused(resp.remark or "refused by the controller")
             if resp.code != ResponseCode.SUCCESS:
-                continue  # not a controller (or not the active one)
+                # not a controller, or a standby: one that names the active controller sends us there next
+                active = (resp.ext or {}).get(ACTIVE_CONTROLLER)
+                log.debug("controller_declined", controller=addr, active=active, reason=resp.remark)
+                if isinstance(active, str) and active in order[i:]:
+                    order.remove(active)
+                    order.insert(i, active)
+                continue
+            self._prefer(addr)
             a = ControllerAssignment.from_ext(resp.ext)
             if not starting:
                 await self._apply(a, sent)
@@ -172,6 +184,12 @@ class ControllerLink:
                 self.lease_deadline = sent + a.lease_ms / 1000
             return a
         return None
+
+    def _prefer(self, addr: str) -> None:
+        """The controller that answered is asked first from now on (the active one of several)."""
+        if self.addrs and self.addrs[0] != addr and addr in self.addrs:
+            self.addrs.remove(addr)
+            self.addrs.insert(0, addr)
 
     async def _apply(self, a: ControllerAssignment, sent: float) -> None:
         """Renew or drop the lease now; a role change runs beside the heartbeats (it may take seconds)."""
