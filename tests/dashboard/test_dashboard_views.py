@@ -231,3 +231,48 @@ def test_running_info_rows_put_the_stuck_looking_queues_first() -> None:
     assert rows[1]["cachedBytes"] == 30 and rows[1]["locked"] is True and rows[2]["commitOffset"] == 9
     assert rows[2]["lastPull"] == 0 and rows[2]["dropped"] is False
     assert views.running_info_rows({"format": "remoting", "raw": "{...}"}) == []
+
+
+def test_the_accounts_form_both_ways() -> None:
+    form = {
+        "access_key": " app ",
+        "secret_key": "",
+        "admin": "yes",
+        "default_topic_perm": "SUB",
+        "topic_perms": "orders=pub|sub,\naudit=SUB",
+        "group_perms": "",
+        "white_remote_address": "10.0.0.*",
+    }
+    account = views.acl_account_from_form(form)
+    assert account == {
+        "accessKey": "app",
+        "admin": True,
+        "defaultTopicPerm": "SUB",
+        "defaultGroupPerm": "DENY",
+        "topicPerms": {"orders": "PUB|SUB", "audit": "SUB"},
+        "groupPerms": {},
+        "whiteRemoteAddress": "10.0.0.*",
+    }  # no secretKey: the account keeps its secret
+    assert views.acl_account_from_form({**form, "secret_key": "s3cret!"})["secretKey"] == "s3cret!"
+    with pytest.raises(ValueError, match="is not name=PERM"):
+        views.acl_account_from_form({**form, "group_perms": "billing"})
+    with pytest.raises(ValueError, match="access key"):
+        views.acl_account_from_form({**form, "access_key": " "})
+    described = {
+        "accessKey": "app",
+        "admin": True,
+        "defaultTopicPerm": "SUB",
+        "topicPerms": {"orders": "PUB|SUB"},
+        "groupPerms": {},
+        "whiteRemoteAddress": ["10.0.0.*", "10.1.0.0/16"],
+    }
+    values = views.acl_form_values(described)
+    assert values["topic_perms"] == "orders=PUB|SUB" and values["white_remote_address"] == "10.0.0.*, 10.1.0.0/16"
+    assert values["default_group_perm"] == "DENY" and "secret_key" not in values
+    assert views.acl_form_values(None)["access_key"] == ""
+
+
+def test_a_resend_answer_in_one_line() -> None:
+    result = {"consumeResult": "CR_THROW_EXCEPTION", "remark": "ValueError: bad", "spentTimeMills": 12}
+    text = views.consume_directly_text("g", {**result, "clientId": "c@1", "brokerName": "broker-a"})
+    assert text == "resent to g: client c@1 (through broker-a) failed: ValueError: bad [CR_THROW_EXCEPTION, 12 ms]"
