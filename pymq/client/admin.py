@@ -298,6 +298,10 @@ class AdminClient:
         (CONSUME_MESSAGE_DIRECTLY; see :func:`pymq.client.admin_operator.consume_message_directly`)."""
         return await admin_operator.consume_message_directly(self, group, msg_id, client_id, topic)
 
+    async def consumer_offsets(self, broker_name: str) -> dict[str, dict[str, int]]:
+        """Every group's committed offsets on one broker group's master (``"topic@group" -> {queueId: offset}``)."""
+        return await admin_operator.consumer_offsets(self, broker_name)
+
     async def acl_update(self, account: dict[str, Any]) -> dict[str, dict[str, Any]]:
         """Create or replace an ACL account on every broker (see :func:`pymq.client.admin_operator.acl_update`)."""
         return await admin_operator.acl_update(self, account)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pymq.client import broker_api
 from pymq.errors import ClientError, PymqError
+from pymq.protocol.codes import RequestCode
 from pymq.protocol.headers import decode_body
 from pymq.protocol.record import decode_offset_msg_id
 from pymq.protocol.route import MASTER_ID
@@ -93,3 +94,14 @@ async def acl_delete(admin: AdminClient, access_key: str) -> dict[str, dict[str,
         resp = await admin.broker_call(addr, broker_api.acl_delete(access_key))
         out[where] = decode_body(resp.body)
     return out
+
+
+async def consumer_offsets(admin: AdminClient, broker_name: str) -> dict[str, dict[str, int]]:
+    """Every group's committed offsets on one broker group's master (GET_ALL_CONSUMER_OFFSET):
+    ``"topic@group" -> {"queueId": offset}``."""
+    addr = (await admin.master_addrs()).get(broker_name)
+    if addr is None:
+        raise ClientError(f"broker group {broker_name!r} has no master")
+    resp = await admin.broker_call(addr, broker_api.plain(RequestCode.GET_ALL_CONSUMER_OFFSET))
+    table: dict[str, dict[str, int]] = decode_body(resp.body).get("offsetTable") or {}
+    return table

@@ -76,6 +76,10 @@ async def message_page(request: Request) -> Response:
     except QueryNotFoundError as exc:
         return render(request, "messages.html", status_code=404, topic=topic or "", key="", found=[], error=str(exc))
     group = request.query_params.get("group", "").strip()
+    try:
+        offsets = await admin.consumer_offsets(msg.broker_name) if msg.broker_name else {}
+    except PymqError:  # no master right now: the page says nothing of consumption
+        offsets = {}
     return render(
         request,
         "message.html",
@@ -83,6 +87,8 @@ async def message_page(request: Request) -> Response:
         body=views.body_views(msg.body),
         properties=sorted(msg.properties.items()),
         trail=await trail(admin, msg),
+        notes=views.trail_notes(msg.properties),
+        consumed=views.consumed_by(offsets, msg.topic, msg.queue_id, msg.queue_offset),
         groups=sorted(await admin.group_list()),
         group=group,
         clients=await _clients(admin, group) if group else [],

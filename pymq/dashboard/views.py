@@ -199,3 +199,33 @@ def acl_form_values(account: dict[str, Any] | None) -> dict[str, Any]:
         "group_perms": ", ".join(f"{k}={v}" for k, v in (a.get("groupPerms") or {}).items()),
         "white_remote_address": ", ".join(a.get("whiteRemoteAddress") or []),
     }
+
+
+def consumed_by(
+    offsets: dict[str, dict[str, int]], topic: str, queue_id: int, queue_offset: int
+) -> list[dict[str, Any]]:
+    """Which groups have committed past a message (GET_ALL_CONSUMER_OFFSET's ``topic@group`` table of the broker
+    that stores it): per group with an offset on its queue, that offset and whether it is past the message."""
+    rows = []
+    for key, queues in offsets.items():
+        name, at, group = key.partition("@")
+        if not at or name != topic or str(queue_id) not in queues:
+            continue
+        committed = int(queues[str(queue_id)])
+        rows.append({"group": group, "offset": committed, "consumed": committed > queue_offset})
+    return sorted(rows, key=lambda r: (not r["consumed"], r["group"]))
+
+
+def trail_notes(properties: dict[str, str]) -> list[str]:
+    """What a message's properties say of its way in: a timer or delay level, a transaction, a merge."""
+    notes = []
+    due = properties.get("TIMER_OUT_MS") or properties.get("TIMER_DELIVER_MS")
+    if due and due.isdigit():
+        notes.append(f"timer message: due at {fmt_ms(int(due))} UTC")
+    elif properties.get("DELAY", "0") not in ("", "0"):
+        notes.append(f"delayed message: delay level {properties['DELAY']}")
+    if properties.get("TRAN_MSG") == "true":
+        notes.append(f"transactional: committed by producer group {properties.get('PGROUP', '?')}")
+    if properties.get("MERGE_COUNT"):
+        notes.append(f"merged delay: {properties['MERGE_COUNT']} message(s) merged into this one")
+    return notes

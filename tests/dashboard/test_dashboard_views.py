@@ -276,3 +276,19 @@ def test_a_resend_answer_in_one_line() -> None:
     result = {"consumeResult": "CR_THROW_EXCEPTION", "remark": "ValueError: bad", "spentTimeMills": 12}
     text = views.consume_directly_text("g", {**result, "clientId": "c@1", "brokerName": "broker-a"})
     assert text == "resent to g: client c@1 (through broker-a) failed: ValueError: bad [CR_THROW_EXCEPTION, 12 ms]"
+
+
+def test_which_groups_consumed_a_message_and_its_notes() -> None:
+    offsets = {"orders@billing": {"0": 5, "1": 2}, "orders@audit": {"1": 3}, "other@billing": {"1": 9}}
+    assert views.consumed_by(offsets, "orders", 1, 2) == [
+        {"group": "audit", "offset": 3, "consumed": True},
+        {"group": "billing", "offset": 2, "consumed": False},
+    ]
+    assert views.consumed_by(offsets, "orders", 7, 0) == []
+    notes = views.trail_notes({"TIMER_OUT_MS": "1700000000000", "TRAN_MSG": "true", "PGROUP": "tx"})
+    assert notes == ["timer message: due at 2023-11-14 22:13:20 UTC", "transactional: committed by producer group tx"]
+    assert views.trail_notes({"DELAY": "3", "MERGE_COUNT": "4"}) == [
+        "delayed message: delay level 3",
+        "merged delay: 4 message(s) merged into this one",
+    ]
+    assert views.trail_notes({"DELAY": "0"}) == []
