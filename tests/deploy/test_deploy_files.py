@@ -135,7 +135,7 @@ def test_compose_runs_the_web_dashboard_and_addresses_are_unique() -> None:
     assert len(set(addresses)) == len(addresses), "two services share an address"
     dashboard = SERVICES["dashboard"]
     args = dashboard["command"]
-    assert args[0] == "pymq-dashboard" and args[args.index("--host") + 1] == "0.0.0.0"
+    assert args[0].endswith("-dashboard") and args[args.index("--host") + 1] == "0.0.0.0"
     port = args[args.index("--port") + 1]
     assert dashboard["ports"] == [f"{port}:{port}"] and f"127.0.0.1:{port}/" in dashboard["healthcheck"]["test"][-1]
     assert args[args.index("--namesrv") + 1] == SERVICES["broker-a"]["command"][-1]
