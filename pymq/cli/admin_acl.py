@@ -3,6 +3,7 @@ delete one (every broker's ACL file; loaded onto the group by :mod:`pymq.cli.adm
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -21,6 +22,13 @@ def perm_pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
             raise click.BadParameter(f"{item!r} is not NAME=PERM", param_hint=option)
         out[name.strip()] = perm.strip()
     return out
+
+
+def finish(result: dict[str, dict[str, Any]], ctx: AdminContext, lines: list[str]) -> None:
+    """Print each broker's answer; exit 1 when some broker refused (the others did change)."""
+    emit(result, ctx.as_json, "\n".join(lines))
+    if any("error" in r for r in result.values()):
+        sys.exit(1)
 
 
 @main.command("acl-accounts")
@@ -102,8 +110,11 @@ async def acl_update(
     if account_secret:
         account["secretKey"] = account_secret
     result = await admin.acl_update(account)
-    lines = [f"{where}: {'created' if r.get('created') else 'updated'} {account_key}" for where, r in result.items()]
-    emit(result, ctx.as_json, "\n".join(lines))
+    lines = [
+        f"{where}: error: {r['error']}" if "error" in r else f"{where}: {'created' if r.get('created') else 'updated'}"
+        for where, r in result.items()
+    ]
+    finish(result, ctx, lines)
 
 
 @main.command("acl-delete")
@@ -118,6 +129,9 @@ async def acl_delete(admin: AdminClient, ctx: AdminContext, account_key: str) ->
     """
     result = await admin.acl_delete(account_key)
     lines = [
-        f"{where}: {'deleted' if r.get('deleted') else 'no such account'} {account_key}" for where, r in result.items()
+        f"{where}: error: {r['error']}"
+        if "error" in r
+        else f"{where}: {'deleted' if r.get('deleted') else 'not there'}"
+        for where, r in result.items()
     ]
-    emit(result, ctx.as_json, "\n".join(lines))
+    finish(result, ctx, lines)

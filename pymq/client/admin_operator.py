@@ -5,11 +5,13 @@ methods of the same names call these."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pymq.client import broker_api
 from pymq.errors import ClientError, PymqError
 from pymq.protocol.codes import RequestCode
+from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body
 from pymq.protocol.record import decode_offset_msg_id
 from pymq.protocol.route import MASTER_ID
@@ -76,24 +78,36 @@ async def _every_broker(admin: AdminClient) -> dict[str, str]:
     return out
 
 
+async def _on_every_broker(admin: AdminClient, request: Callable[[], Command]) -> dict[str, dict[str, Any]]:
+    """``request()`` to every broker; per broker its answer, or ``{"error": ...}`` when it refused (the other
+    brokers are still asked: an ACL file one broker cannot write should not stop the rest). Raises the last
+    error when every broker refused."""
+    out: dict[str, dict[str, Any]] = {}
+    last: PymqError | None = None
+    for where, addr in (await _every_broker(admin)).items():
+        try:
+            resp = await admin.broker_call(addr, request())
+        except PymqError as exc:
+            out[where] = {"error": str(exc)}
+            last = exc
+            continue
+        out[where] = decode_body(resp.body)
+    if last is not None and all("error" in r for r in out.values()):
+        raise last
+    return out
+
+
 async def acl_update(admin: AdminClient, account: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Create or replace one ACL account (RocketMQ's PlainAccessConfig names: accessKey, secretKey, admin,
     defaultTopicPerm, defaultGroupPerm, topicPerms, groupPerms, whiteRemoteAddress; no secretKey keeps an
-    existing account's) in every broker's ACL file; per broker, its answer (``created``)."""
-    out = {}
-    for where, addr in (await _every_broker(admin)).items():
-        resp = await admin.broker_call(addr, broker_api.acl_update(account))
-        out[where] = decode_body(resp.body)
-    return out
+    existing account's) in every broker's ACL file; per broker, its answer (``created``) or ``error``."""
+    return await _on_every_broker(admin, lambda: broker_api.acl_update(account))
 
 
 async def acl_delete(admin: AdminClient, access_key: str) -> dict[str, dict[str, Any]]:
-    """Delete one ACL account from every broker's ACL file; per broker, its answer (``deleted``: it was there)."""
-    out = {}
-    for where, addr in (await _every_broker(admin)).items():
-        resp = await admin.broker_call(addr, broker_api.acl_delete(access_key))
-        out[where] = decode_body(resp.body)
-    return out
+    """Delete one ACL account from every broker's ACL file; per broker, its answer (``deleted``: it was there)
+    or ``error``."""
+    return await _on_every_broker(admin, lambda: broker_api.acl_delete(access_key))
 
 
 async def consumer_offsets(admin: AdminClient, broker_name: str) -> dict[str, dict[str, int]]:

@@ -74,7 +74,8 @@ async def account_save(request: Request) -> Response:
         flash(request, "error", f"account {key} not saved: {exc}")
         return RedirectResponse(f"/accounts?edit={quote(key)}", 303)
     created = any(r.get("created") for r in result.values())
-    flash(request, "ok", f"account {key} {'created' if created else 'updated'} on {', '.join(result)}")
+    done = ", ".join(w for w, r in result.items() if "error" not in r)
+    flash(request, *views.per_broker_text(f"account {key} {'created' if created else 'updated'} on {done}", result))
     return RedirectResponse("/accounts", 303)
 
 
@@ -90,7 +91,8 @@ async def account_delete(request: Request) -> Response:
     except PymqError as exc:
         flash(request, "error", f"account {key} not deleted: {exc}")
         return RedirectResponse("/accounts", 303)
-    flash(request, "ok", f"account {key} deleted from {', '.join(w for w, r in result.items() if r.get('deleted'))}")
+    done = ", ".join(w for w, r in result.items() if r.get("deleted")) or "no broker (it was not there)"
+    flash(request, *views.per_broker_text(f"account {key} deleted from {done}", result))
     return RedirectResponse("/accounts", 303)
 
 

@@ -229,3 +229,11 @@ def trail_notes(properties: dict[str, str]) -> list[str]:
     if properties.get("MERGE_COUNT"):
         notes.append(f"merged delay: {properties['MERGE_COUNT']} message(s) merged into this one")
     return notes
+
+
+def per_broker_text(done: str, result: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """A flash for an edit made on every broker: ``("ok", done)``, or a warning naming the brokers that refused."""
+    failed = [f"{where}: {r['error']}" for where, r in result.items() if "error" in r]
+    if not failed:
+        return "ok", done
+    return "warn", f"{done}; not on {'; '.join(failed)}"

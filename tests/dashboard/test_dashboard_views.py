@@ -292,3 +292,9 @@ def test_which_groups_consumed_a_message_and_its_notes() -> None:
         "merged delay: 4 message(s) merged into this one",
     ]
     assert views.trail_notes({"DELAY": "0"}) == []
+
+
+def test_an_edit_on_every_broker_says_which_refused() -> None:
+    assert views.per_broker_text("done", {"a/0": {"created": True}}) == ("ok", "done")
+    result = {"a/0": {"created": True}, "b/0": {"error": "[code 16] not writable"}}
+    assert views.per_broker_text("done", result) == ("warn", "done; not on b/0: [code 16] not writable")

@@ -20,7 +20,7 @@ from pymq.client.consumer_types import ConsumeOrderlyResult
 from pymq.errors import ConsumerNotOnlineError, NoPermissionError, PymqError, RequestCodeNotSupportedError
 from pymq.testing import LocalCluster
 from tests.acl_accounts import BROKER_CREDENTIALS, account, acl_toml, admin_account, write_acl
-from tests.helpers import wait_until
+from tests.helpers import wait_until, wait_until_async
 
 pytestmark = pytest.mark.integration
 
@@ -157,6 +157,27 @@ async def test_acl_accounts_edited_through_the_brokers(tmp_path: Path) -> None:
         await admin.acl_delete("broker")
         with pytest.raises(PymqError, match="last admin account"):
             await admin.acl_update({"accessKey": "ops", "admin": False})
+
+        # a broker that cannot edit (here: ACL off) is reported; the others still change
+        await cluster.add_broker(acl={"enable": False})
+        await wait_until_async(lambda: _masters(admin, 2), what="broker-b registered")
+        result = await admin.acl_update({"accessKey": "late", "secretKey": "late-secret"})
+        assert result["broker-a/0"] == {"accessKey": "late", "created": True}
+        assert "ACL is off" in result["broker-b/0"]["error"]
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            signed = ["--access-key", "ops", "--secret-key", "ops-secret"]
+            cmd = [sys.executable, "-m", "pymq.cli.admin", "--namesrv", cluster.namesrv_addr, *signed, *args]
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+        out = await asyncio.to_thread(cli, "acl-delete", "--account", "late")
+        assert out.returncode == 1 and "broker-a/0: deleted" in out.stdout and "broker-b/0: error:" in out.stdout
+        out = await asyncio.to_thread(cli, "acl-accounts")
+        assert out.returncode == 0 and "ops" in out.stdout and "late" not in out.stdout and "secret" not in out.stdout
+
+
+async def _masters(admin: AdminClient, n: int) -> bool:
+    return len(await admin.master_addrs()) == n
 
 
 async def test_acl_off_refuses_edits(cluster: LocalCluster) -> None:
