@@ -35,9 +35,9 @@ from pymq.broker.handlers.admin import AdminHandlers
 from pymq.broker.handlers.clients import ClientHandlers
 from pymq.broker.handlers.locks import LockHandlers
 from pymq.broker.handlers.offsets import OffsetHandlers
+from pymq.broker.handlers.operator import operator_families
 from pymq.broker.handlers.pull import PullHandlers
 from pymq.broker.handlers.query import QueryHandlers
-from pymq.broker.handlers.running_info import RunningInfoHandlers
 from pymq.broker.handlers.send import SendHandlers
 from pymq.broker.hosts import BrokerParts
 from pymq.broker.locks import QueueLockManager
@@ -262,10 +262,9 @@ class BrokerApp:
                 runtime=self.runtime,
                 runtime_info=self.runtime_info,
                 address=address,
-                acl_accounts=lambda: self.acl.acl.describe() if self.acl is not None else None,
                 topic_traffic=self.stats.topic_totals,
             ),
-            RunningInfoHandlers(consumers=self.consumers),
+            *operator_families(self.consumers, store, cfg.broker_name, lambda: self.acl),
             ReplicationHandlers(delay_offsets=lambda: self.schedule.offsets, role_change=self.role_changer.change),
             self.pop.handlers(store, self.put_path, address),
         )

@@ -20,10 +20,11 @@ assert admin_ops  # registers the group, message and broker commands on ``main``
 assert admin_replication  # registers broker-role
 
 # transactional messages: tx-pending; connected clients: consumer-progress, consumer-connection,
-# consumer-running-info, producer-connection
-from pymq.cli import admin_clients, admin_tx  # noqa: E402
+# consumer-running-info, consume-message-directly, producer-connection; acl-accounts, acl-update, acl-delete
+from pymq.cli import admin_acl, admin_clients, admin_tx  # noqa: E402
 
 assert admin_tx
+assert admin_acl
 assert admin_clients
 
 

@@ -152,3 +152,25 @@ async def producer_connection(admin: AdminClient, ctx: AdminContext, group: str 
     rows = [{**c, "group": g, "protocol": c.get("protocol", "pymq")} for g, cs in sorted(conns.items()) for c in cs]
     columns = [("group", "GROUP"), *_CONNECTION_COLUMNS, ("brokerName", "BROKER")]
     emit(conns, ctx.as_json, table(rows, columns))
+
+
+@main.command("consume-message-directly")
+@click.option("--group", required=True)
+@click.option("--msg-id", required=True, help="The offset message id (or the unique id, with --topic).")
+@click.option("--client-id", default=None, help="As consumer-connection lists it; default: any client of the group.")
+@click.option("--topic", default=None, help="The message's topic (needed for a unique id).")
+@admin_command
+async def consume_message_directly(
+    admin: AdminClient, ctx: AdminContext, group: str, msg_id: str, client_id: str | None, topic: str | None
+) -> None:
+    """Have a consumer client of the group consume one stored message with its listener now (RocketMQ's
+    consumeMessageDirectly, the dashboard's "resend to a group"): the client's answer is printed, no
+    offset moves. The client must be connected to the broker that stores the message.
+
+    \b
+    Example:
+      pymq-admin consume-message-directly --group order-service --msg-id 7F00000100002A9F0000000000000000
+    """
+    result = await admin.consume_message_directly(group, msg_id, client_id, topic)
+    keys = ("consumeResult", "remark", "spentTimeMills", "clientId", "brokerName", "topic", "msgId", "offsetMsgId")
+    emit(result, ctx.as_json, key_values({k: result.get(k) for k in keys}))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-from pymq.client import broker_api
+from pymq.client import admin_operator, broker_api
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import read_queues
 from pymq.client.running_info import parse_remoting_running_info
@@ -291,6 +291,25 @@ class AdminClient:
         resp = await self.broker_call(addr, broker_api.plain(RequestCode.GET_ACL_ACCOUNTS))
         return {**decode_body(resp.body), "brokerName": name}
 
+    async def consume_message_directly(
+        self, group: str, msg_id: str, client_id: str | None = None, topic: str | None = None
+    ) -> dict[str, Any]:
+        """A consumer client (None: any of the group's) consumes one stored message with its listener now
+        (CONSUME_MESSAGE_DIRECTLY; see :func:`pymq.client.admin_operator.consume_message_directly`)."""
+        return await admin_operator.consume_message_directly(self, group, msg_id, client_id, topic)
+
+    async def consumer_offsets(self, broker_name: str) -> dict[str, dict[str, int]]:
+        """Every group's committed offsets on one broker group's master (``"topic@group" -> {queueId: offset}``)."""
+        return await admin_operator.consumer_offsets(self, broker_name)
+
+    async def acl_update(self, account: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Create or replace an ACL account on every broker (see :func:`pymq.client.admin_operator.acl_update`)."""
+        return await admin_operator.acl_update(self, account)
+
+    async def acl_delete(self, access_key: str) -> dict[str, dict[str, Any]]:
+        """Delete an ACL account on every broker (see :func:`pymq.client.admin_operator.acl_delete`)."""
+        return await admin_operator.acl_delete(self, access_key)
+
     async def producer_connections(self) -> dict[str, list[dict[str, Any]]]:
         """Every producer group's connected clients (clientId, clientAddr, language, version, brokerName),
         from every master (a producer heartbeats to each broker it sends to)."""
@@ -363,7 +382,8 @@ class AdminClient:
             try:
                 resp = await self.broker_call(addr, broker_api.view_message(offset))
                 return next(iter_messages(_buffer(resp), broker_name=await self._broker_name(addr)))
-            except (PymqError, StopIteration):
+            except (PymqError, StopIteration, OSError, OverflowError):
+                # a unique id read as an offset id names no broker (OverflowError: its "port" is past 65535)
                 if topic is None:
                     raise
         if topic is None:

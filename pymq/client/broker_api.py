@@ -56,6 +56,7 @@ from pymq.protocol.requests import (
     WaitQueueArrivalRequest,
 )
 from pymq.protocol.requests_many import queues_body, read_list
+from pymq.protocol.requests_operator import ConsumeMessageDirectlyRequest
 from pymq.protocol.route import PERM_READ_WRITE, MessageQueue, encode_attributes
 
 # --- produce (hot path) ------------------------------------------------------------------------------
@@ -254,6 +255,23 @@ def consumer_running_info(group: str, client_id: str, jstack: bool = False) -> C
     """GET_CONSUMER_RUNNING_INFO: a consumer client's running info, relayed by the broker (admin)."""
     header = ConsumerRunningInfoRequest(consumer_group=group, client_id=client_id, jstack_enable=jstack)
     return Command.request(RequestCode.GET_CONSUMER_RUNNING_INFO, header.to_ext())
+
+
+def consume_message_directly(group: str, client_id: str, msg_id: str, topic: str | None = None) -> Command:
+    """CONSUME_MESSAGE_DIRECTLY: a client of ``group`` (``client_id`` empty: any) consumes the stored message
+    ``msg_id`` (its offset id, on the broker asked) with its listener, relayed by the broker (admin)."""
+    header = ConsumeMessageDirectlyRequest(consumer_group=group, client_id=client_id, msg_id=msg_id, topic=topic)
+    return Command.request(RequestCode.CONSUME_MESSAGE_DIRECTLY, header.to_ext())
+
+
+def acl_update(account: dict[str, Any]) -> Command:
+    """UPDATE_AND_CREATE_ACL_CONFIG: one account (PlainAccessConfig names, msgpack) into the broker's ACL file."""
+    return Command.request(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, None, encode_body(account))
+
+
+def acl_delete(access_key: str) -> Command:
+    """DELETE_ACL_CONFIG: one account out of the broker's ACL file."""
+    return Command.request(RequestCode.DELETE_ACL_CONFIG, {"accessKey": access_key})
 
 
 # --- nameserver --------------------------------------------------------------------------------------

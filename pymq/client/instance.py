@@ -32,6 +32,7 @@ from pymq.protocol.requests import (
     ConsumerRunningInfoRequest,
     ResetOffsetRequest,
 )
+from pymq.protocol.requests_operator import ConsumeMessageDirectlyRequest
 from pymq.protocol.route import MASTER_ID, MessageQueue, TopicRouteData
 from pymq.protocol.transaction import PGROUP
 from pymq.tasks import cancel_all
@@ -85,6 +86,7 @@ class ClientInstance:
                 RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
                 RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction,
                 RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
+                RequestCode.CONSUME_MESSAGE_DIRECTLY: self._on_consume_directly,
             },
             name="client",
         )
@@ -317,3 +319,27 @@ class ClientInstance:
             log.warning("running_info_other_client_id", asked=header.client_id, client_id=self.client_id)
         info = consumer.running_info(self.client_id, jstack=header.jstack_enable)
         return cmd.response(body=encode_body(info))
+
+    async def _on_consume_directly(self, cmd: Command, channel: Channel) -> Command:
+        """A broker relays an admin's CONSUME_MESSAGE_DIRECTLY: the group's push consumer runs its listener
+        on the stored message in the body (see :mod:`pymq.client.consume_directly`)."""
+        header = ConsumeMessageDirectlyRequest.from_ext(cmd.ext)
+        consumer = self.consumers.get(header.consumer_group)
+        if consumer is None:
+            return cmd.response(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"client {self.client_id} has no consumer of group {header.consumer_group}",
+            )
+        consume = getattr(consumer, "consume_message_directly", None)
+        if consume is None:
+            return cmd.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f"the consumer of group {header.consumer_group} on {self.client_id} has no listener "
+                f"({type(consumer).__name__})",
+            )
+        try:
+            msg = decode_message(cmd.body_bytes(), broker_name=header.broker_name or "")
+        except PymqError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"the message sent is unreadable: {exc}")
+        result = await consume(msg, self.client_id)
+        return cmd.response(body=encode_body(result))

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pymq.client.consume_concurrent import ConcurrentConsumeService
+from pymq.client.consume_directly import consume_directly
 from pymq.client.consume_orderly import BrokerQueueLocks, OrderlyConsumeService
 from pymq.client.consume_service import ConsumeContext, ConsumeService, ConsumeSettings, Listener
 from pymq.client.consumer_base import ConsumerBase
@@ -77,6 +78,8 @@ class PushConsumer(ConsumerBase):
         #: chosen at start by the kind of listener; every consumption hook goes to it
         self.service: ConsumeService | None = None
         self.executor: ThreadPoolExecutor | None = None
+        #: the listener as the service calls it (hooks included), once started
+        self._running_listener: Listener | None = None
 
     # --- listeners ------------------------------------------------------------------------------------------
 
@@ -134,6 +137,7 @@ class PushConsumer(ConsumerBase):
             )
         if self.hooks:
             listener = hooked_listener(listener, list(self.hooks), self.group, is_async=self.is_async_listener)
+        self._running_listener = listener
         ctx = self._consume_context(listener)
         if self._orderly:
             inst = self._instance()
@@ -175,6 +179,21 @@ class PushConsumer(ConsumerBase):
             await self.service.close()
         if self.executor is not None:
             self.executor.shutdown(wait=False, cancel_futures=True)
+
+    async def consume_message_directly(self, msg: MessageExt, client_id: str) -> dict[str, Any]:
+        """CONSUME_MESSAGE_DIRECTLY: run the listener on ``msg`` now; no offset moves, a failure is not sent
+        back (see :mod:`pymq.client.consume_directly`)."""
+        listener = self._running_listener
+        if listener is None or self._closing:
+            raise ClientError(f"the consumer of group {self.group} is not running")
+        return await consume_directly(
+            listener,
+            msg,
+            is_async=self.is_async_listener,
+            executor=self.executor,
+            orderly=self._orderly,
+            client_id=client_id,
+        )
 
     # --- pulling side: what to do with pulled messages and when to pull belong to the service -------------
 

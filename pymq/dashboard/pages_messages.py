@@ -1,18 +1,21 @@
-"""The Messages pages: find by key or by id, one message's properties, body views and trail."""
+"""The Messages pages: find by key or by id, one message's properties, body views and trail, and its resend
+to a consumer group (CONSUME_MESSAGE_DIRECTLY)."""
 
 from __future__ import annotations
 
 import calendar
 import time
 from typing import Any
+from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from pymq.client.admin import AdminClient
 from pymq.dashboard import views
-from pymq.dashboard.state import admin_of, render
+from pymq.dashboard.guard import check_mutation
+from pymq.dashboard.state import admin_of, flash, get_state, render
 from pymq.errors import PymqError, QueryNotFoundError
 from pymq.protocol.message import MessageExt, Prop
 
@@ -72,6 +75,11 @@ async def message_page(request: Request) -> Response:
         msg = await admin.query_id(msg_id, topic)
     except QueryNotFoundError as exc:
         return render(request, "messages.html", status_code=404, topic=topic or "", key="", found=[], error=str(exc))
+    group = request.query_params.get("group", "").strip()
+    try:
+        offsets = await admin.consumer_offsets(msg.broker_name) if msg.broker_name else {}
+    except PymqError:  # no master right now: the page says nothing of consumption
+        offsets = {}
     return render(
         request,
         "message.html",
@@ -79,7 +87,42 @@ async def message_page(request: Request) -> Response:
         body=views.body_views(msg.body),
         properties=sorted(msg.properties.items()),
         trail=await trail(admin, msg),
+        notes=views.trail_notes(msg.properties),
+        consumed=views.consumed_by(offsets, msg.topic, msg.queue_id, msg.queue_offset),
+        groups=sorted(await admin.group_list()),
+        group=group,
+        clients=await _clients(admin, group) if group else [],
     )
+
+
+async def _clients(admin: AdminClient, group: str) -> list[str]:
+    """The group's connected client ids (none when no broker knows the group)."""
+    try:
+        connection = await admin.consumer_connection(group)
+    except PymqError:
+        return []
+    return sorted({str(c["clientId"]) for c in connection.get("connections") or []})
+
+
+async def message_resend(request: Request) -> Response:
+    """CONSUME_MESSAGE_DIRECTLY: a client of the chosen group (or any of its clients) consumes this message
+    with its listener now; the client's answer is shown. No offset moves."""
+    form = await request.form()
+    check_mutation(request, form, read_only=get_state(request).config.read_only)
+    msg_id = str(form.get("id") or "")
+    group = str(form.get("group") or "").strip()
+    client_id = str(form.get("client_id") or "").strip() or None
+    back = f"/messages/view?id={quote(msg_id)}&group={quote(group)}"
+    if not group:
+        flash(request, "error", "choose the consumer group to resend to")
+        return RedirectResponse(back, 303)
+    try:
+        result = await admin_of(request).consume_message_directly(group, msg_id, client_id)
+    except PymqError as exc:
+        flash(request, "error", f"not resent to {group}: {exc}")
+        return RedirectResponse(back, 303)
+    flash(request, "ok", views.consume_directly_text(group, result))
+    return RedirectResponse(back, 303)
 
 
 async def message_body(request: Request) -> Response:
@@ -126,4 +169,5 @@ routes = [
     Route("/messages/view", message_page),
     Route("/messages/range", messages_by_time),
     Route("/messages/body", message_body),
+    Route("/messages/resend", message_resend, methods=["POST"]),
 ]

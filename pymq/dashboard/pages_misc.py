@@ -1,6 +1,9 @@
-"""The Charts page (from the dashboard's own polls) and the ACL login/logout."""
+"""The Charts page (from the dashboard's own polls), the ACL accounts (read, and edited where the brokers
+can write their ACL file) and the ACL login/logout."""
 
 from __future__ import annotations
+
+from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -8,9 +11,10 @@ from starlette.routing import Route
 
 from pymq.client import broker_api
 from pymq.client.admin import AdminClient
+from pymq.dashboard import views
 from pymq.dashboard.guard import Account, check_mutation
 from pymq.dashboard.history import sparkline
-from pymq.dashboard.state import admin_of, get_state, render
+from pymq.dashboard.state import admin_of, flash, get_state, render
 from pymq.errors import PymqError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
@@ -39,9 +43,57 @@ async def charts_page(request: Request) -> Response:
 
 
 async def accounts_page(request: Request) -> Response:
-    """The ACL accounts and their rights (admin accounts only; secret keys are never sent)."""
+    """The ACL accounts and their rights (admin accounts only; secret keys are never sent), and where the
+    brokers can write their ACL file, the form that creates or edits one (``?edit=KEY`` fills it in)."""
     info = await admin_of(request).acl_accounts()
-    return render(request, "accounts.html", info=info)
+    editing = request.query_params.get("edit", "")
+    current = next((a for a in info.get("accounts") or [] if a.get("accessKey") == editing), None)
+    return render(
+        request,
+        "accounts.html",
+        info=info,
+        editing=current is not None,
+        values=views.acl_form_values(current),
+        perms=views.ACL_PERMS,
+    )
+
+
+async def account_save(request: Request) -> Response:
+    """Create or update an account in every broker's ACL file (an empty secret keeps the account's)."""
+    form = await request.form()
+    check_mutation(request, form, read_only=get_state(request).config.read_only)
+    try:
+        account = views.acl_account_from_form(form)
+    except ValueError as exc:
+        flash(request, "error", f"account not saved: {exc}")
+        return RedirectResponse("/accounts", 303)
+    key = account["accessKey"]
+    try:
+        result = await admin_of(request).acl_update(account)
+    except PymqError as exc:
+        flash(request, "error", f"account {key} not saved: {exc}")
+        return RedirectResponse(f"/accounts?edit={quote(key)}", 303)
+    created = any(r.get("created") for r in result.values())
+    done = ", ".join(w for w, r in result.items() if "error" not in r)
+    flash(request, *views.per_broker_text(f"account {key} {'created' if created else 'updated'} on {done}", result))
+    return RedirectResponse("/accounts", 303)
+
+
+async def account_delete(request: Request) -> Response:
+    """Step 1 asks to confirm; step 2 (``confirmed``) deletes the account from every broker's ACL file."""
+    form = await request.form()
+    check_mutation(request, form, read_only=get_state(request).config.read_only)
+    key = str(form.get("access_key") or "")
+    if form.get("confirmed") != "yes":
+        return render(request, "account_delete.html", access_key=key)
+    try:
+        result = await admin_of(request).acl_delete(key)
+    except PymqError as exc:
+        flash(request, "error", f"account {key} not deleted: {exc}")
+        return RedirectResponse("/accounts", 303)
+    done = ", ".join(w for w, r in result.items() if r.get("deleted")) or "no broker (it was not there)"
+    flash(request, *views.per_broker_text(f"account {key} deleted from {done}", result))
+    return RedirectResponse("/accounts", 303)
 
 
 async def login_page(request: Request) -> Response:
@@ -83,6 +135,8 @@ async def logout(request: Request) -> Response:
 routes = [
     Route("/charts", charts_page),
     Route("/accounts", accounts_page),
+    Route("/accounts/save", account_save, methods=["POST"]),
+    Route("/accounts/delete", account_delete, methods=["POST"]),
     Route("/login", login_page),
     Route("/login", login_post, methods=["POST"]),
     Route("/logout", logout, methods=["POST"]),

@@ -130,3 +130,110 @@ def running_info_rows(info: dict[str, Any]) -> list[dict[str, Any]]:
         })  # fmt: skip
     rows.sort(key=lambda r: (-r["cached"], r["lastConsume"], r["topic"], r["brokerName"], str(r["queueId"])))
     return rows
+
+
+#: ConsumeMessageDirectlyResult's consumeResult, as the page says it
+CONSUME_RESULTS = {
+    "CR_SUCCESS": "consumed it (SUCCESS)",
+    "CR_RETURN_NULL": "consumed it (the listener returned None)",
+    "CR_LATER": "asked to consume it later",
+    "CR_THROW_EXCEPTION": "failed",
+}
+
+
+def consume_directly_text(group: str, result: dict[str, Any]) -> str:
+    """One line for a resend's answer: who, what the listener said, the remark, the time it took."""
+    what = CONSUME_RESULTS.get(str(result.get("consumeResult")), str(result.get("consumeResult")))
+    remark = f": {result['remark']}" if result.get("remark") else ""
+    return (
+        f"resent to {group}: client {result.get('clientId') or '?'} (through {result.get('brokerName') or '?'}) "
+        f"{what}{remark} [{result.get('consumeResult')}, {result.get('spentTimeMills', 0)} ms]"
+    )
+
+
+ACL_PERMS = ("DENY", "PUB", "SUB", "PUB|SUB")
+
+
+def perm_table(text: str, field: str) -> dict[str, str]:
+    """A form's ``name=PERM`` entries (separated by commas or new lines) as a map."""
+    out = {}
+    for item in text.replace("\n", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, eq, perm = item.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"{field}: {item!r} is not name=PERM")
+        out[name.strip()] = perm.strip().upper()
+    return out
+
+
+def acl_account_from_form(form: Any) -> dict[str, Any]:
+    """The accounts page's form as UPDATE_AND_CREATE_ACL_CONFIG's account (an empty secret keeps the old one)."""
+    account: dict[str, Any] = {
+        "accessKey": str(form.get("access_key") or "").strip(),
+        "admin": form.get("admin") == "yes",
+        "defaultTopicPerm": str(form.get("default_topic_perm") or "DENY"),
+        "defaultGroupPerm": str(form.get("default_group_perm") or "DENY"),
+        "topicPerms": perm_table(str(form.get("topic_perms") or ""), "topic permissions"),
+        "groupPerms": perm_table(str(form.get("group_perms") or ""), "group permissions"),
+        "whiteRemoteAddress": str(form.get("white_remote_address") or "").strip(),
+    }
+    if not account["accessKey"]:
+        raise ValueError("the access key must not be empty")
+    secret = str(form.get("secret_key") or "")
+    if secret:
+        account["secretKey"] = secret
+    return account
+
+
+def acl_form_values(account: dict[str, Any] | None) -> dict[str, Any]:
+    """An account as GET_ACL_ACCOUNTS describes it, as the form's initial values (never a secret)."""
+    a = account or {}
+    return {
+        "access_key": a.get("accessKey", ""),
+        "admin": bool(a.get("admin")),
+        "default_topic_perm": a.get("defaultTopicPerm", "DENY"),
+        "default_group_perm": a.get("defaultGroupPerm", "DENY"),
+        "topic_perms": ", ".join(f"{k}={v}" for k, v in (a.get("topicPerms") or {}).items()),
+        "group_perms": ", ".join(f"{k}={v}" for k, v in (a.get("groupPerms") or {}).items()),
+        "white_remote_address": ", ".join(a.get("whiteRemoteAddress") or []),
+    }
+
+
+def consumed_by(
+    offsets: dict[str, dict[str, int]], topic: str, queue_id: int, queue_offset: int
+) -> list[dict[str, Any]]:
+    """Which groups have committed past a message (GET_ALL_CONSUMER_OFFSET's ``topic@group`` table of the broker
+    that stores it): per group with an offset on its queue, that offset and whether it is past the message."""
+    rows = []
+    for key, queues in offsets.items():
+        name, at, group = key.partition("@")
+        if not at or name != topic or str(queue_id) not in queues:
+            continue
+        committed = int(queues[str(queue_id)])
+        rows.append({"group": group, "offset": committed, "consumed": committed > queue_offset})
+    return sorted(rows, key=lambda r: (not r["consumed"], r["group"]))
+
+
+def trail_notes(properties: dict[str, str]) -> list[str]:
+    """What a message's properties say of its way in: a timer or delay level, a transaction, a merge."""
+    notes = []
+    due = properties.get("TIMER_OUT_MS") or properties.get("TIMER_DELIVER_MS")
+    if due and due.isdigit():
+        notes.append(f"timer message: due at {fmt_ms(int(due))} UTC")
+    elif properties.get("DELAY", "0") not in ("", "0"):
+        notes.append(f"delayed message: delay level {properties['DELAY']}")
+    if properties.get("TRAN_MSG") == "true":
+        notes.append(f"transactional: committed by producer group {properties.get('PGROUP', '?')}")
+    if properties.get("MERGE_COUNT"):
+        notes.append(f"merged delay: {properties['MERGE_COUNT']} message(s) merged into this one")
+    return notes
+
+
+def per_broker_text(done: str, result: dict[str, dict[str, Any]]) -> tuple[str, str]:
+    """A flash for an edit made on every broker: ``("ok", done)``, or a warning naming the brokers that refused."""
+    failed = [f"{where}: {r['error']}" for where, r in result.items() if "error" in r]
+    if not failed:
+        return "ok", done
+    return "warn", f"{done}; not on {'; '.join(failed)}"

@@ -35,11 +35,17 @@ class RequestCode(IntEnum):
     # admin -> broker, then broker -> that consumer client (a request, not oneway): the client's running
     # info (subscriptions, per-queue process state, optionally its stacks); RocketMQ's code and header
     GET_CONSUMER_RUNNING_INFO = 307
+    # admin -> broker -> one consumer client (or any of its group's): consume this stored message with
+    # the listener now, offsets untouched, and say how it went (RocketMQ's code; the dashboard's "resend")
+    CONSUME_MESSAGE_DIRECTLY = 309
     # every producer group's connected clients (RocketMQ's GET_ALL_PRODUCER_INFO; the dashboard, issue 33)
     GET_ALL_PRODUCER_INFO = 328
     # the ACL accounts and their rights, never their secret keys (RocketMQ 4's GET_BROKER_CLUSTER_ACL_CONFIG
     # code; its answer there carries the secrets, pymq's does not)
     GET_ACL_ACCOUNTS = 54
+    # create or update / delete one ACL account in the broker's ACL file (RocketMQ 4's codes; a msgpack body)
+    UPDATE_AND_CREATE_ACL_CONFIG = 50
+    DELETE_ACL_CONFIG = 51
     GET_CONSUME_STATS = 208
     RESET_CONSUMER_OFFSET = 222
     # broker -> client push after an offset reset (RocketMQ: RESET_CONSUMER_CLIENT_OFFSET)

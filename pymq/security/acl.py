@@ -122,6 +122,11 @@ def _matchers(value: Any, where: str) -> tuple[Callable[[str], bool], ...]:
     return tuple(address_matcher(str(p), where) for p in items if str(p).strip())
 
 
+def _patterns(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, list) else [value] if value else []
+    return tuple(str(p).strip() for p in items if str(p).strip())
+
+
 # --- accounts ----------------------------------------------------------------------------------------
 
 
@@ -135,6 +140,8 @@ class Account:
     topic_perms: dict[str, int] = field(default_factory=dict)
     group_perms: dict[str, int] = field(default_factory=dict)
     white_remote: tuple[Callable[[str], bool], ...] = ()
+    #: ``white_remote`` as the file writes it (shown and edited by the dashboard)
+    white_remote_patterns: tuple[str, ...] = ()
 
     def topic_perm(self, topic: str) -> int:
         return self.topic_perms.get(topic, self.default_topic_perm)
@@ -168,6 +175,7 @@ class AclConfig:
                 "topicPerms": {k: perm_name(v) for k, v in sorted(a.topic_perms.items())},
                 "groupPerms": {k: perm_name(v) for k, v in sorted(a.group_perms.items())},
                 "whiteRemoteAddresses": len(a.white_remote),
+                "whiteRemoteAddress": list(a.white_remote_patterns),
             }
             for _, a in sorted(self.accounts.items())
         ]
@@ -244,6 +252,7 @@ def parse_acl(data: dict[str, Any]) -> AclConfig:
             topic_perms=_perm_table(raw.get("topic_perms"), f"{where}.topic_perms"),
             group_perms=_perm_table(raw.get("group_perms"), f"{where}.group_perms"),
             white_remote=_matchers(raw.get("white_remote_address"), f"{where}.white_remote_address"),
+            white_remote_patterns=_patterns(raw.get("white_remote_address")),
         )
     white = _matchers(data.get("global_white_remote_addresses"), "global_white_remote_addresses")
     return AclConfig(accounts, white)

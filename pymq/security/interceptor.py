@@ -200,10 +200,11 @@ class AclInterceptor(Interceptor):
         except OSError:
             return None
 
-    def reload_now(self) -> bool:
-        """Re-read the file if its mtime changed (blocking: call it off the event loop). True if replaced."""
+    def reload_now(self, *, force: bool = False) -> bool:
+        """Re-read the file if its mtime changed, or ``force`` (blocking: call it off the event loop).
+        True if replaced."""
         mtime = self._stat()
-        if mtime is None or mtime == self._mtime:
+        if mtime is None or (mtime == self._mtime and not force):
             return False
         try:
             acl = load_acl(self.path)
@@ -216,9 +217,9 @@ class AclInterceptor(Interceptor):
         log.info("acl_reloaded", server=self.server, path=str(self.path), accounts=len(acl.accounts))
         return True
 
-    async def reload_if_changed(self) -> bool:
+    async def reload_if_changed(self, *, force: bool = False) -> bool:
         """:meth:`reload_now` in a thread (the event loop never waits on the disk)."""
-        return await asyncio.to_thread(self.reload_now)
+        return await asyncio.to_thread(self.reload_now, force=force)
 
 
 class _RemotingAcl(Interceptor):

@@ -282,6 +282,9 @@ REQUIREMENTS: dict[int, Requirement] = {
     C.GET_PENDING_HALF_MESSAGES: ADMIN,
     # a consumer client's running info and stacks (issue 33): the broker relays it to the client
     C.GET_CONSUMER_RUNNING_INFO: ADMIN,
+    C.CONSUME_MESSAGE_DIRECTLY: ADMIN,
+    C.UPDATE_AND_CREATE_ACL_CONFIG: ADMIN,
+    C.DELETE_ACL_CONFIG: ADMIN,
 }
 
 

@@ -82,6 +82,12 @@ class Browser:
             box.clear()
             box.send_keys(value)
 
+    def choose(self, form: str, name: str, value: str) -> None:
+        """Pick the option with ``value`` in the form's ``<select name=name>``."""
+        from selenium.webdriver.support.ui import Select
+
+        Select(self.css(f"{form} select[name={name}]")).select_by_value(value)
+
     def submit(self, button: str) -> None:
         """Click a submit button and wait for the next page."""
         from selenium.webdriver.support.ui import WebDriverWait

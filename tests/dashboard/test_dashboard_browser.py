@@ -20,6 +20,7 @@ import pytest
 from pymq.client import broker_api
 from pymq.client.admin import AdminClient
 from pymq.client.sync import ConsumeFromWhere, ConsumeResult, Message, Producer, PushConsumer
+from pymq.errors import PymqError
 from pymq.protocol.message import MessageExt
 from pymq.testing.processes import DaemonProcess
 from tests.dashboard.browser import Browser
@@ -310,3 +311,49 @@ def test_connected_producers_are_listed(browser: Browser, daemons: dict[str, Dae
         table = browser.text("#producers")
         assert "PYTHON" in table and "broker-a" in table, table
         browser.shot("producers")
+
+
+RESEND_GROUP = "dash-resend"
+
+
+def test_a_message_is_resent_to_a_consumer_group_from_the_ui(
+    browser: Browser, daemons: dict[str, DaemonProcess]
+) -> None:
+    """CONSUME_MESSAGE_DIRECTLY: the chosen client's listener consumes the message again, and its answer is shown."""
+    seen: list[tuple[str, bytes]] = []
+
+    def on(msgs: list[MessageExt]) -> ConsumeResult:
+        seen.extend((m.msg_id, m.body) for m in msgs)
+        return ConsumeResult.SUCCESS
+
+    msg = admin_run(daemons, lambda a: a.query_key(TOPIC, "order-1"))[0]
+    consumer = PushConsumer(daemons["namesrv"].address, RESEND_GROUP, heartbeat_interval_seconds=0.5)
+    consumer.subscribe(TOPIC)
+    consumer.register_listener(on)
+    with consumer:
+
+        async def connected(admin: AdminClient) -> list[str]:
+            try:
+                return [c["clientId"] for c in (await admin.consumer_connection(RESEND_GROUP))["connections"]]
+            except PymqError:
+                return []
+
+        deadline = time.monotonic() + 15
+        while not (clients := admin_run(daemons, connected)):
+            assert time.monotonic() < deadline, "the consumer never connected"
+            time.sleep(0.2)
+        browser.go(f"/messages/view?id={msg.offset_msg_id}")
+        # the trail's consumer groups: GROUP committed past it (test_the_lag_chart_moves caught it up)
+        consumed = {r.text.split()[0]: r.text for r in browser.all("#consumed-by tbody tr")}
+        assert consumed[GROUP].endswith(" consumed"), consumed
+        browser.choose("#resend-pick", "group", RESEND_GROUP)
+        browser.submit("#resend-pick button")
+        assert [o.get_attribute("value") for o in browser.all("#resend option")] == ["", *clients]
+        browser.choose("#resend", "client_id", clients[0])
+        before = len(seen)
+        browser.submit("#resend button")
+        answer = flash(browser)
+        assert answer.startswith(f"resent to {RESEND_GROUP}: client {clients[0]} (through broker-a)"), answer
+        assert "consumed it (SUCCESS)" in answer and "CR_SUCCESS" in answer, answer
+        assert seen[before:] == [(msg.msg_id, b'{"order": 1, "item": "coffee"}')]
+        browser.shot("message-resend")

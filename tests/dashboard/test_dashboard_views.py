@@ -231,3 +231,70 @@ def test_running_info_rows_put_the_stuck_looking_queues_first() -> None:
     assert rows[1]["cachedBytes"] == 30 and rows[1]["locked"] is True and rows[2]["commitOffset"] == 9
     assert rows[2]["lastPull"] == 0 and rows[2]["dropped"] is False
     assert views.running_info_rows({"format": "remoting", "raw": "{...}"}) == []
+
+
+def test_the_accounts_form_both_ways() -> None:
+    form = {
+        "access_key": " app ",
+        "secret_key": "",
+        "admin": "yes",
+        "default_topic_perm": "SUB",
+        "topic_perms": "orders=pub|sub,\naudit=SUB",
+        "group_perms": "",
+        "white_remote_address": "10.0.0.*",
+    }
+    account = views.acl_account_from_form(form)
+    assert account == {
+        "accessKey": "app",
+        "admin": True,
+        "defaultTopicPerm": "SUB",
+        "defaultGroupPerm": "DENY",
+        "topicPerms": {"orders": "PUB|SUB", "audit": "SUB"},
+        "groupPerms": {},
+        "whiteRemoteAddress": "10.0.0.*",
+    }  # no secretKey: the account keeps its secret
+    assert views.acl_account_from_form({**form, "secret_key": "s3cret!"})["secretKey"] == "s3cret!"
+    with pytest.raises(ValueError, match="is not name=PERM"):
+        views.acl_account_from_form({**form, "group_perms": "billing"})
+    with pytest.raises(ValueError, match="access key"):
+        views.acl_account_from_form({**form, "access_key": " "})
+    described = {
+        "accessKey": "app",
+        "admin": True,
+        "defaultTopicPerm": "SUB",
+        "topicPerms": {"orders": "PUB|SUB"},
+        "groupPerms": {},
+        "whiteRemoteAddress": ["10.0.0.*", "10.1.0.0/16"],
+    }
+    values = views.acl_form_values(described)
+    assert values["topic_perms"] == "orders=PUB|SUB" and values["white_remote_address"] == "10.0.0.*, 10.1.0.0/16"
+    assert values["default_group_perm"] == "DENY" and "secret_key" not in values
+    assert views.acl_form_values(None)["access_key"] == ""
+
+
+def test_a_resend_answer_in_one_line() -> None:
+    result = {"consumeResult": "CR_THROW_EXCEPTION", "remark": "ValueError: bad", "spentTimeMills": 12}
+    text = views.consume_directly_text("g", {**result, "clientId": "c@1", "brokerName": "broker-a"})
+    assert text == "resent to g: client c@1 (through broker-a) failed: ValueError: bad [CR_THROW_EXCEPTION, 12 ms]"
+
+
+def test_which_groups_consumed_a_message_and_its_notes() -> None:
+    offsets = {"orders@billing": {"0": 5, "1": 2}, "orders@audit": {"1": 3}, "other@billing": {"1": 9}}
+    assert views.consumed_by(offsets, "orders", 1, 2) == [
+        {"group": "audit", "offset": 3, "consumed": True},
+        {"group": "billing", "offset": 2, "consumed": False},
+    ]
+    assert views.consumed_by(offsets, "orders", 7, 0) == []
+    notes = views.trail_notes({"TIMER_OUT_MS": "1700000000000", "TRAN_MSG": "true", "PGROUP": "tx"})
+    assert notes == ["timer message: due at 2023-11-14 22:13:20 UTC", "transactional: committed by producer group tx"]
+    assert views.trail_notes({"DELAY": "3", "MERGE_COUNT": "4"}) == [
+        "delayed message: delay level 3",
+        "merged delay: 4 message(s) merged into this one",
+    ]
+    assert views.trail_notes({"DELAY": "0"}) == []
+
+
+def test_an_edit_on_every_broker_says_which_refused() -> None:
+    assert views.per_broker_text("done", {"a/0": {"created": True}}) == ("ok", "done")
+    result = {"a/0": {"created": True}, "b/0": {"error": "[code 16] not writable"}}
+    assert views.per_broker_text("done", result) == ("warn", "done; not on b/0: [code 16] not writable")

@@ -128,3 +128,19 @@ def test_dockerfile_is_slim_non_root_with_the_store_on_a_volume() -> None:
     script = entrypoint.read_text()
     assert "exec pymq-namesrv" in script and f"exec pymq-broker --store-dir {STORE}" in script
     assert os.access(DEPLOY / "check-rules.sh", os.X_OK)
+
+
+def test_compose_runs_the_web_dashboard_and_addresses_are_unique() -> None:
+    addresses = [ip_of(name) for name in SERVICES]
+    assert len(set(addresses)) == len(addresses), "two services share an address"
+    dashboard = SERVICES["dashboard"]
+    args = dashboard["command"]
+    assert args[0].endswith("-dashboard") and args[args.index("--host") + 1] == "0.0.0.0"
+    port = args[args.index("--port") + 1]
+    assert dashboard["ports"] == [f"{port}:{port}"] and f"127.0.0.1:{port}/" in dashboard["healthcheck"]["test"][-1]
+    assert args[args.index("--namesrv") + 1] == SERVICES["broker-a"]["command"][-1]
+    grafana = args[args.index("--grafana-url") + 1]
+    assert grafana.endswith("/d/" + json.loads(DASHBOARD.read_text())["uid"])
+    assert dashboard["depends_on"]["broker-a"]["condition"] == "service_healthy"
+    proxy = SERVICES["proxy-1"]["command"]
+    assert proxy[proxy.index("--advertised-host") + 1] == ip_of("proxy-1")

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from pymq.client.namesrv import NamesrvClient
-from pymq.config import BrokerConfig, NamesrvConfig, ProxyConfig, load_config
+from pymq.config import BrokerConfig, DashboardConfig, NamesrvConfig, ProxyConfig, load_config
 from pymq.transport.client import RpcClient
 from tests.helpers import wait_until_sync
 
@@ -30,12 +30,14 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 LAUNCHER = DEPLOY / "local_cluster.py"
 
 
-def model_for(path: Path) -> type[NamesrvConfig] | type[BrokerConfig] | type[ProxyConfig]:
+def model_for(path: Path) -> type[NamesrvConfig] | type[BrokerConfig] | type[ProxyConfig] | type[DashboardConfig]:
     if path.stem.startswith("namesrv"):
         return NamesrvConfig
     if path.stem.startswith("proxy"):
         return ProxyConfig
-    assert path.stem.startswith("broker"), f"{path}: name it namesrv-*.toml, broker-*.toml or proxy-*.toml"
+    if path.stem == "dashboard":
+        return DashboardConfig
+    assert path.stem.startswith("broker"), f"{path}: name it namesrv-*, broker-*, proxy-*.toml or dashboard.toml"
     return BrokerConfig
 
 
@@ -119,8 +121,8 @@ async def cluster_info(addr: str) -> dict[str, Any]:
 
 
 def test_every_deploy_toml_loads_and_forms_the_example_cluster() -> None:
-    """Each TOML file under deploy/ loads with load_config; together: 2 nameservers, 2 broker groups and a
-    gRPC front end pointed at both nameservers."""
+    """Each TOML file under deploy/ loads with load_config; together: 2 nameservers, 2 broker groups, a
+    gRPC front end and the web dashboard pointed at both nameservers."""
     paths = sorted(DEPLOY.rglob("*.toml"))
     configs = {p.stem: load_config(model_for(p), p, env={}) for p in paths}
     namesrvs = [c for c in configs.values() if isinstance(c, NamesrvConfig)]
@@ -129,11 +131,14 @@ def test_every_deploy_toml_loads_and_forms_the_example_cluster() -> None:
     assert {b.broker_name for b in brokers} == {"broker-a", "broker-b"}
     assert all(b.broker_id == 0 for b in brokers)
     proxies = [c for c in configs.values() if isinstance(c, ProxyConfig)]
-    assert len(proxies) == 1 and len(configs) == 5
+    dashboards = [c for c in configs.values() if isinstance(c, DashboardConfig)]
+    assert len(proxies) == 1 and len(dashboards) == 1 and len(configs) == 6
+    # no TLS of its own: on loopback (behind a reverse proxy), never a mutation-capable default on 0.0.0.0
+    assert dashboards[0].host == "127.0.0.1" and dashboards[0].session_secret is None
     daemons = [*namesrvs, *brokers]
     ports = [c.port for c in configs.values()] + [c.metrics_port for c in daemons]
     assert None not in ports and len(set(ports)) == len(ports), "ports must differ to run on one host"
-    for proxy in proxies:
+    for proxy in [*proxies, *dashboards]:
         assert sorted(int(a.rpartition(":")[2]) for a in proxy.namesrv_addrs) == sorted(n.port for n in namesrvs)
     for b in brokers:
         assert sorted(int(a.rpartition(":")[2]) for a in b.namesrv_addrs) == sorted(n.port for n in namesrvs)
@@ -149,7 +154,9 @@ def read_unit(path: Path) -> dict[str, list[str]]:
     return values
 
 
-@pytest.mark.parametrize("unit", ["pymq-namesrv@.service", "pymq-broker@.service", "pymq-proxy@.service"])
+@pytest.mark.parametrize(
+    "unit", ["pymq-namesrv@.service", "pymq-broker@.service", "pymq-proxy@.service", "pymq-dashboard.service"]
+)
 def test_systemd_units_are_hardened(unit: str, tmp_path: Path) -> None:
     """Each unit runs as pymq with the hardening options, restarts on failure, stops with SIGTERM."""
     path = DEPLOY / "systemd" / unit
@@ -166,12 +173,13 @@ def test_systemd_units_are_hardened(unit: str, tmp_path: Path) -> None:
     for key, value in expected.items():
         assert v.get(key) == [value], key
     assert int(v["LimitNOFILE"][0]) >= 65536 and int(v["TimeoutStopSec"][0]) >= 30
-    assert "--config /etc/pymq/%i.toml" in v["ExecStart"][0] and "--log-format json" in v["ExecStart"][0]
+    config = "/etc/pymq/%i.toml" if "@" in unit else "/etc/pymq/dashboard.toml"
+    assert f"--config {config}" in v["ExecStart"][0] and "--log-format json" in v["ExecStart"][0]
     if "broker" in unit:
         assert v["ReadWritePaths"] == ["/var/lib/pymq/%i"] and v["StateDirectory"] == ["pymq/%i"]
     analyze = shutil.which("systemd-analyze")
     if analyze:  # full check of every directive, with the binaries of this environment
-        instance = tmp_path / unit.replace("@", "@example")
+        instance = tmp_path / (unit.replace("@", "@example") if "@" in unit else unit)
         bindir = str(Path(sys.executable).parent)
         instance.write_text(path.read_text().replace("/opt/pymq/venv/bin", bindir))
         res = subprocess.run([analyze, "verify", str(instance)], capture_output=True, text=True, timeout=60)

@@ -209,3 +209,32 @@ def test_consumer_data_enums_from_the_cpp_clients_ordinals() -> None:
 def test_native_only_codes_become_rocketmq_codes() -> None:
     assert native_code(213) == 1  # pymq's INVALID_PARAMETER -> SYSTEM_ERROR
     assert [native_code(c) for c in (0, 19, 20, 21, 22, 17, 26)] == [0, 19, 20, 21, 22, 17, 26]
+
+
+async def test_consume_message_directly_reaches_a_4x_client_in_message_decoder_layout() -> None:
+    """RemotingChannel.request: CONSUME_MESSAGE_DIRECTLY's stored record goes in MessageDecoder's layout (as
+    RocketMQ's broker sends it), same code and header; other requests (running info) go as they are."""
+    from pymq.broker.remoting.gateway import RemotingChannel
+    from pymq.protocol.codes import RequestCode as NativeCode
+    from pymq.protocol.command import Command
+
+    sent: list[Command] = []
+
+    class Conn:
+        remote_addr = "127.0.0.1:1"
+        attrs: dict = {}
+
+        async def request(self, cmd: Command, timeout: float) -> Command:
+            sent.append(cmd)
+            return cmd.response(body=b"{}")
+
+    channel = RemotingChannel(Conn(), lambda cmd: cmd)  # type: ignore[arg-type]
+    record = _stored(1)[0]
+    ext = {"consumerGroup": "g", "clientId": "c", "msgId": "M", "brokerName": "broker-a"}
+    await channel.request(Command.request(NativeCode.CONSUME_MESSAGE_DIRECTLY, dict(ext), record), 1.0)
+    await channel.request(Command.request(NativeCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "g"}), 1.0)
+    direct, running = sent
+    assert direct.code == 309 and direct.ext == ext
+    (msg,) = decode_messages(direct.body_bytes())
+    assert msg.body == bytes(range(40)) and msg.properties["KEYS"] == "k" and msg.topic == "T"
+    assert running.code == 307 and running.body_bytes() == b""

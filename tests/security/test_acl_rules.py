@@ -357,6 +357,7 @@ def test_describe_lists_rights_and_never_a_secret() -> None:
         "topicPerms": {"orders": "PUB"},
         "groupPerms": {"g": "DENY"},
         "whiteRemoteAddresses": 0,
+        "whiteRemoteAddress": [],
     }
     assert described[1]["admin"] is True and described[1]["defaultTopicPerm"] == "PUB|SUB"
     assert "secret" not in repr(described)

@@ -65,11 +65,9 @@ class AdminHandlers:
         runtime: RuntimeConfig,
         runtime_info: Callable[[], dict[str, Any]],
         address: str,
-        acl_accounts: Callable[[], list[dict[str, Any]] | None] = lambda: None,
         topic_traffic: Callable[[], dict[str, list[int]]] = dict,
     ) -> None:
         self.topic_traffic = topic_traffic
-        self.acl_accounts = acl_accounts
         self.store = store
         self.topics = topics
         self.offsets = offsets
@@ -90,7 +88,6 @@ class AdminHandlers:
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_group,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             RequestCode.GET_ALL_PRODUCER_INFO: self.producers,
-            RequestCode.GET_ACL_ACCOUNTS: self.accounts,
             RequestCode.GET_TOPIC_TRAFFIC: lambda cmd, channel: cmd.response(
                 body=encode_body({"topics": self.topic_traffic()})
             ),
@@ -180,11 +177,6 @@ class AdminHandlers:
         if info is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} is connected")
         return cmd.response(body=encode_body(info))
-
-    def accounts(self, cmd: Command, channel: Channel) -> Command:
-        """The ACL accounts this broker enforces, without secrets (``enabled`` false: ACL is off)."""
-        accounts = self.acl_accounts()
-        return cmd.response(body=encode_body({"enabled": accounts is not None, "accounts": accounts or []}))
 
     def producers(self, cmd: Command, channel: Channel) -> Command:
         return cmd.response(body=encode_body({"producerTable": self.consumers.producer_table()}))

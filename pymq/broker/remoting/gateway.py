@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pymq.logs import get_logger
+from pymq.protocol.codes import RequestCode as NativeCode
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.command import FLAG_ONEWAY, Command
+from pymq.remoting.message_layout import from_stored_records
 from pymq.transport.channel import Channel, ServerChannel
 from pymq.transport.dispatch import Dispatcher, Handler
 
@@ -80,9 +82,13 @@ class RemotingChannel:
             self.conn.push_oneway(mapped)
 
     async def request(self, cmd: Command, timeout: float) -> Command:
-        """A broker -> client request with an answer (GET_CONSUMER_RUNNING_INFO, issue 33): RocketMQ 4.x
-        uses the same code and header names, so it is sent as it is; the answer (a JSON body) comes back
-        as the client wrote it."""
+        """A broker -> client request with an answer (GET_CONSUMER_RUNNING_INFO and CONSUME_MESSAGE_DIRECTLY,
+        issue 33): RocketMQ 4.x uses the same codes and header names, so it is sent as it is, except that
+        CONSUME_MESSAGE_DIRECTLY's message goes in MessageDecoder's layout (as RocketMQ's broker stores and
+        sends it); the answer (a JSON body) comes back as the client wrote it."""
+        if cmd.code == NativeCode.CONSUME_MESSAGE_DIRECTLY:
+            body = from_stored_records(cmd.body_bytes())
+            cmd = Command(cmd.code, cmd.opaque, cmd.flags, cmd.remark, dict(cmd.ext), body)
         return await self.conn.request(cmd, timeout)
 
     def close(self) -> None:
