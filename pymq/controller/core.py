@@ -49,6 +49,8 @@ class Assignment:
     master: str | None
     epoch: int
     broker_id: int
+    #: MASTER: the slaves of the group's sync-state set (what the master must count)
+    sync_set: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +126,7 @@ class Controller:
                     self.dirty = True
             rep.broker_id = 0
             self.granted[hb.address] = self.clock()
-            return Assignment(MASTER, hb.address, g.epoch, 0)
+            return Assignment(MASTER, hb.address, g.epoch, 0, tuple(sorted(g.sync_set - {hb.address})))
         if rep.broker_id <= 0:
             rep.broker_id = -1
             g.slave_id(hb.address)

@@ -127,6 +127,7 @@ class ControllerService:
             epoch=a.epoch,
             broker_id=a.broker_id,
             lease_ms=int(self.lease * 1000),
+            sync_state_set=",".join(a.sync_set),
         )
         return cmd.response(ext=answer.to_ext())
 

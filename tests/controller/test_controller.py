@@ -121,13 +121,14 @@ def test_a_new_groups_master_is_the_broker_configured_as_one(ctl: Controller) ->
 def test_the_master_reports_the_sync_state_set_others_cannot(ctl: Controller) -> None:
     beat(ctl, M, master=True, epoch=1)
     beat(ctl, S1)
-    beat(ctl, M, master=True, epoch=1, sync_set=[S1, "127.0.0.1:9"])  # an unknown address is dropped
+    a = beat(ctl, M, master=True, epoch=1, sync_set=[S1, "127.0.0.1:9"])  # an unknown address is dropped
     assert ctl.groups["g"].sync_set == {M, S1}
+    assert a.sync_set == (S1,)  # the answer carries the controller's set (the master's slaves)
     beat(ctl, S1, sync_set=[])  # a slave's report: ignored
     beat(ctl, S2, master=True, epoch=9, sync_set=[])  # not the group's master: ignored, told SLAVE
     assert ctl.groups["g"].sync_set == {M, S1}
-    beat(ctl, M, master=True, epoch=1, sync_set=[])  # the slave fell out
-    assert ctl.groups["g"].sync_set == {M}
+    a = beat(ctl, M, master=True, epoch=1, sync_set=[])  # the slave fell out
+    assert ctl.groups["g"].sync_set == {M} and a.sync_set == ()
 
 
 def test_a_silent_master_is_replaced_by_an_in_sync_slave_with_a_new_epoch(ctl: Controller, clock: FakeClock) -> None:
@@ -278,6 +279,10 @@ def test_service_answers_assignments_and_saves_before_answering(tmp_path: Path, 
     assert store.load()["g"].master == M
     refused = svc.heartbeat(hb_command(brokerAddr=S1, starting="true"), None)
     assert refused.code == ResponseCode.NO_PERMISSION and "already has a live master" in (refused.remark or "")
+    svc.heartbeat(hb_command(brokerAddr=S1, role="SLAVE"), None)
+    svc.heartbeat(hb_command(brokerAddr=S2, role="SLAVE"), None)
+    resp = svc.heartbeat(hb_command(encode_body({"syncSet": [S2, S1]})), None)
+    assert ControllerAssignment.from_ext(resp.ext).sync_state_set == f"{S1},{S2}"  # what the master must count
 
 
 def test_service_names_the_bad_field(tmp_path: Path) -> None:

@@ -56,6 +56,8 @@ class Replication:
         self.role = role
         #: the configured master's HA address: used until the first role change
         self._ha_master_addr = config.ha_master_addr
+        #: called when a master's sync-state set changes (controller mode: report it at once)
+        self.on_sync_change: Callable[[], None] | None = None
         self.store = store
         self.rpc = rpc
         self.address = address
@@ -100,6 +102,7 @@ class Replication:
             authenticate=self.authenticate,
             role=self.role,
         )
+        self.master.on_sync_change = self.on_sync_change
         await self.master.start()
 
     async def _start_slave(self) -> None:
@@ -155,7 +158,16 @@ class Replication:
         master = self.master
         if master is None:
             return 1
-        return 1 + len(master.acks.in_sync(self.store.max_phy_offset))
+        return 1 + len(master.acks.in_sync())
+
+    def sync_state_set(self) -> list[str]:
+        """The slaves of this master's sync-state set (empty when not serving slaves)."""
+        return self.master.acks.sync.reported() if self.master is not None else []
+
+    def confirm_sync_set(self, controller_set: list[str]) -> None:
+        """The controller's sync-state set for this master (controller mode)."""
+        if self.master is not None:
+            self.master.confirm_sync_set(controller_set)
 
     def ha_address(self) -> str:
         return self.master.address if self.master is not None else ""
