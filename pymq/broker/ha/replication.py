@@ -144,9 +144,13 @@ class Replication:
 
     async def become_slave(self) -> None:
         """Stop serving slaves (waiting SYNC sends answer FLUSH_SLAVE_TIMEOUT) and follow the role's master
-        (its HA address asked from it: the configured one belonged to the configured master)."""
+        (its HA address asked from it: the configured ``ha_master_addr`` belongs to the configured
+        ``master_addr``, and is kept only while that is the master followed)."""
         await self.stop()
-        self._ha_master_addr = None
+        cfg = self.config
+        following = self.role.current.master_addr
+        keep = cfg.ha_master_addr is not None and cfg.master_addr is not None and following == cfg.master_addr
+        self._ha_master_addr = cfg.ha_master_addr if keep else None
         await self._start_slave()
 
     def wait_replicated(self, end: int) -> asyncio.Future[int] | None:
