@@ -10,9 +10,11 @@ Put one proxy on every link between two nodes (give a node the proxy's address i
 target's) and black-hole the links that cross the partition.
 
 **A black hole** behaves like a network that drops every packet while the hosts stay up: the
-proxy stops reading from both sides of every connection (the senders' bytes wait in socket
-buffers, then their writes block, as TCP does while its segments go unanswered), holds a chunk
-it had already read, and connects a new connection's upstream side only once healed (the
+proxy stops reading from both sides of every connection (past the asyncio stream buffer, some
+64 KiB, the senders' bytes wait in socket buffers, then their writes block, as TCP does while
+its segments go unanswered), holds a chunk
+(or an end of stream, or a reset) it had already read, and connects a new connection's
+upstream side only once healed (the
 connection is accepted at once, as the kernel would, but nothing gets through). No connection
 is closed by the proxy: a node that gives up on a silent link closes it itself, as it would on
 a real network. **Heal** lets everything held flow on in order, as TCP's retransmissions would.
@@ -112,17 +114,25 @@ class LinkProxy:
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Copy one direction until its EOF (passed on as a half-close) or an error."""
         opened = self._open
-        try:
-            while True:
-                await opened.wait()  # black-holed: read nothing (the sender's bytes wait in its buffers)
+        while True:
+            await opened.wait()  # black-holed: read nothing (the sender's bytes wait in its buffers)
+            try:
                 data = await reader.read(CHUNK)
-                if not data:
-                    break
-                await opened.wait()  # black-holed while reading: hold the chunk until healed
+            except (ConnectionError, OSError):
+                data = None
+            # Black-holed while reading: hold the chunk, and an EOF or a reset too (the other side
+            # must not learn that this one closed before the link heals).
+            await opened.wait()
+            if not data:
+                break
+            try:
                 writer.write(data)
                 await writer.drain()
-            with contextlib.suppress(OSError, RuntimeError):
-                if writer.can_write_eof():
-                    writer.write_eof()
-        except (ConnectionError, OSError):
-            writer.close()
+            except (ConnectionError, OSError):
+                return
+        if data is None:
+            writer.close()  # a reset: passed on as a close
+            return
+        with contextlib.suppress(OSError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()

@@ -23,6 +23,7 @@ class Upstream:
         self.writers: list[asyncio.StreamWriter] = []
         self.got = asyncio.Event()
         self.connections = 0
+        self.eof = asyncio.Event()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -30,6 +31,7 @@ class Upstream:
         while data := await reader.read(65536):
             self.received += data
             self.got.set()
+        self.eof.set()
 
     def push(self, data: bytes) -> None:
         self.writers[-1].write(data)
@@ -113,6 +115,23 @@ async def test_a_connection_made_during_a_black_hole_reaches_nothing_until_heale
         await wait_for_bytes(up, 5)
         assert up.connections == 1 and bytes(up.received) == b"hello"
         writer.close()
+
+
+async def test_a_side_closing_during_a_black_hole_is_not_seen_across_it_until_healed(
+    upstream: tuple[Upstream, str],
+) -> None:
+    up, target = upstream
+    async with LinkProxy(target) as proxy:
+        _, writer = await connect(proxy.address)
+        writer.write(b"x")
+        await wait_for_bytes(up, 1)
+        proxy.black_hole()  # the proxy is waiting for the client's next bytes
+        writer.close()  # the client goes away while the link is cut
+        await asyncio.sleep(QUIET)
+        assert not up.eof.is_set()
+        proxy.heal()
+        await wait_within(up.eof.wait(), 5)  # the end of the stream, once healed
+        assert bytes(up.received) == b"x"
 
 
 async def test_close_ends_every_connection(upstream: tuple[Upstream, str]) -> None:

@@ -7,7 +7,9 @@ reach both brokers directly). Black-holing the master's links (bytes stop, conne
 open): the master acknowledges nothing once its lease has lapsed, the controller elects the
 slave, producers carry on to it. Healing: the old master learns it is a slave, truncates its
 unreplicated tail and rejoins the new master's sync-state set; every message acknowledged by
-either master (and every one the new master stored alone) is readable afterwards.
+either master (and every one the new master stored alone) is readable afterwards. While cut
+off, the old master's HA connection stays open, yet the slave leaves its sync-state set once
+it has not caught up for ``ha_max_time_slave_not_catchup_seconds`` (2 s here).
 
 The proxies run on the test's event loop, so the blocking daemon starts go to a thread."""
 
@@ -124,6 +126,9 @@ async def test_a_partitioned_master_stops_acknowledging_the_slave_is_elected_and
                         and t > cut + LEASE]  # fmt: skip
                 assert not late, f"the cut-off master acknowledged {len(late)} sends after its lease"
                 await until(_async(lambda: len(sends.stored_by(slave.address)) >= 30), 15, "sends on the new master")
+                # the cut-off master still holds its HA connection to the slave open (the black hole
+                # closes nothing), but the slave has not caught up for the 2 s window: out of its set
+                await until(lambda: _left_sync_set_while_connected(master.address), 10, "set shrunk by time")
                 assert await group_addrs(ns.address, TOPIC, "broker-a") == {0: slave.address}
 
                 # --- heal: the old master hears it is a slave, truncates its tail and catches up
@@ -164,6 +169,11 @@ def _async(check: object) -> object:
         return bool(check())  # type: ignore[operator]
 
     return run
+
+
+async def _left_sync_set_while_connected(addr: str) -> bool:
+    info = await runtime_info(addr)
+    return len(info.get("slaves", [])) == 1 and info["inSyncSlaves"] == 0
 
 
 async def runtime_info(addr: str) -> dict[str, Any]:
