@@ -104,6 +104,8 @@ class Replication:
         )
         self.master.on_sync_change = self.on_sync_change
         await self.master.start()
+        if self.on_sync_change is not None:
+            self.on_sync_change()  # a new master (a promotion): learn the controller's set at once
 
     async def _start_slave(self) -> None:
         self.slave = HASlave(
