@@ -17,42 +17,28 @@ from pathlib import Path
 import pytest
 
 from pymq.cli.common import EXIT_CONFIG
-from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer
+from pymq.client import Message, Producer
 from pymq.client.send_result import SendStatus
 from pymq.errors import PymqError
-from pymq.protocol.codes import RequestCode, ResponseCode
-from pymq.protocol.frame import Command
-from pymq.protocol.record import encode_record
-from pymq.protocol.requests import SendMessageRequest
-from pymq.protocol.route import MessageQueue
+from pymq.protocol.codes import ResponseCode
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
 from tests.controller_group import (
     BROKER_ENV,
     CONTROLLER,
-    QUEUES,
     TOPIC,
     controller_status,
     create_topic,
     in_sync,
     master_is,
+    raw_send,
+    read_everything,
 )
 from tests.helpers import wait_until_async
 from tests.master_slave import fast_client_options, group_addrs
 from tests.metrics_helpers import scrape, value
 
 pytestmark = pytest.mark.integration
-
-
-async def read_everything(ns: str, want: set[bytes], timeout: float = 15.0) -> set[bytes]:
-    pc = PullConsumer(ns, f"reader-{time.monotonic_ns()}", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
-    pc.assign([MessageQueue(TOPIC, "broker-a", q) for q in range(QUEUES)])
-    got: set[bytes] = set()
-    deadline = time.monotonic() + timeout
-    async with pc:
-        while not want <= got and time.monotonic() < deadline:
-            got.update(m.body for m in await pc.poll(timeout=0.5))
-    return got
 
 
 async def test_kill_9_master_a_slave_is_elected_and_nothing_acknowledged_is_lost(
@@ -159,11 +145,6 @@ async def start_group(tmp_path: Path, processes: list[DaemonProcess]) -> tuple[s
         lambda: _routed(ns.address, {0: master.address, 1: slave.address}), timeout=15, what="group routed"
     )
     return ns.address, master, slave
-
-
-def raw_send(body: bytes) -> Command:
-    record = encode_record(TOPIC.encode(), body, b"", born_timestamp=int(time.time() * 1000))
-    return Command.request(RequestCode.SEND_MESSAGE, SendMessageRequest(topic=TOPIC, queue_id=0).to_ext(), record)
 
 
 async def test_a_paused_master_acknowledges_nothing_after_its_lease_and_rejoins_as_a_slave(

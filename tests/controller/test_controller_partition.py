@@ -31,8 +31,17 @@ from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body
 from pymq.testing import DaemonProcess, LinkProxy, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
-from tests.controller.test_controller_failover import raw_send, read_everything
-from tests.controller_group import BROKER_ENV, CONTROLLER, TOPIC, controller_status, create_topic, in_sync, master_is
+from tests.controller_group import (
+    BROKER_ENV,
+    CONTROLLER,
+    TOPIC,
+    controller_status,
+    create_topic,
+    in_sync,
+    master_is,
+    raw_send,
+    read_everything,
+)
 from tests.helpers import wait_until_async
 from tests.master_slave import fast_client_options, group_addrs
 
