@@ -561,7 +561,7 @@ class BrokerApp:
             self.role_changer,
             address=lambda: self.address,
             max_offset=lambda: store.max_phy_offset,
-            sync_set=replication.sync_state_set,
+            sync_set=replication.report_sync_state_set,
             confirm_sync_set=replication.confirm_sync_set,
         )
         replication.on_sync_change = link.wake

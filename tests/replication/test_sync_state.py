@@ -240,6 +240,33 @@ def test_controlled_a_confirmed_slave_that_disconnected_blocks_acks_until_confir
     assert f.result == REPLICATED
 
 
+def test_controlled_a_reported_set_counts_until_the_controller_answers(clock: FakeClock) -> None:
+    """B joins, is reported, and drops before the answer: the controller may be listing B now
+    (it took the report), so B counts until an answer shows it gone."""
+    w = waiters(clock, controlled=True)
+    w.confirm([A], 100)
+    a = join(w, clock, 1, A, 100, 100)
+    join(w, clock, 2, B, 100, 100)
+    assert w.sync.reporting() == [A, B]  # the heartbeat's body
+    assert w.disconnect(2, 100, clock()) and w.sync.members == {A}
+    f = Fut()
+    w.add(200, clock() + 3, f)
+    w.ack(a, 200, 200, clock())
+    assert f.result is None and w.sync.effective() == {A, B}
+    w.confirm([A, B], 200)  # the answer: the controller did take B
+    assert f.result is None
+    assert w.sync.reporting() == [A]  # the next heartbeat, out of turn
+    w.confirm([A], 200)
+    assert f.result == REPLICATED and w.sync.effective() == {A}
+
+
+def test_without_a_controller_nothing_is_pending(clock: FakeClock) -> None:
+    w = waiters(clock)
+    join(w, clock, 1, A, 100, 100)
+    assert w.sync.reporting() == [A] and not w.sync.pending
+    assert w.disconnect(1, 100, clock()) and w.sync.effective() == set()
+
+
 def test_controlled_in_sync_replicas_is_a_minimum_of_the_set(clock: FakeClock) -> None:
     w = waiters(clock, k=2, controlled=True)
     w.confirm([], 0)

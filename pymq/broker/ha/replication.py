@@ -166,9 +166,10 @@ class Replication:
             return 1
         return 1 + len(master.acks.in_sync())
 
-    def sync_state_set(self) -> list[str]:
-        """The slaves of this master's sync-state set (empty when not serving slaves)."""
-        return self.master.acks.sync.reported() if self.master is not None else []
+    def report_sync_state_set(self) -> list[str]:
+        """The slaves of this master's sync-state set, to report to the controller (they count until
+        its answer); empty when not serving slaves."""
+        return self.master.acks.sync.reporting() if self.master is not None else []
 
     def confirm_sync_set(self, controller_set: list[str]) -> None:
         """The controller's sync-state set for this master (controller mode)."""

@@ -17,10 +17,11 @@ batch, though its ack is never equal to the master's end at the instant it arriv
   what it acked;
 * *leaves* at once when its link drops.
 
-**The set that counts** (:meth:`SyncStateSet.effective`). With a controller (``confirmed`` not
-None) a slave may be elected while the *controller* lists it, so the set a SYNC master waits
-for is the union of its own set and the one the controller last confirmed: a growth counts at
-once (the joiner holds everything), a shrink only once the controller has taken it. Until
+**The set that counts** (:meth:`SyncStateSet.effective`). With a controller a slave may be
+elected while the *controller* lists it, so the set a SYNC master waits for is the union of its
+own set, the one the controller last answered (``confirmed``) and every set reported in a
+heartbeat not answered yet (``pending``: the controller may be taking it now): a growth counts
+at once (the joiner holds everything), a shrink only once the controller has answered. Until
 the controller has confirmed a set once (``confirmed`` is None) nothing counts and
 no write is acknowledged. The rule that makes an election safe (docs/REPLICATION.md, "The
 sync-state set") is then: a SYNC master acknowledges a write only when *every* slave of that
@@ -61,6 +62,8 @@ class SyncStateSet:
         self.controlled = controlled
         #: the controller's set (slaves) it last answered; None: not known yet (or no controller)
         self.confirmed: frozenset[str] | None = None
+        #: slaves of the sets reported since that answer (the controller may have taken them)
+        self.pending: set[str] = set()
         #: the end of the newest write acknowledged as replicated (a joiner must hold it)
         self.acknowledged = 0
 
@@ -107,9 +110,17 @@ class SyncStateSet:
         self.members = new
         return True
 
+    def reporting(self) -> list[str]:
+        """The set to report to the controller now; it counts until the controller's next answer."""
+        if self.controlled:
+            self.pending |= self.members
+        return sorted(self.members)
+
     def confirm(self, controller_set: Iterable[str]) -> None:
-        """The controller answered that its set (slaves) is ``controller_set``."""
+        """The controller answered that its set (slaves) is ``controller_set`` (having taken every
+        report sent before, the heartbeats being sequential)."""
         self.confirmed = frozenset(controller_set)
+        self.pending = set()
 
     @property
     def known(self) -> bool:
@@ -119,8 +130,8 @@ class SyncStateSet:
     def effective(self) -> set[str]:
         """The slaves a SYNC master must count: its set, and the controller's last answered one."""
         if self.confirmed is None:
-            return set(self.members)
-        return self.members | self.confirmed
+            return self.members | self.pending
+        return self.members | self.confirmed | self.pending
 
     def reported(self) -> list[str]:
         """What the master tells the controller: its own set."""
