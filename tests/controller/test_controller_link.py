@@ -24,11 +24,14 @@ class ScriptedController:
 
     def __init__(self) -> None:
         self.reported: list[list[str]] = []
+        self.seqs: list[int] = []
         self.sync_state_set = ""
         self.beat = asyncio.Event()
 
     async def invoke(self, addr: str, cmd: Command, timeout: float) -> Command:
-        self.reported.append(decode_body(cmd.body)["syncSet"])
+        body = decode_body(cmd.body)
+        self.reported.append(body["syncSet"])
+        self.seqs.append(body["syncSetSeq"])
         self.beat.set()
         a = ControllerAssignment(
             role="MASTER", master_addr=ME, epoch=1, broker_id=0, lease_ms=5000, sync_state_set=self.sync_state_set
@@ -75,5 +78,6 @@ async def test_a_sync_state_set_change_is_reported_at_once_and_the_answer_counte
         await asyncio.sleep(0.05)
         assert confirmed[1] == ["127.0.0.1:6000", "127.0.0.1:7000"]  # the controller's set, counted
         assert len(ctl.reported) == 2  # and back to the interval
+        assert ctl.seqs[0] < ctl.seqs[1]  # each report numbered: the controller ignores a delayed older one
     finally:
         await link.stop()

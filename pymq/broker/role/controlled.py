@@ -85,6 +85,9 @@ class ControllerLink:
         self.confirm_sync_set = confirm_sync_set
         self.clock = clock
         self._wake = asyncio.Event()
+        #: the sync-state set reports' sequence number: increasing, and above any earlier process's
+        #: (it starts at the wall clock in ns; one report per heartbeat never catches up with it)
+        self._seq = time.time_ns()
         self.addrs = list(config.controller_addrs or config.namesrv_addrs)
         self.interval = config.controller_heartbeat_seconds
         self.lease_deadline = 0.0
@@ -165,7 +168,10 @@ class ControllerLink:
             priority=self.config.controller_priority,
             starting=starting,
         )
-        body = encode_body({"syncSet": self.sync_set()}) if role.state is RoleState.MASTER else b""
+        body = b""
+        if role.state is RoleState.MASTER:
+            self._seq += 1
+            body = encode_body({"syncSet": self.sync_set(), "syncSetSeq": self._seq})
         sent = self.clock()
         for addr in self.addrs:
             cmd = Command.request(RequestCode.CONTROLLER_HEARTBEAT, req.to_ext(), body)
