@@ -327,6 +327,9 @@ class BrokerConfig(_Model):
     slave_ack_timeout_ms: int = Field(3000, ge=1)
     #: a slave further behind its master than this is not in sync (SYNC_MASTER does not count it)
     ha_max_lag_bytes: int = Field(256 * 1024 * 1024, ge=0)
+    #: a slave that has not caught up with its master for this long leaves the sync-state set, and
+    #: rejoins once caught up (RocketMQ 5's haMaxTimeSlaveNotCatchup; docs/REPLICATION.md)
+    ha_max_time_slave_not_catchup_seconds: float = Field(15.0, gt=0)
     #: commitlog bytes per HA data frame at most
     ha_batch_bytes: int = Field(256 * 1024, ge=4096)
     #: a master sends a heartbeat after this long without data; a slave drops a link silent for 3x it

@@ -1,5 +1,5 @@
 """A broker group under the failover controller for the controller tests (issue 32): the daemons'
-short timeouts and the CONTROLLER_STATUS questions the tests ask."""
+short timeouts, the CONTROLLER_STATUS questions the tests ask, a raw send and a full read-back."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pymq.client import ConsumeFromWhere, PullConsumer
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body
+from pymq.protocol.record import encode_record
+from pymq.protocol.requests import SendMessageRequest
 from pymq.protocol.route import MessageQueue
 from pymq.transport.client import RpcClient
 
@@ -22,17 +24,6 @@ BROKER_ENV = {
     "PYMQ_REGISTER_INTERVAL_SECONDS": "2",
     "PYMQ_SLAVE_ACK_TIMEOUT_MS": "1000",
 }
-
-
-async def read_everything(ns: str, want: set[bytes], timeout: float = 15.0) -> set[bytes]:
-    pc = PullConsumer(ns, f"reader-{time.monotonic_ns()}", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
-    pc.assign([MessageQueue(TOPIC, "broker-a", q) for q in range(QUEUES)])
-    got: set[bytes] = set()
-    deadline = time.monotonic() + timeout
-    async with pc:
-        while not want <= got and time.monotonic() < deadline:
-            got.update(m.body for m in await pc.poll(timeout=0.5))
-    return got
 
 
 async def controller_status(ns: str) -> dict[str, Any]:
@@ -55,3 +46,21 @@ async def in_sync(ns: str, slave: str) -> bool:
 
 async def master_is(ns: str, addr: str) -> bool:
     return bool((await controller_status(ns))["groups"]["broker-a"]["master"] == addr)
+
+
+def raw_send(body: bytes) -> Command:
+    """A SEND_MESSAGE of ``body`` to queue 0, for a broker asked directly (no producer, no retry)."""
+    record = encode_record(TOPIC.encode(), body, b"", born_timestamp=int(time.time() * 1000))
+    return Command.request(RequestCode.SEND_MESSAGE, SendMessageRequest(topic=TOPIC, queue_id=0).to_ext(), record)
+
+
+async def read_everything(ns: str, want: set[bytes], timeout: float = 15.0) -> set[bytes]:
+    """The bodies read from every queue of the group from the first offset, until ``want`` is read."""
+    pc = PullConsumer(ns, f"reader-{time.monotonic_ns()}", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    pc.assign([MessageQueue(TOPIC, "broker-a", q) for q in range(QUEUES)])
+    got: set[bytes] = set()
+    deadline = time.monotonic() + timeout
+    async with pc:
+        while not want <= got and time.monotonic() < deadline:
+            got.update(m.body for m in await pc.poll(timeout=0.5))
+    return got

@@ -549,7 +549,7 @@ class BrokerApp:
     async def _join_controller(self, replication: Replication, store: MessageStore) -> None:
         """Controller mode (issue 32): the first heartbeat, before serving; the lease gate and the
         heartbeat loop. A master whose group has a live master is refused here (ConfigError)."""
-        from pymq.broker.role.controlled import ControllerLink, LeaseGate, in_sync_slaves
+        from pymq.broker.role.controlled import ControllerLink, LeaseGate
 
         replication.epochs.load()
         # Its own client: reconnecting to a restarted controller must not wait out the nameserver
@@ -563,8 +563,10 @@ class BrokerApp:
             self.role_changer,
             address=lambda: self.address,
             max_offset=lambda: store.max_phy_offset,
-            sync_set=lambda: in_sync_slaves(self.replication),
+            sync_set=replication.report_sync_state_set,
+            confirm_sync_set=replication.confirm_sync_set,
         )
+        replication.on_sync_change = link.wake
         try:
             link.apply_at_startup(await link.join())
         except BaseException:

@@ -37,6 +37,8 @@ class Heartbeat:
     priority: int = 0
     #: a master's in-sync slaves (addresses); None from a slave
     sync_set: list[str] | None = None
+    #: the report's sequence number, increasing per master (a report older than one taken is stale)
+    sync_seq: int | None = None
     #: the broker's first heartbeat, before it serves
     starting: bool = False
 
@@ -49,6 +51,8 @@ class Assignment:
     master: str | None
     epoch: int
     broker_id: int
+    #: MASTER: the slaves of the group's sync-state set (what the master must count)
+    sync_set: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,8 @@ class Controller:
         #: no election for a lapsed heartbeat before this time (a controller that just took over
         #: has heard no one yet: see :meth:`take_over`)
         self.grace_until = float("-inf")
+        #: group -> (master, sequence number) of the last sync-state set report taken
+        self.sync_seqs: dict[str, tuple[str, int]] = {}
         if self.unclean_election:
             log.warning("unclean election is ON: a replica outside the sync-state set may be elected and lose writes")
 
@@ -133,7 +139,7 @@ class Controller:
             if hb.epoch > g.epoch:
                 g.epoch = hb.epoch  # the promotion began a term above the one asked for
                 self.dirty = True
-            if hb.sync_set is not None and hb.claims_master and hb.epoch >= g.epoch:
+            if hb.sync_set is not None and hb.claims_master and hb.epoch >= g.epoch and self._fresh(hb):
                 reported = {hb.address} | {a for a in hb.sync_set if a in g.replicas}
                 if reported != g.sync_set:
                     log.info("sync_set_changed group=%s old=%s new=%s", g.name, sorted(g.sync_set), sorted(reported))
@@ -141,12 +147,26 @@ class Controller:
                     self.dirty = True
             rep.broker_id = 0
             self.granted[hb.address] = self.clock()
-            return Assignment(MASTER, hb.address, g.epoch, 0)
+            return Assignment(MASTER, hb.address, g.epoch, 0, tuple(sorted(g.sync_set - {hb.address})))
         if rep.broker_id <= 0:
             rep.broker_id = -1
             g.slave_id(hb.address)
             self.dirty = True
         return Assignment(SLAVE, g.master, g.epoch, rep.broker_id)
+
+    def _fresh(self, hb: Heartbeat) -> bool:
+        """Whether ``hb``'s sync-state set report is newer than the last one taken from its master (a
+        report delayed in the network, arriving after a later one, must not undo it)."""
+        if hb.sync_seq is None:
+            return True
+        last = self.sync_seqs.get(hb.group)
+        if last is not None and last[0] == hb.address and hb.sync_seq <= last[1]:
+            log.info(
+                "stale_sync_set_report group=%s master=%s seq=%d last=%d", hb.group, hb.address, hb.sync_seq, last[1]
+            )
+            return False
+        self.sync_seqs[hb.group] = (hb.address, hb.sync_seq)
+        return True
 
     def request_election(self, group: str, target: str | None = None) -> float:
         """An operator's election: move ``group``'s mastership to ``target`` (or the best other in-sync

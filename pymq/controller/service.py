@@ -211,6 +211,7 @@ class ControllerService:
     async def heartbeat(self, cmd: Command, channel: object) -> Command:
         h = ControllerHeartbeatRequest.from_ext(cmd.ext)
         sync_set = None
+        sync_seq = None
         if len(cmd.body):
             body = decode_body(cmd.body, "heartbeat body")
             raw = body.get("syncSet") if isinstance(body, dict) else None
@@ -218,6 +219,11 @@ class ControllerService:
                 if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
                     raise InvalidRequestError("syncSet must be a list of broker addresses")
                 sync_set = raw
+            seq = body.get("syncSetSeq") if isinstance(body, dict) else None
+            if seq is not None:
+                if not isinstance(seq, int) or isinstance(seq, bool):
+                    raise InvalidRequestError("syncSetSeq must be an integer")
+                sync_seq = seq
         hb = Heartbeat(
             group=h.broker_name,
             address=h.broker_addr,
@@ -226,6 +232,7 @@ class ControllerService:
             max_offset=h.max_offset,
             priority=h.priority,
             sync_set=sync_set,
+            sync_seq=sync_seq,
             starting=h.starting,
         )
         if not self.active():
@@ -246,6 +253,7 @@ class ControllerService:
             epoch=a.epoch,
             broker_id=a.broker_id,
             lease_ms=int(self.lease * 1000),
+            sync_state_set=",".join(a.sync_set),
         )
         return cmd.response(ext=answer.to_ext())
 

@@ -247,8 +247,8 @@ class BrokerCollector:
             slaves = list(rep.master.acks.slaves.values())
             for s in slaves:
                 lag.add_metric([s.address], max(0, top - s.acked))
-            in_sync = len(rep.master.acks.in_sync(top))
-            yield gauge("pymq_replication_in_sync_slaves", "Connected slaves within ha_max_lag_bytes.", in_sync)
+            in_sync = len(rep.master.acks.in_sync())
+            yield gauge("pymq_replication_in_sync_slaves", "Slaves in the master's sync-state set.", in_sync)
         if rep.slave is not None:
             lag.add_metric([rep.slave.master_ha_addr or ""], rep.slave.lag_bytes)
         yield lag

@@ -60,6 +60,8 @@ class ControllerAssignment(Header):
     epoch: int = bounded(0, lo=0)
     broker_id: int = bounded(-1, lo=-1)
     lease_ms: int = bounded(0, lo=0)
+    #: MASTER: the controller's sync-state set for this master, its slaves' addresses joined by ","
+    sync_state_set: str = ""
 
 
 @wire_header

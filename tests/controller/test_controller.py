@@ -121,13 +121,36 @@ def test_a_new_groups_master_is_the_broker_configured_as_one(ctl: Controller) ->
 def test_the_master_reports_the_sync_state_set_others_cannot(ctl: Controller) -> None:
     beat(ctl, M, master=True, epoch=1)
     beat(ctl, S1)
-    beat(ctl, M, master=True, epoch=1, sync_set=[S1, "127.0.0.1:9"])  # an unknown address is dropped
+    a = beat(ctl, M, master=True, epoch=1, sync_set=[S1, "127.0.0.1:9"])  # an unknown address is dropped
     assert ctl.groups["g"].sync_set == {M, S1}
+    assert a.sync_set == (S1,)  # the answer carries the controller's set (the master's slaves)
     beat(ctl, S1, sync_set=[])  # a slave's report: ignored
     beat(ctl, S2, master=True, epoch=9, sync_set=[])  # not the group's master: ignored, told SLAVE
     assert ctl.groups["g"].sync_set == {M, S1}
-    beat(ctl, M, master=True, epoch=1, sync_set=[])  # the slave fell out
-    assert ctl.groups["g"].sync_set == {M}
+    a = beat(ctl, M, master=True, epoch=1, sync_set=[])  # the slave fell out
+    assert ctl.groups["g"].sync_set == {M} and a.sync_set == ()
+
+
+def test_a_sync_set_report_older_than_one_taken_is_ignored(ctl: Controller, clock: FakeClock) -> None:
+    """A heartbeat delayed in the network (timed out at the master, delivered later over an old
+    connection) must not bring back a slave the master has since dropped and stopped waiting for."""
+    beat(ctl, M, master=True, epoch=1)
+    beat(ctl, S1)
+    beat(ctl, S2)
+    beat(ctl, M, master=True, epoch=1, sync_set=[S1], sync_seq=10)
+    a = beat(ctl, M, master=True, epoch=1, sync_set=[S2], sync_seq=12)
+    assert ctl.groups["g"].sync_set == {M, S2} and a.sync_set == (S2,)
+    a = beat(ctl, M, master=True, epoch=1, sync_set=[S1, S2], sync_seq=11)  # the delayed one
+    assert ctl.groups["g"].sync_set == {M, S2} and a.sync_set == (S2,)
+    beat(ctl, M, master=True, epoch=1, sync_set=[S1, S2], sync_seq=13)
+    assert ctl.groups["g"].sync_set == {M, S1, S2}
+    # a new master's reports are its own sequence: a lower number than the old master's is taken
+    clock.advance(3.5)
+    beat(ctl, S1, epoch=1, offset=10)
+    beat(ctl, S2, epoch=1)
+    assert [e.new_master for e in ctl.tick()] == [S1]
+    beat(ctl, S1, master=True, epoch=2, sync_set=[S2], sync_seq=5)
+    assert ctl.groups["g"].sync_set == {S1, S2}
 
 
 def test_a_silent_master_is_replaced_by_an_in_sync_slave_with_a_new_epoch(ctl: Controller, clock: FakeClock) -> None:
@@ -278,12 +301,18 @@ async def test_service_answers_assignments_and_saves_before_answering(tmp_path: 
     assert store.load()["g"].master == M
     refused = await svc.heartbeat(hb_command(brokerAddr=S1, starting="true"), None)
     assert refused.code == ResponseCode.NO_PERMISSION and "already has a live master" in (refused.remark or "")
+    await svc.heartbeat(hb_command(brokerAddr=S1, role="SLAVE"), None)
+    await svc.heartbeat(hb_command(brokerAddr=S2, role="SLAVE"), None)
+    resp = await svc.heartbeat(hb_command(encode_body({"syncSet": [S2, S1]})), None)
+    assert ControllerAssignment.from_ext(resp.ext).sync_state_set == f"{S1},{S2}"  # what the master must count
 
 
 async def test_service_names_the_bad_field(tmp_path: Path) -> None:
     svc = ControllerService(FileStateStore(tmp_path), master_timeout=3.0, lease=2.0)
     with pytest.raises(InvalidRequestError, match="syncSet"):
         await svc.heartbeat(hb_command(encode_body({"syncSet": "x"})), None)
+    with pytest.raises(InvalidRequestError, match="syncSetSeq"):
+        await svc.heartbeat(hb_command(encode_body({"syncSet": [], "syncSetSeq": "7"})), None)
     with pytest.raises(InvalidRequestError, match="epoch"):
         await svc.heartbeat(hb_command(epoch="-3"), None)
     with pytest.raises(InvalidRequestError, match="clusterName"):

@@ -20,10 +20,7 @@ from pymq.cli.common import EXIT_CONFIG
 from pymq.client import Message, Producer
 from pymq.client.send_result import SendStatus
 from pymq.errors import PymqError
-from pymq.protocol.codes import RequestCode, ResponseCode
-from pymq.protocol.frame import Command
-from pymq.protocol.record import encode_record
-from pymq.protocol.requests import SendMessageRequest
+from pymq.protocol.codes import ResponseCode
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
 from tests.controller_group import (
@@ -34,6 +31,7 @@ from tests.controller_group import (
     create_topic,
     in_sync,
     master_is,
+    raw_send,
     read_everything,
 )
 from tests.helpers import wait_until_async
@@ -147,11 +145,6 @@ async def start_group(tmp_path: Path, processes: list[DaemonProcess]) -> tuple[s
         lambda: _routed(ns.address, {0: master.address, 1: slave.address}), timeout=15, what="group routed"
     )
     return ns.address, master, slave
-
-
-def raw_send(body: bytes) -> Command:
-    record = encode_record(TOPIC.encode(), body, b"", born_timestamp=int(time.time() * 1000))
-    return Command.request(RequestCode.SEND_MESSAGE, SendMessageRequest(topic=TOPIC, queue_id=0).to_ext(), record)
 
 
 async def test_a_paused_master_acknowledges_nothing_after_its_lease_and_rejoins_as_a_slave(

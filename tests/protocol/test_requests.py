@@ -237,8 +237,10 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
          "priority": 1, "starting": True},
     ),
     (
-        rq.ControllerAssignment(role="SLAVE", master_addr="h:1", epoch=3, broker_id=1, lease_ms=2000),
-        {"role": "SLAVE", "masterAddr": "h:1", "epoch": 3, "brokerId": 1, "leaseMs": 2000},
+        rq.ControllerAssignment(role="MASTER", master_addr="h:1", epoch=3, broker_id=0, lease_ms=2000,
+                                sync_state_set="h:2,h:3"),
+        {"role": "MASTER", "masterAddr": "h:1", "epoch": 3, "brokerId": 0, "leaseMs": 2000,
+         "syncStateSet": "h:2,h:3"},
     ),
     (
         rq.ControllerElectRequest(broker_name="b", broker_addr="h:2"),

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from pymq.broker.ha import codec
-from pymq.broker.ha.acks import REPLICATED, TIMED_OUT, AckWaiters, SlaveState
+from pymq.broker.ha.acks import REPLICATED, AckWaiters, SlaveState
 from pymq.broker.ha.epoch_file import EpochEntry as E
 from pymq.errors import ProtocolError
 from pymq.protocol.record import blank_marker
@@ -79,53 +79,11 @@ def test_whole_records_prefix_cuts_at_records_and_file_ends(tmp_path) -> None:  
         whole_records_prefix(b"\x00" * 64, 0, file_size)
 
 
-class Fut:
-    def __init__(self) -> None:
-        self.result: int | None = None
-
-    def done(self) -> bool:
-        return self.result is not None
-
-    def set_result(self, r: int) -> None:
-        self.result = r
-
-
-def test_ack_waiters_resolve_in_order_and_expire_from_the_head() -> None:
-    w = AckWaiters(in_sync_replicas=1, max_lag_bytes=1000)
-    assert not w.can_wait(0)
-    w.slaves[1] = SlaveState("s1", 1, acked=100)
-    assert w.can_wait(500) and not w.can_wait(1200)  # 1100 behind: not in sync
-    futs = [Fut() for _ in range(4)]
-    for i, f in enumerate(futs):
-        w.add(200 * (i + 1), 10.0 + i, f)  # ends 200, 400, 600, 800
-    w.slaves[1].acked = 450
-    assert w.advance(800) == 2
-    assert [f.result for f in futs] == [REPLICATED, REPLICATED, None, None]
-    assert w.expire(10.5) == 12.0  # nothing due; next deadline is the head's
-    assert w.expire(12.0) == 13.0
-    assert futs[2].result == TIMED_OUT and futs[3].result is None
-    w.fail_all()
-    assert futs[3].result == TIMED_OUT and not w.waiting
-
-
-def test_ack_waiters_need_enough_in_sync_slaves() -> None:
-    w = AckWaiters(in_sync_replicas=2, max_lag_bytes=1000)
-    w.slaves[1] = SlaveState("s1", 1, acked=900)
-    assert not w.can_wait(900)
-    w.slaves[2] = SlaveState("s2", 2, acked=300)
-    assert w.can_wait(900) and w.replicated_offset(900) == 300  # the second-highest ack
-    f = Fut()
-    w.add(500, 99.0, f)
-    assert w.advance(900) == 0
-    w.slaves[2].acked = 600
-    assert w.advance(900) == 1 and f.result == REPLICATED
-
-
 async def test_ack_waiters_with_asyncio_futures() -> None:
     w = AckWaiters()
-    w.slaves[1] = SlaveState("s", 1)
+    s = SlaveState("s", 1)
+    w.connect(1, s, 0, 0.0)
     fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     w.add(10, 1.0, fut)
-    w.slaves[1].acked = 10
-    w.advance(10)
+    w.ack(s, 10, 10, 0.5)
     assert await fut == REPLICATED

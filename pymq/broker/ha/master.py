@@ -7,7 +7,10 @@ streams its commitlog from the agreed offset: slices of the mapped files
 (:meth:`MessageStore.read_commitlog`) written behind a 20-byte header, batch after batch,
 with a heartbeat when there is nothing new. Nothing is parsed per message on this side.
 The slave's ACKs move its acked offset, which resolves SYNC_MASTER sends
-(:mod:`pymq.broker.ha.acks`).
+(:mod:`pymq.broker.ha.acks`) and keeps it in the sync-state set
+(:mod:`pymq.broker.ha.sync_state`: each time a stream has sent everything the master holds it
+records a catch-up mark; a watch task shrinks the set as time passes). ``on_sync_change`` is
+called whenever the set changes (controller mode reports it at once).
 
 The listener takes an optional ``ssl.SSLContext`` (TLS on the HA link).
 """
@@ -18,6 +21,7 @@ import asyncio
 import contextlib
 import ssl as ssl_module
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pymq.broker.ha import codec
@@ -72,7 +76,15 @@ class HAMaster:
         self.port = port
         self.advertised_host = advertised_host
         self.ssl = ssl
-        self.acks = AckWaiters(config.in_sync_replicas, config.ha_max_lag_bytes)
+        self.acks = AckWaiters(
+            config.in_sync_replicas,
+            config.ha_max_lag_bytes,
+            config.ha_max_time_slave_not_catchup_seconds,
+            config.controller_mode,
+        )
+        #: called when the sync-state set changes
+        self.on_sync_change: Callable[[], None] | None = None
+        self._watch: asyncio.Task[None] | None = None
         self.address = ""
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -92,10 +104,16 @@ class HAMaster:
         self.address = f"{self.advertised_host}:{port}"
         self._listening = True
         self.store.add_arrival_listener(self.on_arrival)
+        self._watch = asyncio.create_task(self._watch_sync(), name="ha-sync-state-watch")
         log.info("ha_listening", address=self.address, epoch=self.epochs.epoch)
 
     async def stop(self) -> None:
         self._listening = False
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -132,6 +150,7 @@ class HAMaster:
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         if acks.replicated_offset(master_max) >= end:
             fut.set_result(REPLICATED)
+            acks.acknowledged(end)
             return fut
         deadline = time.monotonic() + self.config.slave_ack_timeout_ms / 1000
         acks.add(end, deadline, fut)
@@ -149,17 +168,40 @@ class HAMaster:
         if nxt is not None:
             self._arm(nxt)
 
+    # --- the sync-state set -------------------------------------------------------------------------------------
+
+    async def _watch_sync(self) -> None:
+        """A slave that stops catching up leaves the set after the window, with no ACK to notice it."""
+        interval = min(1.0, max(0.05, self.acks.window / 4))
+        while True:
+            await asyncio.sleep(interval)
+            self._changed(self.acks.refresh(self.store.max_phy_offset, time.monotonic()))
+
+    def _changed(self, changed: bool) -> None:
+        if not changed:
+            return
+        log.info("sync_state_set_changed", members=self.acks.sync.reported())
+        if self.acks.waiting:
+            self.acks.advance(self.store.max_phy_offset)
+        if self.on_sync_change is not None:
+            self.on_sync_change()
+
+    def confirm_sync_set(self, controller_set: list[str]) -> None:
+        """The controller's answer: its sync-state set (slaves) for this master."""
+        self.acks.confirm(controller_set, self.store.max_phy_offset)
+
     # --- info -----------------------------------------------------------------------------------------------
 
     def slave_info(self) -> list[dict[str, object]]:
         master_max = self.store.max_phy_offset
+        members = self.acks.sync.members
         return [
             {
                 "address": s.address,
                 "brokerId": s.broker_id,
                 "ackOffset": s.acked,
                 "lagBytes": max(0, master_max - s.acked),
-                "inSync": master_max - s.acked <= self.acks.max_lag_bytes,
+                "inSync": s.address in members,
             }
             for s in self.acks.slaves.values()
         ]
@@ -184,7 +226,7 @@ class HAMaster:
         except Exception:
             log.exception("slave_link_failed", peer=str(peer))
         finally:
-            self.acks.slaves.pop(link_id, None)
+            self._changed(self.acks.disconnect(link_id, self.store.max_phy_offset, time.monotonic()))
             self._tasks.discard(task)
             writer.close()
 
@@ -254,7 +296,7 @@ class HAMaster:
         )
         now = time.monotonic()
         state = SlaveState(hello.address, hello.broker_id, decision.offset, now, now)
-        self.acks.slaves[link_id] = state
+        self._changed(self.acks.connect(link_id, state, store.max_phy_offset, now))
         writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         acks = asyncio.ensure_future(self._read_acks(reader, decoder, state))
         try:
@@ -273,11 +315,7 @@ class HAMaster:
                 if kind != codec.ACK:
                     raise ProtocolError(f"a slave sends only ACKs after HELLO, got frame kind {kind}")
                 offset = codec.decode_ack(body)
-                state.last_ack_at = time.monotonic()
-                if offset > state.acked:
-                    state.acked = offset
-                    if self.acks.waiting:
-                        self.acks.advance(self.store.max_phy_offset)
+                self._changed(self.acks.ack(state, offset, self.store.max_phy_offset, time.monotonic()))
 
     async def _stream(
         self, writer: asyncio.StreamWriter, pos: int, acks: asyncio.Future[None], state: SlaveState
@@ -314,6 +352,8 @@ class HAMaster:
                     transport.writelines((codec.data_header(pos, end, len(view), flags), view))
                     pos += len(view)
                 del views, view
+                if pos >= end:
+                    self.acks.sent(state, end, time.monotonic())  # a catch-up mark: all the master had
                 if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
                     await wait_within(writer.drain(), silent)
                 continue
@@ -328,6 +368,8 @@ class HAMaster:
                 if time.monotonic() - state.last_ack_at > silent:
                     raise TimeoutError(f"no ACK from the slave for {silent:.0f}s")
                 writer.write(codec.data_header(pos, store.max_phy_offset, 0))
+                if pos >= store.max_phy_offset:
+                    self.acks.sent(state, pos, time.monotonic())
                 await wait_within(writer.drain(), silent)
             elif self.role.current.flavour is not BrokerRole.SYNC_MASTER:
                 # ASYNC: let the writes of the next moment join this one (fewer, larger frames);

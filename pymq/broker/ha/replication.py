@@ -56,6 +56,8 @@ class Replication:
         self.role = role
         #: the configured master's HA address: used until the first role change
         self._ha_master_addr = config.ha_master_addr
+        #: called when a master's sync-state set changes (controller mode: report it at once)
+        self.on_sync_change: Callable[[], None] | None = None
         self.store = store
         self.rpc = rpc
         self.address = address
@@ -100,7 +102,10 @@ class Replication:
             authenticate=self.authenticate,
             role=self.role,
         )
+        self.master.on_sync_change = self.on_sync_change
         await self.master.start()
+        if self.on_sync_change is not None:
+            self.on_sync_change()  # a new master (a promotion): learn the controller's set at once
 
     async def _start_slave(self) -> None:
         self.slave = HASlave(
@@ -141,9 +146,13 @@ class Replication:
 
     async def become_slave(self) -> None:
         """Stop serving slaves (waiting SYNC sends answer FLUSH_SLAVE_TIMEOUT) and follow the role's master
-        (its HA address asked from it: the configured one belonged to the configured master)."""
+        (its HA address asked from it: the configured ``ha_master_addr`` belongs to the configured
+        ``master_addr``, and is kept only while that is the master followed)."""
         await self.stop()
-        self._ha_master_addr = None
+        cfg = self.config
+        following = self.role.current.master_addr
+        keep = cfg.ha_master_addr is not None and cfg.master_addr is not None and following == cfg.master_addr
+        self._ha_master_addr = cfg.ha_master_addr if keep else None
         await self._start_slave()
 
     def wait_replicated(self, end: int) -> asyncio.Future[int] | None:
@@ -155,7 +164,17 @@ class Replication:
         master = self.master
         if master is None:
             return 1
-        return 1 + len(master.acks.in_sync(self.store.max_phy_offset))
+        return 1 + len(master.acks.in_sync())
+
+    def report_sync_state_set(self) -> list[str]:
+        """The slaves of this master's sync-state set, to report to the controller (they count until
+        its answer); empty when not serving slaves."""
+        return self.master.acks.sync.reporting() if self.master is not None else []
+
+    def confirm_sync_set(self, controller_set: list[str]) -> None:
+        """The controller's sync-state set for this master (controller mode)."""
+        if self.master is not None:
+            self.master.confirm_sync_set(controller_set)
 
     def ha_address(self) -> str:
         return self.master.address if self.master is not None else ""

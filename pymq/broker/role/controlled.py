@@ -1,9 +1,11 @@
 """A broker in controller mode (issue 32): heartbeats to the controller, takes the role it is
 assigned, and holds its mastership by a lease.
 
-Each heartbeat carries the role state, epoch and commitlog max offset (a master adds the
-slaves it holds in sync). The answer is applied through :class:`RoleChanger`: MASTER promotes
-a slave (or unfences a master whose lease had lapsed), SLAVE of another broker demotes a
+Each heartbeat carries the role state, epoch and commitlog max offset (a master adds its
+sync-state set, :mod:`pymq.broker.ha.sync_state`; a change of the set sends a heartbeat at once,
+:meth:`ControllerLink.wake`). The answer is applied through :class:`RoleChanger`: MASTER promotes
+a slave (or unfences a master whose lease had lapsed) and carries the controller's sync-state
+set, which the master then counts (``confirm_sync_set``); SLAVE of another broker demotes a
 master or makes a slave follow the new one.
 
 **The lease.** A MASTER answer renews the lease until *the heartbeat's sending time* plus the
@@ -20,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pymq.broker.role.gate import SLAVE_REFUSALS
 from pymq.broker.role.state import RoleEvent, RoleState
@@ -32,7 +34,7 @@ from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.headers import encode_body
 from pymq.protocol.requests import ControllerAssignment, ControllerHeartbeatRequest
-from pymq.tasks import cancel_and_wait
+from pymq.tasks import cancel_and_wait, wait_within
 from pymq.transport.channel import Channel
 from pymq.transport.interceptor import Interceptor
 
@@ -72,6 +74,7 @@ class ControllerLink:
         address: Callable[[], str],
         max_offset: Callable[[], int],
         sync_set: Callable[[], list[str]],
+        confirm_sync_set: Callable[[list[str]], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
@@ -80,13 +83,22 @@ class ControllerLink:
         self.address = address
         self.max_offset = max_offset
         self.sync_set = sync_set
+        self.confirm_sync_set = confirm_sync_set
         self.clock = clock
+        self._wake = asyncio.Event()
+        #: the sync-state set reports' sequence number: increasing, and above any earlier process's
+        #: (it starts at the wall clock in ns; one report per heartbeat never catches up with it)
+        self._seq = time.time_ns()
         self.addrs = list(config.controller_addrs or config.namesrv_addrs)
         self.interval = config.controller_heartbeat_seconds
         self.lease_deadline = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         #: the role change under way (promote, demote, unfence), if any
         self._change: asyncio.Task[None] | None = None
+
+    def wake(self) -> None:
+        """Heartbeat now (the sync-state set changed), not at the next interval."""
+        self._wake.set()
 
     def lease_valid(self) -> bool:
         return self.clock() < self.lease_deadline
@@ -128,7 +140,11 @@ class ControllerLink:
                 log.error("controller_refused", reason=str(exc))
             except Exception:  # the loop must outlive one bad round
                 log.exception("controller_heartbeat_failed")
-            await asyncio.sleep(self.interval)
+            try:
+                await wait_within(self._wake.wait(), self.interval)
+            except TimeoutError:
+                pass
+            self._wake.clear()
 
     async def _lease_watch(self) -> None:
         while True:
@@ -153,7 +169,10 @@ class ControllerLink:
             priority=self.config.controller_priority,
             starting=starting,
         )
-        body = encode_body({"syncSet": self.sync_set()}) if role.state is RoleState.MASTER else b""
+        body = b""
+        if role.state is RoleState.MASTER:
+            self._seq += 1
+            body = encode_body({"syncSet": self.sync_set(), "syncSetSeq": self._seq})
         sent = self.clock()
         order = list(self.addrs)
         i = 0
@@ -178,6 +197,8 @@ class ControllerLink:
                 continue
             self._prefer(addr)
             a = ControllerAssignment.from_ext(resp.ext)
+            if a.role == "MASTER" and self.confirm_sync_set is not None:
+                self.confirm_sync_set([s for s in a.sync_state_set.split(",") if s])
             if not starting:
                 await self._apply(a, sent)
             elif a.role == "MASTER":
@@ -238,12 +259,4 @@ class _Refused(Exception):
     pass
 
 
-def in_sync_slaves(replication: Any) -> list[str]:
-    """The slave addresses a master's replication holds in sync (empty for a slave)."""
-    master = getattr(replication, "master", None) if replication is not None else None
-    if master is None:
-        return []
-    return sorted(s.address for s in master.acks.in_sync(master.store.max_phy_offset))
-
-
-__all__ = ["LEASE_CODES", "ControllerLink", "LeaseGate", "in_sync_slaves"]
+__all__ = ["LEASE_CODES", "ControllerLink", "LeaseGate"]
