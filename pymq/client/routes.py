@@ -8,8 +8,10 @@ kept in sync: the producer's hot path is one dict lookup (``RouteCache.cached_wr
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
+from pymq.client.failover import moved_masters
 from pymq.protocol.requests import AUTO_CREATE_TOPIC
 from pymq.protocol.route import MASTER_ID, PERM_READ, MessageQueue, TopicRouteData, perm_writable
 
@@ -48,8 +50,15 @@ class RouteCache:
     to know whether to recompute it.
     """
 
-    def __init__(self, fetch: RouteFetcher) -> None:
+    def __init__(
+        self, fetch: RouteFetcher, *, min_gap: float = 0.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._fetch = fetch
+        #: :meth:`write_queues` fetches a topic with no writable queue at most once per ``min_gap`` s
+        #: (between two masters every send would ask the nameserver otherwise)
+        self.min_gap = min_gap
+        self.clock = clock
+        self._fetched_at: dict[str, float] = {}
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.version = 0
@@ -63,6 +72,8 @@ class RouteCache:
         #: ``cached_write_queues(topic)``: the writable queues a previous :meth:`write_queues`
         #: found, or None. The send hot path: the dict's own ``get`` (the dict is never replaced).
         self.cached_write_queues: Callable[[str], list[MessageQueue] | None] = self._write.get
+        #: called with the broker names whose master a route just replaced names another address
+        self.on_master_moved: Callable[[set[str]], None] | None = None
 
     # --- routes ------------------------------------------------------------------------------------------
 
@@ -71,6 +82,7 @@ class RouteCache:
 
     async def update(self, topic: str) -> TopicRouteData | None:
         """Fetch ``topic``'s route now; None (and the cache unchanged) when it has none."""
+        self._fetched_at[topic] = self.clock()
         route = await self._fetch(topic)
         if route is not None:
             self.put(topic, route)
@@ -83,6 +95,11 @@ class RouteCache:
     def put(self, topic: str, route: TopicRouteData) -> None:
         """Replace ``topic``'s route; its derived queue lists are recomputed on next use."""
         self.routes[topic] = route
+        known = {
+            bd.brokerName: self.broker_addrs[bd.brokerName]
+            for bd in route.brokerDatas
+            if bd.brokerName in self.broker_addrs
+        }
         for bd in route.brokerDatas:
             addrs = self.broker_addrs[bd.brokerName] = dict(bd.brokerAddrs)
             master = addrs.get(MASTER_ID)
@@ -93,10 +110,15 @@ class RouteCache:
         self._write.pop(topic, None)
         self._read.pop(topic, None)
         self.version += 1
+        if known and self.on_master_moved is not None:
+            moved = moved_masters(known, self.broker_addrs)
+            if moved:
+                self.on_master_moved(moved)
 
     def forget_write_queues(self, topic: str) -> None:
         """Make the next send to ``topic`` fetch its route again (its broker may be gone)."""
         self._write.pop(topic, None)
+        self._fetched_at.pop(topic, None)
 
     # --- queues ------------------------------------------------------------------------------------------
 
@@ -110,7 +132,9 @@ class RouteCache:
         queues = self._write.get(topic)
         if queues:
             return queues
-        route = await self.update(topic)
+        route = self.routes.get(topic)
+        if route is None or self.clock() - self._fetched_at.get(topic, -self.min_gap) >= self.min_gap:
+            route = await self.update(topic)
         if route is not None:
             queues = write_queues(topic, route)
         else:
