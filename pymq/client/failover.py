@@ -8,6 +8,10 @@ now", and how often that may happen. Pure: no sockets, no tasks (the client inst
   next ``poll_namesrv_interval_seconds`` (30 s).
 * :class:`RefreshPacer` — at most one refresh starts per ``min_gap`` seconds, so a storm of
   failed sends asks the nameserver once per gap, not once per send.
+* :class:`MasterWatch` — a refresh asked for by a failure that finds a group without a master
+  (the old one dropped from the route, the new one not elected yet) asks for another, paced,
+  for at most ``limit`` seconds: reads go on from the slave without failing, so no further
+  failure would otherwise bring the new master into the route before the periodic refresh.
 * :func:`moved_masters` — the broker names whose master address a route update changed (a new
   master after an election): the instance then heartbeats at once (the new master learns the
   producer and consumer groups) and tells its consumers (orderly ones lock their queues there).
@@ -23,7 +27,7 @@ from pymq.errors import ConnectError, ConnectionClosedError, RemoteError, Reques
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.route import MASTER_ID
 
-__all__ = ["REFRESH_CODES", "RefreshPacer", "calls_for_refresh", "moved_masters"]
+__all__ = ["REFRESH_CODES", "MasterWatch", "RefreshPacer", "calls_for_refresh", "masterless", "moved_masters"]
 
 #: answers meaning "not the master (now)": the slave gate's and the lease gate's refusals
 REFRESH_CODES = frozenset({int(ResponseCode.SERVICE_NOT_AVAILABLE)})
@@ -49,6 +53,29 @@ def moved_masters(before: Mapping[str, Mapping[int, str]], after: Mapping[str, M
         if old is not None and new is not None and old.get(MASTER_ID) != new:
             moved.add(name)
     return moved
+
+
+def masterless(broker_addrs: Mapping[str, Mapping[int, str]]) -> set[str]:
+    """Broker names routed without a master (brokerId 0)."""
+    return {name for name, addrs in broker_addrs.items() if MASTER_ID not in addrs}
+
+
+@dataclass(slots=True)
+class MasterWatch:
+    """Whether a failure's refresh that found a group without a master asks for another one."""
+
+    #: seconds a group may stay without a master before the periodic refresh alone looks again
+    limit: float
+    #: when the refreshes first found a group without a master (None: every group has one)
+    since: float | None = None
+
+    def again(self, any_masterless: bool, now: float) -> bool:
+        if not any_masterless:
+            self.since = None
+            return False
+        if self.since is None:
+            self.since = now
+        return now - self.since < self.limit
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pymq.client import broker_api
 from pymq.client.client_config import ClientConfig
-from pymq.client.failover import RefreshPacer, calls_for_refresh
+from pymq.client.failover import MasterWatch, RefreshPacer, calls_for_refresh, masterless
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import RouteCache
 from pymq.clock import SYSTEM_CLOCK, Clock
@@ -45,6 +45,9 @@ if TYPE_CHECKING:
     from pymq.transport.channel import Channel
 
 log = get_logger("client")
+
+#: after a failure, how long the routes are fetched again every gap while a group has no master
+MASTERLESS_FOLLOW_SECONDS = 20.0
 
 
 class ClientMember(Protocol):
@@ -107,6 +110,7 @@ class ClientInstance:
         #: done when the refresh that starts next has finished (made by whoever waits for it)
         self._next_refresh: asyncio.Future[None] | None = None
         self._refresh_lock = asyncio.Lock()
+        self._master_watch = MasterWatch(MASTERLESS_FOLLOW_SECONDS)
         #: broker names with a new master not announced to the members yet, and the task announcing them
         self._moved: set[str] = set()
         self._moved_task: asyncio.Task[None] | None = None
@@ -238,6 +242,8 @@ class ClientInstance:
             fut, self._next_refresh = self._next_refresh, None
             try:
                 await self.refresh_routes()
+                if self._master_watch.again(bool(masterless(self.routes.broker_addrs)), self.clock.monotonic()):
+                    self.request_refresh()  # between two masters: look again after the gap
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from pymq.client.failover import RefreshPacer, calls_for_refresh, moved_masters
+from pymq.client.failover import MasterWatch, RefreshPacer, calls_for_refresh, masterless, moved_masters
 from pymq.client.producer import Producer, SendStatus
 from pymq.client.routes import RouteCache
 from pymq.errors import (
@@ -75,6 +75,17 @@ def test_the_pacer_allows_one_refresh_per_gap() -> None:
     pacer.started(100.0)
     assert pacer.wait(100.1) == pytest.approx(0.4)
     assert pacer.wait(100.5) == 0.0 and pacer.wait(200.0) == 0.0
+
+
+def test_a_group_without_a_master_is_looked_at_again_for_a_while() -> None:
+    assert masterless({"a": {1: "s:1"}, "b": {MASTER_ID: "m:2"}}) == {"a"}
+    watch = MasterWatch(limit=20.0)
+    assert watch.again(False, 0.0) is False
+    assert watch.again(True, 1.0) is True and watch.since == 1.0
+    assert watch.again(True, 20.9) is True
+    assert watch.again(True, 21.0) is False  # the periodic refresh takes over
+    assert watch.again(False, 22.0) is False and watch.since is None  # a master again: the next gap is watched
+    assert watch.again(True, 100.0) is True
 
 
 def _route(master: str, slave: str | None = None) -> TopicRouteData:

@@ -22,11 +22,14 @@ from typing import Any
 
 import pytest
 
-from pymq.client import Message, Producer, PushConsumer, SimpleConsumer
+from pymq.client import Message, Producer, PushConsumer, SimpleConsumer, broker_api
 from pymq.errors import PymqError
+from pymq.protocol.headers import decode_body
 from pymq.protocol.message import MessageExt
+from pymq.protocol.requests import LOCK_OK_MQ_SET
 from pymq.protocol.route import MessageQueue
 from pymq.testing import DaemonProcess
+from pymq.transport.client import RpcClient
 from tests.controller_group import QUEUES, TOPIC, master_is, start_controlled_group
 from tests.helpers import wait_until, wait_until_async
 
@@ -111,7 +114,7 @@ async def test_pop_handles_of_the_old_master_are_acked_on_the_new_one(
 async def test_an_orderly_consumer_relocks_on_the_new_master_and_keeps_the_order(
     tmp_path: Path, processes: list[DaemonProcess]
 ) -> None:
-    ns, master, _slave = await start_controlled_group(tmp_path, processes)
+    ns, master, slave = await start_controlled_group(tmp_path, processes)
     seen: dict[int, list[str]] = defaultdict(list)
     consumed_at: dict[str, float] = {}
 
@@ -121,7 +124,8 @@ async def test_an_orderly_consumer_relocks_on_the_new_master_and_keeps_the_order
             seen[m.queue_id].append(body)
             consumed_at.setdefault(body, time.monotonic())
 
-    consumer = PushConsumer(ns, "orderly-movers")
+    # its own client instance: the producer's route fetches must not move it
+    consumer = PushConsumer(ns, "orderly-movers", instance_name="orderly-consumer")
     consumer.subscribe(TOPIC)
     consumer.register_orderly_listener(listener)
     async with consumer, Producer(ns, "orderly-p") as producer:
@@ -150,13 +154,22 @@ async def test_an_orderly_consumer_relocks_on_the_new_master_and_keeps_the_order
             timeout=30,
             what="consumed after the failover",
         )
+        pqs = {mq: pq for mq, pq in consumer.process_queues.items() if mq.topic == TOPIC}  # not the retry topic's
+        assert sorted(pqs) == [MessageQueue(TOPIC, "broker-a", q) for q in range(QUEUES)]
+        relocked = max(pq.last_lock_time for pq in pqs.values()) - killed
+        # the new master holds the locks for this consumer: another client of the group gets none
+        async with RpcClient() as rpc:
+            lock = broker_api.lock_batch("orderly-movers", "intruder@1", list(pqs))
+            answer = await rpc.invoke_ok(slave.address, lock)
+        assert decode_body(answer.body).get(LOCK_OK_MQ_SET) == []
     for q in range(QUEUES):
         afters = [int(b.rsplit("-", 1)[1]) for b in seen[q] if b.startswith("after-")]
         assert afters == sorted(afters) and set(afters) == set(range(after)), (q, afters)
     first_consumed = min(consumed_at[b] for b in sent_at) - killed
     lag = max(consumed_at[b] - sent_at[b] for b in sent_at)
     print(
-        f"orderly consumer: first message consumed on the new master {first_consumed:.2f}s after kill -9, "
-        f"first stored {min(sent_at.values()) - killed:.2f}s; longest send-to-consume {lag:.2f}s"
+        f"orderly consumer: locks re-taken on the new master {relocked:.2f}s after kill -9, first message "
+        f"consumed there {first_consumed:.2f}s (first stored {min(sent_at.values()) - killed:.2f}s); "
+        f"longest send-to-consume {lag:.2f}s"
     )
-    assert first_consumed < MOVE_BOUND
+    assert 0 < relocked < MOVE_BOUND and first_consumed < MOVE_BOUND
