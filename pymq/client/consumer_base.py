@@ -450,8 +450,12 @@ class ConsumerBase:
 
     async def _pull_failed(self, mq: MessageQueue, exc: PymqError) -> None:
         log.info("pull_failed", group=self.group, queue=str(mq), reason=str(exc))
-        if self.instance is not None:
-            self.instance.note_failure(exc)  # a broker gone or not the master: fetch the routes now
+        inst = self.instance
+        if inst is not None and inst.running and inst.note_failure(exc):
+            # a broker gone or not the master: pull again once the routes are fetched (issue 32), at
+            # most the usual delay later (the refreshes are paced, so are these pulls)
+            await inst.refreshed(PULL_DELAY_ERROR)
+            return
         await asyncio.sleep(PULL_DELAY_ERROR)
 
     async def _pull_once(

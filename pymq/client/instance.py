@@ -218,6 +218,11 @@ class ClientInstance:
         """Refresh the routes as soon as the pacer allows (several requests: one refresh)."""
         self._refresh_wanted.set()
 
+    @property
+    def running(self) -> bool:
+        """Started (its periodic tasks and the refreshes asked for by failures run)."""
+        return self._started
+
     async def refreshed(self, timeout: float) -> bool:
         """Ask for a refresh and wait (at most ``timeout`` s) until one that started after now is done."""
         if not self._started or timeout <= 0:
