@@ -59,6 +59,8 @@ class RouteCache:
         self.min_gap = min_gap
         self.clock = clock
         self._fetched_at: dict[str, float] = {}
+        #: topics the nameserver last said it has no route for (their cached route, if any, is not sent to)
+        self._missing: set[str] = set()
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.version = 0
@@ -81,11 +83,16 @@ class RouteCache:
         return self.routes.get(topic)
 
     async def update(self, topic: str) -> TopicRouteData | None:
-        """Fetch ``topic``'s route now; None (and the cache unchanged) when it has none."""
+        """Fetch ``topic``'s route now; None when it has none (the cached route is kept for reads,
+        but sends no longer trust it: they go through the auto-create template, as for a new topic)."""
         self._fetched_at[topic] = self.clock()
         route = await self._fetch(topic)
         if route is not None:
+            self._missing.discard(topic)
             self.put(topic, route)
+        else:
+            self._missing.add(topic)
+            self._write.pop(topic, None)
         return route
 
     async def get(self, topic: str) -> TopicRouteData | None:
@@ -132,7 +139,7 @@ class RouteCache:
         queues = self._write.get(topic)
         if queues:
             return queues
-        route = self.routes.get(topic)
+        route = None if topic in self._missing else self.routes.get(topic)
         if route is None or self.clock() - self._fetched_at.get(topic, -self.min_gap) >= self.min_gap:
             route = await self.update(topic)
         if route is not None:

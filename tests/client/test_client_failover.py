@@ -12,7 +12,7 @@ import pytest
 
 from pymq.client.failover import MasterWatch, RefreshPacer, calls_for_refresh, masterless, moved_masters
 from pymq.client.producer import Producer, SendStatus
-from pymq.client.routes import RouteCache
+from pymq.client.routes import AUTO_CREATE_TOPIC, RouteCache
 from pymq.errors import (
     ConnectError,
     ConnectionClosedError,
@@ -130,6 +130,25 @@ async def test_a_recent_route_without_writable_queues_is_not_fetched_again_withi
     cache.forget_write_queues("t")  # an explicit forget fetches at once
     await cache.write_queues("t")
     assert fetched == [0.0, 0.6, 0.6]
+
+
+async def test_a_topic_the_nameserver_no_longer_routes_is_sent_through_the_template() -> None:
+    """A promoted slave that had not copied a new topic yet: the nameserver has no route for it;
+    sends stop trusting the cached route (the dead master) and go to the template's brokers."""
+    routes: dict[str, TopicRouteData | None] = {"t": _route("m:1", "s:1"), AUTO_CREATE_TOPIC: _route("s:1")}
+
+    async def fetch(topic: str) -> TopicRouteData | None:
+        return routes[topic]
+
+    cache = RouteCache(fetch, min_gap=0.5)
+    assert [q.brokerName for q in await cache.write_queues("t")] == ["broker-a", "broker-a"]
+    assert cache.master_addr("broker-a") == "m:1"
+    routes["t"] = None
+    assert await cache.update("t") is None
+    assert cache.cached_write_queues("t") is None and cache.route("t") is not None  # kept for reads
+    queues = await cache.write_queues("t")
+    assert [(q.topic, q.brokerName) for q in queues] == [("t", "broker-a")] * 2
+    assert cache.master_addr("broker-a") == "s:1"
 
 
 # --- a producer moving to a new master ------------------------------------------------------------------
