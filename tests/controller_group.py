@@ -4,6 +4,7 @@ short timeouts, the CONTROLLER_STATUS questions the tests ask, a raw send and a 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from pymq.client import ConsumeFromWhere, PullConsumer
@@ -13,7 +14,10 @@ from pymq.protocol.headers import decode_body
 from pymq.protocol.record import encode_record
 from pymq.protocol.requests import SendMessageRequest
 from pymq.protocol.route import MessageQueue
+from pymq.testing import DaemonProcess, broker_process, namesrv_process
 from pymq.transport.client import RpcClient
+from tests.helpers import wait_until_async
+from tests.master_slave import group_addrs
 
 TOPIC = "failover"
 QUEUES = 2
@@ -64,3 +68,26 @@ async def read_everything(ns: str, want: set[bytes], timeout: float = 15.0) -> s
         while not want <= got and time.monotonic() < deadline:
             got.update(m.body for m in await pc.poll(timeout=0.5))
     return got
+
+
+async def start_controlled_group(
+    tmp_path: Path, processes: list[DaemonProcess]
+) -> tuple[str, DaemonProcess, DaemonProcess]:
+    """A controller nameserver, a SYNC_MASTER and its slave in controller mode, the slave in sync
+    and both routed; ``processes`` gets every daemon (stopped by PID by its fixture)."""
+    ns = namesrv_process(tmp_path, *CONTROLLER, "--controller-dir", str(tmp_path / "ctl")).start()
+    processes.append(ns)
+    master = broker_process(tmp_path / "m", ns.address, "broker-a", "--role", "SYNC_MASTER", "--controller-mode",
+                            env=BROKER_ENV).start()  # fmt: skip
+    processes.append(master)
+    await create_topic(master.address)
+    slave = broker_process(tmp_path / "s", ns.address, "broker-a", "--role", "SLAVE", "--broker-id", "1",
+                           "--controller-mode", env=BROKER_ENV).start()  # fmt: skip
+    processes.append(slave)
+    await wait_until_async(lambda: in_sync(ns.address, slave.address), timeout=15, what="slave in the sync-state set")
+
+    async def routed() -> bool:
+        return await group_addrs(ns.address, TOPIC, "broker-a") == {0: master.address, 1: slave.address}
+
+    await wait_until_async(routed, timeout=15, what="group routed")
+    return ns.address, master, slave

@@ -351,6 +351,7 @@ class BrokerApp:
                 delay_offsets_path=self.schedule.path,
                 timer_checkpoint_path=self.timer.master_checkpoint_path if self.timer is not None else None,
                 interval=lambda: cfg.slave_sync_interval_seconds,
+                pop_secret=self.pop.adopt_secret,
             ),
             # the HA link follows the broker's [tls] and [acl]: TLS on its listener and to the master,
             # signed HELLOs checked by the ACL (an admin account) when it is on

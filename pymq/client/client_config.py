@@ -19,6 +19,9 @@ class ClientConfig:
     #: distinguishes client instances in one process (default: the pid)
     instance_name: str | None = None
     poll_namesrv_interval_seconds: float = 30.0
+    #: a failed request (broker gone, or not the master: issue 32) refreshes the routes at once,
+    #: at most once per this many seconds
+    route_refresh_min_interval_seconds: float = 0.5
     heartbeat_interval_seconds: float = 30.0
     persist_offset_interval_seconds: float = 5.0
     rebalance_interval_seconds: float = 20.0

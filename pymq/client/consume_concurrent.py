@@ -45,6 +45,9 @@ class ConcurrentConsumeService(NoQueueHooks):
         self.consumed = 0
         self.failed = 0
 
+    async def masters_moved(self, brokers: set[str]) -> None:
+        return None  # no locks: pulls and commits follow the route by themselves
+
     async def start(self) -> None:
         return None
 

@@ -37,6 +37,9 @@ log = get_logger("client.orderly")
 DEFAULT_MAX_RECONSUME = 16
 PULL_DELAY_NOT_LOCKED = 3.0
 LOCK_REQUEST_TIMEOUT = 3.0
+#: after a new master appears, how often and how many times to try locking there before the renewal loop
+RELOCK_RETRY_SECONDS = 0.5
+RELOCK_ATTEMPTS = 20
 
 
 def _is_success(result: Any) -> bool:
@@ -80,6 +83,7 @@ class BrokerQueueLocks:
                 answers.append(await inst.rpc.invoke_ok(addr, cmd, LOCK_REQUEST_TIMEOUT))
             except PymqError as exc:
                 log.info("lock_request_failed", broker=broker, unlock=unlock, reason=str(exc))
+                inst.note_failure(exc)  # a slave or a dead master: the route is refreshed at once
         return answers
 
     async def lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
@@ -163,8 +167,26 @@ class OrderlyConsumeService:
             await self.renew_locks()
             await self.clock.sleep(self.lock_renew_interval)
 
-    async def renew_locks(self) -> None:
-        pqs = dict(self.ctx.process_queues)
+    async def masters_moved(self, brokers: set[str]) -> None:
+        """A new master holds no lock of ours: stop trusting the old ones and lock there now
+        (not at the next renewal, up to ``lock_renew_interval`` later)."""
+        if not self.clustering:
+            return
+        pqs = {mq: pq for mq, pq in self.ctx.process_queues.items() if mq.brokerName in brokers}
+        for pq in pqs.values():
+            pq.locked = False  # a worker finishes its batch and stops until the lock is back
+        if not pqs:
+            return
+        log.info("relocking_on_new_master", group=self.settings.group, brokers=sorted(brokers), queues=len(pqs))
+        for _ in range(RELOCK_ATTEMPTS):  # a master just elected may refuse for a moment (still promoting)
+            await self.renew_locks(pqs)
+            pqs = {mq: pq for mq, pq in pqs.items() if not pq.locked and not pq.dropped}
+            if not pqs:
+                return
+            await self.clock.sleep(RELOCK_RETRY_SECONDS)
+
+    async def renew_locks(self, only: dict[MessageQueue, ProcessQueue] | None = None) -> None:
+        pqs = dict(self.ctx.process_queues) if only is None else only
         if not pqs:
             return
         locked = await self.locks.lock(list(pqs))

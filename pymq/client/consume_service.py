@@ -102,3 +102,7 @@ class ConsumeService(Protocol):
     async def after_queue_released(self, mq: MessageQueue) -> None:
         """``mq``'s offset is committed (orderly: give the broker lock back)."""
         ...
+
+    async def masters_moved(self, brokers: set[str]) -> None:
+        """These broker groups have a new master (issue 32; orderly: lock their queues there now)."""
+        ...

@@ -248,6 +248,10 @@ class ConsumerBase:
         """This consumer's GET_CONSUMER_RUNNING_INFO answer (see :mod:`pymq.client.running_info`)."""
         return running_info(self, client_id, jstack=jstack)
 
+    async def masters_moved(self, brokers: set[str]) -> None:
+        """New masters (issue 32): pulls and commits follow the route; push consumers tell their service."""
+        return None
+
     # --- rebalance ---------------------------------------------------------------------------------------
 
     async def rebalance(self) -> None:
@@ -446,6 +450,12 @@ class ConsumerBase:
 
     async def _pull_failed(self, mq: MessageQueue, exc: PymqError) -> None:
         log.info("pull_failed", group=self.group, queue=str(mq), reason=str(exc))
+        inst = self.instance
+        if inst is not None and inst.running and inst.note_failure(exc):
+            # a broker gone or not the master: pull again once the routes are fetched (issue 32), at
+            # most the usual delay later (the refreshes are paced, so are these pulls)
+            await inst.refreshed(PULL_DELAY_ERROR)
+            return
         await asyncio.sleep(PULL_DELAY_ERROR)
 
     async def _pull_once(

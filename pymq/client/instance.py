@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pymq.client import broker_api
 from pymq.client.client_config import ClientConfig
+from pymq.client.failover import MasterWatch, RefreshPacer, calls_for_refresh, masterless
 from pymq.client.namesrv import NamesrvClient, parse_addrs
 from pymq.client.routes import RouteCache
 from pymq.clock import SYSTEM_CLOCK, Clock
@@ -35,7 +36,7 @@ from pymq.protocol.requests import (
 from pymq.protocol.requests_operator import ConsumeMessageDirectlyRequest
 from pymq.protocol.route import MASTER_ID, MessageQueue, TopicRouteData
 from pymq.protocol.transaction import PGROUP
-from pymq.tasks import cancel_all
+from pymq.tasks import cancel_all, cancel_and_wait, wait_within
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.net import local_ip
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
     from pymq.transport.channel import Channel
 
 log = get_logger("client")
+
+#: after a failure, how long the routes are fetched again every gap while a group has no master
+MASTERLESS_FOLLOW_SECONDS = 20.0
 
 
 class ClientMember(Protocol):
@@ -69,6 +73,10 @@ class ConsumerMember(ClientMember, Protocol):
 
     def reset_offsets(self, table: dict[MessageQueue, int]) -> None: ...
 
+    async def masters_moved(self, brokers: set[str]) -> None:
+        """These broker groups have a new master (an election): orderly consumers lock there."""
+        ...
+
     def running_info(self, client_id: str, *, jstack: bool = False) -> dict[str, Any]: ...
 
 
@@ -93,7 +101,20 @@ class ClientInstance:
         self.rpc = RpcClient(self.dispatcher, **config.security().rpc_options(config.namesrv_addrs))
         self.namesrv = NamesrvClient(self.rpc, config.namesrv_addrs, config.rpc_timeout_seconds)
         #: the one route cache of this client id: producers and consumers ask it for queues
-        self.routes = RouteCache(self.namesrv.route_or_none)
+        self.routes = RouteCache(
+            self.namesrv.route_or_none, min_gap=config.route_refresh_min_interval_seconds, clock=clock.monotonic
+        )
+        #: route refreshes asked for by failures (issue 32): one at a time, one per min gap
+        self._pacer = RefreshPacer(config.route_refresh_min_interval_seconds)
+        self._refresh_wanted = asyncio.Event()
+        #: done when the refresh that starts next has finished (made by whoever waits for it)
+        self._next_refresh: asyncio.Future[None] | None = None
+        self._refresh_lock = asyncio.Lock()
+        self._master_watch = MasterWatch(MASTERLESS_FOLLOW_SECONDS)
+        #: broker names with a new master not announced to the members yet, and the task announcing them
+        self._moved: set[str] = set()
+        self._moved_task: asyncio.Task[None] | None = None
+        self.routes.on_master_moved = self._on_master_moved
         self.producers: dict[str, ClientMember] = {}
         self.consumers: dict[str, ConsumerMember] = {}
         self._refs = 0
@@ -137,6 +158,7 @@ class ClientInstance:
         self._spawn(self._every(cfg.heartbeat_interval_seconds, self.send_heartbeat_to_all), "heartbeat")
         self._spawn(self._every(cfg.persist_offset_interval_seconds, self.persist_offsets), "offset-persist")
         self._spawn(self._rebalance_loop(), "rebalance")
+        self._spawn(self._refresh_on_demand(), "route-refresh-on-demand")
 
     async def release(self) -> None:
         self._refs -= 1
@@ -144,6 +166,7 @@ class ClientInstance:
             return
         if self._key is not None:
             self._registry.pop(self._key, None)
+        await cancel_and_wait(self._moved_task)
         await cancel_all(self._tasks)
         await self.rpc.close()
 
@@ -170,14 +193,100 @@ class ClientInstance:
         return await self.routes.update(topic)
 
     async def refresh_routes(self) -> None:
-        topics = set()
-        for member in [*self.producers.values(), *self.consumers.values()]:
-            topics.update(member.topics_of_interest())
-        for topic in sorted(topics):
+        """Fetch the route of every topic in use (the members' and any cached one, e.g. a SimpleConsumer's)."""
+        async with self._refresh_lock:  # the periodic refresh and one asked for by a failure: one at a time
+            self._pacer.started(self.clock.monotonic())
+            topics = set(self.routes.routes)
+            for member in [*self.producers.values(), *self.consumers.values()]:
+                topics.update(member.topics_of_interest())
+            for topic in sorted(topics):
+                try:
+                    await self.update_route(topic)
+                except PymqError as exc:
+                    log.warning("route_refresh_failed", topic=topic, reason=str(exc))
+
+    def note_failure(self, exc: BaseException) -> bool:
+        """A request to a broker failed: refresh the routes soon if the failure calls for it (a
+        broker gone, or one answering it is not the master). True if a refresh was asked for."""
+        if not calls_for_refresh(exc):
+            return False
+        log.debug("route_refresh_requested", reason=str(exc) or type(exc).__name__)
+        self.request_refresh()
+        return True
+
+    def request_refresh(self) -> None:
+        """Refresh the routes as soon as the pacer allows (several requests: one refresh)."""
+        self._refresh_wanted.set()
+
+    @property
+    def running(self) -> bool:
+        """Started (its periodic tasks and the refreshes asked for by failures run)."""
+        return self._started
+
+    async def refreshed(self, timeout: float) -> bool:
+        """Ask for a refresh and wait (at most ``timeout`` s) until one that started after now is done."""
+        if not self._started or timeout <= 0:
+            return False
+        if self._next_refresh is None or self._next_refresh.done():
+            self._next_refresh = asyncio.get_running_loop().create_future()
+        fut = self._next_refresh
+        self.request_refresh()
+        try:
+            await wait_within(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _refresh_on_demand(self) -> None:
+        while True:
+            await self._refresh_wanted.wait()
+            wait = self._pacer.wait(self.clock.monotonic())
+            if wait > 0:
+                await self.clock.sleep(wait)
+            self._refresh_wanted.clear()
+            fut, self._next_refresh = self._next_refresh, None
             try:
-                await self.update_route(topic)
-            except PymqError as exc:
-                log.warning("route_refresh_failed", topic=topic, reason=str(exc))
+                await self.refresh_routes()
+                if self._master_watch.again(bool(masterless(self.routes.broker_addrs)), self.clock.monotonic()):
+                    self.request_refresh()  # between two masters: look again after the gap
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("route_refresh_failed")
+            finally:
+                if fut is not None and not fut.done():
+                    fut.set_result(None)
+
+    def _on_master_moved(self, moved: set[str]) -> None:
+        """The route cache saw new masters: announce them from a task (one at a time)."""
+        self._moved |= moved
+        if self._started and (self._moved_task is None or self._moved_task.done()):
+            self._moved_task = asyncio.ensure_future(self._announce_moves())
+            self._moved_task.set_name("pymq-client-masters-moved")
+
+    async def _announce_moves(self) -> None:
+        while self._moved:
+            moved, self._moved = self._moved, set()
+            try:
+                await self._masters_moved(moved)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("masters_moved_failed")
+
+    async def _masters_moved(self, moved: set[str]) -> None:
+        """New masters (an election): heartbeat at once, so they know this client's groups, then
+        tell the consumers (orderly ones lock their queues there) and rebalance."""
+        log.info("masters_moved", brokers=sorted(moved))
+        await self.send_heartbeat_to_all()
+        for consumer in list(self.consumers.values()):
+            try:
+                await consumer.masters_moved(moved)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("masters_moved_failed", group=consumer.group)
+        self.trigger_rebalance()
 
     def broker_addr(self, broker_name: str, *, master_only: bool = True) -> str | None:
         return self.routes.broker_addr(broker_name, master_only=master_only)
@@ -203,6 +312,7 @@ class ClientInstance:
                 await self.rpc.invoke_ok(addr, cmd, self.config.rpc_timeout_seconds)
             except PymqError as exc:
                 log.debug("heartbeat_failed", broker=addr, reason=str(exc))
+                self.note_failure(exc)
 
         targets = []
         for addrs in self.routes.broker_addrs.values():

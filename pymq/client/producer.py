@@ -31,8 +31,6 @@ from pymq.client.send_result import SendResult, SendStatus
 from pymq.errors import (
     ClientError,
     ClosedError,
-    ConnectError,
-    ConnectionClosedError,
     NoRouteError,
     PymqError,
     RequestTimeoutError,
@@ -347,7 +345,18 @@ class Producer(ProducerEncoding):
             if remaining <= 0:
                 break
             # queues_for's hot path inline: one dict lookup
-            queues = routes.cached_write_queues(topic) or await self.queues_for(topic)
+            queues = routes.cached_write_queues(topic)
+            if not queues:
+                try:
+                    queues = await self.queues_for(topic)
+                except NoRouteError as exc:
+                    # Routed, but no master now (between two masters, issue 32): wait for the
+                    # instance's next paced route refresh within the budget instead of failing at once.
+                    if routes.route(topic) is None or attempt + 1 >= attempts:
+                        raise
+                    last_error = exc
+                    await inst.refreshed(deadline - loop.time())
+                    continue
             if queue is not None:
                 mq = queue
             elif selector is not None:
@@ -378,8 +387,8 @@ class Producer(ProducerEncoding):
                 if timed:
                     strategy.update(broker_name, (loop.time() - started) * 1000, True)
                 last_error = exc
-                if isinstance(exc, ConnectError | ConnectionClosedError):
-                    routes.forget_write_queues(topic)  # the broker may be gone: fetch the route again
+                if inst.note_failure(exc):  # the broker may be gone: the instance fetches the routes now
+                    await self._await_new_route(inst, queues, broker_name, deadline)
                 continue
             if timed:
                 strategy.update(broker_name, (loop.time() - started) * 1000, False)
@@ -405,12 +414,23 @@ class Producer(ProducerEncoding):
                 )
             err = error_for_response(resp.code, resp.remark, addr)
             last_error = err
-            if err.invalid_route:
-                routes.forget_write_queues(topic)
             if not err.retriable:
                 raise err
+            if inst.note_failure(err):  # not the master (fenced, demoted, lease lapsed): routes fetched now
+                await self._await_new_route(inst, queues, broker_name, deadline)
+            elif err.invalid_route:
+                routes.forget_write_queues(topic)
             if resp.code in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE):
                 strategy.update(broker_name, 0, True)
         if last_error is None:
             raise RequestTimeoutError(f"send to {topic} timed out after {budget:.3f}s")
         raise last_error
+
+    @staticmethod
+    async def _await_new_route(inst: ClientInstance, queues: list[MessageQueue], broker: str, deadline: float) -> None:
+        """Before retrying after ``broker`` failed as an old master would: when no other broker has a
+        queue to retry on, wait (within the budget) for the instance's route refresh, so the retry goes
+        to the new master rather than to the same address at once."""
+        if any(q.brokerName != broker for q in queues):
+            return  # retried on another broker now; the refresh runs meanwhile
+        await inst.refreshed(deadline - asyncio.get_running_loop().time())

@@ -205,6 +205,10 @@ class PushConsumer(ConsumerBase):
     def _flow_control_delay(self, mq: MessageQueue, pq: ProcessQueue) -> float:
         return super()._flow_control_delay(mq, pq) or self._service().pull_delay(mq, pq)
 
+    async def masters_moved(self, brokers: set[str]) -> None:
+        if self.service is not None and not self._closing:
+            await self.service.masters_moved(brokers)
+
     async def _deliver(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         self._service().submit(mq, pq, msgs)
 

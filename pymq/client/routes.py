@@ -8,8 +8,10 @@ kept in sync: the producer's hot path is one dict lookup (``RouteCache.cached_wr
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 
+from pymq.client.failover import moved_masters
 from pymq.protocol.requests import AUTO_CREATE_TOPIC
 from pymq.protocol.route import MASTER_ID, PERM_READ, MessageQueue, TopicRouteData, perm_writable
 
@@ -48,8 +50,17 @@ class RouteCache:
     to know whether to recompute it.
     """
 
-    def __init__(self, fetch: RouteFetcher) -> None:
+    def __init__(
+        self, fetch: RouteFetcher, *, min_gap: float = 0.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._fetch = fetch
+        #: :meth:`write_queues` fetches a topic with no writable queue at most once per ``min_gap`` s
+        #: (between two masters every send would ask the nameserver otherwise)
+        self.min_gap = min_gap
+        self.clock = clock
+        self._fetched_at: dict[str, float] = {}
+        #: topics the nameserver last said it has no route for (their cached route, if any, is not sent to)
+        self._missing: set[str] = set()
         self.routes: dict[str, TopicRouteData] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
         self.version = 0
@@ -63,6 +74,8 @@ class RouteCache:
         #: ``cached_write_queues(topic)``: the writable queues a previous :meth:`write_queues`
         #: found, or None. The send hot path: the dict's own ``get`` (the dict is never replaced).
         self.cached_write_queues: Callable[[str], list[MessageQueue] | None] = self._write.get
+        #: called with the broker names whose master a route just replaced names another address
+        self.on_master_moved: Callable[[set[str]], None] | None = None
 
     # --- routes ------------------------------------------------------------------------------------------
 
@@ -70,10 +83,16 @@ class RouteCache:
         return self.routes.get(topic)
 
     async def update(self, topic: str) -> TopicRouteData | None:
-        """Fetch ``topic``'s route now; None (and the cache unchanged) when it has none."""
+        """Fetch ``topic``'s route now; None when it has none (the cached route is kept for reads,
+        but sends no longer trust it: they go through the auto-create template, as for a new topic)."""
+        self._fetched_at[topic] = self.clock()
         route = await self._fetch(topic)
         if route is not None:
+            self._missing.discard(topic)
             self.put(topic, route)
+        else:
+            self._missing.add(topic)
+            self._write.pop(topic, None)
         return route
 
     async def get(self, topic: str) -> TopicRouteData | None:
@@ -83,6 +102,11 @@ class RouteCache:
     def put(self, topic: str, route: TopicRouteData) -> None:
         """Replace ``topic``'s route; its derived queue lists are recomputed on next use."""
         self.routes[topic] = route
+        known = {
+            bd.brokerName: self.broker_addrs[bd.brokerName]
+            for bd in route.brokerDatas
+            if bd.brokerName in self.broker_addrs
+        }
         for bd in route.brokerDatas:
             addrs = self.broker_addrs[bd.brokerName] = dict(bd.brokerAddrs)
             master = addrs.get(MASTER_ID)
@@ -93,10 +117,15 @@ class RouteCache:
         self._write.pop(topic, None)
         self._read.pop(topic, None)
         self.version += 1
+        if known and self.on_master_moved is not None:
+            moved = moved_masters(known, self.broker_addrs)
+            if moved:
+                self.on_master_moved(moved)
 
     def forget_write_queues(self, topic: str) -> None:
         """Make the next send to ``topic`` fetch its route again (its broker may be gone)."""
         self._write.pop(topic, None)
+        self._fetched_at.pop(topic, None)
 
     # --- queues ------------------------------------------------------------------------------------------
 
@@ -110,7 +139,9 @@ class RouteCache:
         queues = self._write.get(topic)
         if queues:
             return queues
-        route = await self.update(topic)
+        route = None if topic in self._missing else self.routes.get(topic)
+        if route is None or self.clock() - self._fetched_at.get(topic, -self.min_gap) >= self.min_gap:
+            route = await self.update(topic)
         if route is not None:
             queues = write_queues(topic, route)
         else:

@@ -34,6 +34,7 @@ from pymq.errors import (
 from pymq.logs import get_logger
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.filter import Subscription, parse_tags_strict
+from pymq.protocol.frame import Command
 from pymq.protocol.message import MessageExt, Prop, iter_messages
 from pymq.protocol.requests import (
     MAX_BATCH_ACK,
@@ -211,11 +212,11 @@ class SimpleConsumer:
             born_time=self.clock.time_ms(),
             init_mode=self.init_mode,
         )
-        resp = await inst.rpc.invoke(addr, cmd, inst.config.rpc_timeout_seconds + poll_ms / 1000)
+        resp = await _invoke(inst, addr, cmd, inst.config.rpc_timeout_seconds + poll_ms / 1000)
         if resp.code in _EMPTY:
             return []
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp.code, resp.remark, addr)
+            raise _refused(inst, resp.code, resp.remark, addr)
         handles = broker_api.read_pop_handles(resp)
         out: list[ReceivedMessage] = []
         unwanted: list[ReceivedMessage] = []
@@ -252,9 +253,9 @@ class SimpleConsumer:
         inst = self._instance()
         addr = await self._addr(message)
         cmd = broker_api.ack_message(self.group, message.topic, message.receipt_handle)
-        resp = await inst.rpc.invoke(addr, cmd, inst.config.rpc_timeout_seconds)
+        resp = await _invoke(inst, addr, cmd, inst.config.rpc_timeout_seconds)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp.code, resp.remark, addr)
+            raise _refused(inst, resp.code, resp.remark, addr)
 
     async def ack_many(self, messages: list[ReceivedMessage]) -> list[InvalidReceiptHandleError | None]:
         """Ack several messages with one request per broker and topic (BATCH_ACK_MESSAGE).
@@ -272,9 +273,9 @@ class SimpleConsumer:
             for start in range(0, len(positions), MAX_BATCH_ACK):
                 chunk = positions[start : start + MAX_BATCH_ACK]
                 cmd = broker_api.batch_ack(self.group, topic, [messages[i].receipt_handle for i in chunk])
-                resp = await inst.rpc.invoke(addr, cmd, inst.config.rpc_timeout_seconds)
+                resp = await _invoke(inst, addr, cmd, inst.config.rpc_timeout_seconds)
                 if resp.code != ResponseCode.SUCCESS:
-                    raise error_for_response(resp.code, resp.remark, addr)
+                    raise _refused(inst, resp.code, resp.remark, addr)
                 for i, (code, remark) in zip(chunk, broker_api.read_batch_ack(resp), strict=True):
                     if code == ResponseCode.INVALID_RECEIPT_HANDLE:
                         out[i] = InvalidReceiptHandleError(code, remark, addr)
@@ -289,10 +290,26 @@ class SimpleConsumer:
         cmd = broker_api.change_invisible_time(
             self.group, message.topic, message.receipt_handle, _millis(duration, "duration")
         )
-        resp = await inst.rpc.invoke(addr, cmd, inst.config.rpc_timeout_seconds)
+        resp = await _invoke(inst, addr, cmd, inst.config.rpc_timeout_seconds)
         if resp.code != ResponseCode.SUCCESS:
-            raise error_for_response(resp.code, resp.remark, addr)
+            raise _refused(inst, resp.code, resp.remark, addr)
         message.receipt_handle = broker_api.read_new_handle(resp)
+
+
+async def _invoke(inst: ClientInstance, addr: str, cmd: Command, timeout: float) -> Command:
+    """``inst.rpc.invoke``, telling the instance about a broker that cannot be reached (routes refreshed now)."""
+    try:
+        return await inst.rpc.invoke(addr, cmd, timeout)
+    except PymqError as exc:
+        inst.note_failure(exc)
+        raise
+
+
+def _refused(inst: ClientInstance, code: int, remark: str | None, addr: str) -> PymqError:
+    """The error for a refusal; one meaning "not the master" (a slave, a fenced master) refreshes the routes."""
+    err = error_for_response(code, remark, addr)
+    inst.note_failure(err)
+    return err
 
 
 __all__ = ["ReceivedMessage", "SimpleConsumer"]

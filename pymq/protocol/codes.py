@@ -93,6 +93,9 @@ class RequestCode(IntEnum):
     # pymq admin (issue 33; RocketMQ keeps these in its stats manager): messages in and out per topic
     # since the broker started, the dashboard's per-topic TPS from two polls
     GET_TOPIC_TRAFFIC = 983
+    # pymq (issue 32; RocketMQ has none): the secret a broker signs pop receipt handles with, which
+    # a slave copies from its master so that, promoted, it accepts the handles its old master issued
+    GET_POP_SECRET = 990
     # pop consumption (SimpleConsumer), RocketMQ 5's numbers
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051

@@ -280,6 +280,8 @@ REQUIREMENTS: dict[int, Requirement] = {
     C.CONTROLLER_HEARTBEAT: ADMIN,
     C.CONTROLLER_ELECT_MASTER: ADMIN,
     C.GET_PENDING_HALF_MESSAGES: ADMIN,
+    # the pop receipt handle secret (issue 32): slaves copy it with their (admin) account
+    C.GET_POP_SECRET: ADMIN,
     # a consumer client's running info and stacks (issue 33): the broker relays it to the client
     C.GET_CONSUMER_RUNNING_INFO: ADMIN,
     C.CONSUME_MESSAGE_DIRECTLY: ADMIN,

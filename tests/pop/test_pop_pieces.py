@@ -51,6 +51,23 @@ def test_tampered_handles_refused(tmp_path: Path, mangle) -> None:
         signer.decode(mangle(signer.encode(HANDLE)))
 
 
+def test_a_slave_adopts_its_masters_secret_and_keeps_it(tmp_path: Path) -> None:
+    """Issue 32: a promoted slave verifies the handles its old master issued once it took the secret."""
+    master = HandleSigner.from_store(tmp_path / "m")
+    slave = HandleSigner.from_store(tmp_path / "s")
+    text = master.encode(HANDLE)
+    with pytest.raises(HandleError):
+        slave.decode(text)
+    assert slave.adopt(master.secret, tmp_path / "s") is True
+    assert slave.adopt(master.secret, tmp_path / "s") is False  # already the group's
+    assert slave.decode(text) == HANDLE
+    assert HandleSigner.from_store(tmp_path / "s").decode(text) == HANDLE  # kept across a restart
+    assert (tmp_path / "s" / "pop.secret").stat().st_mode & 0o777 == 0o600
+    with pytest.raises(ValueError, match=r"16\.\.64 bytes"):
+        slave.adopt(b"short", tmp_path / "s")
+    assert slave.decode(text) == HANDLE
+
+
 def test_checkpoint_and_ack_records() -> None:
     ck = CheckPoint("g", "t", 1, array("q", [4, 5, 9]), 10, 1000, 500)
     r = parse_record(ck.to_record("rmq_sys_REVIVE_LOG_c"))

@@ -14,6 +14,10 @@ the consumer-offset copy carries them; the timer service's delivery state comes 
 GET_TIMER_CHECK_POINT (60, as RocketMQ's SlaveSynchronize.syncTimerCheckPoint) about every
 second (``TIMER_SYNC_INTERVAL``, at-least-once window of a failover) into
 ``timer/masterTimerCheckpoint.json`` (see :mod:`pymq.broker.timer.takeover`).
+
+The pop receipt handle secret comes with each copy too (GET_POP_SECRET, issue 32): the slave
+signs and verifies with its master's, so a handle the master issued is accepted by the slave
+once it is promoted.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ class SlaveMetaSync:
         delay_offsets_path: Path,
         interval: Callable[[], float],
         timer_checkpoint_path: Path | None = None,
+        pop_secret: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.rpc = rpc
         self.master_addr = master_addr
@@ -65,6 +70,9 @@ class SlaveMetaSync:
         self.delay_offsets_path = delay_offsets_path
         self.interval = interval
         self.timer_checkpoint_path = timer_checkpoint_path
+        #: takes the master's pop receipt handle secret (True when it was another one)
+        self.pop_secret = pop_secret
+        self._pop_secret_failing = False
         #: time.time() of the last copy of the master's timer state (0: none yet)
         self.last_timer_sync = 0.0
         self._timer_task: asyncio.Task[None] | None = None
@@ -132,6 +140,22 @@ class SlaveMetaSync:
         body = decode_body(resp.body, "master metadata")
         return body if isinstance(body, dict) else {}
 
+    async def sync_pop_secret(self, addr: str) -> None:
+        """Take the master's pop receipt handle secret (a master without GET_POP_SECRET: logged once)."""
+        if self.pop_secret is None:
+            return
+        try:
+            secret = bytes.fromhex(str((await self._get(addr, RequestCode.GET_POP_SECRET)).get("secret", "")))
+            changed = self.pop_secret(secret)
+        except (PymqError, ValueError) as exc:
+            if not self._pop_secret_failing:
+                log.warning("slave_pop_secret_sync_failed", master=addr, reason=str(exc) or type(exc).__name__)
+            self._pop_secret_failing = True
+            return
+        self._pop_secret_failing = False
+        if changed:
+            log.info("slave_took_master_pop_secret", master=addr)
+
     async def sync_once(self) -> bool:
         """Copy everything once; False if no master is known."""
         addr = self.master_addr()
@@ -149,5 +173,6 @@ class SlaveMetaSync:
         if self.timer_checkpoint_path is not None:
             with contextlib.suppress(PymqError):  # a master without timers
                 await self.sync_timer(addr)
+        await self.sync_pop_secret(addr)
         self.last_sync = asyncio.get_running_loop().time()
         return True

@@ -65,13 +65,26 @@ class Pop:
         #: open checkpoints and acks while master (None: pop is not served here)
         self.state: PopState | None = None
         self._revive: PeriodicService | None = None
+        self._signer: HandleSigner | None = None
+
+    @property
+    def signer(self) -> HandleSigner:
+        """The receipt handle signer (its secret read or made on first use)."""
+        if self._signer is None:
+            self._signer = HandleSigner.from_store(self.config_dir)
+        return self._signer
+
+    def adopt_secret(self, secret: bytes) -> bool:
+        """A slave takes its master's handle secret (kept in ``config/pop.secret``): promoted, it
+        accepts the handles its old master issued. False if it had it already."""
+        return self.signer.adopt(secret, self.config_dir)
 
     def handlers(self, store: MessageStore, put_path: PutPath, address: str) -> PopHandlers:
         """The handler family (made once, when the store and the broker's address are known)."""
         self.store, self.put_path = store, put_path
         self._handlers = PopHandlers(
             store=store,
-            signer=HandleSigner.from_store(self.config_dir),
+            signer=self.signer,
             topics=self.topics,
             subscription_groups=self.subscription_groups,
             offsets=self.offsets,

@@ -107,7 +107,12 @@ class PopHandlers:
             RequestCode.ACK_MESSAGE: self._while_served(self.ack),
             RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self._while_served(self.change_invisible_time),
             RequestCode.BATCH_ACK_MESSAGE: self._while_served(self.batch_ack),
+            RequestCode.GET_POP_SECRET: self.pop_secret,
         }
+
+    def pop_secret(self, cmd: Command, channel: Channel) -> Command:
+        """GET_POP_SECRET: the handle secret, which this broker's slaves copy (an admin request)."""
+        return cmd.response(body=encode_body({"secret": self.signer.secret.hex()}))
 
     def _while_served(self, handler: Handler) -> Handler:
         """``handler`` while pop is served here; the master's answer otherwise (the role gate answers

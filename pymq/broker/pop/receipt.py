@@ -6,8 +6,10 @@ checkpoint's identity), the message's index in it, its queue offset and its dead
 C call per handle; a MAC by construction) followed by the fields packed in binary (a fixed
 struct, then group and topic), all base64url-encoded once. The key is a secret the broker
 keeps in its store directory (``config/pop.secret``, made on first start): a forged or
-altered handle, or one from another broker's store, fails verification; handles survive
-restarts.
+altered handle, or one from another broker group's store, fails verification; handles survive
+restarts. The secret is the broker group's: a slave copies its master's (GET_POP_SECRET, with
+the rest of its metadata) and keeps it in the same file, so that once promoted it verifies the
+handles its old master issued (issue 32).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _VERSION = 1
+#: the secret's file in the store's config directory
+SECRET_FILE = "pop.secret"
 _MAC_BYTES = 16
 #: version, queue id, queue offset, ck offset, index, pop time, invisible ms, revive qid, group len, topic len
 _FIXED = struct.Struct(">BiqqHqiHHH")
@@ -47,6 +51,20 @@ class ReceiptHandle:
         return self.pop_time + self.invisible_ms
 
 
+def write_secret(config_dir: Path, secret: bytes) -> None:
+    """Replace ``config_dir/pop.secret`` atomically (mode 0600, fsynced)."""
+    config_dir.mkdir(parents=True, exist_ok=True)
+    path = config_dir / SECRET_FILE
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, secret)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
 class HandleError(Exception):
     """A handle that does not verify (malformed or not signed by this broker)."""
 
@@ -59,24 +77,30 @@ class HandleSigner:
             raise ValueError("receipt handle secret must be 16..64 bytes")
         self._secret = secret
 
+    @property
+    def secret(self) -> bytes:
+        return self._secret
+
     @classmethod
     def from_store(cls, config_dir: Path) -> HandleSigner:
         """The secret in ``config_dir/pop.secret`` (created, mode 0600, when missing)."""
-        path = config_dir / "pop.secret"
+        path = config_dir / SECRET_FILE
         try:
             secret = path.read_bytes()
         except FileNotFoundError:
-            config_dir.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, os.urandom(32))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
+            write_secret(config_dir, os.urandom(32))
             secret = path.read_bytes()
         return cls(secret)
+
+    def adopt(self, secret: bytes, config_dir: Path) -> bool:
+        """Sign and verify with ``secret`` from now on, kept in ``config_dir`` (a slave taking its
+        master's); False if it is the secret already."""
+        if secret == self._secret:
+            return False
+        type(self)(secret)  # checks the length
+        write_secret(config_dir, secret)
+        self._secret = secret
+        return True
 
     def _mac(self, payload: bytes) -> bytes:
         return hashlib.blake2b(payload, key=self._secret, digest_size=_MAC_BYTES).digest()
