@@ -114,12 +114,15 @@ async def _fuzz_connection(
     """One connection: up to ``budget`` inputs written, answers read until the server closes or goes quiet."""
     report = tally.report
     host, port = addr.rsplit(":", 1)
+    t0 = time.monotonic()
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 5)
     except (OSError, TimeoutError):
         report.connect_failures += 1
+        report.waited("connect", time.monotonic() - t0)
         await asyncio.sleep(0.1)  # a refused connect returns at once: no busy loop while it lasts
         return 0
+    report.waited("connect", time.monotonic() - t0)
     report.connections += 1
     sent = 0
     try:
@@ -136,8 +139,19 @@ async def _fuzz_connection(
         if not writer.is_closing():
             writer.write_eof()
             # bounded: a server that stops reading must not hang the worker (that is a stall to see)
-            await asyncio.wait_for(writer.drain(), 5)
-        await _read_answers(reader, report, remoting)
+            t0 = time.monotonic()
+            try:
+                await asyncio.wait_for(writer.drain(), 5)
+            except TimeoutError:
+                report.drain_timeouts += 1
+                raise
+            finally:
+                report.waited("drain", time.monotonic() - t0)
+        t0 = time.monotonic()
+        try:
+            await _read_answers(reader, report, remoting)
+        finally:
+            report.waited("answers", time.monotonic() - t0)
     except (OSError, TimeoutError, asyncio.IncompleteReadError):
         pass
     finally:

@@ -42,6 +42,10 @@ class Report:
     #: frames the daemons sent back (answers, and pushes to fuzzed heartbeats)
     frames_received: int = 0
     connect_failures: int = 0
+    #: the slowest wait of a worker at each step of a connection (connect, drain, answers), in
+    #: seconds, and how often a drain timed out: where a stalled worker was waiting
+    slowest_wait: dict[str, float] = field(default_factory=dict)
+    drain_timeouts: int = 0
     good_sent: int = 0
     good_acked: int = 0
     good_errors: int = 0
@@ -59,6 +63,11 @@ class Report:
     #: traceback): each is a bug to fix, though the daemon stays up
     handler_failures: int = 0
     failure_samples: list[str] = field(default_factory=list)
+
+    def waited(self, step: str, seconds: float) -> None:
+        """Note a worker's wait at ``step`` (kept: the slowest one per step)."""
+        if seconds > self.slowest_wait.get(step, 0.0):
+            self.slowest_wait[step] = round(seconds, 2)
 
     @property
     def inputs_per_sec(self) -> float:
@@ -119,6 +128,7 @@ class Report:
             f"  good producer: sent {self.good_sent:,}, acked {self.good_acked:,}, read back {self.read_back:,}, "
             f"errors {self.good_errors}, lost {self.lost}; slowest send {self.good_max_send_ms} ms, "
             f"read back in {self.read_back_seconds} s",
+            f"  slowest waits (s): {self.slowest_wait}; drain timeouts: {self.drain_timeouts}",
             f"  daemons alive: {self.daemons_alive} {self.dead or ''}",
             f"  handler failures (SYSTEM_ERROR with a traceback): {self.handler_failures}",
         ]
