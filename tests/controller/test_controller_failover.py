@@ -33,6 +33,7 @@ from tests.controller_group import (
     master_is,
     raw_send,
     read_everything,
+    start_controlled_group,
 )
 from tests.helpers import wait_until_async
 from tests.master_slave import fast_client_options, group_addrs
@@ -129,28 +130,10 @@ async def _routed(ns: str, addrs: dict[int, str]) -> bool:
     return await group_addrs(ns, TOPIC, "broker-a") == addrs
 
 
-async def start_group(tmp_path: Path, processes: list[DaemonProcess]) -> tuple[str, DaemonProcess, DaemonProcess]:
-    """A controller nameserver, a SYNC_MASTER and its slave in controller mode, the slave in sync."""
-    ns = namesrv_process(tmp_path, *CONTROLLER, "--controller-dir", str(tmp_path / "ctl")).start()
-    processes.append(ns)
-    master = broker_process(tmp_path / "m", ns.address, "broker-a", "--role", "SYNC_MASTER", "--controller-mode",
-                            env=BROKER_ENV).start()  # fmt: skip
-    processes.append(master)
-    await create_topic(master.address)
-    slave = broker_process(tmp_path / "s", ns.address, "broker-a", "--role", "SLAVE", "--broker-id", "1",
-                           "--controller-mode", env=BROKER_ENV).start()  # fmt: skip
-    processes.append(slave)
-    await wait_until_async(lambda: in_sync(ns.address, slave.address), timeout=15, what="slave in the sync-state set")
-    await wait_until_async(
-        lambda: _routed(ns.address, {0: master.address, 1: slave.address}), timeout=15, what="group routed"
-    )
-    return ns.address, master, slave
-
-
 async def test_a_paused_master_acknowledges_nothing_after_its_lease_and_rejoins_as_a_slave(
     tmp_path: Path, processes: list[DaemonProcess]
 ) -> None:
-    ns, master, slave = await start_group(tmp_path, processes)
+    ns, master, slave = await start_controlled_group(tmp_path, processes)
     acked: set[bytes] = set()
     async with Producer(ns, "sp", **fast_client_options(interval=1.0, persist=1.0)) as producer:
         for i in range(50):
@@ -192,7 +175,7 @@ async def test_a_paused_master_acknowledges_nothing_after_its_lease_and_rejoins_
 async def test_elect_master_moves_the_mastership_and_the_old_master_follows(
     tmp_path: Path, processes: list[DaemonProcess]
 ) -> None:
-    ns, master, slave = await start_group(tmp_path, processes)
+    ns, master, slave = await start_controlled_group(tmp_path, processes)
     async with Producer(ns, "ep", **fast_client_options(interval=1.0, persist=1.0)) as producer:
         for i in range(20):
             assert (await producer.send(Message(TOPIC, f"e-{i}".encode()))).status is SendStatus.SEND_OK
