@@ -35,7 +35,7 @@ from tests.controller_group import (
     read_everything,
     start_controlled_group,
 )
-from tests.helpers import wait_until_async
+from tests.helpers import wait_until, wait_until_async
 from tests.master_slave import fast_client_options, group_addrs
 from tests.metrics_helpers import scrape, value
 
@@ -170,6 +170,76 @@ async def test_a_paused_master_acknowledges_nothing_after_its_lease_and_rejoins_
     got = await read_everything(ns, acked)
     assert acked <= got, f"lost {len(acked - got)} acknowledged messages"
     assert b"queued" not in got
+
+
+PAUSE_SECONDS = 30.0  # the issue's pause: far past the 0.8 s lease and the 1.2 s election
+
+
+async def test_eight_producers_through_a_30s_sigstop_nothing_acknowledged_by_the_paused_master(
+    tmp_path: Path, processes: list[DaemonProcess]
+) -> None:
+    """8 SYNC producers keep sending while the master is paused for 30 s: every write queued at it
+    during the pause is refused after SIGCONT (its lease lapsed), the producers carry on on the
+    elected slave, the old master rejoins as a slave, and every acknowledged message is read."""
+    ns, master, slave = await start_controlled_group(tmp_path, processes)
+    acked: dict[bytes, str] = {}  # body -> the broker that answered SEND_OK
+    #: answered by the new master: alone in its sync-state set until the old master rejoins, it
+    #: stores SYNC sends and answers SLAVE_NOT_AVAILABLE (stored on one node), then SEND_OK
+    on_new: set[bytes] = set()
+    late_from_old: list[tuple[bytes, str]] = []  # answers of the old master received after SIGCONT
+    phase = {"stopped_at": 0.0, "continued_at": 0.0}
+    done = asyncio.Event()
+
+    async def produce(p: int, producer: Producer) -> None:
+        i = 0
+        while not done.is_set():
+            body = f"p{p}-{i}".encode()
+            i += 1
+            try:
+                result = await producer.send(Message(TOPIC, body), timeout=3.0)
+            except PymqError:
+                await asyncio.sleep(0.05)
+                continue
+            answered_at = time.monotonic()
+            if result.store_addr == master.address and phase["continued_at"] and answered_at > phase["continued_at"]:
+                late_from_old.append((body, result.status.value))
+            if result.status is SendStatus.SEND_OK:
+                acked[body] = result.store_addr
+            if result.store_addr == slave.address:
+                on_new.add(body)
+            await asyncio.sleep(0.01)  # ~100 sends/s each: producers at work, not a flood to read back
+
+    async with Producer(ns, "stop8", **fast_client_options(interval=1.0, persist=1.0)) as producer:
+        senders = [asyncio.ensure_future(produce(p, producer)) for p in range(8)]
+        try:
+            await wait_until(lambda: len(acked) >= 200, timeout=20, what="200 acknowledged sends")
+            phase["stopped_at"] = time.monotonic()
+            master.signal(signal.SIGSTOP)
+            try:
+                await wait_until_async(
+                    lambda: master_is(ns, slave.address), timeout=10, interval=0.1, what="the slave elected"
+                )
+                at_election = len(on_new)
+                await asyncio.sleep(max(0.0, phase["stopped_at"] + PAUSE_SECONDS - time.monotonic()))
+                during = len(on_new) - at_election
+            finally:
+                phase["continued_at"] = time.monotonic()
+                master.signal(signal.SIGCONT)
+            await wait_until_async(lambda: in_sync(ns, master.address), timeout=20, what="old master back in sync")
+            await asyncio.sleep(1.0)  # the producers go on a little with the old master as a slave
+        finally:
+            done.set()
+            await asyncio.gather(*senders)
+    assert during > 0, "the producers did not carry on on the elected slave during the pause"
+    # Anything the old master answered after SIGCONT was queued there during the pause: refused.
+    assert not [b for b, status in late_from_old if status == SendStatus.SEND_OK.value], late_from_old[:5]
+    group = (await controller_status(ns))["groups"]["broker-a"]
+    assert group["master"] == slave.address and group["replicas"][master.address]["brokerId"] > 0
+    got = await read_everything(ns, set(acked) | on_new, timeout=30)
+    missing = set(acked) - got
+    assert not missing, f"lost {len(missing)} of {len(acked)} acknowledged messages, e.g. {sorted(missing)[:3]}"
+    assert on_new <= got, f"{len(on_new - got)} messages stored by the new master not read"
+    print(f"sigstop {PAUSE_SECONDS:.0f}s: {len(acked)} acked, {during} stored by the new master during the pause")
 
 
 async def test_elect_master_moves_the_mastership_and_the_old_master_follows(
