@@ -177,3 +177,54 @@ async def test_an_orderly_consumer_relocks_on_the_new_master_and_keeps_the_order
         f"longest send-to-consume {lag:.2f}s"
     )
     assert 0 < relocked < MOVE_BOUND and first_consumed < MOVE_BOUND
+
+
+async def test_kill_9_under_eight_sync_producers_the_consumer_carries_on(
+    tmp_path: Path, processes: list[DaemonProcess]
+) -> None:
+    """kill -9 of the master under 8 SYNC producers and a push consumer: the slave is elected, the
+    producers carry on there, and the consumer gets every acknowledged message and every message
+    the new master stored, without a restart."""
+    ns, master, slave = await start_controlled_group(tmp_path, processes)
+    acked: set[bytes] = set()
+    on_new: set[bytes] = set()  # answered by the new master (SLAVE_NOT_AVAILABLE or SEND_OK: stored)
+    consumed: set[bytes] = set()
+    killed_at: list[float] = []
+    done = asyncio.Event()
+
+    def listener(msgs: list[MessageExt]) -> None:
+        consumed.update(m.body for m in msgs)
+
+    async def produce(p: int, producer: Producer) -> None:
+        i = 0
+        while not done.is_set():
+            body = f"k{p}-{i}".encode()
+            i += 1
+            try:
+                result = await producer.send(Message(TOPIC, body), timeout=3.0)
+            except PymqError:
+                await asyncio.sleep(0.05)
+                continue
+            if result.status.value == "SEND_OK":
+                acked.add(body)
+            if killed_at and result.store_addr == slave.address:
+                on_new.add(body)
+            await asyncio.sleep(0.01)
+
+    consumer = PushConsumer(ns, "kill-movers", instance_name="kill-consumer")
+    consumer.subscribe(TOPIC)
+    consumer.register_listener(listener)
+    async with consumer, Producer(ns, "kill8") as producer:
+        senders = [asyncio.ensure_future(produce(p, producer)) for p in range(8)]
+        try:
+            await wait_until(lambda: len(acked) >= 200 and len(consumed) >= 100, timeout=20, what="traffic")
+            master.kill()  # kill -9
+            killed_at.append(time.monotonic())
+            await wait_until(lambda: len(on_new) >= 200, timeout=20, what="200 sends stored by the new master")
+        finally:
+            done.set()
+            await asyncio.gather(*senders)
+        want = acked | on_new
+        await wait_until(lambda: want <= consumed, timeout=30, what="the consumer to get every stored message")
+    assert await master_is(ns, slave.address)
+    print(f"kill -9 under 8 producers: {len(acked)} acked, {len(on_new)} on the new master, {len(consumed)} consumed")
