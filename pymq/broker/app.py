@@ -192,7 +192,7 @@ class BrokerApp:
         #: started once serving, stopped first (the registrar last in, first out)
         self.serving_services: list[Service] = [
             PeriodicService("client-scan", config.client_scan_interval_seconds, self.consumers.scan_expired),
-            PeriodicService("offset-persist", config.offset_flush_interval_seconds, self.offsets.persist_if_dirty),
+            PeriodicService("offset-persist", config.offset_flush_interval_seconds, self.offsets.persist_in_thread),
             PeriodicService("stats-sample", 1.0, self.stats.sample),
             PeriodicService("fence-check", config.register_interval_seconds, self._fence_check),
             self.registrar,

@@ -1,11 +1,15 @@
 """Committed consumer offsets: ``topic@group -> {queueId -> next offset to consume}``.
 
 Persisted in ``<storeDir>/config/consumerOffset.json`` every few seconds and at shutdown
-(standard JSON: queue ids become string keys).
+(standard JSON: queue ids become string keys). The periodic write runs on a thread
+(:meth:`ConsumerOffsetManager.persist_in_thread`): a large table's JSON and its two fsyncs must
+not stall the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 from pymq.broker.store.config_files import read_json, write_json_atomic
@@ -16,6 +20,9 @@ class ConsumerOffsetManager:
         self.path = path
         self.table: dict[str, dict[int, int]] = {}
         self._dirty = False
+        #: one write at a time: the last write to finish must be the latest snapshot (a periodic
+        #: write on its thread and the shutdown's write may overlap)
+        self._write_lock = threading.Lock()
 
     @staticmethod
     def key(topic: str, group: str) -> str:
@@ -32,14 +39,22 @@ class ConsumerOffsetManager:
         return {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(self.table.items())}
 
     def persist(self) -> None:
-        self._dirty = False
-        write_json_atomic(self.path, {"offsetTable": self.wire_table()})
+        with self._write_lock:
+            self._dirty = False
+            # wire_table() copies each dict with sorted() (one C call each): safe off the loop
+            write_json_atomic(self.path, {"offsetTable": self.wire_table()})
 
     def persist_if_dirty(self) -> bool:
         if self._dirty:
             self.persist()
             return True
         return False
+
+    async def persist_in_thread(self) -> bool:
+        """:meth:`persist_if_dirty` on a worker thread (the periodic write)."""
+        if not self._dirty:
+            return False
+        return await asyncio.to_thread(self.persist_if_dirty)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         offsets = self.table.setdefault(self.key(topic, group), {})

@@ -145,3 +145,25 @@ def test_subscription_group_settings_validated(tmp_path: Path) -> None:
     again = SubscriptionGroupManager(tmp_path / "sg.json", auto_create=False)
     again.load()
     assert again.get("new-group") is not None and again.get("other") is None
+
+
+async def test_offsets_periodic_write_runs_off_the_loop_and_only_when_dirty(tmp_path: Path) -> None:
+    """The periodic write happens on a worker thread, and only when something was committed."""
+    path = tmp_path / "consumerOffset.json"
+    m = ConsumerOffsetManager(path)
+    assert not await m.persist_in_thread() and not path.exists()
+    m.commit("g", "t", 0, 7)
+    writers: list[str] = []
+    real = m.persist_if_dirty
+
+    def recording() -> bool:
+        writers.append(threading.current_thread().name)
+        return real()
+
+    m.persist_if_dirty = recording  # type: ignore[method-assign]
+    assert await m.persist_in_thread()
+    assert writers and writers[0] != threading.main_thread().name
+    again = ConsumerOffsetManager(path)
+    again.load()
+    assert again.query("g", "t", 0) == 7
+    assert not await m.persist_in_thread()
