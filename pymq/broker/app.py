@@ -51,10 +51,11 @@ from pymq.broker.put_path import PutPath
 from pymq.broker.registration import NamesrvRegistrar
 from pymq.broker.remoting import RemotingContext, remoting_handlers
 from pymq.broker.retry.sendback import SendBackHandlers
-from pymq.broker.role.change import RoleChanger, newer_master
+from pymq.broker.role.change import RoleChanger
+from pymq.broker.role.fencing import fence_at_startup, fence_check, join_controller
 from pymq.broker.role.gate import ReadOnlyRole, follow_role
 from pymq.broker.role.master_services import MasterServices, Step
-from pymq.broker.role.state import RoleEvent, RoleMachine, RoleState
+from pymq.broker.role.state import RoleMachine
 from pymq.broker.runtime_config import RuntimeConfig
 from pymq.broker.service import PeriodicService, Service
 from pymq.broker.stats import BrokerStats
@@ -73,7 +74,6 @@ from pymq.protocol.codes import NAMESRV_REQUEST_CODES, RequestCode
 from pymq.protocol.command import Command
 from pymq.protocol.requests import ConsumerGroupRequest
 from pymq.security.daemon import acl_interceptor, daemon_signer, listener_tls, outgoing_tls
-from pymq.tasks import wait_within
 from pymq.transport.client import RpcClient
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.limits import limits_from_settings
@@ -363,9 +363,18 @@ class BrokerApp:
         )
         self.services.append(self.replication)
         if not self.is_slave and not cfg.controller_mode:  # in controller mode, the controller decides
-            await self._fence_at_startup(self.replication)
+            await fence_at_startup(self.namesrv_client, cfg, self.address, self.role, self.replication)
         if cfg.controller_mode:
-            await self._join_controller(self.replication, store)
+            self.controller_link = await join_controller(
+                cfg,
+                self.namesrv_client,
+                self.role_changer,
+                lambda: self.address,
+                self.replication,
+                store,
+                self.dispatcher,
+                self.serving_services,
+            )
         if self.is_slave:
             self.drop_master_state()  # a slave keeps no delivery state of its own (see drop_master_state)
         self.transaction.open(store, master=not self.is_slave)
@@ -524,68 +533,10 @@ class BrokerApp:
 
     # --- replication ------------------------------------------------------------------------------------------
 
-    async def _fence_at_startup(self, replication: Replication) -> None:
-        """A master whose group has a master of a newer term starts as that master's slave."""
-        cfg = self.config
-        replication.epochs.load()
-        try:
-            newer = await wait_within(
-                newer_master(self.namesrv_client, cfg, self.address, replication.epochs.epoch), 5.0
-            )
-        except TimeoutError:
-            log.warning("fence_check_timed_out", namesrv=cfg.namesrv_addrs)
-            return
-        if newer is None:
-            return
-        master, epoch, broker_id = newer
-        log.warning(
-            "fenced_by_newer_master",
-            master=master,
-            master_epoch=epoch,
-            own_epoch=replication.epochs.epoch,
-            broker_id=broker_id,
-        )
-        self.role.fire(RoleEvent.DEMOTE, master_addr=master, broker_id=broker_id, epoch=replication.epochs.epoch)
-
-    async def _join_controller(self, replication: Replication, store: MessageStore) -> None:
-        """Controller mode (issue 32): the first heartbeat, before serving; the lease gate and the
-        heartbeat loop. A master whose group has a live master is refused here (ConfigError)."""
-        from pymq.broker.role.controlled import ControllerLink, LeaseGate
-
-        replication.epochs.load()
-        # Its own client: reconnecting to a restarted controller must not wait out the nameserver
-        # client's backoff (up to 5 s) while the lease runs; same TLS and signing.
-        interval = self.config.controller_heartbeat_seconds
-        rpc = RpcClient(connect_timeout=interval * 2, backoff_max=interval, ssl=self.namesrv_client.ssl)
-        rpc.signer = self.namesrv_client.signer
-        link = self.controller_link = ControllerLink(
-            self.config,
-            rpc,
-            self.role_changer,
-            address=lambda: self.address,
-            max_offset=lambda: store.max_phy_offset,
-            sync_set=replication.report_sync_state_set,
-            confirm_sync_set=replication.confirm_sync_set,
-        )
-        replication.on_sync_change = link.wake
-        try:
-            link.apply_at_startup(await link.join())
-        except BaseException:
-            await rpc.close()
-            raise
-        self.dispatcher.add_interceptor(LeaseGate(link))
-        self.serving_services.insert(0, link)
-
     async def _fence_check(self) -> None:
-        """Each registration interval: a running master steps down for a master of a newer term."""
-        rep = self.replication
-        if rep is None or self.role.current.state is not RoleState.MASTER or self.config.controller_mode:
-            return
-        newer = await newer_master(self.namesrv_client, self.config, self.address, rep.epochs.epoch)
-        if newer is not None:
-            master, epoch, broker_id = newer
-            log.warning("fenced_by_newer_master", master=master, master_epoch=epoch, own_epoch=rep.epochs.epoch)
-            await self.role_changer.demote(master, broker_id)
+        await fence_check(
+            self.namesrv_client, self.config, self.address, self.role, self.role_changer, self.replication
+        )
 
     def _master_main_addr(self) -> str | None:
         """A slave's master (its normal port): what the nameserver answered, else the configured one."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pymq.config import ProxyConfig
 from pymq.grpc_proxy.server import GrpcProxy
-from pymq.grpc_proxy.service import ProxySettings
+from pymq.grpc_proxy.settings import ProxySettings
 
 
 class ProxyApp:

@@ -12,7 +12,8 @@ import grpc
 from pymq.client.producer import Producer
 from pymq.errors import ConfigError
 from pymq.grpc_proxy.auth import DEFAULT_DATE_WINDOW_SECONDS, GrpcAcl
-from pymq.grpc_proxy.service import MessagingService, ProxySettings, add_to_server
+from pymq.grpc_proxy.service import MessagingService, add_to_server
+from pymq.grpc_proxy.settings import ProxySettings
 from pymq.protocol.message import MessageExt
 from pymq.protocol.requests import CheckTransactionStateRequest
 from pymq.security.acl import AclFileError

@@ -25,6 +25,7 @@ from pymq.grpc_proxy.handlers import Malformed, generic_handler
 from pymq.grpc_proxy.mapping import MappingError
 from pymq.grpc_proxy.pb import definition_pb2 as pb
 from pymq.grpc_proxy.pb import service_pb2 as spb
+from pymq.grpc_proxy.settings import ProxySettings, effective_settings
 from pymq.grpc_proxy.topic_types import TopicTypes
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.message import MessageExt, Prop, iter_messages
@@ -45,34 +46,6 @@ _EMPTY = (ResponseCode.NO_MESSAGE, ResponseCode.POLLING_TIMEOUT)
 #: commands a Telemetry stream may hold for a client that does not read them; past it, check-backs are dropped
 _TELEMETRY_BACKLOG = 64
 _TX_TYPES = {pb.COMMIT: TRANSACTION_COMMIT_TYPE, pb.ROLLBACK: TRANSACTION_ROLLBACK_TYPE}
-
-
-class ProxySettings:
-    """What the front end tells clients in Telemetry settings, and its own limits."""
-
-    def __init__(
-        self,
-        *,
-        max_body_size: int = 4 * 1024 * 1024,
-        receive_batch_size: int = 32,
-        long_polling_ms: int = 20_000,
-        default_invisible_ms: int = 30_000,
-        max_delivery_attempts: int = 17,
-        client_expiry_s: float = 60.0,
-        topic_config_ttl_s: float = 10.0,
-        unset_message_type_is_normal: bool = False,
-    ) -> None:
-        self.max_body_size = max_body_size
-        self.receive_batch_size = receive_batch_size
-        self.long_polling_ms = long_polling_ms
-        self.default_invisible_ms = default_invisible_ms
-        self.max_delivery_attempts = max_delivery_attempts
-        #: a 5.x client silent this long is unregistered from the brokers (under their 120 s channel expiry)
-        self.client_expiry_s = client_expiry_s
-        #: how long a topic's message.type attribute is trusted before it is read again
-        self.topic_config_ttl_s = topic_config_ttl_s
-        #: RocketMQ's rule for a topic without message.type (NORMAL only); pymq's default accepts every type
-        self.unset_message_type_is_normal = unset_message_type_is_normal
 
 
 class MessagingService:
@@ -312,32 +285,8 @@ class MessagingService:
         return None
 
     def effective_settings(self, asked: pb.Settings) -> pb.Settings:
-        """The client's settings with the server-side values filled in (backoff, batch size, polling, body limit)."""
-        out = pb.Settings()
-        out.CopyFrom(asked)
-        s = self.settings
-        if asked.client_type == pb.PRODUCER:
-            out.backoff_policy.CopyFrom(
-                pb.RetryPolicy(
-                    max_attempts=3,
-                    exponential_backoff=pb.ExponentialBackoff(
-                        initial=mapping.duration(10), max=mapping.duration(1000), multiplier=2.0
-                    ),
-                )
-            )
-            out.publishing.max_body_size = s.max_body_size
-            out.publishing.validate_message_type = True
-        else:
-            out.backoff_policy.CopyFrom(
-                pb.RetryPolicy(
-                    max_attempts=s.max_delivery_attempts,
-                    customized_backoff=pb.CustomizedBackoff(next=[mapping.duration(1000), mapping.duration(5000)]),
-                )
-            )
-            out.subscription.receive_batch_size = s.receive_batch_size
-            out.subscription.long_polling_timeout.CopyFrom(mapping.duration(s.long_polling_ms))
-            out.subscription.fifo = False
-        return out
+        """The client's settings with the server-side values filled in (see settings.effective_settings)."""
+        return effective_settings(self.settings, asked)
 
     # --- send ----------------------------------------------------------------------------------------------------
 

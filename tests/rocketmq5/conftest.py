@@ -24,7 +24,7 @@ import pytest
 from pymq.client.admin import AdminClient
 from pymq.errors import PymqError
 from pymq.grpc_proxy import GrpcProxy
-from pymq.grpc_proxy.service import ProxySettings
+from pymq.grpc_proxy.settings import ProxySettings
 from pymq.testing import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from pymq.grpc_proxy.auth import sign
 from pymq.grpc_proxy.pb import definition_pb2 as pb
 from pymq.grpc_proxy.pb import service_pb2 as spb
 from pymq.grpc_proxy.pb.service_pb2_grpc import MessagingServiceStub
-from pymq.grpc_proxy.service import ProxySettings
+from pymq.grpc_proxy.settings import ProxySettings
 from pymq.testing import LocalCluster
 from tests.acl_accounts import BROKER_CREDENTIALS, account, acl_toml, admin_account, write_acl
 from tests.helpers import wait_until, wait_until_async
