@@ -6,18 +6,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pymq.client import broker_api
 from pymq.errors import ClientError, PymqError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body
+from pymq.protocol.message import MessageExt
 from pymq.protocol.record import decode_offset_msg_id
 from pymq.protocol.route import MASTER_ID
 
-if TYPE_CHECKING:
-    from pymq.client.admin import AdminClient
+
+class AdminClient(Protocol):
+    """What these operations use of :class:`pymq.client.admin.AdminClient` (named here, not
+    imported: admin.py imports this module)."""
+
+    async def cluster_info(self) -> dict[str, Any]: ...
+
+    async def master_addrs(self, cluster: str | None = None) -> dict[str, str]: ...
+
+    async def broker_call(self, addr: str, cmd: Command, ok: tuple[int, ...] = (0,)) -> Command: ...
+
+    async def query_id(self, msg_id: str, topic: str | None = None) -> MessageExt: ...
 
 
 def directly_answer(body: bytes) -> dict[str, Any]:
