@@ -43,6 +43,7 @@ from pymq.errors import InvalidRequestError
 from pymq.protocol.requests_many import MAX_QUEUES_PER_REQUEST as MAX_QUEUES_PER_REQUEST
 from pymq.protocol.requests_many import QueryQueueOffsetsRequest as QueryQueueOffsetsRequest
 from pymq.protocol.requests_many import WaitQueueArrivalRequest as WaitQueueArrivalRequest
+from pymq.protocol.requests_operator import ConsumeMessageDirectlyRequest as ConsumeMessageDirectlyRequest
 from pymq.protocol.requests_pop import MAX_BATCH_ACK as MAX_BATCH_ACK
 from pymq.protocol.requests_pop import MAX_INVISIBLE_MS as MAX_INVISIBLE_MS
 from pymq.protocol.requests_pop import MAX_POP_MSG_NUMS as MAX_POP_MSG_NUMS

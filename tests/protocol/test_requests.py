@@ -246,6 +246,10 @@ CASES: list[tuple[rq.Header, dict[str, Any]]] = [
         rq.ControllerElectRequest(broker_name="b", broker_addr="h:2"),
         {"brokerName": "b", "brokerAddr": "h:2"},
     ),
+    (
+        rq.ConsumeMessageDirectlyRequest(consumer_group="g", client_id="c@1", msg_id="AB", broker_name="b", topic="t"),
+        {"consumerGroup": "g", "clientId": "c@1", "msgId": "AB", "brokerName": "b", "topic": "t"},
+    ),
 ]  # fmt: skip
 
 IDS = [type(h).__name__ for h, _ in CASES]
