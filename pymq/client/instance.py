@@ -413,6 +413,11 @@ class ClientInstance:
         check(channel.remote_addr, header, msg)
         return None
 
+    def _no_consumer(self, cmd: Command, group: str) -> Command:
+        """The answer to a relayed request for a group this client does not consume in."""
+        why = f"client {self.client_id} has no consumer of group {group}"
+        return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, why)
+
     def _on_running_info(self, cmd: Command, channel: Channel) -> Command:
         """A broker relays an admin's GET_CONSUMER_RUNNING_INFO: the group's consumer describes itself.
 
@@ -421,10 +426,7 @@ class ClientInstance:
         header = ConsumerRunningInfoRequest.from_ext(cmd.ext)
         consumer = self.consumers.get(header.consumer_group)
         if consumer is None:
-            return cmd.response(
-                ResponseCode.CONSUMER_NOT_ONLINE,
-                f"client {self.client_id} has no consumer of group {header.consumer_group}",
-            )
+            return self._no_consumer(cmd, header.consumer_group)
         if header.client_id != self.client_id:
             log.warning("running_info_other_client_id", asked=header.client_id, client_id=self.client_id)
         info = consumer.running_info(self.client_id, jstack=header.jstack_enable)
@@ -436,10 +438,7 @@ class ClientInstance:
         header = ConsumeMessageDirectlyRequest.from_ext(cmd.ext)
         consumer = self.consumers.get(header.consumer_group)
         if consumer is None:
-            return cmd.response(
-                ResponseCode.CONSUMER_NOT_ONLINE,
-                f"client {self.client_id} has no consumer of group {header.consumer_group}",
-            )
+            return self._no_consumer(cmd, header.consumer_group)
         consume = getattr(consumer, "consume_message_directly", None)
         if consume is None:
             return cmd.response(
