@@ -305,8 +305,9 @@ def _read_ext(buf: bytes, pos: int, end: int) -> dict[str, str]:
                 raise RemotingFrameError("extFields key", "length runs past the header")
             (n,) = u16(buf, pos)
             pos += 2
-            if n == 0 or pos + n + 4 > end:
-                raise RemotingFrameError("extFields key", "empty key" if n == 0 else f"length {n} runs past the header")
+            # an empty key is read as RocketMQ's decoder reads it (and as a JSON header gives it)
+            if pos + n + 4 > end:
+                raise RemotingFrameError("extFields key", f"length {n} runs past the header")
             key = buf[pos : pos + n].decode()
             pos += n
             (m,) = i32(buf, pos)

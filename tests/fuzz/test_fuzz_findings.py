@@ -174,8 +174,8 @@ def test_fuzz_pop_checkpoint_in_range_round_trips() -> None:
 # --- grpc_mapping: what a 5.x client's SendMessage / Telemetry may carry ------------------------------------
 
 
-def _grpc_target() -> Any:
-    """fuzz/targets.py's grpc_mapping target (fuzz/ is not a package)."""
+def _target(name: str) -> Any:
+    """One of fuzz/targets.py's targets (fuzz/ is not a package)."""
     import sys
 
     fuzz = Path(__file__).resolve().parents[2] / "fuzz"
@@ -184,7 +184,11 @@ def _grpc_target() -> Any:
         import targets
     finally:
         sys.path.remove(str(fuzz))
-    return targets.TARGETS["grpc_mapping"]
+    return targets.TARGETS[name]
+
+
+def _grpc_target() -> Any:
+    return _target("grpc_mapping")
 
 
 # (target "grpc_mapping", found by libFuzzer with the dictionary's "REAL_TOPIC") byte 0: SendMessageRequest; a
@@ -276,3 +280,25 @@ def test_fuzz_grpc_unknown_user_agent_language_is_other() -> None:
     assert mapping.client_language("", pb.UA(language=pb.PYTHON)) == "PYTHON"
     settings = pb.Settings(client_type=pb.PRODUCER, user_agent=agent)
     _grpc_target()(b"\x0a" + spb.TelemetryCommand(settings=settings).SerializeToString())
+
+
+# --- remoting: a JSON header's empty extFields key did not survive the binary header ---------------------------
+
+# (target "remoting", under ASan + UBSan, 2026-11-28) a JSON SEND_MESSAGE_V2 whose extFields hold a "" key: the
+# JSON decoder took it, and the ROCKETMQ (binary) form of the same command was refused ("extFields key: empty
+# key"). RocketMQ's binary decoder reads an empty key like any other; pymq's now does too.
+REMOTING_EMPTY_EXT_KEY = base64.b64decode(
+    "AAABEQAAAQh7ImNvZGUiOjMxMCwiZXh0RmllbGRzIjp7ImEiOiJQRyIsImIiOiJUIiwiYyI6IlRCVzEwMiIsImQiOiI0IiwiZSI6"
+    "IjEiLCJmIjoiMCIsImciOiIxNzAwMDAwMDAwMDAwIiwiaCI6IjAiLCJpIjoiVEFHU1x1MDAwMWFcdTAwMDNLRVlTXHUwMDAxa1x1"
+    "MDAwMiIsImoiOiIwayIsIiI6ImZhbHNlIiwibSI6ImZhbHNlIn0sImZsYWciOjAsImxhbmd1YWdlIjoiSkFWQSIsIm9wYXF1ZSI6"
+    "MSwic2VyaWFsaXplVHlwZUN1cnJlbnRSUEMiOiJKU09OIiwidmVyc2lvbiI6MH1oZWxsbw=="
+)
+
+
+def test_fuzz_remoting_empty_ext_key_survives_both_header_types() -> None:
+    _target("remoting")(REMOTING_EMPTY_EXT_KEY)  # raised RemotingFrameError before the fix
+    from pymq.remoting import command as rc
+    from pymq.remoting.command import RemotingCommand, SerializeType
+
+    cmd = RemotingCommand(310, ext_fields={"": "x", "a": "PG"}, serialize_type=SerializeType.ROCKETMQ)
+    assert rc.decode_frame(rc.encode(cmd)).ext_fields == {"": "x", "a": "PG"}
