@@ -36,6 +36,8 @@ class ConfigWriter:
         self.path = path
         self.snapshot = snapshot
         self._lock = threading.Lock()
+        #: one write at a time (the thread's and a flush's): the last to finish holds the latest snapshot
+        self._write_lock = threading.Lock()
         #: changes made so far / the count covered by the last successful write
         self._changes = 0
         self._written = 0
@@ -78,14 +80,15 @@ class ConfigWriter:
                 return
 
     def _write_once(self) -> bool:
-        with self._lock:
-            covers = self._changes
         error: Exception | None = None
-        try:
-            write_json_atomic(self.path, self.snapshot())
-        except Exception as exc:  # a full or read-only disk: logged, and told to whoever waits
-            error = exc
-            log.error("config_write_failed", path=str(self.path), reason=f"{type(exc).__name__}: {exc}")
+        with self._write_lock:
+            with self._lock:
+                covers = self._changes
+            try:
+                write_json_atomic(self.path, self.snapshot())
+            except Exception as exc:  # a full or read-only disk: logged, and told to whoever waits
+                error = exc
+                log.error("config_write_failed", path=str(self.path), reason=f"{type(exc).__name__}: {exc}")
         with self._lock:
             if error is None:
                 self._written = max(self._written, covers)
