@@ -3,11 +3,15 @@ short timeouts, the CONTROLLER_STATUS questions the tests ask, a raw send and a 
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pymq.client import ConsumeFromWhere, PullConsumer
+from pymq.client import ConsumeFromWhere, Message, Producer, PullConsumer
+from pymq.client.send_result import SendResult
+from pymq.errors import PymqError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.frame import Command
 from pymq.protocol.headers import decode_body
@@ -91,3 +95,21 @@ async def start_controlled_group(
 
     await wait_until_async(routed, timeout=15, what="group routed")
     return ns.address, master, slave
+
+
+async def keep_sending(
+    producer: Producer, prefix: str, done: asyncio.Event, on_result: Callable[[bytes, SendResult], None]
+) -> None:
+    """One SYNC producer at work (~100 sends/s) until ``done``: each answer goes to ``on_result``; a
+    failed send (a master gone, no route yet) is retried with the next body after 50 ms."""
+    i = 0
+    while not done.is_set():
+        body = f"{prefix}-{i}".encode()
+        i += 1
+        try:
+            result = await producer.send(Message(TOPIC, body), timeout=3.0)
+        except PymqError:
+            await asyncio.sleep(0.05)
+            continue
+        on_result(body, result)
+        await asyncio.sleep(0.01)  # producers at work, not a flood to read back

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from pymq.client import Message, Producer, PushConsumer, SimpleConsumer, broker_api
+from pymq.client.send_result import SendResult, SendStatus
 from pymq.errors import PymqError
 from pymq.protocol.headers import decode_body
 from pymq.protocol.message import MessageExt
@@ -30,7 +31,7 @@ from pymq.protocol.requests import LOCK_OK_MQ_SET
 from pymq.protocol.route import MessageQueue
 from pymq.testing import DaemonProcess
 from pymq.transport.client import RpcClient
-from tests.controller_group import QUEUES, TOPIC, master_is, start_controlled_group
+from tests.controller_group import QUEUES, TOPIC, keep_sending, master_is, start_controlled_group
 from tests.helpers import wait_until, wait_until_async
 
 pytestmark = pytest.mark.integration
@@ -195,27 +196,17 @@ async def test_kill_9_under_eight_sync_producers_the_consumer_carries_on(
     def listener(msgs: list[MessageExt]) -> None:
         consumed.update(m.body for m in msgs)
 
-    async def produce(p: int, producer: Producer) -> None:
-        i = 0
-        while not done.is_set():
-            body = f"k{p}-{i}".encode()
-            i += 1
-            try:
-                result = await producer.send(Message(TOPIC, body), timeout=3.0)
-            except PymqError:
-                await asyncio.sleep(0.05)
-                continue
-            if result.status.value == "SEND_OK":
-                acked.add(body)
-            if killed_at and result.store_addr == slave.address:
-                on_new.add(body)
-            await asyncio.sleep(0.01)
+    def on_result(body: bytes, result: SendResult) -> None:
+        if result.status is SendStatus.SEND_OK:
+            acked.add(body)
+        if killed_at and result.store_addr == slave.address:
+            on_new.add(body)
 
     consumer = PushConsumer(ns, "kill-movers", instance_name="kill-consumer")
     consumer.subscribe(TOPIC)
     consumer.register_listener(listener)
     async with consumer, Producer(ns, "kill8") as producer:
-        senders = [asyncio.ensure_future(produce(p, producer)) for p in range(8)]
+        senders = [asyncio.ensure_future(keep_sending(producer, f"k{p}", done, on_result)) for p in range(8)]
         try:
             await wait_until(lambda: len(acked) >= 200 and len(consumed) >= 100, timeout=20, what="traffic")
             master.kill()  # kill -9

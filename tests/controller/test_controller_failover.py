@@ -18,7 +18,7 @@ import pytest
 
 from pymq.cli.common import EXIT_CONFIG
 from pymq.client import Message, Producer
-from pymq.client.send_result import SendStatus
+from pymq.client.send_result import SendResult, SendStatus
 from pymq.errors import PymqError
 from pymq.protocol.codes import ResponseCode
 from pymq.testing import DaemonProcess, broker_process, namesrv_process
@@ -30,6 +30,7 @@ from tests.controller_group import (
     controller_status,
     create_topic,
     in_sync,
+    keep_sending,
     master_is,
     raw_send,
     read_everything,
@@ -190,27 +191,16 @@ async def test_eight_producers_through_a_30s_sigstop_nothing_acknowledged_by_the
     phase = {"stopped_at": 0.0, "continued_at": 0.0}
     done = asyncio.Event()
 
-    async def produce(p: int, producer: Producer) -> None:
-        i = 0
-        while not done.is_set():
-            body = f"p{p}-{i}".encode()
-            i += 1
-            try:
-                result = await producer.send(Message(TOPIC, body), timeout=3.0)
-            except PymqError:
-                await asyncio.sleep(0.05)
-                continue
-            answered_at = time.monotonic()
-            if result.store_addr == master.address and phase["continued_at"] and answered_at > phase["continued_at"]:
-                late_from_old.append((body, result.status.value))
-            if result.status is SendStatus.SEND_OK:
-                acked[body] = result.store_addr
-            if result.store_addr == slave.address:
-                on_new.add(body)
-            await asyncio.sleep(0.01)  # ~100 sends/s each: producers at work, not a flood to read back
+    def on_result(body: bytes, result: SendResult) -> None:
+        if result.store_addr == master.address and phase["continued_at"] and time.monotonic() > phase["continued_at"]:
+            late_from_old.append((body, result.status.value))
+        if result.status is SendStatus.SEND_OK:
+            acked[body] = result.store_addr
+        if result.store_addr == slave.address:
+            on_new.add(body)
 
     async with Producer(ns, "stop8", **fast_client_options(interval=1.0, persist=1.0)) as producer:
-        senders = [asyncio.ensure_future(produce(p, producer)) for p in range(8)]
+        senders = [asyncio.ensure_future(keep_sending(producer, f"p{p}", done, on_result)) for p in range(8)]
         try:
             await wait_until(lambda: len(acked) >= 200, timeout=20, what="200 acknowledged sends")
             phase["stopped_at"] = time.monotonic()
