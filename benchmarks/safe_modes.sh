@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Issue 34's figures: what each safe mode costs next to the plain path, measured in the same
+# minutes, ROUNDS times, with the peers (Redis Streams, the bare-uvloop ceiling) before and after.
+#
+#   bash benchmarks/safe_modes.sh [OUT_DIR] [ROUNDS]     # default /tmp/pymq-safe-modes 2
+#
+# Every safe figure sits next to its plain counterpart of the same round (the ratio is the
+# figure): SYNC_MASTER / ASYNC_MASTER vs no slave (replication_bench.py), pop + ack vs push
+# (pop_bench.py), ACL + TLS vs plain (single sends and batches of 64; ACL alone and TLS alone
+# too), transactional vs plain sync sends, SYNC_FLUSH vs the bare-server floor whose async
+# rate matches pymq's ASYNC_FLUSH rate (sync_floor_bench.py at several --work-us), and the
+# Spark source vs its zero-work source. Needs .venv with '.[dev]'; the peers as
+# ../shared/bench/peers/README.md says (skipped when missing); java for the Spark row.
+# About 6 minutes a round. Ends with benchmarks/safe_modes_summary.py's table (OUT_DIR/summary.md).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-/tmp/pymq-safe-modes}
+rounds=${2:-2}
+mkdir -p "$out"
+py=.venv/bin/python
+bench=.venv/bin/pymq-bench
+peers=../shared/bench/peers
+run() { # name, command...
+    local name=$1; shift
+    echo "== $name: $*" | tee -a "$out/log.txt"
+    "$@" > "$out/$name.json" 2> "$out/$name.err"
+    echo "   exit $?" | tee -a "$out/log.txt"
+}
+peer_round() {
+    if [ -x /tmp/peers/venv/bin/python ] && command -v redis-server >/dev/null; then
+        run "peers-$1" /tmp/peers/venv/bin/python $peers/run_peers.py --peer redis,ceiling --workload W1,W2,W4 \
+            --manage --wait-quiet 30 --json --out "$out/peers-$1-runs.json"
+    fi
+}
+for r in $(seq "$rounds"); do
+    peer_round "before-$r"
+    run "repl-$r"         $py benchmarks/replication_bench.py --producers 8 --seconds 5 --json
+    run "pop-$r"          $py benchmarks/pop_bench.py --messages 20000 --json
+    run "single-$r"       $bench producer --embedded --quiet --json --count 20000
+    run "single-acl-tls-$r" $bench producer --embedded --quiet --json --count 20000 --acl --tls
+    run "single-acl-$r"   $bench producer --embedded --quiet --json --count 20000 --acl
+    run "single-tls-$r"   $bench producer --embedded --quiet --json --count 20000 --tls
+    run "batch-$r"        $bench producer --embedded --quiet --json --count 200000 --batch-size 64
+    run "batch-acl-tls-$r" $bench producer --embedded --quiet --json --count 200000 --batch-size 64 --acl --tls
+    run "sync-$r"         $bench producer --embedded --quiet --json --count 10000
+    run "txn-$r"          $bench producer --embedded --quiet --json --count 10000 --mode transaction
+    run "flush-async-$r"  $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush ASYNC_FLUSH
+    run "flush-sync-$r"   $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush SYNC_FLUSH
+    run "floor-$r"        $py benchmarks/sync_floor_bench.py --work-us 10 30 60 100 --sync-by syncer --dir "$out" --json
+    if command -v java >/dev/null; then run "spark-$r" $py benchmarks/spark_bench.py --messages 1000000 --json; fi
+    peer_round "after-$r"
+done
+$py benchmarks/safe_modes_summary.py "$out" "$rounds" | tee "$out/summary.md"
+echo "results in $out"
