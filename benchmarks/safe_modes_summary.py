@@ -104,7 +104,8 @@ def ratios(out: Path, r: int) -> list[tuple[str, float | None, str, float]]:
         (
             "Spark source / zero-work source",
             spark.get("source_vs_ceiling"),
-            f"{fmt(spark.get('source_rows_per_sec'))} vs {fmt(spark.get('ceiling_rows_per_sec'))} rows/s",
+            f"{fmt(spark.get('source_rows_per_sec'))} vs {fmt(spark.get('ceiling_rows_per_sec'))} rows/s; "
+            f"decode floor {fmt(spark.get('decode_floor_rows_per_sec'))} = {spark.get('decode_floor_vs_ceiling', '—')}",
             0.85,
         )
     )

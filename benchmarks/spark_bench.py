@@ -5,8 +5,10 @@
 1. Produce N messages of 1 KiB into a topic (8 queues) on an embedded cluster (child process).
 2. Ceiling: a trivial in-memory source through the same API (Arrow batches, same row count,
    same partitioning), read with availableNow into the noop sink.
-3. pymq source: the topic read with availableNow into the noop sink.
-4. pymq sink: a DataFrame of N/4 rows written with df.write.format("pymq").
+3. Decode floor: the same API, each batch decoded by the connector's decoder from a prebuilt pull
+   answer of 4096 stored records (what the source does per batch, without the broker and the pull).
+4. pymq source: the topic read with availableNow into the noop sink.
+5. pymq sink: a DataFrame of N/4 rows written with df.write.format("pymq").
 Each figure is rows / wall seconds of the query (SparkSession start excluded).
 """
 
@@ -64,6 +66,35 @@ class CeilingStream(DataSourceStreamReader):
         batch = records_to_batch([one * 4096], "broker-a")
         for off in range(0, partition.n, 4096):
             yield batch.slice(0, min(4096, partition.n - off))
+
+
+class DecodeStream(CeilingStream):
+    """Yields batches the connector's decoder makes from one prebuilt pull answer, again and again:
+    the Spark source's work without the broker and the network (the decode floor)."""
+
+    def read(self, partition: _Range):  # type: ignore[no-untyped-def]
+        from pymq.protocol.record import encode_properties, encode_record
+        from pymq.spark_connector.arrow import records_to_batch
+
+        one = encode_record(b"SparkBench", b"x" * 1024, encode_properties({"UNIQ_KEY": "C0A80001" * 4}))
+        answer = one * 4096
+        for off in range(0, partition.n, 4096):
+            batch = records_to_batch([answer], "broker-a")
+            yield batch if partition.n - off >= 4096 else batch.slice(0, partition.n - off)
+
+
+class DecodeSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "decodefloor"
+
+    def schema(self) -> str:
+        from pymq.spark_connector.options import SCHEMA_DDL
+
+        return SCHEMA_DDL
+
+    def streamReader(self, schema):  # type: ignore[no-untyped-def]
+        return DecodeStream(self.options)
 
 
 class CeilingSource(DataSource):
@@ -132,9 +163,11 @@ def _run(n: int, tmp: str) -> dict[str, float | int]:
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         spark.dataSource.register(CeilingSource)
+        spark.dataSource.register(DecodeSource)
         # Warm up the JVM and the Python workers once.
         timed_available_now(spark, spark.readStream.format("ceiling").option("rows", "50000").load(), tmp)
         ceiling = timed_available_now(spark, spark.readStream.format("ceiling").option("rows", str(n)).load(), tmp)
+        decoded = timed_available_now(spark, spark.readStream.format("decodefloor").option("rows", str(n)).load(), tmp)
         source_df = (
             spark.readStream.format("pymq").option("namesrv", ns).option("topic", "SparkBench")
             .option("startingOffsets", "earliest").load()
@@ -152,6 +185,8 @@ def _run(n: int, tmp: str) -> dict[str, float | int]:
         "ceiling_rows_per_sec": round(ceiling),
         "source_rows_per_sec": round(source),
         "source_vs_ceiling": round(source / ceiling, 2),
+        "decode_floor_rows_per_sec": round(decoded),
+        "decode_floor_vs_ceiling": round(decoded / ceiling, 2),
         "sink_rows": sink_rows,
         "sink_rows_per_sec": round(sink),
     }
