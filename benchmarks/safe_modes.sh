@@ -47,7 +47,7 @@ for r in $(seq "$rounds"); do
     run "flush-async-$r"  $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush ASYNC_FLUSH
     run "flush-sync-$r"   $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush SYNC_FLUSH
     run "floor-$r"        $py benchmarks/sync_floor_bench.py --work-us 10 30 60 100 --sync-by syncer --dir "$out" --json
-    if command -v java >/dev/null; then run "spark-$r" $py benchmarks/spark_bench.py --messages 1000000 --json; fi
+    if command -v java >/dev/null; then run "spark-$r" $py benchmarks/spark_bench.py --messages 500000 --json; fi
     peer_round "after-$r"
 done
 $py benchmarks/safe_modes_summary.py "$out" "$rounds" | tee "$out/summary.md"
