@@ -9,8 +9,10 @@ With SYNC_FLUSH the answer waits for a disk sync covering the messages (group co
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable
+from functools import partial
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -32,8 +34,6 @@ from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler, HandlerResult
 
 if TYPE_CHECKING:
-    import asyncio
-
     from pymq.broker.role.state import RoleMachine
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
@@ -235,22 +235,61 @@ class SendHandlers:
         remark = f"{stored}/{len(results)} stored; {first_fail.status.name}: {first_fail.reason}"
         return cmd.response(PUT_STATUS_TO_CODE.get(first_fail.status, ResponseCode.SYSTEM_ERROR), remark, ext)
 
-    async def _await_replicas(self, resp: Command, end: int) -> Command:
+    def _await_replicas(self, resp: Command, end: int) -> Command | asyncio.Future[Command]:
         """SYNC_MASTER: answer once enough slaves hold the records (after the disk flush under SYNC_FLUSH).
 
         The message is stored whatever happens: a slow slave answers FLUSH_SLAVE_TIMEOUT,
-        no slave in sync SLAVE_NOT_AVAILABLE (as RocketMQ does).
+        no slave in sync SLAVE_NOT_AVAILABLE (as RocketMQ does). Futures chained by callbacks,
+        not a task per send: the dispatcher answers from the returned future's done callback.
         """
         if self.group_commit is not None:
-            resp = await self.group_commit.wait(resp, end)
-            if resp.code != ResponseCode.SUCCESS:
-                return resp
+            flushed = self.group_commit.wait(resp, end)
+            out: asyncio.Future[Command] = flushed.get_loop().create_future()
+            flushed.add_done_callback(partial(self._after_flush, end, out))
+            return out
+        return self._replicated(resp, end, None)
+
+    def _after_flush(self, end: int, out: asyncio.Future[Command], flushed: asyncio.Future[Command]) -> None:
+        if out.done():
+            return
+        if flushed.cancelled():
+            out.cancel()
+            return
+        exc = flushed.exception()
+        if exc is not None:
+            out.set_exception(exc)
+            return
+        resp = flushed.result()
+        if resp.code != ResponseCode.SUCCESS:
+            out.set_result(resp)
+            return
+        answer = self._replicated(resp, end, out)
+        if answer.__class__ is Command:
+            out.set_result(answer)
+
+    def _replicated(
+        self, resp: Command, end: int, out: asyncio.Future[Command] | None
+    ) -> Command | asyncio.Future[Command]:
+        """``resp`` at once (no slave in sync, or already replicated), else ``out`` (or a new future)."""
         assert self.wait_replicated is not None
         fut = self.wait_replicated(end)
         if fut is None:
             resp.code = ResponseCode.SLAVE_NOT_AVAILABLE
             resp.remark = "stored on the master, but no slave is in sync"
-        elif await fut != 0:  # acks.TIMED_OUT
+            return resp
+        if fut.done():
+            return self._slave_answer(resp, fut)
+        if out is None:
+            out = fut.get_loop().create_future()
+        fut.add_done_callback(partial(self._resolve_replicated, resp, out))
+        return out
+
+    def _resolve_replicated(self, resp: Command, out: asyncio.Future[Command], fut: asyncio.Future[int]) -> None:
+        if not out.done():
+            out.set_result(self._slave_answer(resp, fut))
+
+    def _slave_answer(self, resp: Command, fut: asyncio.Future[int]) -> Command:
+        if fut.cancelled() or fut.result() != 0:  # acks.TIMED_OUT
             resp.code = ResponseCode.FLUSH_SLAVE_TIMEOUT
             resp.remark = (
                 f"stored on the master, but no slave acknowledged it within {self.config.slave_ack_timeout_ms} ms"
