@@ -7,6 +7,8 @@
 Profiles every process started with the variable set whose command line names ``PROFILE_MATCH``
 (default ``broker``); writes ``PROFILE_DIR/<pid>-<match>.prof`` at a normal exit (SIGTERM's
 graceful shutdown included). cProfile slows Python code ~1.5-2x: compare profiles, not rates.
+With ``PROFILE_SIGNALS=1`` profiling starts on SIGUSR1 and stops (and dumps) on SIGUSR2 instead, so
+a driver can profile just its load (``benchmarks/replication_bench.py --profile-dir DIR`` does).
 Does nothing without PROFILE_DIR.
 """
 
@@ -20,11 +22,17 @@ if _DIR and any(_MATCH in a for a in sys.argv):
     import cProfile
 
     _prof = cProfile.Profile()
-    _prof.enable()
 
     def _dump() -> None:
         _prof.disable()
         os.makedirs(_DIR, exist_ok=True)
         _prof.dump_stats(os.path.join(_DIR, f"{os.getpid()}-{_MATCH}.prof"))
 
-    atexit.register(_dump)
+    if os.environ.get("PROFILE_SIGNALS"):
+        import signal
+
+        signal.signal(signal.SIGUSR1, lambda *_: _prof.enable())
+        signal.signal(signal.SIGUSR2, lambda *_: _dump())
+    else:
+        _prof.enable()
+        atexit.register(_dump)

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pymq.broker.ha import codec
-from pymq.broker.ha.acks import REPLICATED, AckWaiters, SlaveState
+from pymq.broker.ha.acks import PENDING, REPLICATED, AckWaiters, SlaveState, Waiter
 from pymq.broker.ha.auth import Authenticate, hello_request
 from pymq.broker.ha.epochs import crc_of, decide_join
 from pymq.config import BrokerRole
@@ -187,22 +187,21 @@ class HAMaster:
             pos += len(view)
         return pos
 
-    def wait_replicated(self, end: int) -> asyncio.Future[int] | None:
-        """A future resolved with REPLICATED or TIMED_OUT for a send ending at ``end``; None: no slave in sync."""
+    def wait_replicated(self, end: int, waiter: Waiter) -> int | None:
+        """For a send ending at ``end``: None when no slave is in sync, REPLICATED when the slaves
+        hold it already, else PENDING: ``waiter.set_result(REPLICATED or TIMED_OUT)`` comes later."""
         acks = self.acks
-        master_max = self.store.max_phy_offset
-        if not acks.can_wait(master_max):
+        if not acks.can_wait():
             return None
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        if acks.replicated_offset(master_max) >= end:
-            fut.set_result(REPLICATED)
+        # (a send just stored is normally past every slave: no need to work out the replicated offset)
+        if end <= acks.max_acked() and acks.replicated_offset() >= end:
             acks.acknowledged(end)
-            return fut
+            return REPLICATED
         deadline = time.monotonic() + self.config.slave_ack_timeout_ms / 1000
-        acks.add(end, deadline, fut)
+        acks.add(end, deadline, waiter)
         if self._timer is None:
             self._arm(deadline)
-        return fut
+        return PENDING
 
     def _arm(self, deadline: float) -> None:
         loop = asyncio.get_running_loop()

@@ -16,6 +16,7 @@ from functools import partial
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from pymq.broker.ha.acks import REPLICATED
 from pymq.broker.put_path import PUT_STATUS_TO_CODE, PutMessages
 from pymq.broker.retry.policy import dead_letter_if_exhausted
 from pymq.broker.store.results import PutResults, PutStatus, StoredRun
@@ -51,7 +52,8 @@ NOT_ALLOWED_SEND_TOPICS = TRANSACTION_TOPICS | {TIMER_TOPIC, SCHEDULE_TOPIC}
 
 #: SYNC_MASTER: a future for "enough slaves hold everything below this offset" (resolved with
 #: pymq.broker.ha.acks.REPLICATED or TIMED_OUT), or None when no slave is in sync
-WaitReplicated = Callable[[int], "asyncio.Future[int] | None"]
+#: ``wait_replicated(end, waiter)``: None (no slave in sync), REPLICATED, or PENDING (``waiter`` learns later)
+WaitReplicated = Callable[[int, "_ReplicaWait"], "int | None"]
 _PUT_OK = PutStatus.PUT_OK
 _SUCCESS = int(ResponseCode.SUCCESS)
 _QUEUE_ID = SendMessageResponse.WIRE["queue_id"]
@@ -187,7 +189,11 @@ class SendHandlers:
             self.stats.record_put(topic, results)
         sync_master = self.role.sync_master
         if (self.sync_flush or sync_master) and resp.code == ResponseCode.SUCCESS and results:
-            end = max(r.physical_offset + r.size for r in results)
+            if len(results) == 1:
+                first = results[0]
+                end = first.physical_offset + first.size
+            else:
+                end = max(r.physical_offset + r.size for r in results)
             if sync_master and self.wait_replicated is not None:
                 return self._await_replicas(resp, end)
             if self.group_commit is not None:
@@ -272,26 +278,37 @@ class SendHandlers:
     ) -> Command | asyncio.Future[Command]:
         """``resp`` at once (no slave in sync, or already replicated), else ``out`` (or a new future)."""
         assert self.wait_replicated is not None
-        fut = self.wait_replicated(end)
-        if fut is None:
+        if out is None:
+            out = asyncio.get_running_loop().create_future()
+        outcome = self.wait_replicated(end, _ReplicaWait(resp, out, self.config.slave_ack_timeout_ms))
+        if outcome is None:
             resp.code = ResponseCode.SLAVE_NOT_AVAILABLE
             resp.remark = "stored on the master, but no slave is in sync"
             return resp
-        if fut.done():
-            return self._slave_answer(resp, fut)
-        if out is None:
-            out = fut.get_loop().create_future()
-        fut.add_done_callback(partial(self._resolve_replicated, resp, out))
+        if outcome == REPLICATED:
+            return resp
         return out
 
-    def _resolve_replicated(self, resp: Command, out: asyncio.Future[Command], fut: asyncio.Future[int]) -> None:
-        if not out.done():
-            out.set_result(self._slave_answer(resp, fut))
 
-    def _slave_answer(self, resp: Command, fut: asyncio.Future[int]) -> Command:
-        if fut.cancelled() or fut.result() != 0:  # acks.TIMED_OUT
+class _ReplicaWait:
+    """A SYNC_MASTER send waiting for its slaves: resolves the answer's future with the answer
+    itself (FLUSH_SLAVE_TIMEOUT when they did not acknowledge it in time)."""
+
+    __slots__ = ("out", "resp", "timeout_ms")
+
+    def __init__(self, resp: Command, out: asyncio.Future[Command], timeout_ms: int) -> None:
+        self.resp = resp
+        self.out = out
+        self.timeout_ms = timeout_ms
+
+    def done(self) -> bool:
+        return self.out.done()
+
+    def set_result(self, outcome: int, /) -> None:
+        if self.out.done():
+            return
+        resp = self.resp
+        if outcome != REPLICATED:
             resp.code = ResponseCode.FLUSH_SLAVE_TIMEOUT
-            resp.remark = (
-                f"stored on the master, but no slave acknowledged it within {self.config.slave_ack_timeout_ms} ms"
-            )
-        return resp
+            resp.remark = f"stored on the master, but no slave acknowledged it within {self.timeout_ms} ms"
+        self.out.set_result(resp)
