@@ -27,6 +27,7 @@ from pymq import __version__
 from pymq.broker.consumers import ClientChannel, ConsumerManager
 from pymq.broker.delay.hook import DelayHook
 from pymq.broker.delay.service import ScheduleService
+from pymq.broker.ha.acks import Waiter
 from pymq.broker.ha.auth import acl_authenticate
 from pymq.broker.ha.handlers import ReplicationHandlers
 from pymq.broker.ha.meta_sync import SlaveMetaSync
@@ -561,8 +562,8 @@ class BrokerApp:
     def _in_sync_replicas(self) -> int:
         return self.replication.in_sync_replicas() if self.replication is not None else 1
 
-    def _wait_replicated(self, end: int) -> asyncio.Future[int] | None:
-        return self.replication.wait_replicated(end) if self.replication is not None else None
+    def _wait_replicated(self, end: int, waiter: Waiter) -> int | None:
+        return self.replication.wait_replicated(end, waiter) if self.replication is not None else None
 
     def update_runtime_config(self, changes: dict[str, Any]) -> dict[str, Any]:
         """Apply runtime-changeable settings (what UPDATE_BROKER_CONFIG does)."""

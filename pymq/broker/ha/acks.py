@@ -22,13 +22,22 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pymq.broker.ha.sync_state import SlaveProgress, SyncStateSet
 
-#: what a waiting send learns
+#: what a waiting send learns (``PENDING``: queued, its waiter learns one of the two later)
 REPLICATED = 0
 TIMED_OUT = 1
+PENDING = 2
+
+
+class Waiter(Protocol):
+    """What waits for a send's replication: a future, or anything answering like one."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, outcome: int, /) -> None: ...
 
 
 @dataclass(slots=True)
@@ -112,8 +121,14 @@ class AckWaiters:
 
     # --- the sends --------------------------------------------------------------------------------------------
 
-    def replicated_offset(self, master_max: int) -> int:
-        """The offset below which the slaves that count hold everything (0: none, see the module doc)."""
+    def max_acked(self) -> int:
+        """The highest offset any connected slave acknowledged (0: none)."""
+        return max([s.acked for s in self.slaves.values()], default=0)
+
+    def replicated_offset(self, master_max: int = 0) -> int:
+        """The offset below which the slaves that count hold everything (0: none, see the module doc).
+
+        (``master_max`` is not needed: kept for callers that pass it.)"""
         sync = self.sync
         k = self.in_sync_replicas
         if not sync.known:
@@ -132,7 +147,7 @@ class AckWaiters:
             return 0  # a slave the controller may elect is not connected: nothing more is acknowledged
         return min(best.values())
 
-    def can_wait(self, master_max: int) -> bool:
+    def can_wait(self, master_max: int = 0) -> bool:
         """Whether enough slaves are in sync for a send to be worth waiting for."""
         if not self.sync.known:
             return False

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from pymq.broker.ha import codec
-from pymq.broker.ha.acks import REPLICATED, AckWaiters, SlaveState
+from pymq.broker.ha.acks import PENDING, REPLICATED, AckWaiters, SlaveState, Waiter
 from pymq.broker.ha.auth import Authenticate, hello_request
 from pymq.broker.ha.epochs import crc_of, decide_join
 from pymq.config import BrokerRole
@@ -89,8 +89,10 @@ class HAMaster:
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._next_id = 0
-        #: the futures of the streams waiting for new data (resolved False by the arrival hook)
-        self._sleepers: list[asyncio.Future[bool]] = []
+        #: the streams that have sent everything and wait for new data: the arrival hook's
+        #: push sends it for them (their tasks stay asleep)
+        self._live: list[_LiveStream] = []
+        self._push_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._listening = False
 
@@ -133,30 +135,73 @@ class HAMaster:
     # --- the store's side -----------------------------------------------------------------------------------
 
     def on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
-        """Store arrival hook: wake the sleeping streams (one list test when none sleeps)."""
-        sleepers = self._sleepers
-        if sleepers:
-            for fut in sleepers:
-                if not fut.done():
-                    fut.set_result(False)
-            sleepers.clear()
+        """Store arrival hook: push the new bytes to the caught-up streams once per loop tick
+        (one list test when none waits).
 
-    def wait_replicated(self, end: int) -> asyncio.Future[int] | None:
-        """A future resolved with REPLICATED or TIMED_OUT for a send ending at ``end``; None: no slave in sync."""
+        A SYNC_MASTER pushes on the next tick (the requests read in this one are stored by then,
+        so one frame carries them all); an ASYNC_MASTER after ASYNC_BATCH_SECONDS (fewer, larger
+        frames; no send waits for them).
+        """
+        if self._live and not self._push_scheduled:
+            self._push_scheduled = True
+            loop = asyncio.get_running_loop()
+            if self.role.current.flavour is BrokerRole.SYNC_MASTER:
+                loop.call_soon(self._push)
+            else:
+                loop.call_later(ASYNC_BATCH_SECONDS, self._push)
+
+    def _push(self) -> None:
+        """Send what is new to every caught-up stream from here, with no task switch per frame;
+        a stream whose socket is backed up is woken to drain it."""
+        self._push_scheduled = False
+        live = self._live
+        if not live:
+            return
+        end = self.store.max_phy_offset
+        flags = codec.ACK_NOW if self.role.current.flavour is BrokerRole.SYNC_MASTER else 0
+        now = time.monotonic()
+        keep: list[_LiveStream] = []
+        for stream in live:
+            if stream.pos < end:
+                try:
+                    stream.pos = self._send(stream.transport, stream.pos, end, flags)
+                except ProtocolError as exc:
+                    stream.wake(exc)
+                    continue
+                if stream.pos >= end:
+                    self.acks.sent(stream.state, end, now)
+                if stream.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                    stream.wake(None)  # its task drains the socket, then streams on
+                    continue
+            keep.append(stream)
+        self._live = keep
+
+    def _send(self, transport: asyncio.WriteTransport, pos: int, end: int, flags: int) -> int:
+        """Write the commitlog from ``pos`` (up to ``ha_batch_bytes``, towards ``end``); returns the new position."""
+        views = self.store.read_commitlog(pos, self.config.ha_batch_bytes)
+        if not views:
+            raise ProtocolError(f"the commitlog at {pos} is gone (cleanup): the slave must start over")
+        for view in views:
+            # One send per slice: header and bytes together.
+            transport.writelines((codec.data_header(pos, end, len(view), flags), view))
+            pos += len(view)
+        return pos
+
+    def wait_replicated(self, end: int, waiter: Waiter) -> int | None:
+        """For a send ending at ``end``: None when no slave is in sync, REPLICATED when the slaves
+        hold it already, else PENDING: ``waiter.set_result(REPLICATED or TIMED_OUT)`` comes later."""
         acks = self.acks
-        master_max = self.store.max_phy_offset
-        if not acks.can_wait(master_max):
+        if not acks.can_wait():
             return None
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        if acks.replicated_offset(master_max) >= end:
-            fut.set_result(REPLICATED)
+        # (a send just stored is normally past every slave: no need to work out the replicated offset)
+        if end <= acks.max_acked() and acks.replicated_offset() >= end:
             acks.acknowledged(end)
-            return fut
+            return REPLICATED
         deadline = time.monotonic() + self.config.slave_ack_timeout_ms / 1000
-        acks.add(end, deadline, fut)
+        acks.add(end, deadline, waiter)
         if self._timer is None:
             self._arm(deadline)
-        return fut
+        return PENDING
 
     def _arm(self, deadline: float) -> None:
         loop = asyncio.get_running_loop()
@@ -323,63 +368,79 @@ class HAMaster:
         """Send the commitlog from ``pos`` on; a slave that stops reading or acking for
         3 heartbeats + 5 s is dropped (it is no longer counted in sync).
 
-        Per wake-up: one read of the commitlog (everything new, in batches), two writes per
-        file slice; idle, it sleeps on a plain future the store's arrival hook resolves (or
-        the heartbeat timer), so a busy master pays no task or wait set per put.
+        The task catches up (everything there is, in batches, draining the socket as it goes);
+        once it has sent everything it joins the live streams and sleeps: the arrival hook's
+        push (:meth:`_push`) sends new bytes from then on, so a busy master pays no task
+        switch, timer or wait set per frame. It wakes for the heartbeat, when the slave goes,
+        or when a push finds the socket backed up.
         """
         store = self.store
         loop = asyncio.get_running_loop()
         transport = writer.transport
-        batch = self.config.ha_batch_bytes
         heartbeat = self.config.ha_heartbeat_seconds
         silent = heartbeat * 3 + 5.0
-        sleeping: asyncio.Future[bool] | None = None
+        stream = _LiveStream(pos, transport, state)
 
         def wake_on_close(_: object) -> None:
-            if sleeping is not None and not sleeping.done():
-                sleeping.set_result(False)
+            stream.wake(None)
 
         acks.add_done_callback(wake_on_close)
-        while not acks.done():
-            end = store.max_phy_offset
-            if pos < end:
-                views = store.read_commitlog(pos, batch)
-                if not views:
-                    raise ProtocolError(f"the commitlog at {pos} is gone (cleanup): the slave must start over")
-                flags = codec.ACK_NOW if self.role.current.flavour is BrokerRole.SYNC_MASTER else 0
-                for view in views:
-                    # One send per slice: header and bytes together.
-                    transport.writelines((codec.data_header(pos, end, len(view), flags), view))
-                    pos += len(view)
-                del views, view
-                if pos >= end:
-                    self.acks.sent(state, end, time.monotonic())  # a catch-up mark: all the master had
-                if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                    await wait_within(writer.drain(), silent)
-                continue
-            sleeping = loop.create_future()
-            self._sleepers.append(sleeping)
-            timer = loop.call_later(heartbeat, _resolve, sleeping, True)
-            try:
-                timed_out = await sleeping
-            finally:
-                timer.cancel()
-            if timed_out:
-                if time.monotonic() - state.last_ack_at > silent:
-                    raise TimeoutError(f"no ACK from the slave for {silent:.0f}s")
-                writer.write(codec.data_header(pos, store.max_phy_offset, 0))
-                if pos >= store.max_phy_offset:
-                    self.acks.sent(state, pos, time.monotonic())
+        try:
+            while not acks.done():
+                end = store.max_phy_offset
+                if stream.pos < end:
+                    flags = codec.ACK_NOW if self.role.current.flavour is BrokerRole.SYNC_MASTER else 0
+                    stream.pos = self._send(transport, stream.pos, end, flags)
+                    if stream.pos >= end:
+                        self.acks.sent(state, end, time.monotonic())  # a catch-up mark: all the master had
+                    if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                        await wait_within(writer.drain(), silent)
+                    continue
+                stream.sleeping = sleeping = loop.create_future()
+                self._live.append(stream)
+                timer = loop.call_later(heartbeat, _resolve, sleeping, True)
+                try:
+                    timed_out = await sleeping
+                finally:
+                    timer.cancel()
+                    stream.sleeping = None
+                    if stream in self._live:
+                        self._live.remove(stream)
+                if stream.failure is not None:
+                    raise stream.failure
+                if timed_out:
+                    if time.monotonic() - state.last_ack_at > silent:
+                        raise TimeoutError(f"no ACK from the slave for {silent:.0f}s")
+                    writer.write(codec.data_header(stream.pos, store.max_phy_offset, 0))
+                    if stream.pos >= store.max_phy_offset:
+                        self.acks.sent(state, stream.pos, time.monotonic())
                 await wait_within(writer.drain(), silent)
-            elif self.role.current.flavour is not BrokerRole.SYNC_MASTER:
-                # ASYNC: let the writes of the next moment join this one (fewer, larger frames);
-                # no send waits for it, the slave is only ASYNC_BATCH_SECONDS later.
-                await asyncio.sleep(ASYNC_BATCH_SECONDS)
-            else:
-                # SYNC: sends wait; only let the requests already read in this loop turn join.
-                await asyncio.sleep(0)
+        finally:
+            if stream in self._live:
+                self._live.remove(stream)
         if acks.exception() is not None:
             raise acks.exception()  # type: ignore[misc]
+
+
+class _LiveStream:
+    """One slave's stream as the push sees it: where it is, and the task's sleep to end."""
+
+    __slots__ = ("failure", "pos", "sleeping", "state", "transport")
+
+    def __init__(self, pos: int, transport: asyncio.WriteTransport, state: SlaveState) -> None:
+        self.pos = pos
+        self.transport = transport
+        self.state = state
+        self.sleeping: asyncio.Future[bool] | None = None
+        #: what the push ran into (the task raises it)
+        self.failure: Exception | None = None
+
+    def wake(self, failure: Exception | None) -> None:
+        """End the task's sleep (it streams on, drains, or raises ``failure``)."""
+        if failure is not None:
+            self.failure = failure
+        if self.sleeping is not None and not self.sleeping.done():
+            self.sleeping.set_result(False)
 
 
 def _resolve(fut: asyncio.Future[bool], value: bool) -> None:

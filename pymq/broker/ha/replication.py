@@ -12,14 +12,13 @@ import ssl as ssl_module
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pymq.broker.ha.acks import Waiter
 from pymq.broker.ha.auth import Authenticate, Sign
 from pymq.broker.ha.epoch_file import EpochFile
 from pymq.broker.ha.master import HAMaster
 from pymq.broker.ha.slave import HASlave
 
 if TYPE_CHECKING:
-    import asyncio
-
     from pymq.broker.ha.meta_sync import SlaveMetaSync
     from pymq.broker.role.state import RoleMachine
     from pymq.broker.store import MessageStore
@@ -155,9 +154,9 @@ class Replication:
         self._ha_master_addr = cfg.ha_master_addr if keep else None
         await self._start_slave()
 
-    def wait_replicated(self, end: int) -> asyncio.Future[int] | None:
+    def wait_replicated(self, end: int, waiter: Waiter) -> int | None:
         master = self.master
-        return master.wait_replicated(end) if master is not None else None
+        return master.wait_replicated(end, waiter) if master is not None else None
 
     def in_sync_replicas(self) -> int:
         """Replicas in sync, this master counted (RocketMQ's sync-state set size); 1 when not serving slaves."""

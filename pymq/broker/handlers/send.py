@@ -9,11 +9,14 @@ With SYNC_FLUSH the answer waits for a disk sync covering the messages (group co
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable
+from functools import partial
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
+from pymq.broker.ha.acks import REPLICATED
 from pymq.broker.put_path import PUT_STATUS_TO_CODE, PutMessages
 from pymq.broker.retry.policy import dead_letter_if_exhausted
 from pymq.broker.store.results import PutResults, PutStatus, StoredRun
@@ -32,8 +35,6 @@ from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Handler, HandlerResult
 
 if TYPE_CHECKING:
-    import asyncio
-
     from pymq.broker.role.state import RoleMachine
     from pymq.broker.stats import BrokerStats
     from pymq.broker.store import MessageStore
@@ -51,7 +52,8 @@ NOT_ALLOWED_SEND_TOPICS = TRANSACTION_TOPICS | {TIMER_TOPIC, SCHEDULE_TOPIC}
 
 #: SYNC_MASTER: a future for "enough slaves hold everything below this offset" (resolved with
 #: pymq.broker.ha.acks.REPLICATED or TIMED_OUT), or None when no slave is in sync
-WaitReplicated = Callable[[int], "asyncio.Future[int] | None"]
+#: ``wait_replicated(end, waiter)``: None (no slave in sync), REPLICATED, or PENDING (``waiter`` learns later)
+WaitReplicated = Callable[[int, "_ReplicaWait"], "int | None"]
 _PUT_OK = PutStatus.PUT_OK
 _SUCCESS = int(ResponseCode.SUCCESS)
 _QUEUE_ID = SendMessageResponse.WIRE["queue_id"]
@@ -187,7 +189,11 @@ class SendHandlers:
             self.stats.record_put(topic, results)
         sync_master = self.role.sync_master
         if (self.sync_flush or sync_master) and resp.code == ResponseCode.SUCCESS and results:
-            end = max(r.physical_offset + r.size for r in results)
+            if len(results) == 1:
+                first = results[0]
+                end = first.physical_offset + first.size
+            else:
+                end = max(r.physical_offset + r.size for r in results)
             if sync_master and self.wait_replicated is not None:
                 return self._await_replicas(resp, end)
             if self.group_commit is not None:
@@ -235,24 +241,74 @@ class SendHandlers:
         remark = f"{stored}/{len(results)} stored; {first_fail.status.name}: {first_fail.reason}"
         return cmd.response(PUT_STATUS_TO_CODE.get(first_fail.status, ResponseCode.SYSTEM_ERROR), remark, ext)
 
-    async def _await_replicas(self, resp: Command, end: int) -> Command:
+    def _await_replicas(self, resp: Command, end: int) -> Command | asyncio.Future[Command]:
         """SYNC_MASTER: answer once enough slaves hold the records (after the disk flush under SYNC_FLUSH).
 
         The message is stored whatever happens: a slow slave answers FLUSH_SLAVE_TIMEOUT,
-        no slave in sync SLAVE_NOT_AVAILABLE (as RocketMQ does).
+        no slave in sync SLAVE_NOT_AVAILABLE (as RocketMQ does). Futures chained by callbacks,
+        not a task per send: the dispatcher answers from the returned future's done callback.
         """
         if self.group_commit is not None:
-            resp = await self.group_commit.wait(resp, end)
-            if resp.code != ResponseCode.SUCCESS:
-                return resp
+            flushed = self.group_commit.wait(resp, end)
+            out: asyncio.Future[Command] = flushed.get_loop().create_future()
+            flushed.add_done_callback(partial(self._after_flush, end, out))
+            return out
+        return self._replicated(resp, end, None)
+
+    def _after_flush(self, end: int, out: asyncio.Future[Command], flushed: asyncio.Future[Command]) -> None:
+        if out.done():
+            return
+        if flushed.cancelled():
+            out.cancel()
+            return
+        exc = flushed.exception()
+        if exc is not None:
+            out.set_exception(exc)
+            return
+        resp = flushed.result()
+        if resp.code != ResponseCode.SUCCESS:
+            out.set_result(resp)
+            return
+        answer = self._replicated(resp, end, out)
+        if answer.__class__ is Command:
+            out.set_result(answer)
+
+    def _replicated(
+        self, resp: Command, end: int, out: asyncio.Future[Command] | None
+    ) -> Command | asyncio.Future[Command]:
+        """``resp`` at once (no slave in sync, or already replicated), else ``out`` (or a new future)."""
         assert self.wait_replicated is not None
-        fut = self.wait_replicated(end)
-        if fut is None:
+        if out is None:
+            out = asyncio.get_running_loop().create_future()
+        outcome = self.wait_replicated(end, _ReplicaWait(resp, out, self.config.slave_ack_timeout_ms))
+        if outcome is None:
             resp.code = ResponseCode.SLAVE_NOT_AVAILABLE
             resp.remark = "stored on the master, but no slave is in sync"
-        elif await fut != 0:  # acks.TIMED_OUT
+            return resp
+        if outcome == REPLICATED:
+            return resp
+        return out
+
+
+class _ReplicaWait:
+    """A SYNC_MASTER send waiting for its slaves: resolves the answer's future with the answer
+    itself (FLUSH_SLAVE_TIMEOUT when they did not acknowledge it in time)."""
+
+    __slots__ = ("out", "resp", "timeout_ms")
+
+    def __init__(self, resp: Command, out: asyncio.Future[Command], timeout_ms: int) -> None:
+        self.resp = resp
+        self.out = out
+        self.timeout_ms = timeout_ms
+
+    def done(self) -> bool:
+        return self.out.done()
+
+    def set_result(self, outcome: int, /) -> None:
+        if self.out.done():
+            return
+        resp = self.resp
+        if outcome != REPLICATED:
             resp.code = ResponseCode.FLUSH_SLAVE_TIMEOUT
-            resp.remark = (
-                f"stored on the master, but no slave acknowledged it within {self.config.slave_ack_timeout_ms} ms"
-            )
-        return resp
+            resp.remark = f"stored on the master, but no slave acknowledged it within {self.timeout_ms} ms"
+        self.out.set_result(resp)
