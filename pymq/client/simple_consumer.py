@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from pymq.client import broker_api
+from pymq.client.ack_coalescer import AckCoalescer
 from pymq.client.consumer_types import ConsumeFromWhere
 from pymq.client.instance import ClientInstance
 from pymq.clock import SYSTEM_CLOCK, Clock
@@ -103,6 +104,7 @@ class SimpleConsumer:
         self.instance: ClientInstance | None = None
         self._closed = False
         self._rr = 0
+        self._acks = AckCoalescer(self._send_acks)
 
     def subscribe(self, topic: str, tag_expr: str = "*") -> None:
         """Receive ``topic`` messages whose tag matches ``tag_expr`` (``*`` or ``TagA || TagB``)."""
@@ -249,13 +251,41 @@ class SimpleConsumer:
         return addr
 
     async def ack(self, message: ReceivedMessage) -> None:
-        """The message is done; raises InvalidReceiptHandleError if the broker refuses the handle."""
-        inst = self._instance()
+        """The message is done; raises InvalidReceiptHandleError if the broker refuses the handle.
+
+        Acks made in the same event-loop turn (several receivers acking at once) go to the broker
+        as one request (:mod:`pymq.client.ack_coalescer`); each call still returns or raises
+        with the broker's answer for its own message.
+        """
+        self._instance()
         addr = await self._addr(message)
-        cmd = broker_api.ack_message(self.group, message.topic, message.receipt_handle)
-        resp = await _invoke(inst, addr, cmd, inst.config.rpc_timeout_seconds)
-        if resp.code != ResponseCode.SUCCESS:
-            raise _refused(inst, resp.code, resp.remark, addr)
+        await self._acks.ack(addr, message.topic, message.receipt_handle)
+
+    async def _send_acks(self, addr: str, topic: str, handles: list[str]) -> list[BaseException | None]:
+        """One coalesced batch of acks: ACK_MESSAGE when alone, else BATCH_ACK_MESSAGE requests."""
+        inst = self._instance()
+        timeout = inst.config.rpc_timeout_seconds
+        if len(handles) == 1:
+            resp = await _invoke(inst, addr, broker_api.ack_message(self.group, topic, handles[0]), timeout)
+            if resp.code == ResponseCode.INVALID_RECEIPT_HANDLE:
+                return [InvalidReceiptHandleError(resp.code, resp.remark, addr)]
+            if resp.code != ResponseCode.SUCCESS:
+                raise _refused(inst, resp.code, resp.remark, addr)
+            return [None]
+        out: list[BaseException | None] = []
+        for start in range(0, len(handles), MAX_BATCH_ACK):
+            chunk = handles[start : start + MAX_BATCH_ACK]
+            resp = await _invoke(inst, addr, broker_api.batch_ack(self.group, topic, chunk), timeout)
+            if resp.code != ResponseCode.SUCCESS:
+                raise _refused(inst, resp.code, resp.remark, addr)
+            for code, remark in broker_api.read_batch_ack(resp):
+                if code == ResponseCode.SUCCESS:
+                    out.append(None)
+                elif code == ResponseCode.INVALID_RECEIPT_HANDLE:
+                    out.append(InvalidReceiptHandleError(code, remark, addr))
+                else:
+                    out.append(error_for_response(code, remark, addr))
+        return out
 
     async def ack_many(self, messages: list[ReceivedMessage]) -> list[InvalidReceiptHandleError | None]:
         """Ack several messages with one request per broker and topic (BATCH_ACK_MESSAGE).

@@ -112,3 +112,31 @@ def test_revive_queue_of_is_stable_across_processes() -> None:
     expected = ",".join(str(zlib.crc32(f"{g}@{t}@{q}".encode()) % 8) for g, t, q in REVIVE_KEYS)
     assert outputs == {expected}
     assert ",".join(str(revive_queue_of(g, t, q, 8)) for g, t, q in REVIVE_KEYS) == expected  # and this process
+
+
+def test_one_signature_per_checkpoint_and_version_1_handles_still_read(tmp_path: Path) -> None:
+    signer = HandleSigner(b"k" * 32)
+    part = signer.checkpoint_part("g", "t", 3, 123456, 1_700_000_000_000, 30_000, 5)
+    # the handles of one popped batch share the signed checkpoint part; index and offset follow it
+    assert signer.encode(HANDLE) == f"{part}.2.41"
+    assert signer.decode(f"{part}.2.41") == HANDLE
+    assert signer.decode(f"{part}.0.40") == ReceiptHandle("g", "t", 3, 40, 123456, 0, 1_700_000_000_000, 30_000, 5)
+    for bad in (f"{part}.2", f"{part}.2.41.1", f"{part}.-2.41", f"{part}.2.+41", f"{part}.2_0.41", f"{part}..41"):
+        with pytest.raises(HandleError):
+            signer.decode(bad)
+    # handles issued by an earlier version (one MAC over every field) stay valid
+    v1 = signer.encode_v1(HANDLE)
+    assert "." not in v1 and signer.decode(v1) == HANDLE
+    with pytest.raises(HandleError):
+        HandleSigner(b"j" * 32).decode(v1)
+
+
+def test_a_verified_checkpoint_part_is_forgotten_with_the_secret(tmp_path: Path) -> None:
+    """The signer remembers parts it verified (a batch ack checks its batch's part once): a new
+    secret must not accept a part verified under the old one."""
+    signer = HandleSigner.from_store(tmp_path / "a")
+    text = signer.encode(HANDLE)
+    assert signer.decode(text) == HANDLE  # verified, remembered
+    signer.adopt(os.urandom(32), tmp_path / "a")
+    with pytest.raises(HandleError):
+        signer.decode(text)

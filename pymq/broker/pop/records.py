@@ -75,18 +75,14 @@ class CheckPoint:
         return [i for i in range(len(self.offsets)) if not self.acked >> i & 1]
 
     def to_record(self, revive: str) -> bytes:
-        body = {
-            "c": self.group,
-            "t": self.topic,
-            "q": self.queue_id,
-            "o": self.offsets.tolist(),
-            "nb": self.next_offset,
-            "pt": self.pop_time,
-            "it": self.invisible_ms,
-        }
-        return encode_record(
-            revive.encode(), json.dumps(body, separators=(",", ":")).encode(), _CK_PROPS, born_timestamp=self.pop_time
+        # compact JSON, formatted by hand (json.dumps of the whole map costs more than the rest of
+        # a pop's checkpoint); the strings go through json.dumps for their escaping
+        body = (
+            f'{{"c":{json.dumps(self.group)},"t":{json.dumps(self.topic)},"q":{self.queue_id},'
+            f'"o":[{",".join(map(str, self.offsets))}],"nb":{self.next_offset},'
+            f'"pt":{self.pop_time},"it":{self.invisible_ms}}}'
         )
+        return encode_record(revive.encode(), body.encode(), _CK_PROPS, born_timestamp=self.pop_time)
 
     @classmethod
     def from_body(cls, body: bytes | memoryview) -> CheckPoint:
@@ -117,8 +113,8 @@ def _json(body: bytes | memoryview) -> dict[str, Any]:
 
 
 def ack_record(revive: str, ck_offset: int, indexes: list[int], now: int) -> bytes:
-    body = json.dumps({"ck": ck_offset, "i": indexes}, separators=(",", ":")).encode()
-    return encode_record(revive.encode(), body, _ACK_PROPS, born_timestamp=now)
+    body = f'{{"ck":{int(ck_offset)},"i":[{",".join([str(int(i)) for i in indexes])}]}}'  # compact JSON, by hand
+    return encode_record(revive.encode(), body.encode(), _ACK_PROPS, born_timestamp=now)
 
 
 def parse_ack(body: bytes | memoryview) -> tuple[int, list[int]]:

@@ -272,8 +272,8 @@ class PopState:
         self._set_acked(ck, [h.index])
 
     def ack_many(self, handles: list[ReceiptHandle | PopError]) -> list[PopError | None]:
-        """Ack several messages (errors passed in stay errors): one ack record per checkpoint,
-        stored in one put per revive queue. One answer per handle, in order."""
+        """Ack several messages (errors passed in stay errors): one ack record per checkpoint, in
+        its revive queue, all stored in one store call. One answer per handle, in order."""
         now = self.clock.time_ms()
         out: list[PopError | None] = []
         by_ck: dict[int, list[int]] = {}
@@ -295,9 +295,22 @@ class PopState:
         per_queue: dict[int, list[int]] = {}
         for ck_offset in by_ck:
             per_queue.setdefault(self.open[ck_offset].revive_qid, []).append(ck_offset)
-        for qid, ck_offsets in per_queue.items():
-            data = b"".join(ack_record(self.revive_topic, c, by_ck[c], now) for c in ck_offsets)
-            results = self.put_path.put(self.revive_topic, qid, data)
+        # each ack record goes to its checkpoint's revive queue (replay and revive offsets are per
+        # queue); the queues' batches go to the store in one call
+        queues = list(per_queue.items())
+        if not queues:
+            return out
+        answers = self.put_path.put_queues(
+            [
+                (
+                    self.revive_topic,
+                    qid,
+                    b"".join([ack_record(self.revive_topic, c, by_ck[c], now) for c in ck_offsets]),
+                )
+                for qid, ck_offsets in queues
+            ]
+        )
+        for (_qid, ck_offsets), results in zip(queues, answers, strict=True):
             for c, res in zip(ck_offsets, results, strict=True):
                 if res.status == PutStatus.PUT_OK:
                     acked = self.open.get(c)
