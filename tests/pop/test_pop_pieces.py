@@ -140,3 +140,17 @@ def test_a_verified_checkpoint_part_is_forgotten_with_the_secret(tmp_path: Path)
     signer.adopt(os.urandom(32), tmp_path / "a")
     with pytest.raises(HandleError):
         signer.decode(text)
+
+
+def test_a_received_message_copies_every_slot_of_the_message() -> None:
+    from pymq.client.simple_consumer import _received
+    from pymq.protocol.message import MessageExt, iter_messages
+    from pymq.protocol.record import encode_properties, encode_record
+
+    buf = encode_record(b"t", b"body", encode_properties({"TAGS": "a"}))
+    m = next(iter_messages(buf, broker_name="b"))
+    assert m.properties  # (decoded, so that every slot holds something)
+    r = _received(m, "handle")
+    assert r.receipt_handle == "handle"
+    for name in MessageExt.__slots__:
+        assert getattr(r, name) is getattr(m, name), name

@@ -12,9 +12,9 @@ handles its old master issued (issue 32).
 Version 2 (issued now): ``<checkpoint part>.<index>.<queue offset>``. The checkpoint part is a
 16-byte keyed BLAKE2b MAC followed by the checkpoint's fields packed in binary (a fixed struct,
 then group and topic), base64url-encoded; it is the same for every message of one popped batch,
-so a pop signs once per batch and a batch ack verifies it once (:class:`HandleSigner` remembers
-the parts it verified). The index and queue offset are not signed: they only choose among the
-messages of the signed checkpoint, which were all handed to the same receiver in one answer
+so a pop signs once per batch and acks verify it at most once (:class:`HandleSigner` remembers
+the parts it signed or verified, a bounded number). The index and queue offset are not signed:
+they only choose among the messages of the signed checkpoint, which were all handed to the same receiver in one answer
 (an altered index names a message the holder was given anyway, and the broker checks the queue
 offset against its checkpoint). Version 1 (one MAC over every field of one message, no dots)
 is still read: handles issued before an upgrade stay valid.
@@ -132,7 +132,15 @@ class HandleSigner:
         payload = (
             _CK_FIXED.pack(_VERSION_2, queue_id, ck_offset, pop_time, invisible_ms, revive_qid, len(g), len(t)) + g + t
         )
-        return base64.urlsafe_b64encode(self._mac(payload) + payload).rstrip(b"=").decode()
+        part = base64.urlsafe_b64encode(self._mac(payload) + payload).rstrip(b"=").decode()
+        self._remember(part, (group, topic, queue_id, ck_offset, pop_time, invisible_ms, revive_qid))
+        return part
+
+    def _remember(self, part: str, fields: tuple[str, str, int, int, int, int, int]) -> None:
+        """Known good: signed here, or verified (the acks of a batch need not check it again)."""
+        if len(self._verified) >= _VERIFIED_MAX:
+            self._verified.clear()
+        self._verified[part] = fields
 
     def encode(self, h: ReceiptHandle) -> str:
         """The (version 2) handle text of one message."""
@@ -190,9 +198,7 @@ class HandleSigner:
         except (UnicodeDecodeError, ValueError) as exc:  # signed but unreadable: another version
             raise HandleError("unreadable receipt handle") from exc
         fields = (group, topic, qid, ck, pop_time, invisible, rqid)
-        if len(self._verified) >= _VERIFIED_MAX:
-            self._verified.clear()
-        self._verified[part] = fields
+        self._remember(part, fields)
         return fields
 
     def _verified_payload(self, text: str) -> bytes:
