@@ -40,6 +40,7 @@ _MAC_BYTES = 16
 _FIXED = struct.Struct(">BiqqHqiHHH")
 #: version 2's checkpoint part: version, queue id, ck offset, pop time, invisible ms, revive qid, group len, topic len
 _CK_FIXED = struct.Struct(">BiqqiHHH")
+_MAX_DIGITS = 19
 #: verified checkpoint parts remembered (a batch ack verifies its batch's part once)
 _VERIFIED_MAX = 4096
 
@@ -176,8 +177,16 @@ class HandleSigner:
         if len(pieces) != 3:
             raise HandleError("malformed receipt handle")
         part, index, offset = pieces
-        # ASCII digits only (int() would also take signs, spaces, underscores and other scripts' digits)
-        if not (index.isascii() and index.isdigit() and offset.isascii() and offset.isdigit()):
+        # ASCII digits only (int() would also take signs, spaces, underscores and other scripts'
+        # digits), at most int64's 19 (int() refuses very long ones with a ValueError)
+        if not (
+            index.isascii()
+            and index.isdigit()
+            and offset.isascii()
+            and offset.isdigit()
+            and len(index) <= _MAX_DIGITS
+            and len(offset) <= _MAX_DIGITS
+        ):
             raise HandleError("malformed receipt handle")
         fields = self._verified.get(part)
         if fields is None:
