@@ -259,8 +259,9 @@ class SimpleConsumer:
         as one request (:mod:`pymq.client.ack_coalescer`); each call still returns or raises
         with the broker's answer for its own message.
         """
-        self._instance()
-        addr = await self._addr(message)
+        addr = self._instance().broker_addr(message.broker_name)  # (known: no coroutine for _addr)
+        if addr is None:
+            addr = await self._addr(message)
         await self._acks.ack(addr, message.topic, message.receipt_handle)
 
     async def _send_acks(self, addr: str, topic: str, handles: list[str]) -> list[BaseException | None]:
