@@ -3,8 +3,8 @@
 A receiver that acks message after message (``await consumer.ack(m)``) waits a round trip
 per message; several receivers doing so at once put as many single-ack requests on the wire.
 :class:`AckCoalescer` queues every ack made in the current loop turn and sends them together
-once the turn is over (``call_soon``: no timer, no added wait when an ack is alone), as one
-batch request; while a key's request is in flight, its new acks wait for the answer and then go
+once the turn is over (a sender task's first step: no timer, no added wait when an ack is
+alone), as one batch request; while a key's request is in flight, its new acks wait for the answer and then go
 together (as a group commit does: batches grow with the load, one request per key on the
 wire, so receivers that fell out of step join the same batch again). Each caller still awaits
 the broker's answer for its own message: an outcome per handle comes back, and a refused
@@ -42,39 +42,49 @@ class AckCoalescer:
         if pending is None:
             pending = self._pending[key] = []
             if key not in self._busy:
-                loop.call_soon(self._flush, key)
+                # the sender's first step runs after this turn's other acks joined the batch
+                self._busy.add(key)
+                task = loop.create_task(self._sender(key))
+                self._tasks.add(task)  # (a reference until it is done: the loop keeps only weak ones)
+                task.add_done_callback(self._tasks.discard)
         fut: asyncio.Future[None] = loop.create_future()
         pending.append((handle, fut))
         await fut
 
-    def _flush(self, key: tuple[str, str]) -> None:
-        batch = self._pending.pop(key, None)
-        if batch:
-            self._busy.add(key)
-            task = asyncio.ensure_future(self._run(key, batch))
-            self._tasks.add(task)  # (a reference until it is done: the loop keeps only weak ones)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _run(self, key: tuple[str, str], batch: list[tuple[str, asyncio.Future[None]]]) -> None:
+    async def _sender(self, key: tuple[str, str]) -> None:
+        """Send the key's batches one request at a time until no ack waits (one task per busy key)."""
         addr, topic = key
+        batch: list[tuple[str, asyncio.Future[None]]] = []
+        try:
+            while True:
+                batch = self._pending.pop(key, [])
+                if not batch:
+                    return
+                await self._send_batch(addr, topic, batch)
+                batch = []
+                # one loop turn: the callers just answered run first and may ack again at once,
+                # joining the next batch
+                await asyncio.sleep(0)
+        except BaseException as exc:  # cancelled (the loop is closing): nobody may wait forever
+            for _handle, fut in batch + self._pending.pop(key, []):
+                if not fut.done():
+                    fut.set_exception(exc)
+            raise
+        finally:
+            self._busy.discard(key)
+
+    async def _send_batch(self, addr: str, topic: str, batch: list[tuple[str, asyncio.Future[None]]]) -> None:
         try:
             outcomes = await self._send(addr, topic, [handle for handle, _fut in batch])
-        except BaseException as exc:  # the whole request failed: every caller of the batch sees it
+        except Exception as exc:  # the whole request failed: every caller of the batch sees it
             for _handle, fut in batch:
                 if not fut.done():
                     fut.set_exception(exc)
-            if not isinstance(exc, Exception):
-                raise
-        else:
-            for (_handle, fut), outcome in zip(batch, outcomes, strict=True):
-                if fut.done():  # the caller was cancelled
-                    continue
-                if outcome is None:
-                    fut.set_result(None)
-                else:
-                    fut.set_exception(outcome)
-        finally:
-            self._busy.discard(key)
-            if key in self._pending:
-                # after the wake-ups just scheduled: callers acking again at once join this batch
-                asyncio.get_running_loop().call_soon(self._flush, key)
+            return
+        for (_handle, fut), outcome in zip(batch, outcomes, strict=True):
+            if fut.done():  # the caller was cancelled
+                continue
+            if outcome is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(outcome)
