@@ -287,19 +287,29 @@ class PopState:
         out: list[PopError | None] = []
         by_ck: dict[int, list[int]] = {}
         slots: dict[int, list[int]] = {}  # ck offset -> answer positions
+        taken: dict[int, int] = {}  # ck offset -> bits of the indexes in this batch
         for h in handles:
             if isinstance(h, PopError):
                 out.append(h)
                 continue
             try:
                 ck = self._checked(h, now)
-                if h.index in by_ck.get(ck.ck_offset, ()):
-                    raise PopError("acked", "message acked twice in one batch")
             except PopError as exc:
                 out.append(exc)
                 continue
-            by_ck.setdefault(ck.ck_offset, []).append(h.index)
-            slots.setdefault(ck.ck_offset, []).append(len(out))
+            c, bit = ck.ck_offset, 1 << h.index
+            bits = taken.get(c)
+            if bits is None:
+                taken[c] = bit
+                by_ck[c] = [h.index]
+                slots[c] = [len(out)]
+            elif bits & bit:
+                out.append(PopError("acked", "message acked twice in one batch"))
+                continue
+            else:
+                taken[c] = bits | bit
+                by_ck[c].append(h.index)
+                slots[c].append(len(out))
             out.append(None)
         per_queue: dict[int, list[int]] = {}
         for ck_offset in by_ck:
