@@ -198,6 +198,20 @@ class PutPath:
         answers = self.store.put_batches(segments, atomic=True)
         return [r for answer in answers for r in answer]
 
+    def put_queues(self, batches: list[Segment]) -> list[PutResults]:
+        """Store several queues' batches (the broker's own records: acks of the pop revive log, one
+        revive queue each): one store call when no hook wants any of them, else each as :meth:`put`.
+        One result list per batch, in order; a batch the store refuses does not undo the others."""
+        if len(batches) == 1:
+            return [self.put(*batches[0])]
+        if not self._hooks:
+            return self.store.put_batches(batches)
+        store = self.store
+        splits = [store.split(topic, data) for topic, _qid, data in batches]
+        if any(self._anyone_wants(data, split) for (_t, _q, data), split in zip(batches, splits, strict=True)):
+            return [self.put(*batch) for batch in batches]
+        return store.put_batches(batches, splits=splits)
+
     def _rewrite(self, topic: str, queue_id: int, data: bytes, split: SplitBatch) -> list[Segment] | None:
         """The hooks' segments, or None when no hook wanted the batch."""
         store = self.store

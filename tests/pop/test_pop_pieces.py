@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pymq.broker.pop.receipt import HandleError, HandleSigner, ReceiptHandle
-from pymq.broker.pop.records import CheckPoint, ack_record, parse_ack, revive_queue_of
+from pymq.broker.pop.records import CheckPoint, ack_record, acks_record, parse_ack, revive_queue_of
 from pymq.protocol.record import parse_record
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -84,12 +84,25 @@ def test_checkpoint_and_ack_records() -> None:
     back.acked = 0b111
     assert back.all_acked and back.unacked() == []
     a = parse_record(ack_record("rmq_sys_REVIVE_LOG_c", 777, [0, 2], 1))
-    assert parse_ack(a.body) == (777, [0, 2])
-    assert all(0 <= revive_queue_of("g", "t", q, 8) < 8 for q in range(16))
+    assert parse_ack(a.body) == [(777, [0, 2])]
+    # the acks of several checkpoints (of one revive queue) in one record
+    many = parse_record(acks_record("rmq_sys_REVIVE_LOG_c", [(777, [0, 2]), (900, [5]), (901, [])], 1))
+    assert bytes(many.body) == b'{"ck":[777,900,901],"i":[[0,2],[5],[]]}'
+    assert parse_ack(many.body) == [(777, [0, 2]), (900, [5]), (901, [])]
+    assert parse_record(acks_record("r", [(777, [0, 2])], 1)).body == a.body  # one checkpoint: the old form
+    for bad in (
+        b'{"ck":[1,2],"i":[[0]]}',
+        b'{"ck":[1],"i":[0]}',
+        b'{"ck":["x"],"i":[[0]]}',
+        b'{"ck":[1],"i":[[null]]}',
+    ):
+        with pytest.raises((ValueError, KeyError, TypeError)):
+            parse_ack(bad)
+    assert all(0 <= revive_queue_of(g, "t", 8) < 8 for g in "abcdefgh")
 
 
-#: (group, topic, queue id) whose revive queues (of 8) are compared across processes
-REVIVE_KEYS = [("g", "t", q) for q in range(4)] + [("orders-group", "orders", 7), ("%RETRY%g", "t", 0), ("é", "ü", 3)]
+#: (group, topic) whose revive queues (of 8) are compared across processes
+REVIVE_KEYS = [("g", t) for t in "tuvw"] + [("orders-group", "orders"), ("%RETRY%g", "t"), ("é", "ü")]
 
 
 def test_revive_queue_of_is_stable_across_processes() -> None:
@@ -100,7 +113,7 @@ def test_revive_queue_of_is_stable_across_processes() -> None:
     """
     code = (
         "import sys; from pymq.broker.pop.records import revive_queue_of;"
-        f"print(','.join(str(revive_queue_of(g, t, q, 8)) for g, t, q in {REVIVE_KEYS!r}))"
+        f"print(','.join(str(revive_queue_of(g, t, 8)) for g, t in {REVIVE_KEYS!r}))"
     )
     outputs = set()
     for seed in ("1", "2", "3", "4"):
@@ -109,6 +122,56 @@ def test_revive_queue_of_is_stable_across_processes() -> None:
             [sys.executable, "-c", code], env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=True
         ).stdout.strip()
         outputs.add(out)
-    expected = ",".join(str(zlib.crc32(f"{g}@{t}@{q}".encode()) % 8) for g, t, q in REVIVE_KEYS)
+    expected = ",".join(str(zlib.crc32(f"{g}@{t}".encode()) % 8) for g, t in REVIVE_KEYS)
     assert outputs == {expected}
-    assert ",".join(str(revive_queue_of(g, t, q, 8)) for g, t, q in REVIVE_KEYS) == expected  # and this process
+    assert ",".join(str(revive_queue_of(g, t, 8)) for g, t in REVIVE_KEYS) == expected  # and this process
+
+
+def test_one_signature_per_checkpoint_and_version_1_handles_still_read(tmp_path: Path) -> None:
+    signer = HandleSigner(b"k" * 32)
+    part = signer.checkpoint_part("g", "t", 3, 123456, 1_700_000_000_000, 30_000, 5)
+    # the handles of one popped batch share the signed checkpoint part; index and offset follow it
+    assert signer.encode(HANDLE) == f"{part}.2.41"
+    assert signer.decode(f"{part}.2.41") == HANDLE
+    assert signer.decode(f"{part}.0.40") == ReceiptHandle("g", "t", 3, 40, 123456, 0, 1_700_000_000_000, 30_000, 5)
+    for bad in (
+        f"{part}.2",
+        f"{part}.2.41.1",
+        f"{part}.-2.41",
+        f"{part}.2.+41",
+        f"{part}.2_0.41",
+        f"{part}..41",
+        f"{part}.2." + "9" * 5000,
+    ):
+        with pytest.raises(HandleError):
+            signer.decode(bad)
+    # handles issued by an earlier version (one MAC over every field) stay valid
+    v1 = signer.encode_v1(HANDLE)
+    assert "." not in v1 and signer.decode(v1) == HANDLE
+    with pytest.raises(HandleError):
+        HandleSigner(b"j" * 32).decode(v1)
+
+
+def test_a_verified_checkpoint_part_is_forgotten_with_the_secret(tmp_path: Path) -> None:
+    """The signer remembers parts it verified (a batch ack checks its batch's part once): a new
+    secret must not accept a part verified under the old one."""
+    signer = HandleSigner.from_store(tmp_path / "a")
+    text = signer.encode(HANDLE)
+    assert signer.decode(text) == HANDLE  # verified, remembered
+    signer.adopt(os.urandom(32), tmp_path / "a")
+    with pytest.raises(HandleError):
+        signer.decode(text)
+
+
+def test_a_received_message_copies_every_slot_of_the_message() -> None:
+    from pymq.client.simple_consumer import _received
+    from pymq.protocol.message import MessageExt, iter_messages
+    from pymq.protocol.record import encode_properties, encode_record
+
+    buf = encode_record(b"t", b"body", encode_properties({"TAGS": "a"}))
+    m = next(iter_messages(buf, broker_name="b"))
+    assert m.properties  # (decoded, so that every slot holds something)
+    r = _received(m, "handle")
+    assert r.receipt_handle == "handle"
+    for name in MessageExt.__slots__:
+        assert getattr(r, name) is getattr(m, name), name

@@ -378,6 +378,28 @@ async def test_batch_ack(cluster: LocalCluster, clock: FakeClock) -> None:
         assert await c.receive(32, 5.0, await_duration=0.3) == []
 
 
+async def test_concurrent_acks_share_a_request_and_a_refusal_raises_for_its_caller_only(
+    cluster: LocalCluster, clock: FakeClock
+) -> None:
+    await send(cluster, 40)
+    async with simple(cluster) as c:
+        got = await receive_all(c, 40, invisible=3.0)
+        await c.ack(got[0])
+        stale = ReceivedMessage.__new__(ReceivedMessage)
+        for name in ("topic", "broker_name"):
+            setattr(stale, name, getattr(got[0], name))
+        stale.receipt_handle = got[1].receipt_handle.rsplit(".", 1)[0] + ".999999"  # not its queue offset
+        # acks made in one loop turn: one BATCH_ACK_MESSAGE; each caller gets its own message's answer
+        results = await asyncio.gather(*(c.ack(m) for m in [got[0], stale, *got[1:]]), return_exceptions=True)
+        assert isinstance(results[0], InvalidReceiptHandleError) and results[0].reason == "acked"
+        assert isinstance(results[1], InvalidReceiptHandleError) and results[1].reason == "stale"
+        assert results[2:] == [None] * 39
+        state = cluster.brokers[0].pop_state
+        assert state is not None and state.inflight("workers") == {}
+        await pass_time(clock, 3.3)  # past the invisible time: all acked, nothing comes back
+        assert await c.receive(32, 5.0, await_duration=0.3) == []
+
+
 async def test_revive_log_is_read_only_to_clients(cluster: LocalCluster) -> None:
     revive = "rmq_sys_REVIVE_LOG_DefaultCluster"
     assert cluster.brokers[0].topics.get(revive) is not None

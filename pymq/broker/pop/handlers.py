@@ -238,23 +238,14 @@ class PopHandlers:
                     self.offsets.commit(group, topic, qid, offset)
                 waits.append((topic, qid, offset))  # woken once the queue grows past it
                 continue
-            queue_offsets = array(
-                "q",
-                [
-                    cast(int, unpack_record(buf, pos)[_QUEUE_OFFSET])
-                    for buf in res.buffers
-                    for pos, _ in iter_spans(buf)
-                ],
-            )
+            queue_offsets = _queue_offsets(res.buffers, offset, res.next_begin_offset, res.message_count)
             ck = CheckPoint(group, topic, qid, queue_offsets, res.next_begin_offset, now, h.invisible_time)
             if not state.add_checkpoint(ck):
                 break  # the revive log refused it: pop nothing more (nothing of this queue was taken)
             self.offsets.commit(group, topic, qid, res.next_begin_offset)
-            sign = self.signer.encode
-            for i, qoff in enumerate(queue_offsets):
-                handles.append(
-                    sign(ReceiptHandle(group, topic, qid, qoff, ck.ck_offset, i, now, h.invisible_time, ck.revive_qid))
-                )
+            # one signature per checkpoint: its messages' handles differ in index and queue offset only
+            part = self.signer.checkpoint_part(group, topic, qid, ck.ck_offset, now, h.invisible_time, ck.revive_qid)
+            handles.extend([f"{part}.{i}.{qoff}" for i, qoff in enumerate(queue_offsets)])
             buffers.extend(res.buffers)
             self.stats.record_get(topic, res.message_count, res.total_size)
             want -= len(queue_offsets)
@@ -330,6 +321,16 @@ class PopHandlers:
             pop_time=ck.pop_time, invisible_time=ck.invisible_ms, extra_info=self.signer.encode(new)
         )
         return cmd.response(ResponseCode.SUCCESS, None, ext)
+
+
+def _queue_offsets(buffers: list[memoryview], offset: int, next_offset: int, count: int) -> array[int]:
+    """The queue offsets of the records read from ``offset`` up to ``next_offset``: that range when
+    every slot gave a record (no tag filtered any out), else each record's own."""
+    if next_offset - offset == count:
+        return array("q", range(offset, next_offset))
+    return array(
+        "q", [cast(int, unpack_record(buf, pos)[_QUEUE_OFFSET]) for buf in buffers for pos, _ in iter_spans(buf)]
+    )
 
 
 def _served_by_master(cmd: Command, channel: Channel) -> Command:

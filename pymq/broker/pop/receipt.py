@@ -2,14 +2,22 @@
 
 A handle names the checkpoint a message was popped under (its commitlog offset, the
 checkpoint's identity), the message's index in it, its queue offset and its deadline
-(pop time + invisible time), for one group and topic. It is a 16-byte keyed BLAKE2b MAC (one
-C call per handle; a MAC by construction) followed by the fields packed in binary (a fixed
-struct, then group and topic), all base64url-encoded once. The key is a secret the broker
-keeps in its store directory (``config/pop.secret``, made on first start): a forged or
-altered handle, or one from another broker group's store, fails verification; handles survive
+(pop time + invisible time), for one group and topic. The key is a secret the broker keeps
+in its store directory (``config/pop.secret``, made on first start): a forged or altered
+handle, or one from another broker group's store, fails verification; handles survive
 restarts. The secret is the broker group's: a slave copies its master's (GET_POP_SECRET, with
 the rest of its metadata) and keeps it in the same file, so that once promoted it verifies the
 handles its old master issued (issue 32).
+
+Version 2 (issued now): ``<checkpoint part>.<index>.<queue offset>``. The checkpoint part is a
+16-byte keyed BLAKE2b MAC followed by the checkpoint's fields packed in binary (a fixed struct,
+then group and topic), base64url-encoded; it is the same for every message of one popped batch,
+so a pop signs once per batch and acks verify it at most once (:class:`HandleSigner` remembers
+the parts it signed or verified, a bounded number). The index and queue offset are not signed:
+they only choose among the messages of the signed checkpoint, which were all handed to the same receiver in one answer
+(an altered index names a message the holder was given anyway, and the broker checks the queue
+offset against its checkpoint). Version 1 (one MAC over every field of one message, no dots)
+is still read: handles issued before an upgrade stay valid.
 """
 
 from __future__ import annotations
@@ -24,15 +32,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _VERSION = 1
+_VERSION_2 = 2
 #: the secret's file in the store's config directory
 SECRET_FILE = "pop.secret"
 _MAC_BYTES = 16
 #: version, queue id, queue offset, ck offset, index, pop time, invisible ms, revive qid, group len, topic len
 _FIXED = struct.Struct(">BiqqHqiHHH")
+#: version 2's checkpoint part: version, queue id, ck offset, pop time, invisible ms, revive qid, group len, topic len
+_CK_FIXED = struct.Struct(">BiqqiHHH")
+_MAX_DIGITS = 19
+#: verified checkpoint parts remembered (a batch ack verifies its batch's part once)
+_VERIFIED_MAX = 4096
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # (not frozen: a frozen dataclass's __init__ costs several times more, per acked message)
 class ReceiptHandle:
+    """The fields of one message's handle."""
+
     group: str
     #: the topic the message was popped from (the topic or the group's pop retry topic)
     topic: str
@@ -76,6 +92,8 @@ class HandleSigner:
         if not 16 <= len(secret) <= 64:  # BLAKE2b keys are at most 64 bytes
             raise ValueError("receipt handle secret must be 16..64 bytes")
         self._secret = secret
+        #: version 2 checkpoint part (text) -> its fields, for parts that verified
+        self._verified: dict[str, tuple[str, str, int, int, int, int, int]] = {}
 
     @property
     def secret(self) -> bytes:
@@ -100,12 +118,38 @@ class HandleSigner:
         type(self)(secret)  # checks the length
         write_secret(config_dir, secret)
         self._secret = secret
+        self._verified.clear()  # (verified with the old secret)
         return True
 
     def _mac(self, payload: bytes) -> bytes:
         return hashlib.blake2b(payload, key=self._secret, digest_size=_MAC_BYTES).digest()
 
+    def checkpoint_part(
+        self, group: str, topic: str, queue_id: int, ck_offset: int, pop_time: int, invisible_ms: int, revive_qid: int
+    ) -> str:
+        """The signed part of the version 2 handles of one checkpoint's messages: each handle is
+        ``f"{part}.{index}.{queue_offset}"``."""
+        g, t = group.encode(), topic.encode()
+        payload = (
+            _CK_FIXED.pack(_VERSION_2, queue_id, ck_offset, pop_time, invisible_ms, revive_qid, len(g), len(t)) + g + t
+        )
+        part = base64.urlsafe_b64encode(self._mac(payload) + payload).rstrip(b"=").decode()
+        self._remember(part, (group, topic, queue_id, ck_offset, pop_time, invisible_ms, revive_qid))
+        return part
+
+    def _remember(self, part: str, fields: tuple[str, str, int, int, int, int, int]) -> None:
+        """Known good: signed here, or verified (the acks of a batch need not check it again)."""
+        if len(self._verified) >= _VERIFIED_MAX:
+            self._verified.clear()
+        self._verified[part] = fields
+
     def encode(self, h: ReceiptHandle) -> str:
+        """The (version 2) handle text of one message."""
+        part = self.checkpoint_part(h.group, h.topic, h.queue_id, h.ck_offset, h.pop_time, h.invisible_ms, h.revive_qid)
+        return f"{part}.{h.index}.{h.queue_offset}"
+
+    def encode_v1(self, h: ReceiptHandle) -> str:
+        """The version 1 handle text (one MAC over every field; issued by earlier versions)."""
         group, topic = h.group.encode(), h.topic.encode()
         payload = (
             _FIXED.pack(
@@ -127,12 +171,59 @@ class HandleSigner:
 
     def decode(self, text: str) -> ReceiptHandle:
         """The handle's fields; :class:`HandleError` if it is malformed or its signature is wrong."""
+        if "." not in text:
+            return self._decode_v1(text)
+        pieces = text.split(".")
+        if len(pieces) != 3:
+            raise HandleError("malformed receipt handle")
+        part, index, offset = pieces
+        # ASCII digits only (int() would also take signs, spaces, underscores and other scripts'
+        # digits), at most int64's 19 (int() refuses very long ones with a ValueError)
+        if not (
+            index.isascii()
+            and index.isdigit()
+            and offset.isascii()
+            and offset.isdigit()
+            and len(index) <= _MAX_DIGITS
+            and len(offset) <= _MAX_DIGITS
+        ):
+            raise HandleError("malformed receipt handle")
+        fields = self._verified.get(part)
+        if fields is None:
+            fields = self._verify_part(part)
+        group, topic, qid, ck, pop_time, invisible, rqid = fields
+        return ReceiptHandle(group, topic, qid, int(offset), ck, int(index), pop_time, invisible, rqid)
+
+    def _verify_part(self, part: str) -> tuple[str, str, int, int, int, int, int]:
+        payload = self._verified_payload(part)
+        if len(payload) < _CK_FIXED.size:
+            raise HandleError("receipt handle signature does not verify")
+        version, qid, ck, pop_time, invisible, rqid, glen, tlen = _CK_FIXED.unpack_from(payload)
+        try:
+            if version != _VERSION_2 or len(payload) != _CK_FIXED.size + glen + tlen:
+                raise ValueError("version")
+            group = payload[_CK_FIXED.size : _CK_FIXED.size + glen].decode()
+            topic = payload[_CK_FIXED.size + glen :].decode()
+        except (UnicodeDecodeError, ValueError) as exc:  # signed but unreadable: another version
+            raise HandleError("unreadable receipt handle") from exc
+        fields = (group, topic, qid, ck, pop_time, invisible, rqid)
+        self._remember(part, fields)
+        return fields
+
+    def _verified_payload(self, text: str) -> bytes:
+        """The signed payload of base64url ``text`` (MAC checked); HandleError if it does not verify."""
         try:
             raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
         except (binascii.Error, ValueError) as exc:
             raise HandleError("malformed receipt handle") from exc
         mac, payload = raw[:_MAC_BYTES], raw[_MAC_BYTES:]
-        if len(payload) < _FIXED.size or not hmac.compare_digest(mac, self._mac(payload)):
+        if not payload or not hmac.compare_digest(mac, self._mac(payload)):
+            raise HandleError("receipt handle signature does not verify")
+        return payload
+
+    def _decode_v1(self, text: str) -> ReceiptHandle:
+        payload = self._verified_payload(text)
+        if len(payload) < _FIXED.size:
             raise HandleError("receipt handle signature does not verify")
         version, qid, qoff, ck, index, pop_time, invisible, rqid, glen, tlen = _FIXED.unpack_from(payload)
         try:

@@ -1,12 +1,14 @@
 """The revive log's records: checkpoints and acks, stored as messages of an internal topic.
 
 As RocketMQ does, pop state is written to the commitlog as messages of
-``rmq_sys_REVIVE_LOG_<cluster>`` (one of its queues per group/topic/queue hash): a
+``rmq_sys_REVIVE_LOG_<cluster>`` (one of its queues per group/topic hash): a
 **checkpoint** (tag ``ck``) per popped batch of one queue — group, topic, queue, the
 popped queue offsets, the queue's next offset after them, pop time, invisible time — and
 an **ack** (tag ``ack``) naming a checkpoint by its commitlog offset and the indexes of
-the messages acked. A change of invisible time is a new one-message checkpoint plus an
-ack of the old index, stored as one batch. Bodies are compact JSON (RocketMQ's PopCheckPoint
+the messages acked, or several checkpoints of its revive queue and the indexes of each
+(``{"ck":[c1,c2],"i":[[0,3],[5]]}``: a batch ack of messages of several batches is one
+record). A change of invisible time is a new one-message checkpoint plus an ack of the old
+index, stored as one batch. Bodies are compact JSON (RocketMQ's PopCheckPoint
 and AckMsg are JSON too).
 """
 
@@ -32,9 +34,12 @@ def revive_topic(cluster: str) -> str:
     return f"rmq_sys_REVIVE_LOG_{cluster}"
 
 
-def revive_queue_of(group: str, topic: str, queue_id: int, queues: int) -> int:
-    """The revive queue of a (group, topic, queue): stable across restarts (crc32, not ``hash``)."""
-    return zlib.crc32(f"{group}@{topic}@{queue_id}".encode()) % queues
+def revive_queue_of(group: str, topic: str, queues: int) -> int:
+    """The revive queue of a group's checkpoints of one topic: stable across restarts (crc32, not
+    ``hash``). Every queue of the topic shares it, so that the acks of one batch ack, which go to
+    their checkpoints' revive queue, make one record (checkpoints written by earlier versions sit
+    in a queue per topic queue; their acks go where they are)."""
+    return zlib.crc32(f"{group}@{topic}".encode()) % queues
 
 
 @dataclass(slots=True)
@@ -75,18 +80,14 @@ class CheckPoint:
         return [i for i in range(len(self.offsets)) if not self.acked >> i & 1]
 
     def to_record(self, revive: str) -> bytes:
-        body = {
-            "c": self.group,
-            "t": self.topic,
-            "q": self.queue_id,
-            "o": self.offsets.tolist(),
-            "nb": self.next_offset,
-            "pt": self.pop_time,
-            "it": self.invisible_ms,
-        }
-        return encode_record(
-            revive.encode(), json.dumps(body, separators=(",", ":")).encode(), _CK_PROPS, born_timestamp=self.pop_time
+        # compact JSON, formatted by hand (json.dumps of the whole map costs more than the rest of
+        # a pop's checkpoint); the strings go through json.dumps for their escaping
+        body = (
+            f'{{"c":{json.dumps(self.group)},"t":{json.dumps(self.topic)},"q":{self.queue_id},'
+            f'"o":[{",".join(map(str, self.offsets))}],"nb":{self.next_offset},'
+            f'"pt":{self.pop_time},"it":{self.invisible_ms}}}'
         )
+        return encode_record(revive.encode(), body.encode(), _CK_PROPS, born_timestamp=self.pop_time)
 
     @classmethod
     def from_body(cls, body: bytes | memoryview) -> CheckPoint:
@@ -117,14 +118,30 @@ def _json(body: bytes | memoryview) -> dict[str, Any]:
 
 
 def ack_record(revive: str, ck_offset: int, indexes: list[int], now: int) -> bytes:
-    body = json.dumps({"ck": ck_offset, "i": indexes}, separators=(",", ":")).encode()
-    return encode_record(revive.encode(), body, _ACK_PROPS, born_timestamp=now)
+    body = f'{{"ck":{int(ck_offset)},"i":[{",".join([str(int(i)) for i in indexes])}]}}'  # compact JSON, by hand
+    return encode_record(revive.encode(), body.encode(), _ACK_PROPS, born_timestamp=now)
 
 
-def parse_ack(body: bytes | memoryview) -> tuple[int, list[int]]:
-    """``(checkpoint offset, acked indexes)`` of an ack body; ValueError, KeyError or TypeError if it is not one."""
+def acks_record(revive: str, acks: list[tuple[int, list[int]]], now: int) -> bytes:
+    """One ack record for checkpoints of one revive queue: ``(checkpoint offset, indexes)`` each."""
+    if len(acks) == 1:
+        return ack_record(revive, acks[0][0], acks[0][1], now)
+    cks = ",".join([str(int(c)) for c, _ in acks])
+    indexes = ",".join(["[" + ",".join([str(int(i)) for i in ii]) + "]" for _, ii in acks])
+    body = f'{{"ck":[{cks}],"i":[{indexes}]}}'
+    return encode_record(revive.encode(), body.encode(), _ACK_PROPS, born_timestamp=now)
+
+
+def parse_ack(body: bytes | memoryview) -> list[tuple[int, list[int]]]:
+    """``(checkpoint offset, acked indexes)`` of each checkpoint an ack body names; ValueError,
+    KeyError or TypeError if it is not one."""
     d = _json(body)
     try:
-        return int(d["ck"]), [int(i) for i in d["i"]]
+        ck, indexes = d["ck"], d["i"]
+        if isinstance(ck, list):
+            if len(ck) != len(indexes):
+                raise ValueError("ack record names checkpoints and index lists of different counts")
+            return [(int(c), [int(i) for i in ii]) for c, ii in zip(ck, indexes, strict=True)]
+        return [(int(ck), [int(i) for i in indexes])]
     except OverflowError as exc:  # int() of an infinite number
         raise ValueError(f"ack number out of range: {exc}") from exc

@@ -37,7 +37,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pymq.broker.pop.receipt import ReceiptHandle
-from pymq.broker.pop.records import ACK_TAG, CK_TAG, CheckPoint, ack_record, parse_ack, revive_queue_of, revive_topic
+from pymq.broker.pop.records import (
+    ACK_TAG,
+    CK_TAG,
+    CheckPoint,
+    ack_record,
+    acks_record,
+    parse_ack,
+    revive_queue_of,
+    revive_topic,
+)
 from pymq.broker.retry.policy import exhausted, keep_origin, retry_limit
 from pymq.broker.store.config_files import read_json, remove_json, write_json_atomic
 from pymq.broker.store.results import GetStatus, PutStatus
@@ -172,10 +181,10 @@ class PopState:
                             if ck.next_offset > self.offsets.query(ck.group, ck.topic, ck.queue_id):
                                 self.offsets.commit(ck.group, ck.topic, ck.queue_id, ck.next_offset)
                         elif tag == ACK_TAG.encode():
-                            ck_offset, indexes = parse_ack(r.body)
-                            found = self.open.get(ck_offset)
-                            if found is not None:
-                                self._set_acked(found, indexes)
+                            for ck_offset, indexes in parse_ack(r.body):
+                                found = self.open.get(ck_offset)
+                                if found is not None:
+                                    self._set_acked(found, indexes)
                     except (ValueError, KeyError, TypeError) as exc:
                         log.warning("revive_record_unreadable", qid=qid, offset=r.queue_offset, error=str(exc))
             offset = res.next_begin_offset
@@ -231,7 +240,7 @@ class PopState:
 
     def add_checkpoint(self, ck: CheckPoint) -> bool:
         """Store a popped batch's checkpoint; False if the store refused it (nothing popped then)."""
-        qid = revive_queue_of(ck.group, ck.topic, ck.queue_id, self.revive_queues)
+        qid = revive_queue_of(ck.group, ck.topic, self.revive_queues)
         res = self.put_path.put(self.revive_topic, qid, ck.to_record(self.revive_topic))[0]
         if res.status != PutStatus.PUT_OK:
             log.warning("pop_checkpoint_not_stored", status=res.status.name, reason=res.reason)
@@ -272,33 +281,51 @@ class PopState:
         self._set_acked(ck, [h.index])
 
     def ack_many(self, handles: list[ReceiptHandle | PopError]) -> list[PopError | None]:
-        """Ack several messages (errors passed in stay errors): one ack record per checkpoint,
-        stored in one put per revive queue. One answer per handle, in order."""
+        """Ack several messages (errors passed in stay errors): one ack record per revive queue
+        naming its checkpoints, all stored in one store call. One answer per handle, in order."""
         now = self.clock.time_ms()
         out: list[PopError | None] = []
         by_ck: dict[int, list[int]] = {}
         slots: dict[int, list[int]] = {}  # ck offset -> answer positions
+        taken: dict[int, int] = {}  # ck offset -> bits of the indexes in this batch
         for h in handles:
             if isinstance(h, PopError):
                 out.append(h)
                 continue
             try:
                 ck = self._checked(h, now)
-                if h.index in by_ck.get(ck.ck_offset, ()):
-                    raise PopError("acked", "message acked twice in one batch")
             except PopError as exc:
                 out.append(exc)
                 continue
-            by_ck.setdefault(ck.ck_offset, []).append(h.index)
-            slots.setdefault(ck.ck_offset, []).append(len(out))
+            c, bit = ck.ck_offset, 1 << h.index
+            bits = taken.get(c)
+            if bits is None:
+                taken[c] = bit
+                by_ck[c] = [h.index]
+                slots[c] = [len(out)]
+            elif bits & bit:
+                out.append(PopError("acked", "message acked twice in one batch"))
+                continue
+            else:
+                taken[c] = bits | bit
+                by_ck[c].append(h.index)
+                slots[c].append(len(out))
             out.append(None)
         per_queue: dict[int, list[int]] = {}
         for ck_offset in by_ck:
             per_queue.setdefault(self.open[ck_offset].revive_qid, []).append(ck_offset)
-        for qid, ck_offsets in per_queue.items():
-            data = b"".join(ack_record(self.revive_topic, c, by_ck[c], now) for c in ck_offsets)
-            results = self.put_path.put(self.revive_topic, qid, data)
-            for c, res in zip(ck_offsets, results, strict=True):
+        if not per_queue:
+            return out
+        # one ack record per revive queue (a checkpoint's acks go to its queue: replay and revive
+        # offsets are per queue), naming each of its checkpoints; all in one store call
+        queues = list(per_queue.items())
+        revive = self.revive_topic
+        answers = self.put_path.put_queues(
+            [(revive, qid, acks_record(revive, [(c, by_ck[c]) for c in cks], now)) for qid, cks in queues]
+        )
+        for (_qid, cks), results in zip(queues, answers, strict=True):
+            res = results[0]
+            for c in cks:
                 if res.status == PutStatus.PUT_OK:
                     acked = self.open.get(c)
                     if acked is not None:
