@@ -407,6 +407,7 @@ class BrokerApp:
         cfg = self.config
         self.acl = acl_interceptor(cfg.acl, "broker", self.transaction.acl_resolvers())
         if self.acl is not None:
+            self.dispatcher.register_many(self.acl.session_handlers())
             self.dispatcher.add_interceptor(self.acl)
             self.dispatcher.move_first(self.acl)
             self.serving_services.insert(

@@ -16,6 +16,7 @@ SECURITY_PARAMS = (
     "tls_cert_file",
     "tls_key_file",
     "tls_check_hostname",
+    "acl_sessions",
 )
 
 
@@ -63,6 +64,13 @@ def security_options(store: dict[str, Any] | None = None) -> Callable[[Callable[
                 default=True,
                 show_default=True,
                 help="Check that server certificates name the host connected to.",
+                **extra,
+            ),
+            click.option(
+                "--acl-sessions/--no-acl-sessions",
+                default=True,
+                show_default=True,
+                help="Over TLS, prove the credentials once per connection instead of signing every request.",
                 **extra,
             ),
         ]

@@ -35,6 +35,9 @@ class ClientConfig:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_check_hostname: bool = True
+    #: over TLS with credentials: prove them once per connection (an ACL session) instead of signing
+    #: each request; False signs each request there too (see pymq.security.session)
+    acl_sessions: bool = True
     #: consumers pull from the slave a broker suggests (``suggestWhichBrokerId``) when they are far
     #: behind, and back from the master when it suggests so, as RocketMQ's always do
     follow_pull_suggestion: bool = True
@@ -59,6 +62,7 @@ class ClientConfig:
             self.tls_cert_file,
             self.tls_key_file,
             self.tls_check_hostname,
+            self.acl_sessions,
         )
 
     @classmethod

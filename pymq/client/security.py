@@ -2,7 +2,8 @@
 
 Options (keyword arguments, also fields of :class:`~pymq.client.client_config.ClientConfig`):
 ``access_key``/``secret_key`` (default: the ``PYMQ_ACCESS_KEY``/``PYMQ_SECRET_KEY``
-environment variables) sign every request; ``tls=True`` (implied by a ``tls://``
+environment variables) sign every request (over TLS: once per connection, see
+:mod:`pymq.security.session`; ``acl_sessions=False`` signs each request there too); ``tls=True`` (implied by a ``tls://``
 nameserver address) connects to nameservers and brokers over TLS, verifying them with
 ``tls_ca_file`` (default: the system CAs), presenting ``tls_cert_file``/``tls_key_file``
 when the servers require client certificates.
@@ -18,6 +19,7 @@ from typing import Any
 
 from pymq.errors import ConfigError
 from pymq.protocol.command import Command
+from pymq.security.session import open_session
 from pymq.security.signing import Credentials, signer
 from pymq.transport.tls import client_context, split_scheme
 
@@ -36,6 +38,8 @@ class Security:
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
     tls_check_hostname: bool = True
+    #: over TLS, prove the credentials once per connection instead of signing each request
+    acl_sessions: bool = True
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> Security:
@@ -75,8 +79,12 @@ class Security:
         )
 
     def rpc_options(self, addrs: Iterable[str] = ()) -> dict[str, Any]:
-        """``ssl`` and ``signer`` for :class:`~pymq.transport.client.RpcClient`."""
-        return {"ssl": self.ssl_context(addrs), "signer": self.signer()}
+        """``ssl``, ``signer`` and ``session`` for :class:`~pymq.transport.client.RpcClient`: with
+        credentials, each TLS connection opens an ACL session (its requests then go unsigned) unless
+        ``acl_sessions`` is False; a plaintext one, or one to a server without sessions, signs each."""
+        sign = self.signer()
+        session = open_session if sign is not None and self.acl_sessions else None
+        return {"ssl": self.ssl_context(addrs), "signer": sign, "session": session}
 
 
 SECURITY_OPTIONS = frozenset(Security.__slots__)

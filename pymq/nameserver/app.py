@@ -92,6 +92,7 @@ class NamesrvApp:
         try:
             self.acl = acl_interceptor(self.config.acl, "namesrv")
             if self.acl is not None:
+                self.dispatcher.register_many(self.acl.session_handlers())
                 self.dispatcher.add_interceptor(self.acl)
                 self.remoting_dispatcher.add_interceptor(self.acl.remoting_interceptor())
             self.server.ssl = listener_tls(self.config.tls)

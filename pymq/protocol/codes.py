@@ -96,6 +96,10 @@ class RequestCode(IntEnum):
     # pymq (issue 32; RocketMQ has none): the secret a broker signs pop receipt handles with, which
     # a slave copies from its master so that, promoted, it accepts the handles its old master issued
     GET_POP_SECRET = 990
+    # pymq (issue 34; RocketMQ signs every request): under ACL + TLS a client proves its account once
+    # per connection (a challenge, then a signed open binding the account to the connection)
+    SESSION_CHALLENGE = 991
+    SESSION_OPEN = 992
     # pop consumption (SimpleConsumer), RocketMQ 5's numbers
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051

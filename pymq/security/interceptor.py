@@ -35,6 +35,17 @@ from pymq.security.permissions import (
     needs,
     requirement,
 )
+from pymq.security.session import (
+    CHALLENGE,
+    CHALLENGE_ATTR,
+    SESSION_ATTR,
+    SESSION_CHALLENGE,
+    SESSION_OPEN,
+    Session,
+    challenge_matches,
+    is_tls,
+    new_challenge,
+)
 from pymq.security.signing import ACCESS_KEY, ReplayGuard, SignatureError, verify
 from pymq.transport.channel import Channel
 from pymq.transport.interceptor import Interceptor
@@ -104,6 +115,14 @@ class AclInterceptor(Interceptor):
         vouched = getattr(channel, "authenticated_as", None)
         if vouched is not None:  # a front end checked this request's own signature (4.x remoting)
             return None if vouched is WHITE else self._permitted(request, channel, vouched)
+        if ACCESS_KEY not in request.ext:
+            session = channel.attrs.get(SESSION_ATTR)
+            if session is not None:  # unsigned on a session's connection: the session's account
+                return self._in_session(request, channel, session)
+            if request.code == SESSION_CHALLENGE:
+                return self._challenge(request, channel)
+        elif request.code == SESSION_CHALLENGE:  # (a client may sign it: no matter)
+            return self._challenge(request, channel)
         claimed = self._claimed(request, channel)
         if isinstance(claimed, Command):
             return claimed
@@ -119,7 +138,48 @@ class AclInterceptor(Interceptor):
             return self._refuse(request, channel, "timestamp", reason, access_key=access_key)
         if self.replay.seen(sig, self._monotonic()):
             return self._refuse(request, channel, "replay", "replayed request", access_key=access_key)
+        if request.code == SESSION_OPEN:
+            return self._open_session(request, channel, access_key, account)
         return self._permitted(request, channel, access_key)
+
+    # --- sessions (pymq.security.session) ------------------------------------------------------------------
+
+    def _challenge(self, request: Command, channel: Channel) -> Command:
+        """SESSION_CHALLENGE: a fresh challenge for this connection (TLS only)."""
+        if not is_tls(channel):
+            return self._refuse(request, channel, "session", "sessions need a TLS connection")
+        challenge = channel.attrs[CHALLENGE_ATTR] = new_challenge()
+        return request.response(ext={CHALLENGE: challenge})
+
+    def _open_session(self, request: Command, channel: Channel, access_key: str, account: Account) -> Command:
+        """SESSION_OPEN, its signature checked: bind the account to this connection if the request
+        carries the challenge this connection was given (used up either way)."""
+        issued = channel.attrs.pop(CHALLENGE_ATTR, None)
+        if not is_tls(channel):
+            return self._refuse(request, channel, "session", "sessions need a TLS connection", access_key=access_key)
+        if not challenge_matches(issued, request.ext.get(CHALLENGE)):
+            remark = "session challenge not issued on this connection"
+            return self._refuse(request, channel, "session", remark, access_key=access_key)
+        channel.attrs[SESSION_ATTR] = Session(access_key, account.secret_key)
+        return request.response()
+
+    def _in_session(self, request: Command, channel: Channel, session: Session) -> Command | None:
+        """An unsigned request on a session's connection: the white lists and permissions as for a
+        signed one of its account; a changed secret key or a removed account ends the session."""
+        acl = self.acl
+        if acl.global_white and acl.is_globally_white(peer_ip(channel.remote_addr)):
+            return None
+        account = acl.accounts.get(session.access_key)
+        if account is None or account.secret_key != session.secret_key:
+            # The key it proved is no longer valid: close the connection (its requests were not run;
+            # the client reconnects and proves the current key, or is refused).
+            del channel.attrs[SESSION_ATTR]
+            refusal = self._refuse(request, channel, "session", "session ended: the account changed")
+            channel.close()
+            return refusal
+        if account.white_remote and account.is_white(peer_ip(channel.remote_addr)):
+            return None
+        return self._permitted(request, channel, session.access_key)
 
     def _claimed(self, request: Command, channel: Channel) -> tuple[str, Account] | str | Command:
         """Who the request says it is, before its signature is checked: (access key, account), :data:`WHITE`
@@ -172,6 +232,17 @@ class AclInterceptor(Interceptor):
             return access_key
         except Exception as exc:  # hostile input: a refusal, never a traceback
             return self._refuse(request, channel, "malformed", "malformed request", error=type(exc).__name__)
+
+    def session_handlers(self) -> dict[int, Callable[[Command, Channel], Command]]:
+        """The routes of the session requests (register them where this interceptor runs first).
+
+        The interceptor answers both itself; a handler is reached only by a white-listed peer,
+        which needs no session (it signs nothing): refused, so a client keeps its usual way."""
+
+        def white(request: Command, _channel: Channel) -> Command:
+            return request.response(ResponseCode.NO_PERMISSION, "a white-listed peer needs no session")
+
+        return {SESSION_CHALLENGE: white, SESSION_OPEN: white}
 
     def remoting_interceptor(self) -> Interceptor:
         """For a dispatcher of 4.x requests whose codes and header names are pymq's own (the nameserver's):

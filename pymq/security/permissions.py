@@ -261,6 +261,9 @@ REQUIREMENTS: dict[int, Requirement] = {
     C.CONTROLLER_STATUS: AUTHENTICATED,
     C.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: AUTHENTICATED,
     C.PING: AUTHENTICATED,
+    # (answered by the interceptor itself: a challenge needs no account, an open the signature's)
+    C.SESSION_CHALLENGE: AUTHENTICATED,
+    C.SESSION_OPEN: AUTHENTICATED,
     # nameserver: reading a topic's route needs some permission on it
     C.GET_ROUTEINFO_BY_TOPIC: Requirement(fields=((TOPIC, _w(TopicRequest, "topic"), ANY),)),
     # admin (RocketMQ's admin codes, plus registration, config reads, message reads by offset, HA)

@@ -7,7 +7,7 @@ import random
 import socket
 import ssl as _ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from pymq.errors import ClosedError, ConnectError, ConnectionClosedError, error_for_response
@@ -56,7 +56,10 @@ class RpcClient:
     ``dispatcher`` handles requests the server pushes over those connections. ``ssl``: TLS
     for every connection; an address written ``tls://host:port`` uses TLS in any case (``ssl``,
     or a context verifying against the system CAs). ``signer`` signs every request sent
-    (:func:`pymq.security.signing.signer`).
+    (:func:`pymq.security.signing.signer`). ``session`` (with a ``signer``): run on each new
+    connection, its requests signed, before anyone uses it; when it returns True the connection's
+    later requests go unsigned (:func:`pymq.security.session.open_session`: an ACL session on a
+    TLS connection).
     """
 
     def __init__(
@@ -69,10 +72,12 @@ class RpcClient:
         codec: Codec | None = None,
         ssl: _ssl.SSLContext | None = None,
         signer: Callable[[Command], None] | None = None,
+        session: Callable[[Connection, float], Awaitable[bool]] | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.ssl = ssl
         self.signer = signer
+        self.session = session
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self.codec = codec if codec is not None else default_codec(max_frame_size)
@@ -142,6 +147,8 @@ class RpcClient:
             self._last_failure[addr] = f"{exc or type(exc).__name__}{hint}"
             raise ConnectError(f"cannot connect to {addr}: {exc or type(exc).__name__}{hint}") from exc
         conn.signer = self.signer
+        if self.signer is not None and self.session is not None:
+            await self._open_session(conn, addr)
         backoff.succeeded()
         self._last_failure.pop(addr, None)
         self._conns[addr] = conn
@@ -151,6 +158,18 @@ class RpcClient:
             conn.close()
             raise ClosedError("rpc client is closed")
         return conn
+
+    async def _open_session(self, conn: Connection, addr: str) -> None:
+        """Run ``session`` on a new connection: its later requests go unsigned if it says so."""
+        assert self.session is not None
+        try:
+            if await self.session(conn, self.connect_timeout):
+                conn.signer = None  # the connection is authenticated: requests need no signature
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, Exception) and not isinstance(exc, ConnectError):
+                raise ConnectError(f"cannot open a session with {addr}: {exc}") from exc
+            raise
 
     def _tls_for(self, addr: str) -> _ssl.SSLContext | None:
         if self.ssl is not None:

@@ -22,6 +22,7 @@ from pymq.transport.channel import RequestSink
 from pymq.transport.codec import Codec, Decoder
 from pymq.transport.flow_control import FlowControl
 from pymq.transport.limits import ConnectionLimits, monotonic
+from pymq.transport.tls_writes import JoinedWrites
 
 log = get_logger("transport")
 
@@ -89,6 +90,8 @@ class Connection(asyncio.Protocol):
         self._close_callbacks: list[Callable[[Connection], None]] = []
         #: signs each request this end sends (client credentials); None: unsigned
         self.signer: Callable[[Command], None] | None = None
+        #: whether the connection is TLS (set when made; ACL sessions need it)
+        self.tls = False
         #: whether the peer ever sent a byte (a silent close hints at a TLS/plaintext mismatch)
         self._got_data = False
         self._loop = asyncio.get_running_loop()
@@ -124,6 +127,9 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop transports are not asyncio.Transport subclasses
+        self.tls = transport.get_extra_info("ssl_object") is not None
+        if self.tls:  # one TLS record per write, not per buffer of it (see transport.tls_writes)
+            self.transport = transport = JoinedWrites(transport)  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

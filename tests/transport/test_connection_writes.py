@@ -127,3 +127,38 @@ async def test_timeouts_that_differ_by_microseconds_share_one_deadline_queue() -
         f.cancel()
     await asyncio.gather(*futs, return_exceptions=True)
     conn.connection_lost(None)
+
+
+class _TlsTransport(RecordingTransport):
+    """A recording transport that says it is TLS and records each ``write`` (a TLS record's worth)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return object() if name == "ssl_object" else default
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+
+    def writelines(self, bufs: list[Any]) -> None:  # a TLS transport: one record per buffer
+        raise AssertionError("a TLS connection's writes must be joined")
+
+
+async def test_a_tls_connection_writes_each_tick_as_one_buffer() -> None:
+    """TLS makes a record of every buffer it is handed: a frame's header and body go as one."""
+    dispatcher = Dispatcher({ECHO: lambda c, ch: c.response(body=c.body_bytes())})
+    conn = Connection(dispatcher, default_codec(64 << 20), server_side=True)
+    transport = _TlsTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    assert conn.tls
+    conn.data_received(_requests(ECHO, 3, body=b"payload"))
+    fut = conn.send_request(Command(ECHO, 0, 0, None, {"k": "v"}, b"body"), 5.0)
+    assert fut is not None
+    assert len(transport.writes) == 2  # the three answers of one read, then the request
+    assert [a.opaque for a in _decoded(transport.writes[:1])] == [1, 2, 3]
+    (request,) = _decoded(transport.writes[1:])
+    assert (request.ext, request.body_bytes()) == ({"k": "v"}, b"body")
+    conn.abandon(request.opaque)
+    conn.connection_lost(None)

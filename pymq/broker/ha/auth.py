@@ -12,7 +12,7 @@ stream itself.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pymq.protocol.codes import RequestCode
@@ -38,9 +38,11 @@ def sign_hello(sign: Sign, hello_body: bytes | memoryview) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class _Peer:
-    """What the ACL interceptor reads of a channel: the peer's address."""
+    """What the ACL interceptor reads of a channel: the peer's address (no session: the link's
+    requests are each signed)."""
 
     remote_addr: str
+    attrs: dict[str, Any] = field(default_factory=dict)
 
     def is_open(self) -> bool:
         return True
