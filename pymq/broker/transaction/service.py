@@ -383,7 +383,7 @@ class TransactionalMessageService:
         if res.status != PutStatus.PUT_OK or op_res.status != PutStatus.PUT_OK:
             log.warning("commit_failed", topic=topic, origin=origin, status=res.status.name, reason=res.reason)
             return False
-        self.stats.record_put(topic, [res])
+        self.stats.record_put_one(topic, res.size)
         self._op_stored(op_res, origin)
         self.commits += 1
         return True
