@@ -30,6 +30,7 @@ import uvloop
 
 from pymq.client.producer import Producer
 from pymq.client.routes import write_queues
+from pymq.client.transaction_producer import TransactionProducer, TransactionState
 from pymq.logs import configure_logging
 from pymq.protocol.command import FLAG_RESPONSE
 from pymq.protocol.message import Message
@@ -58,12 +59,20 @@ class AnsweringTransport:
         self.loop = loop
         self.template, self.at = response_template()
         self.closing = False
+        #: the last opaque answered (a oneway request written after it must not be answered again)
+        self.answered = -1
 
     def writelines(self, bufs: list[bytes]) -> None:
         conn = self.conn
         assert conn is not None
+        if not conn._pending:
+            return  # a oneway request (END_TRANSACTION) with nothing awaiting an answer
+        opaque = next(reversed(conn._pending))
+        if opaque == self.answered:
+            return  # a oneway request while a request is still awaited: not answered twice
+        self.answered = opaque
         frame = bytearray(self.template)
-        struct.pack_into(">I", frame, self.at, next(reversed(conn._pending)))
+        struct.pack_into(">I", frame, self.at, opaque)
         self.loop.call_soon(conn.data_received, bytes(frame))
 
     def write(self, b: bytes) -> None:
@@ -111,12 +120,18 @@ def install_fake_broker(producer: Producer) -> None:
     conn.signer = rpc.signer
     conn.attrs["addr"] = ADDR
     rpc._conns[ADDR] = conn
+    producer._topics.add(TOPIC)  # as the first send's route fetch leaves it
 
 
 async def rounds(producers: list[Producer], msg: Message, n: int, count: int) -> tuple[list[float], list[float]]:
     """``count`` rounds of ``n`` sends in all, spread over the producers (each awaits its sends in turn)."""
 
     async def sender(producer: Producer, k: int) -> None:
+        if isinstance(producer, TransactionProducer):
+            send_tx = producer.send_in_transaction
+            for _ in range(k):
+                await send_tx(msg, _commit)
+            return
         send = producer.send
         for _ in range(k):
             await send(msg)
@@ -139,13 +154,22 @@ async def rounds(producers: list[Producer], msg: Message, n: int, count: int) ->
     return out, cpu
 
 
-async def main(n: int, concurrency: int) -> None:
+def _commit(*_args: object) -> TransactionState:
+    return TransactionState.COMMIT
+
+
+async def main(n: int, concurrency: int, transaction: bool) -> None:
     body = bytes(range(256)) * 4  # 1 KiB
     msg = Message(TOPIC, body)
     async with contextlib.AsyncExitStack() as stack:
         producers = []
         for i in range(concurrency):  # as pymq-bench: a client instance (its own connection) per producer
-            producer = Producer("127.0.0.1:1", f"client-bench-{i}", instance_name=f"client-bench-{i}")
+            name = f"client-bench-{i}"
+            producer = (
+                TransactionProducer("127.0.0.1:1", name, _commit, instance_name=name)
+                if transaction
+                else Producer("127.0.0.1:1", name, instance_name=name)
+            )
             await stack.enter_async_context(producer)
             install_fake_broker(producer)
             result = await producer.send(msg)
@@ -202,4 +226,4 @@ if __name__ == "__main__":
     if "--sync" in sys.argv:
         main_sync(count)
     else:
-        uvloop.run(main(count, concurrency))
+        uvloop.run(main(count, concurrency, "--transaction" in sys.argv))

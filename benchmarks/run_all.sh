@@ -63,6 +63,11 @@ run prod-conc8-async-10s $bench producer --embedded --quiet --json --duration 10
 # What this machine allows that shape at all: a bare server with an oracle group commit, syncing
 # on its loop (no hand-off) and through pymq's C syncer thread, its client as costly per send.
 run sync-floor  $py benchmarks/sync_floor_bench.py --work-us 10 --dir "$out" --json
+# Transactional sends next to plain single sends (issue 34: aim >= 0.7), and the floor of their
+# protocol's shape (a sync send + a oneway two-record batch) in the same cluster.
+run prod-txn    $bench producer --embedded --quiet --json --count 5000 --mode transaction
+run prod-single-5k $bench producer --embedded --quiet --json --count 5000
+run txn-floor   $py benchmarks/txn_floor_bench.py --count 3000 --rounds 3 --json
 redis_always
 peer_round after
 run store       $py benchmarks/store_bench.py --repeat 3 --json

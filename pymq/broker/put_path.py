@@ -93,6 +93,35 @@ def move_records(topic: str, queue_id: int, data: bytes, move: Callable[[int, in
     return out
 
 
+def move_valid_records(
+    topic: str, queue_id: int, data: bytes, split: SplitBatch, move: Callable[[int, int, int], Segment | None]
+) -> list[Segment]:
+    """:func:`move_records` over the records ``split`` found valid: ``move(pos, size, props_at)``.
+
+    The others stay where they are, for the store to refuse. A batch of one record moved
+    comes back as its one segment (a single send's usual case, without the loop).
+    """
+    positions, sizes, props_ats, _rejected = split
+    if len(positions) == 1 and sizes[0] == len(data):
+        moved = move(positions[0], sizes[0], props_ats[0])
+        return [(topic, queue_id, data)] if moved is None else [moved]
+    out: list[Segment] = []
+    kept_from = 0
+    for pos, size, props_at in zip(positions, sizes, props_ats, strict=True):
+        moved = move(pos, size, props_at)
+        if moved is None:
+            continue
+        if pos > kept_from:
+            out.append((topic, queue_id, data[kept_from:pos]))
+        out.append(moved)
+        kept_from = pos + size
+    if not out:
+        return [(topic, queue_id, data)]
+    if kept_from < len(data):
+        out.append((topic, queue_id, data[kept_from:]))
+    return out
+
+
 class PutRefused(Exception):
     """Raised by a hook's ``rewrite`` to refuse the whole request (e.g. a timer beyond the maximum delay).
 
@@ -112,6 +141,10 @@ class PutHook(Protocol):
     byte strings" says so with a ``property_needles`` attribute (a tuple of bytes): the path
     then answers all such hooks with one search of the record's properties per send instead
     of a ``wants`` call per hook (see :meth:`PutPath.put`). ``wants`` must still answer the same.
+
+    A hook may also have ``rewrite_split(topic, queue_id, data, split)``: ``rewrite`` given the
+    batch's :meth:`MessageStore.split`, whose valid records it need not parse and check again
+    (see :func:`move_valid_records`); the path calls it instead of ``rewrite`` when it has the split.
     """
 
     def install(self, store: MessageStore) -> None:
@@ -149,6 +182,8 @@ class PutPath:
                 self._asked += (hook,)
             else:
                 needles.extend(n for n in declared if n not in needles)
+        #: the hooks' ``rewrite_split`` (None: the hook has none), by position
+        self._split_rewrites = tuple(getattr(hook, "rewrite_split", None) for hook in self._hooks)
         #: every needle of the hooks that declare theirs, for the batches' scan (one per needle)
         self._needles = tuple(needles)
         #: the same as one search, for single records (one call however many hooks)
@@ -181,21 +216,22 @@ class PutPath:
         split = store.split(topic, data)
         if not self._anyone_wants(data, split):  # no hook wants it: the batch as it came, split already made
             return store.put(topic, queue_id, data, split)
-        segments: list[Segment] | None = None
         try:
-            segments = self._rewrite(topic, queue_id, data, split)
+            rewritten = self._rewrite(topic, queue_id, data, split)
         except PutRefused as refused:
             return [PutResult(refused.status, reason=refused.reason)] * max(
                 len(split.positions) + len(split.rejected), 1
             )
-        if segments is None or (
-            len(segments) == 1 and segments[0][2] is data and segments[0][0] == topic and segments[0][1] == queue_id
-        ):  # no hook moved anything: the batch as it came, with the split already made
+        if rewritten is None:
+            return store.put(topic, queue_id, data, split)
+        segments, splits = rewritten
+        if len(segments) == 1 and segments[0][2] is data and segments[0][0] == topic and segments[0][1] == queue_id:
+            # no hook moved anything: the batch as it came, with the split already made
             return store.put(topic, queue_id, data, split)
         if len(segments) == 1:
-            return self.store.put_batches(segments)[0]
+            return store.put_batches(segments, splits=splits)[0]
         # The pieces of one request stand or fall together, as one batch does.
-        answers = self.store.put_batches(segments, atomic=True)
+        answers = store.put_batches(segments, atomic=True, splits=splits)
         return [r for answer in answers for r in answer]
 
     def put_queues(self, batches: list[Segment]) -> list[PutResults]:
@@ -212,21 +248,50 @@ class PutPath:
             return [self.put(*batch) for batch in batches]
         return store.put_batches(batches, splits=splits)
 
-    def _rewrite(self, topic: str, queue_id: int, data: bytes, split: SplitBatch) -> list[Segment] | None:
-        """The hooks' segments, or None when no hook wanted the batch."""
+    def _rewrite(
+        self, topic: str, queue_id: int, data: bytes, split: SplitBatch
+    ) -> tuple[list[Segment], list[SplitBatch | None]] | None:
+        """The hooks' segments and the split of each (None: not made), or None when no hook wanted the batch.
+
+        Each segment is split once (:meth:`MessageStore.split`): the later hooks' ``wants`` and
+        the store's put use the same split.
+        """
         store = self.store
         segments: list[Segment] | None = None
-        for hook in self.hooks:
+        splits: list[SplitBatch | None] = []
+        for hook, rewrite_split in zip(self.hooks, self._split_rewrites, strict=True):
             if segments is None:
                 if hook.wants(data, split):
-                    segments = hook.rewrite(topic, queue_id, data)
-            else:
-                segments = [
-                    out
-                    for seg in segments
-                    for out in (hook.rewrite(*seg) if hook.wants(seg[2], store.split(seg[0], seg[2])) else (seg,))
-                ]
-        return segments
+                    if rewrite_split is not None:
+                        segments = rewrite_split(topic, queue_id, data, split)
+                    else:
+                        segments = hook.rewrite(topic, queue_id, data)
+                    splits = [split if seg[2] is data and seg[0] == topic else None for seg in segments]
+                continue
+            new_segments: list[Segment] = []
+            new_splits: list[SplitBatch | None] = []
+            for seg, seg_split in zip(segments, splits, strict=True):
+                if seg_split is None:
+                    seg_split = store.split(seg[0], seg[2])
+                if not hook.wants(seg[2], seg_split):
+                    new_segments.append(seg)
+                    new_splits.append(seg_split)
+                    continue
+                out = rewrite_split(*seg, seg_split) if rewrite_split is not None else hook.rewrite(*seg)
+                for moved in out:
+                    new_segments.append(moved)
+                    new_splits.append(seg_split if moved[2] is seg[2] and moved[0] == seg[0] else None)
+            segments, splits = new_segments, new_splits
+        return None if segments is None else (segments, splits)
 
 
-__all__ = ["PUT_STATUS_TO_CODE", "PutHook", "PutMessages", "PutPath", "PutRefused", "Segment"]
+__all__ = [
+    "PUT_STATUS_TO_CODE",
+    "PutHook",
+    "PutMessages",
+    "PutPath",
+    "PutRefused",
+    "Segment",
+    "move_records",
+    "move_valid_records",
+]

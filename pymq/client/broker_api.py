@@ -65,6 +65,7 @@ _SEND_TOPIC = SendMessageRequest.WIRE["topic"]
 _SEND_QUEUE_ID = SendMessageRequest.WIRE["queue_id"]
 _SEND_GROUP = SendMessageRequest.WIRE["producer_group"]
 _SEND = int(RequestCode.SEND_MESSAGE)
+_END_TRANSACTION = int(RequestCode.END_TRANSACTION)
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 
 
@@ -362,7 +363,8 @@ def end_transaction(
 ) -> Command:
     """END_TRANSACTION (sent oneway): commit or roll back the half message at ``commit_log_offset``;
     ``topic`` is the half message's real topic (a broker with ACL on needs it, with PUB on it)."""
-    header = EndTransactionRequest(
+    # build_ext: the header's wire dict without a header object (one per transactional send)
+    ext = EndTransactionRequest.build_ext(
         producer_group=group,
         tran_state_table_offset=half_offset,
         commit_log_offset=commit_log_offset,
@@ -372,7 +374,7 @@ def end_transaction(
         transaction_id=msg_id,
         topic=topic,
     )
-    return Command.request(RequestCode.END_TRANSACTION, header.to_ext())
+    return Command(_END_TRANSACTION, 0, 0, None, ext)
 
 
 def pending_half_messages(group: str | None = None, max_num: int = 1000) -> Command:

@@ -65,6 +65,8 @@ LocalTransaction = Callable[[Message, Any], "TransactionState | Awaitable[Transa
 Checker = Callable[[MessageExt], "TransactionState | Awaitable[TransactionState]"]
 
 _TX_TYPE = {TransactionState.COMMIT: TRANSACTION_COMMIT_TYPE, TransactionState.ROLLBACK: TRANSACTION_ROLLBACK_TYPE}
+#: a Message's fields, in its constructor's order (copied per half message)
+_MESSAGE_FIELDS = tuple(f.name for f in dataclasses.fields(Message) if f.init)
 
 
 @dataclass(slots=True)
@@ -72,6 +74,10 @@ class TransactionSendResult(SendResult):
     """The half message's send result and what the local transaction decided."""
 
     local_state: TransactionState = TransactionState.UNKNOWN
+
+
+#: a SendResult's fields, in its constructor's order (copied into each TransactionSendResult)
+_RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(SendResult) if f.init)
 
 
 class TransactionProducer(Producer):
@@ -143,7 +149,8 @@ class TransactionProducer(Producer):
             return transaction_result(half, TransactionState.ROLLBACK)
         try:
             out = local_tx(msg, arg)
-            state = await out if inspect.isawaitable(out) else out
+            # (a plain function's state, the usual answer, skips the awaitable check)
+            state = out if out.__class__ is TransactionState else await out if inspect.isawaitable(out) else out
         except Exception as exc:
             raise LocalTransactionError(f"local transaction failed: {exc!r}", half) from exc
         state = as_state(state, "local transaction")
@@ -159,7 +166,8 @@ class TransactionProducer(Producer):
             if transaction_timeout < 1:
                 raise TransactionError("transaction_timeout is in whole seconds, at least 1")
             props[CHECK_IMMUNITY_TIME_IN_SECONDS] = str(int(transaction_timeout))
-        half = dataclasses.replace(msg, properties=props)
+        half = Message(*[getattr(msg, name) for name in _MESSAGE_FIELDS])  # (dataclasses.replace, less its checks)
+        half.properties = props
         new_topic = msg.topic not in self._topics
         result = await self.send(half)
         if new_topic:
@@ -181,8 +189,12 @@ class TransactionProducer(Producer):
             from_check=from_check,
             topic=half.message_queue.topic,
         )
+        rpc = self._instance().rpc
+        conn = rpc.connection_if_any(half.store_addr)
+        if conn is not None and conn.send_oneway_now(cmd):  # the usual case: written now, no coroutine
+            return
         try:
-            await self._instance().rpc.invoke_oneway(half.store_addr, cmd)
+            await rpc.invoke_oneway(half.store_addr, cmd)
         except PymqError as exc:
             # The broker will check back: the outcome is not lost, only delayed.
             log.warning("end_transaction_failed", broker=half.store_addr, msg_id=half.msg_id, reason=str(exc))
@@ -238,5 +250,6 @@ def as_state(value: object, what: str) -> TransactionState:
 
 def transaction_result(half: SendResult, state: TransactionState) -> TransactionSendResult:
     """The half message's send result with the local transaction's decision."""
-    fields = {f.name: getattr(half, f.name) for f in dataclasses.fields(SendResult)}
-    return TransactionSendResult(**fields, local_state=state)
+    result = TransactionSendResult(*[getattr(half, name) for name in _RESULT_FIELDS])
+    result.local_state = state
+    return result

@@ -463,6 +463,30 @@ class Connection(asyncio.Protocol):
             self.signer(cmd)
         self.write_command(cmd)
 
+    def send_oneway_now(self, cmd: Command) -> bool:
+        """:meth:`send_oneway` without its coroutine: written now if the connection is open and
+        has room (True), else nothing written (False; the caller then awaits :meth:`send_oneway`).
+
+        Written at once, not held for the tick's later writes: a producer's END_TRANSACTION then
+        reaches the broker while the producer prepares its next send, and the broker's commit
+        overlaps that work (held back to share the next send's system call, it measured slower).
+        """
+        flow = self.flow
+        transport = self.transport
+        if (
+            transport is None
+            or self.closed.done()
+            or transport.is_closing()
+            or (flow is not None and not flow.writable)
+        ):
+            return False
+        cmd.opaque = next(_opaques)
+        cmd.flags |= FLAG_ONEWAY
+        if self.signer is not None:
+            self.signer(cmd)
+        self.write_command(cmd)
+        return True
+
     def push_oneway(self, cmd: Command) -> None:
         """Write a oneway request now, without waiting for flow control (server pushes)."""
         cmd.opaque = next(_opaques)

@@ -1,7 +1,8 @@
 """Only the record module knows where a record's fields sit (issue 13, item 1).
 
-The record module is :mod:`pymq.protocol.record` (the layout) with its sibling
-:mod:`pymq.protocol.record_batch` (the broker's batch validator, patcher and stored-record scanner).
+The record module is :mod:`pymq.protocol.record` (the layout) with its siblings
+:mod:`pymq.protocol.record_batch` (the broker's batch validator, patcher and stored-record scanner)
+and :mod:`pymq.protocol.record_edit` (a moved message's record from the old one's bytes).
 
 Everything else reads and patches records through its scanner, accessors and patchers.
 The check walks the source of ``pymq/`` (without importing it): no other module may import
@@ -17,7 +18,11 @@ import re
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "pymq"
-RECORD_MODULES = {PKG / "protocol" / "record.py", PKG / "protocol" / "record_batch.py"}
+RECORD_MODULES = {
+    PKG / "protocol" / "record.py",
+    PKG / "protocol" / "record_batch.py",
+    PKG / "protocol" / "record_edit.py",
+}
 #: other formats, not pymq's records: RocketMQ's MessageDecoder layout (what 4.x clients read) and
 #: its frame, whose ">iI" prefix (length, serialize type | header length) is no record header
 OTHER_FORMATS = {PKG / "remoting" / "message_layout.py", PKG / "remoting" / "command.py"}

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.command import Command
-from pymq.protocol.message import Prop
 from pymq.protocol.requests import EndTransactionRequest
 from pymq.security.permissions import Resolver, ResourceNotFound
 
@@ -43,7 +42,7 @@ def half_message_topic(transactions: Callable[[], TransactionalMessageService | 
                 f"the message at commitlog offset {offset} is not the half message the request names"
                 f" (half-queue offset {h.tran_state_table_offset}, producer group {h.producer_group})"
             )
-        topic = found[1].get(Prop.REAL_TOPIC)
+        topic = found.real_topic
         if not topic:
             raise ResourceNotFound(f"the half message at commitlog offset {offset} names no real topic")
         return topic

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from pymq.logs import get_logger
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from pymq.broker.transaction.service import TransactionalMessageService
 
 log = get_logger("broker.transactions")
+debug_enabled = partial(log.stdlib.isEnabledFor, logging.DEBUG)
 
 
 class TransactionHandlers:
@@ -33,14 +36,15 @@ class TransactionHandlers:
     def end_transaction(self, cmd: Command, channel: Channel) -> Command | None:
         h = EndTransactionRequest.from_ext(cmd.ext)
         outcome = self.transactions().end_transaction(h)
-        log.debug(
-            "end_transaction",
-            outcome=outcome,
-            group=h.producer_group,
-            msg_id=h.msg_id,
-            from_check=h.from_transaction_check,
-            peer=channel.remote_addr,
-        )
+        if debug_enabled():  # (its fields are built only when someone reads them: this runs per transaction)
+            log.debug(
+                "end_transaction",
+                outcome=outcome,
+                group=h.producer_group,
+                msg_id=h.msg_id,
+                from_check=h.from_transaction_check,
+                peer=channel.remote_addr,
+            )
         # Oneway, as in RocketMQ; a caller that asked for an answer gets one.
         return None if cmd.is_oneway else cmd.response(remark=outcome)
 

@@ -18,16 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pymq.broker.put_path import Segment, movable_record, move_records
+from pymq.broker.put_path import Segment, movable_record, move_records, move_valid_records
 from pymq.protocol.message import Prop
-from pymq.protocol.record import (
-    decode_properties,
-    encode_properties,
-    find_property,
-    reencode,
-)
+from pymq.protocol.record import find_property
 from pymq.protocol.record_batch import SplitBatch, any_property_contains
-from pymq.protocol.transaction import TRANSACTION_NOT_TYPE, with_transaction_type
+from pymq.protocol.record_edit import moved_record, property_bytes, property_keys, strip_properties
+from pymq.protocol.transaction import TRANSACTION_NOT_TYPE
 
 if TYPE_CHECKING:
     from pymq.broker.store import MessageStore
@@ -55,6 +51,9 @@ _NEVER_DELAYED = (
     Prop.MERGE_KEY,
     Prop.MERGE_WINDOW_MS,
 )
+#: what a half message's properties lose: what would delay it, and what the broker sets itself
+_DROPPED = property_keys(*_NEVER_DELAYED, ORIGIN_OFFSET, Prop.REAL_TOPIC, Prop.REAL_QID)
+_HALF_TOPIC_B = HALF_TOPIC.encode()
 
 
 class TransactionHook:
@@ -79,28 +78,43 @@ class TransactionHook:
             return [(topic, queue_id, data)]
         topic_b = topic.encode()
         return move_records(
-            topic, queue_id, data, lambda pos, size: self._half(data, pos, size, topic, topic_b, queue_id)
+            topic, queue_id, data, lambda pos, size: self._checked_half(data, pos, size, topic, topic_b, queue_id)
         )
 
-    def _half(self, data: bytes, pos: int, size: int, topic: str, topic_b: bytes, queue_id: int) -> Segment | None:
-        """The half-topic segment for the record at ``pos``, or None to leave it alone."""
+    def rewrite_split(self, topic: str, queue_id: int, data: bytes, split: SplitBatch) -> list[Segment]:
+        """:meth:`rewrite` of a batch the store split (its valid records are not parsed again)."""
+        if topic in TRANSACTION_TOPICS:
+            return [(topic, queue_id, data)]
+        return move_valid_records(
+            topic,
+            queue_id,
+            data,
+            split,
+            lambda pos, size, props_at: self._half(data, pos, data[props_at : pos + size], topic, queue_id),
+        )
+
+    def _checked_half(
+        self, data: bytes, pos: int, size: int, topic: str, topic_b: bytes, queue_id: int
+    ) -> Segment | None:
+        """:meth:`_half` of the record at ``pos`` if it is one the store would take, else None."""
         if _TRAN not in data[pos : pos + size]:
             return None
         r = movable_record(data, pos, size, topic_b, self.max_message_size)
-        if r is None or find_property(r.properties, _TRAN) != b"true":
+        return None if r is None else self._half(data, pos, r.properties, topic, queue_id)
+
+    def _half(self, data: bytes, pos: int, props: bytes, topic: str, queue_id: int) -> Segment | None:
+        """The half-topic segment for the valid record at ``pos`` (its properties ``props``), or None
+        to leave it alone."""
+        if find_property(props, _TRAN) != b"true":
             return None
-        p = decode_properties(r.properties)
-        p[Prop.REAL_TOPIC] = topic
-        p[Prop.REAL_QID] = str(queue_id)
-        for delaying in _NEVER_DELAYED:
-            p.pop(delaying, None)
-        p.pop(ORIGIN_OFFSET, None)
-        rec = reencode(
-            r,
-            HALF_TOPIC.encode(),
-            encode_properties(p),
-            sys_flag=with_transaction_type(r.sys_flag, TRANSACTION_NOT_TYPE),
+        # The properties edited as bytes (no decode and re-encode): what must not stay removed
+        # (one search per name when, as usual, none is there), the real topic and queue appended.
+        props = (
+            strip_properties(props, _DROPPED)
+            + property_bytes(Prop.REAL_TOPIC, topic)
+            + property_bytes(Prop.REAL_QID, str(queue_id))
         )
+        rec = moved_record(data, pos, _HALF_TOPIC_B, props, tx_type=TRANSACTION_NOT_TYPE)
         if len(rec) > self.max_message_size:
             return None
         self.halves += 1

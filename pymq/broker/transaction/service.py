@@ -55,7 +55,9 @@ from pymq.protocol.record import (
     iter_spans,
     parse_record,
     reencode,
+    unpack_record,
 )
+from pymq.protocol.record_edit import last_property, moved_record, property_keys, strip_properties
 from pymq.protocol.requests import EndTransactionRequest
 from pymq.protocol.transaction import (
     CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -65,7 +67,6 @@ from pymq.protocol.transaction import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
-    with_transaction_type,
 )
 
 if TYPE_CHECKING:
@@ -80,11 +81,30 @@ SYSTEM_GROUP = "CID_SYS_RMQ_TRANS"
 #: the op records' tag (RocketMQ's REMOVETAG)
 OP_TAG = "d"
 _OP_PROPS = encode_properties({Prop.TAGS: OP_TAG})
+_HALF_TOPIC_B = HALF_TOPIC.encode()
+_ORIGIN_KEY, _PGROUP_KEY, _REAL_TOPIC_KEY, _REAL_QID_KEY = property_keys(
+    ORIGIN_OFFSET, PGROUP, Prop.REAL_TOPIC, Prop.REAL_QID
+)
+#: what a committed message does not keep of its half's properties
+_NOT_COMMITTED = property_keys(Prop.REAL_TOPIC, Prop.REAL_QID, TRAN_MSG, ORIGIN_OFFSET, TRANSACTION_CHECK_TIMES)
 _READ_BATCH = 256
 
 
 #: the service's positions (halfOffset, opOffset): a master's own, stale for a slave
 STATE_FILE = "transactionOffset.json"
+
+
+@dataclass(slots=True)
+class FoundHalf:
+    """The half message an END_TRANSACTION names (:meth:`TransactionalMessageService.find_half`)."""
+
+    #: its stored record (a view of the commitlog: read what is needed, do not keep it)
+    record: memoryview
+    queue_offset: int
+    #: its encoded properties
+    properties: bytes
+    #: the topic it is committed to ("" if it names none)
+    real_topic: str
 
 
 @dataclass(slots=True)
@@ -277,41 +297,42 @@ class TransactionalMessageService:
         found = self.find_half(h)
         if isinstance(found, str):
             return found
-        r, props = found
-        raw_origin = props.get(ORIGIN_OFFSET, "")
-        origin = int(raw_origin) if raw_origin.isdigit() else r.queue_offset
+        raw_origin = last_property(found.properties, _ORIGIN_KEY)
+        origin = int(raw_origin) if raw_origin is not None and raw_origin.isdigit() else found.queue_offset
         if self.is_resolved(origin):
             log.info("end_transaction_already_resolved", origin=origin, msg_id=h.msg_id)
             return "duplicate"
         if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
-            return "commit" if self._commit(r, props, origin, h.commit_log_offset) else "failed"
+            return "commit" if self._commit(found, origin, h.commit_log_offset) else "failed"
         if not self._put_op(origin):
             return "failed"
         self.rollbacks += 1
         return "rollback"
 
-    def find_half(self, h: EndTransactionRequest, *, quiet: bool = False) -> tuple[RecordFields, dict[str, str]] | str:
-        """The half message ``h`` names (its fields and properties), or why there is none
-        ("not-found", "mismatch"; logged unless ``quiet``). Also how the broker's ACL finds the
-        topic of a request that names none (:mod:`pymq.broker.transaction.acl`: it logs its refusals)."""
+    def find_half(self, h: EndTransactionRequest, *, quiet: bool = False) -> FoundHalf | str:
+        """The half message ``h`` names, or why there is none ("not-found", "mismatch"; logged unless
+        ``quiet``). Also how the broker's ACL finds the topic of a request that names none
+        (:mod:`pymq.broker.transaction.acl`: it logs its refusals)."""
         view = self.store.read_record(h.commit_log_offset)
         if view is None:
             if not quiet:
                 log.warning("end_transaction_half_not_found", offset=h.commit_log_offset, group=h.producer_group)
             return "not-found"
         try:
-            r = parse_record(view)
+            fields = unpack_record(view)
         except MessageDecodeError:
             if not quiet:
                 log.warning("end_transaction_half_unreadable", offset=h.commit_log_offset)
             return "not-found"
-        props = decode_properties(r.properties)
+        queue_offset, topic_at, props_at, end = fields[9], fields[14], fields[15], fields[16]
+        props = bytes(view[props_at:end])
+        real_topic = last_property(props, _REAL_TOPIC_KEY)
         if (
-            r.topic != HALF_TOPIC.encode()
-            or r.queue_offset != h.tran_state_table_offset
-            or props.get(PGROUP) != h.producer_group
+            view[topic_at : props_at - 2] != _HALF_TOPIC_B
+            or queue_offset != h.tran_state_table_offset
+            or last_property(props, _PGROUP_KEY) != h.producer_group.encode()
             # The topic the ACL checked PUB on (when the request names one) must be the half's real topic.
-            or (h.topic is not None and props.get(Prop.REAL_TOPIC) != h.topic)
+            or (h.topic is not None and real_topic != h.topic.encode())
             # The half queue's own entry must point at it: record-like bytes inside some message's
             # body (a forged physical-offset field included) are no half message.
             or self.store.physical_offset_at(HALF_TOPIC, 0, h.tran_state_table_offset) != h.commit_log_offset
@@ -327,25 +348,26 @@ class TransactionalMessageService:
                 topic=h.topic,
             )
             return "mismatch"
-        return r, props
+        real = "" if real_topic is None else real_topic.decode(errors="replace")
+        return FoundHalf(view, queue_offset, props, real)
 
-    def _commit(self, r: RecordFields, props: dict[str, str], origin: int, half_phys: int) -> bool:
-        topic = props.pop(Prop.REAL_TOPIC, "")
-        raw_qid = props.pop(Prop.REAL_QID, "0")
-        for name in (TRAN_MSG, ORIGIN_OFFSET, TRANSACTION_CHECK_TIMES):
-            props.pop(name, None)
+    def _commit(self, half: FoundHalf, origin: int, half_phys: int) -> bool:
+        topic = half.real_topic
         tc = self.topics.get(topic) if topic else None
         if tc is None:
             log.warning("commit_topic_gone", topic=topic, origin=origin)
             return self._put_op(origin)  # nowhere to deliver: resolved, not retried forever
-        qid = int(raw_qid) if raw_qid.isdigit() else 0
+        raw_qid = last_property(half.properties, _REAL_QID_KEY)
+        qid = int(raw_qid) if raw_qid is not None and raw_qid.isdigit() else 0
         if qid >= tc.writeQueueNums:
             qid %= tc.writeQueueNums
-        final = reencode(
-            r,
+        # The half's own record, moved back (its properties edited as bytes, not decoded and re-encoded).
+        final = moved_record(
+            half.record,
+            0,
             topic.encode(),
-            encode_properties(props),
-            sys_flag=with_transaction_type(r.sys_flag, TRANSACTION_COMMIT_TYPE),
+            strip_properties(half.properties, _NOT_COMMITTED),
+            tx_type=TRANSACTION_COMMIT_TYPE,
             prepared_tx_offset=half_phys,
         )
         op = self._op_record(origin)
@@ -361,7 +383,7 @@ class TransactionalMessageService:
         if res.status != PutStatus.PUT_OK or op_res.status != PutStatus.PUT_OK:
             log.warning("commit_failed", topic=topic, origin=origin, status=res.status.name, reason=res.reason)
             return False
-        self.stats.record_put(topic, [res])
+        self.stats.record_put_one(topic, res.size)
         self._op_stored(op_res, origin)
         self.commits += 1
         return True
