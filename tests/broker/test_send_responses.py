@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
+from pymq.broker.ha.acks import PENDING, REPLICATED, TIMED_OUT
 from pymq.broker.handlers.send import SendHandlers
 from pymq.broker.role.state import RoleMachine
 from pymq.broker.stats import BrokerStats
@@ -36,8 +38,11 @@ def test_queue_file_backlog_send_answers_service_not_available() -> None:
     assert resp.code == ResponseCode.SERVICE_NOT_AVAILABLE and reason in (resp.remark or "")
 
 
-def _handlers(tmp_path: Path, results: list[PutResult]) -> tuple[SendHandlers, list[tuple[str, int]]]:
-    config = BrokerConfig.model_validate({"port": 0, "store": {"store_dir": str(tmp_path / "store")}})
+def _handlers(
+    tmp_path: Path, results: list[PutResult], wait_replicated: Any = None
+) -> tuple[SendHandlers, list[tuple[str, int]]]:
+    role = {"role": "SYNC_MASTER"} if wait_replicated is not None else {}
+    config = BrokerConfig.model_validate({"port": 0, "store": {"store_dir": str(tmp_path / "store")}, **role})
     topics = TopicConfigManager(tmp_path / "topics.json")
     topics.upsert(TopicConfig("T", 4, 4))
     topics.upsert(TopicConfig("RO", 4, 4, perm=PERM_READ))
@@ -56,6 +61,7 @@ def _handlers(tmp_path: Path, results: list[PutResult]) -> tuple[SendHandlers, l
         config=config,
         address="127.0.0.1:1",
         role=RoleMachine.from_config(config),
+        wait_replicated=wait_replicated,
     )
     return handlers, puts
 
@@ -77,6 +83,44 @@ def test_a_stored_single_send_answers_what_build_response_answers(tmp_path: Path
     )
     assert resp.ext == {"queueId": 2, "queueOffset": 17, "commitLogOffsets": [4096]}
     assert handlers.stats.put_msgs["T"] == 1 and handlers.stats.put_bytes["T"] == 1200
+
+
+def test_a_sync_master_send_is_answered_by_its_replication_waiter(tmp_path: Path) -> None:
+    """SYNC_MASTER: the handler hands the replication a waiter for the records' end; the answer
+    is a plain future (no task) that waiter resolves: SUCCESS once replicated, FLUSH_SLAVE_TIMEOUT
+    on time-out; no slave in sync answers SLAVE_NOT_AVAILABLE at once, and a send the slaves
+    already hold is answered inline."""
+    asked: list[tuple[int, Any]] = []
+    mode = {"in_sync": True, "held": False}
+
+    def wait_replicated(end: int, waiter: Any) -> Any:
+        if not mode["in_sync"]:
+            return None
+        asked.append((end, waiter))
+        return REPLICATED if mode["held"] else PENDING
+
+    handlers, _ = _handlers(tmp_path, [PutResult(PutStatus.PUT_OK, 17, 4096, 1200, 0, "T", 2)], wait_replicated)
+
+    async def go() -> None:
+        def send() -> Any:
+            cmd = Command(RequestCode.SEND_MESSAGE, 9, 0, None, {"topic": "T", "queueId": 2}, b"r")
+            return handlers.send(cmd, None)  # type: ignore[arg-type]
+
+        for outcome, code in ((REPLICATED, ResponseCode.SUCCESS), (TIMED_OUT, ResponseCode.FLUSH_SLAVE_TIMEOUT)):
+            answer = send()
+            assert isinstance(answer, asyncio.Future) and not answer.done()
+            end, waiter = asked[-1]
+            assert end == 4096 + 1200 and not waiter.done()
+            waiter.set_result(outcome)
+            assert waiter.done() and answer.done() and answer.result().code == code
+        mode["held"] = True
+        resp = send()
+        assert isinstance(resp, Command) and resp.code == ResponseCode.SUCCESS
+        mode["in_sync"] = False
+        resp = send()
+        assert isinstance(resp, Command) and resp.code == ResponseCode.SLAVE_NOT_AVAILABLE
+
+    asyncio.run(go())
 
 
 def test_sends_off_the_usual_path_get_the_full_checks_in_order(tmp_path: Path) -> None:
