@@ -21,7 +21,7 @@ store, so nothing is validated twice.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from pymq.broker.store.results import PutResult, PutResults, PutStatus
@@ -76,21 +76,7 @@ def move_records(topic: str, queue_id: int, data: bytes, move: Callable[[int, in
     Records left alone stay in runs of the original ``(topic, queue_id)`` in order, so a
     batch no record of which moves comes back whole (the path then skips re-validation).
     """
-    out: list[Segment] = []
-    kept_from = 0  # start of the records not moved yet
-    for pos, size in iter_spans(data):
-        moved = move(pos, size)
-        if moved is None:
-            continue
-        if pos > kept_from:
-            out.append((topic, queue_id, data[kept_from:pos]))
-        out.append(moved)
-        kept_from = pos + size
-    if not out:
-        return [(topic, queue_id, data)]
-    if kept_from < len(data):
-        out.append((topic, queue_id, data[kept_from:]))
-    return out
+    return _around_moved(topic, queue_id, data, ((pos, size, move(pos, size)) for pos, size in iter_spans(data)))
 
 
 def move_valid_records(
@@ -105,10 +91,19 @@ def move_valid_records(
     if len(positions) == 1 and sizes[0] == len(data):
         moved = move(positions[0], sizes[0], props_ats[0])
         return [(topic, queue_id, data)] if moved is None else [moved]
+    records = zip(positions, sizes, props_ats, strict=True)
+    moves = ((pos, size, move(pos, size, props_at)) for pos, size, props_at in records)
+    return _around_moved(topic, queue_id, data, moves)
+
+
+def _around_moved(
+    topic: str, queue_id: int, data: bytes, moves: Iterable[tuple[int, int, Segment | None]]
+) -> list[Segment]:
+    """The segments of ``data``: each moved record's own (``moves``: position, size, segment or None
+    per record, in order) and runs of the records left in place between them."""
     out: list[Segment] = []
-    kept_from = 0
-    for pos, size, props_at in zip(positions, sizes, props_ats, strict=True):
-        moved = move(pos, size, props_at)
+    kept_from = 0  # start of the records not moved yet
+    for pos, size, moved in moves:
         if moved is None:
             continue
         if pos > kept_from:

@@ -199,13 +199,7 @@ class HandleSigner:
         if len(payload) < _CK_FIXED.size:
             raise HandleError("receipt handle signature does not verify")
         version, qid, ck, pop_time, invisible, rqid, glen, tlen = _CK_FIXED.unpack_from(payload)
-        try:
-            if version != _VERSION_2 or len(payload) != _CK_FIXED.size + glen + tlen:
-                raise ValueError("version")
-            group = payload[_CK_FIXED.size : _CK_FIXED.size + glen].decode()
-            topic = payload[_CK_FIXED.size + glen :].decode()
-        except (UnicodeDecodeError, ValueError) as exc:  # signed but unreadable: another version
-            raise HandleError("unreadable receipt handle") from exc
+        group, topic = _names(payload, version == _VERSION_2, _CK_FIXED.size, glen, tlen)
         fields = (group, topic, qid, ck, pop_time, invisible, rqid)
         self._remember(part, fields)
         return fields
@@ -226,11 +220,15 @@ class HandleSigner:
         if len(payload) < _FIXED.size:
             raise HandleError("receipt handle signature does not verify")
         version, qid, qoff, ck, index, pop_time, invisible, rqid, glen, tlen = _FIXED.unpack_from(payload)
-        try:
-            if version != _VERSION or len(payload) != _FIXED.size + glen + tlen:
-                raise ValueError("version")
-            group = payload[_FIXED.size : _FIXED.size + glen].decode()
-            topic = payload[_FIXED.size + glen :].decode()
-        except (UnicodeDecodeError, ValueError) as exc:  # signed but unreadable: another version
-            raise HandleError("unreadable receipt handle") from exc
+        group, topic = _names(payload, version == _VERSION, _FIXED.size, glen, tlen)
         return ReceiptHandle(group, topic, qid, qoff, ck, index, pop_time, invisible, rqid)
+
+
+def _names(payload: bytes, known_version: bool, fixed: int, glen: int, tlen: int) -> tuple[str, str]:
+    """The group and topic after a signed payload's fixed part; HandleError if unreadable."""
+    try:
+        if not known_version or len(payload) != fixed + glen + tlen:
+            raise ValueError("version")
+        return payload[fixed : fixed + glen].decode(), payload[fixed + glen :].decode()
+    except (UnicodeDecodeError, ValueError) as exc:  # signed but unreadable: another version
+        raise HandleError("unreadable receipt handle") from exc
