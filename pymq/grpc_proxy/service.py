@@ -19,6 +19,7 @@ from pymq.client import broker_api
 from pymq.client.producer import Producer
 from pymq.errors import PymqError, error_for_response
 from pymq.grpc_proxy import mapping
+from pymq.grpc_proxy.acks import ProxyAcks
 from pymq.grpc_proxy.auth import GrpcAcl, settings_needs
 from pymq.grpc_proxy.clients import ClientRegistry, metadata
 from pymq.grpc_proxy.handlers import Malformed, generic_handler
@@ -71,6 +72,8 @@ class MessagingService:
         #: the 5.x clients registered with the brokers on their behalf
         self.clients = ClientRegistry(lambda: self._inst, expiry_s=self.settings.client_expiry_s)
         self._background: set[asyncio.Future[Any]] = set()
+        #: AckMessage's acks, coalesced per group, broker and topic
+        self.acks = ProxyAcks(self._invoke)
         #: topic -> the message types its message.type attribute accepts (SendMessage checks, QueryRoute tells)
         self.topic_types = TopicTypes(
             lambda: self._inst,
@@ -443,20 +446,18 @@ class MessagingService:
         if not group or not topic:
             code = pb.ILLEGAL_CONSUMER_GROUP if not group else pb.ILLEGAL_TOPIC
             return spb.AckMessageResponse(status=mapping.status(code, "group.name and topic.name are required"))
-        results = []
-        for e in request.entries:
+
+        async def ack(e: Any) -> spb.AckMessageResultEntry:
             try:
                 broker, handle = mapping.unwrap_handle(e.receipt_handle)
-                addr = await self._addr(broker, topic)
-                resp = await self._invoke(addr, broker_api.ack_message(group, topic, handle))
-                if resp.code != ResponseCode.SUCCESS:
-                    raise error_for_response(resp.code, resp.remark, addr)
+                await self.acks.ack(await self._addr(broker, topic), group, topic, handle)
                 st = mapping.status()
             except (MappingError, PymqError, TimeoutError) as exc:
                 st = mapping.error_status(exc)
-            results.append(
-                spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=st)
-            )
+            return spb.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=st)
+
+        # (concurrently: the entries of one call, and the calls of all clients, share batch acks)
+        results = list(await asyncio.gather(*(ack(e) for e in request.entries)))
         codes = {r.status.code for r in results}
         if not results:
             overall = mapping.status(pb.BAD_REQUEST, "entries is empty")
