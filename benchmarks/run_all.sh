@@ -12,21 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/pymq-bench-all}
 mkdir -p "$out"
-py=.venv/bin/python
-bench=.venv/bin/pymq-bench
-peers=../shared/bench/peers
-run() { # name, command...
-    local name=$1; shift
-    echo "== $name: $*" | tee -a "$out/log.txt"
-    "$@" > "$out/$name.json" 2> "$out/$name.err"
-    echo "   exit $?" | tee -a "$out/log.txt"
-}
-peer_round() {
-    if [ -x /tmp/peers/venv/bin/python ] && command -v redis-server >/dev/null; then
-        run "peers-$1" /tmp/peers/venv/bin/python $peers/run_peers.py --peer redis,ceiling --workload all \
-            --manage --wait-quiet 60 --json --out "$out/peers-$1-runs.json"
-    fi
-}
+source benchmarks/bench_common.sh
 redis_always() { # Redis Streams with appendfsync always (not one of the peers tool's servers): W4 for 10 s
     if [ -x /tmp/peers/venv/bin/python ] && command -v redis-server >/dev/null; then
         local d=$out/redis-always port=16389
@@ -41,7 +27,7 @@ redis_always() { # Redis Streams with appendfsync always (not one of the peers t
     fi
 }
 
-peer_round before
+peer_round before all 60
 run transport   $py benchmarks/transport_bench.py --json
 run prod-batch  $bench producer --embedded --quiet --json --count 200000 --batch-size 64
 run prod-single $bench producer --embedded --quiet --json --count 20000
@@ -69,7 +55,7 @@ run prod-txn    $bench producer --embedded --quiet --json --count 5000 --mode tr
 run prod-single-5k $bench producer --embedded --quiet --json --count 5000
 run txn-floor   $py benchmarks/txn_floor_bench.py --count 3000 --rounds 3 --json
 redis_always
-peer_round after
+peer_round after all 60
 run store       $py benchmarks/store_bench.py --repeat 3 --json
 run decode      $py benchmarks/decode_bench.py --json
 run timer       $py benchmarks/timer_bench.py --pending 1000000 --burst 10000 --json

@@ -17,23 +17,9 @@ cd "$(dirname "$0")/.."
 out=${1:-/tmp/pymq-safe-modes}
 rounds=${2:-2}
 mkdir -p "$out"
-py=.venv/bin/python
-bench=.venv/bin/pymq-bench
-peers=../shared/bench/peers
-run() { # name, command...
-    local name=$1; shift
-    echo "== $name: $*" | tee -a "$out/log.txt"
-    "$@" > "$out/$name.json" 2> "$out/$name.err"
-    echo "   exit $?" | tee -a "$out/log.txt"
-}
-peer_round() {
-    if [ -x /tmp/peers/venv/bin/python ] && command -v redis-server >/dev/null; then
-        run "peers-$1" /tmp/peers/venv/bin/python $peers/run_peers.py --peer redis,ceiling --workload W1,W2,W4 \
-            --manage --wait-quiet 30 --json --out "$out/peers-$1-runs.json"
-    fi
-}
+source benchmarks/bench_common.sh
 for r in $(seq "$rounds"); do
-    peer_round "before-$r"
+    peer_round "before-$r" W1,W2,W4 30
     run "repl-$r"         $py benchmarks/replication_bench.py --producers 8 --seconds 5 --json
     run "pop-$r"          $py benchmarks/pop_bench.py --messages 20000 --json
     run "single-$r"       $bench producer --embedded --quiet --json --count 20000
@@ -48,7 +34,7 @@ for r in $(seq "$rounds"); do
     run "flush-sync-$r"   $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush SYNC_FLUSH
     run "floor-$r"        $py benchmarks/sync_floor_bench.py --work-us 10 30 60 100 --sync-by syncer --dir "$out" --json
     if command -v java >/dev/null; then run "spark-$r" $py benchmarks/spark_bench.py --messages 500000 --json; fi
-    peer_round "after-$r"
+    peer_round "after-$r" W1,W2,W4 30
 done
 $py benchmarks/safe_modes_summary.py "$out" "$rounds" | tee "$out/summary.md"
 echo "results in $out"

@@ -83,21 +83,10 @@ class DecodeStream(CeilingStream):
             yield batch if partition.n - off >= 4096 else batch.slice(0, partition.n - off)
 
 
-class DecodeSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return "decodefloor"
-
-    def schema(self) -> str:
-        from pymq.spark_connector.options import SCHEMA_DDL
-
-        return SCHEMA_DDL
-
-    def streamReader(self, schema):  # type: ignore[no-untyped-def]
-        return DecodeStream(self.options)
-
-
 class CeilingSource(DataSource):
+    #: the stream reader this source hands out
+    stream: type[CeilingStream] = CeilingStream
+
     @classmethod
     def name(cls) -> str:
         return "ceiling"
@@ -108,7 +97,15 @@ class CeilingSource(DataSource):
         return SCHEMA_DDL
 
     def streamReader(self, schema):  # type: ignore[no-untyped-def]
-        return CeilingStream(self.options)
+        return self.stream(self.options)
+
+
+class DecodeSource(CeilingSource):
+    stream = DecodeStream
+
+    @classmethod
+    def name(cls) -> str:
+        return "decodefloor"
 
 
 def timed_available_now(spark: SparkSession, df, tmp: str) -> float:  # type: ignore[no-untyped-def]
