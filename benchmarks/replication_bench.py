@@ -7,6 +7,7 @@ under a temporary directory), creates a topic, then ``--producers`` asyncio prod
 for the slave's lag. Replication MB/s is the bytes the slave holds at the end over the run.
 
     python benchmarks/replication_bench.py [--producers 8] [--seconds 10] [--size 1024] [--json]
+                                          [--profile-dir DIR]   # + Python calls per message
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import argparse
 import asyncio
 import json
 import os
+import pstats
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -36,6 +39,18 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a process has used (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def profiled_calls(pid: int, profile_dir: str, messages: int) -> float:
+    """Stop the broker's cProfile probe (SIGUSR2: it dumps) and answer its Python calls per message."""
+    os.kill(pid, signal.SIGUSR2)
+    path = Path(profile_dir) / f"{pid}-broker.prof"
+    for _ in range(100):
+        if path.exists() and path.stat().st_size:
+            await asyncio.sleep(0.2)  # (the dump is written in one go; let it finish)
+            return round(pstats.Stats(str(path)).total_calls / max(1, messages), 1)  # type: ignore[attr-defined]
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"broker {pid} wrote no profile to {path} (is benchmarks/probes/cprofile on PYTHONPATH?)")
 
 
 async def info(rpc: RpcClient, addr: str) -> dict[str, Any]:
@@ -112,7 +127,15 @@ def run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
                         assert time.monotonic() < deadline, "slave did not join"
                         await asyncio.sleep(0.05)
             before = {"master": cpu_seconds(master.pid), "slave": cpu_seconds(slave.pid) if slave else 0.0}
+            pids = {"master": master.pid, **({"slave": slave.pid} if slave else {})}
+            profiling = bool(args.profile_dir)
+            if profiling:  # benchmarks/probes/cprofile: profile the load only
+                for pid in pids.values():
+                    os.kill(pid, signal.SIGUSR1)
             result = await load(ns.address, master.address, args.producers, args.seconds, args.size)
+            if profiling:
+                for role, pid in pids.items():
+                    result[f"{role}_calls_per_msg"] = await profiled_calls(pid, args.profile_dir, result["messages"])
             # CPU per message: on a shared machine, the figure that separates cost from contention.
             n = max(1, result["messages"])
             result["master_cpu_us_per_msg"] = round((cpu_seconds(master.pid) - before["master"]) / n * 1e6, 1)
@@ -136,7 +159,16 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--profile-dir",
+        help="count the brokers' Python calls per message over the load (cProfile probe; CPU figures then "
+        "include its overhead)",
+    )
     args = ap.parse_args()
+    if args.profile_dir:
+        probe = str(Path(__file__).resolve().parent / "probes" / "cprofile")
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [probe, os.environ.get("PYTHONPATH")]))
+        os.environ.update(PROFILE_DIR=args.profile_dir, PROFILE_SIGNALS="1")
     results = []
     with tempfile.TemporaryDirectory(prefix="pymq-repl-bench-") as tmp:
         for mode in MODES:
