@@ -290,20 +290,27 @@ class Connection(asyncio.Protocol):
         """Write a command (responses, oneways); dropped if the connection is gone.
 
         Writes are coalesced: the answers to the requests of one read go out in one
-        ``writelines`` at the end of :meth:`data_received`, and writes made elsewhere (tasks,
-        callbacks) go out at once if nothing is queued, else with the rest of this loop tick's
-        writes. One system call per tick instead of one per command is most of the cost of
-        small requests. Order is kept: nothing overtakes a queued buffer.
+        ``writelines`` at the end of :meth:`data_received`. On a client's connection, writes
+        made elsewhere (tasks, callbacks) go out at once if nothing is queued, else with the
+        rest of this loop tick's writes. On a server's, answers finished outside a read (a
+        future's or a task's completion: a SYNC_MASTER send its slave's ACK released, a
+        SYNC_FLUSH group commit, a woken long poll) are held for the next tick: the other
+        answers the same event finished go out with them. One system call per tick instead
+        of one per command is most of the cost of small requests. Order is kept: nothing
+        overtakes a queued buffer.
         """
         transport = self.transport
         if transport is None or transport.is_closing():
             return
-        if self._reading or self._flush_scheduled:
+        if self._reading or self._flush_scheduled or self.server_side:
             parts = self._encode(cmd)
             self._out.extend(parts)
             self._out_bytes += sum(map(len, parts))
             if self._out_bytes >= COALESCE_MAX_BYTES:
                 self._write_out()  # big answers go now: the transport's flow control must see them
+            elif not (self._reading or self._flush_scheduled):
+                self._flush_scheduled = True
+                self._loop.call_soon(self._flush)
         else:
             # The first write of a tick goes straight out (no added latency); later writes of
             # the same tick queue behind it until the flush this schedules.

@@ -107,3 +107,30 @@ def test_append_raw_waits_while_puts_are_refused(store: MessageStore, new_store:
     replica.disk_full = False
     assert replica.append_raw(0, data) == len(data)
     assert queue_entries(replica) == queue_entries(store)
+
+
+def test_append_raw_reports_the_written_end_before_building_the_queues(
+    store: MessageStore, new_store: StoreFactory, tmp_path: Path
+) -> None:
+    """``written`` sees the new commitlog end while no consume-queue entry exists yet (a slave ACKs
+    there); the entries are built after it, even when it raises."""
+    for i in range(5):
+        store.put("T", 0, keyed(i))
+    data = commitlog_bytes(store)
+    replica = new_store(tmp_path / "replica")
+    seen: list[tuple[int, int, dict[tuple[str, int], list[tuple[int, int, int] | None]]]] = []
+    end = replica.append_raw(0, data, lambda e: seen.append((e, replica.commitlog.max_offset, queue_entries(replica))))
+    assert end == len(data)
+    assert seen == [(len(data), len(data), {})]
+    assert queue_entries(replica) == queue_entries(store)
+
+    def fails(_end: int) -> None:
+        raise ConnectionResetError("the master went away")
+
+    for i in range(5, 8):
+        store.put("T", 0, keyed(i))
+    more = commitlog_bytes(store, end)
+    with pytest.raises(ConnectionResetError):
+        replica.append_raw(end, more, fails)
+    assert replica.commitlog.max_offset == store.commitlog.max_offset
+    assert queue_entries(replica) == queue_entries(store)

@@ -18,9 +18,11 @@ from tests.helpers import RecordingTransport
 ECHO, BIG = 1, 2
 
 
-def _connection(handlers: dict[int, Any] | None = None) -> tuple[Connection, RecordingTransport]:
+def _connection(
+    handlers: dict[int, Any] | None = None, *, server_side: bool = True
+) -> tuple[Connection, RecordingTransport]:
     dispatcher = Dispatcher({ECHO: lambda c, ch: c.response(body=c.body_bytes()), **(handlers or {})})
-    conn = Connection(dispatcher, default_codec(64 << 20), server_side=True)
+    conn = Connection(dispatcher, default_codec(64 << 20), server_side=server_side)
     transport = RecordingTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     return conn, transport
@@ -55,8 +57,8 @@ async def test_large_answers_are_not_held_until_the_end_of_the_read() -> None:
 
 
 async def test_writes_of_one_tick_outside_a_read_share_a_write() -> None:
-    """The first write goes out at once; the rest of the tick's writes follow in one more call."""
-    conn, transport = _connection()
+    """A client's first write goes out at once; the rest of the tick's writes follow in one more call."""
+    conn, transport = _connection(server_side=False)
     for i in range(5):
         conn.write_command(Command(ECHO, 100 + i, 1, None, {}, b"r"))
     assert len(transport.calls) == 1  # the first: no added latency
@@ -65,6 +67,26 @@ async def test_writes_of_one_tick_outside_a_read_share_a_write() -> None:
     assert [a.opaque for a in _decoded(transport.calls)] == [100, 101, 102, 103, 104]
     conn.write_command(Command(ECHO, 200, 1, None, {}, b"r"))  # a new tick: straight out again
     assert len(transport.calls) == 3
+
+
+async def test_answers_finished_outside_a_read_go_out_together_on_the_next_tick() -> None:
+    """A server holds answers finished by one event (an ACK releasing SYNC_MASTER sends, a group
+    commit) for the tick's end: one write for all of them, in order, however many there are."""
+    conn, transport = _connection()
+    loop = asyncio.get_running_loop()
+    released: list[asyncio.Future[None]] = [loop.create_future() for _ in range(5)]
+    for i, fut in enumerate(released):
+        fut.add_done_callback(lambda _f, i=i: conn.write_command(Command(ECHO, 100 + i, 1, None, {}, b"r")))
+    for fut in released:  # one event releases them all
+        fut.set_result(None)
+    await asyncio.sleep(0)  # the done callbacks write
+    await asyncio.sleep(0)  # the tick's flush
+    assert len(transport.calls) == 1
+    assert [a.opaque for a in _decoded(transport.calls)] == [100, 101, 102, 103, 104]
+    conn.write_command(Command(ECHO, 200, 1, None, {}, b"r"))
+    assert len(transport.calls) == 1  # held for the tick
+    await asyncio.sleep(0)
+    assert len(transport.calls) == 2
 
 
 async def test_close_sends_what_is_queued_first() -> None:

@@ -8,7 +8,8 @@ tries again later, never mixes stores), truncate its tail to the last common poi
 just continue. It then takes the master's epoch list as its own and appends what DATA
 frames bring with :meth:`MessageStore.append_raw` (whole records only: a record cut by a
 frame waits for its rest), which builds consume queues and the index with the master's
-dispatcher rules. After each read it ACKs the offset it holds.
+dispatcher rules. It ACKs the offset it holds once the commitlog has the bytes (at once when
+the master asks, else lazily), before the consume queues are built.
 
 The connector takes an optional ``ssl.SSLContext`` (TLS on the HA link).
 """
@@ -209,10 +210,16 @@ class HASlave:
         self.connected = True
         self.last_frame_at = time.monotonic()
         log.info("replicating", master=ha, offset=expected, action=join.action, epoch=self.epochs.epoch)
-        writer.write(codec.encode_ack(expected))
         pending = bytearray()
-        acked = expected
-        acked_at = time.monotonic()
+        acked = acks = 0
+        acked_at = 0.0
+
+        def ack(end: int) -> None:
+            nonlocal acked, acked_at, acks
+            writer.write(codec.encode_ack(end))
+            acked, acked_at, acks = end, time.monotonic(), acks + 1
+
+        ack(expected)
         while True:
             ack_now = False
             for kind, body in frames:
@@ -227,16 +234,20 @@ class HASlave:
                     ack_now = ack_now or bool(flags & codec.ACK_NOW)
                 else:
                     ack_now = True  # a heartbeat: report where this slave is
+            # ACK at once when asked (a heartbeat, or a frame a SYNC_MASTER send waits on),
+            # else at most every LAZY_ACK_SECONDS. Data is ACKed as soon as the commitlog
+            # holds it, before the consume queues and the index are built (append_raw's
+            # ``written``), so the master's waiters do not wait for them.
+            acks_before = acks
+            due = ack_now or time.monotonic() - acked_at >= codec.LAZY_ACK_SECONDS
             if pending:
                 n = whole_records_prefix(pending, expected, file_size)
                 if n:
                     with memoryview(pending) as view, view[:n] as piece:
-                        expected = store.append_raw(expected, piece)
+                        expected = store.append_raw(expected, piece, ack if due else None)
                     del pending[:n]
-            now = time.monotonic()
-            if ack_now or (expected != acked and now - acked_at >= codec.LAZY_ACK_SECONDS):
-                writer.write(codec.encode_ack(expected))
-                acked, acked_at = expected, now
+            if acks == acks_before and (ack_now or (due and expected != acked)):
+                ack(expected)
             chunk = await wait_within(reader.read(READ_SIZE), silent)
             if not chunk:
                 raise ConnectionError("master closed the HA link")

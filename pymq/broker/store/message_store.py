@@ -300,11 +300,17 @@ class MessageStore:
                     listener(topic, queue_id, end)
         return results
 
-    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+    def append_raw(
+        self, offset: int, data: bytes | bytearray | memoryview, written: Callable[[int], object] | None = None
+    ) -> int:
         """Append bytes in commitlog layout at exactly ``offset`` (a slave's copy of its master's).
 
         The records are checked (:meth:`CommitLog.append_raw`), written, then dispatched
-        by the same dispatcher as the producers' batches. Returns the new commitlog end;
+        by the same dispatcher as the producers' batches. ``written`` is called with the new
+        commitlog end between the two: a slave reports its offset there, as RocketMQ's does
+        after the commitlog append, so its master's waiters do not wait for the consume queues
+        and the index (nothing else runs on the caller's thread before they are built, so no
+        reader of this store sees the gap). Returns the new commitlog end;
         raises :class:`StoreError` (nothing written) if the bytes do not continue the commitlog,
         or while puts are refused (a full disk, consume-queue files not being made: replication
         pauses and retries rather than buffer entries without bound).
@@ -315,7 +321,11 @@ class MessageStore:
             if self.refused is not None:
                 raise StoreError(f"not storing replicated data: {self.refused}")
             refs = self.commitlog.append_raw(offset, data)
-            arrived = self.dispatcher.dispatch_stored(refs)
+            try:
+                if written is not None:
+                    written(self.commitlog.max_offset)
+            finally:  # whatever ``written`` does, what is written is dispatched
+                arrived = self.dispatcher.dispatch_stored(refs)
             if refs:
                 self.put_count += len(refs)
                 self.put_bytes += sum(r[2] for r in refs)
