@@ -126,7 +126,11 @@ def run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
                     while (await info(rpc, master.address)).get("inSyncSlaves") != 1:
                         assert time.monotonic() < deadline, "slave did not join"
                         await asyncio.sleep(0.05)
-            before = {"master": cpu_seconds(master.pid), "slave": cpu_seconds(slave.pid) if slave else 0.0}
+            before = {
+                "master": cpu_seconds(master.pid),
+                "slave": cpu_seconds(slave.pid) if slave else 0.0,
+                "client": cpu_seconds(os.getpid()),  # (the producers: this process)
+            }
             pids = {"master": master.pid, **({"slave": slave.pid} if slave else {})}
             profiling = bool(args.profile_dir)
             if profiling:  # benchmarks/probes/cprofile: profile the load only
@@ -139,6 +143,7 @@ def run_mode(mode: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
             # CPU per message: on a shared machine, the figure that separates cost from contention.
             n = max(1, result["messages"])
             result["master_cpu_us_per_msg"] = round((cpu_seconds(master.pid) - before["master"]) / n * 1e6, 1)
+            result["client_cpu_us_per_msg"] = round((cpu_seconds(os.getpid()) - before["client"]) / n * 1e6, 1)
             if slave is not None:
                 result["slave_cpu_us_per_msg"] = round((cpu_seconds(slave.pid) - before["slave"]) / n * 1e6, 1)
             if slave is not None:

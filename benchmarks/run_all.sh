@@ -6,7 +6,7 @@
 #   bash benchmarks/run_all.sh [OUT_DIR]        # default /tmp/pymq-bench-all
 #
 # Needs: .venv with '.[dev]'; for the peers, redis-server and /tmp/peers/venv as
-# ../shared/bench/peers/README.md says (skipped when missing). Takes about 32 minutes. Ends with
+# ../shared/bench/peers/README.md says (skipped when missing). Takes about 34 minutes. Ends with
 # one summary table (benchmarks/summarize.py), also written to OUT_DIR/summary.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,7 +67,8 @@ run scale       $py benchmarks/scale_bench.py --queues 10000 --topics 10 --dir "
 run cold-read   $py benchmarks/cold_read_check.py --mb 1024 --dir "$out/cold-store" --json
 run cold-read-paced $py benchmarks/cold_read_check.py --mb 1024 --pace 300 --dir "$out/cold-store" --json
 if command -v java >/dev/null; then run spark $py benchmarks/spark_bench.py --json; fi
-# Issue 34: each safe mode next to its plain counterpart, one round (safe_modes.sh alone runs two).
+# Issue 34: each safe mode next to its plain counterpart, one round (safe_modes.sh alone runs two);
+# replication next to its floor (repl_floor_bench.py: bare client, master and slave of the same shape).
 bash benchmarks/safe_modes.sh "$out/safe-modes" 1 > "$out/safe-modes.log" 2>&1
 $py benchmarks/summarize.py "$out" | tee "$out/summary.md"
 cat "$out/safe-modes/summary.md"

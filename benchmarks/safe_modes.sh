@@ -5,13 +5,14 @@
 #   bash benchmarks/safe_modes.sh [OUT_DIR] [ROUNDS]     # default /tmp/pymq-safe-modes 2
 #
 # Every safe figure sits next to its plain counterpart of the same round (the ratio is the
-# figure): SYNC_MASTER / ASYNC_MASTER vs no slave (replication_bench.py), pop + ack vs push
+# figure): SYNC_MASTER / ASYNC_MASTER vs no slave (replication_bench.py) beside the bare-server
+# floor of that shape (repl_floor_bench.py at several client/master costs), pop + ack vs push
 # (pop_bench.py), ACL + TLS vs plain (single sends and batches of 64; ACL alone and TLS alone
 # too), transactional vs plain sync sends, SYNC_FLUSH vs the bare-server floor whose async
 # rate matches pymq's ASYNC_FLUSH rate (sync_floor_bench.py at several --work-us), and the
 # Spark source vs its zero-work source. Needs .venv with '.[dev]'; the peers as
 # ../shared/bench/peers/README.md says (skipped when missing); java for the Spark row.
-# About 6 minutes a round. Ends with benchmarks/safe_modes_summary.py's table (OUT_DIR/summary.md).
+# About 7.5 minutes a round. Ends with benchmarks/safe_modes_summary.py's table (OUT_DIR/summary.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/pymq-safe-modes}
@@ -21,6 +22,10 @@ source benchmarks/bench_common.sh
 for r in $(seq "$rounds"); do
     peer_round "before-$r" W1,W2,W4 30
     run "repl-$r"         $py benchmarks/replication_bench.py --producers 8 --seconds 5 --json
+    # (the floor of that shape: bare uvloop client, master and slave; the summary takes the cost
+    # pair whose no-slave rate is nearest pymq's)
+    run "repl-floor-$r"   $py benchmarks/repl_floor_bench.py --seconds 3 --rounds 2 \
+        --work-us 0 20 40 --server-work-us 0 20 40 --pairs --json
     run "pop-$r"          $py benchmarks/pop_bench.py --messages 20000 --json
     run "single-$r"       $bench producer --embedded --quiet --json --count 20000
     run "single-acl-tls-$r" $bench producer --embedded --quiet --json --count 20000 --acl --tls

@@ -3,11 +3,13 @@ to its plain counterpart, per round, against the issue's aim.
 
     python benchmarks/safe_modes_summary.py /tmp/pymq-safe-modes [ROUNDS]
 
-Every ratio compares two runs of the same round (minutes apart, same machine). SYNC_FLUSH is
-compared with the bare-server floor (``sync_floor_bench.py``) at the ``--work-us`` whose async
-rate is nearest pymq's ASYNC_FLUSH rate of the round, as that script's docstring says to pick
-it; the plain path's own figures are given against the peers of the same round. A missing or
-failed run shows as "—".
+Every ratio compares two runs of the same round (minutes apart, same machine). SYNC_MASTER and
+ASYNC_MASTER are shown beside their floor (``repl_floor_bench.py``: a bare uvloop client, master
+and slave of the same shape) at the cost pair whose no-slave rate is nearest pymq's no-slave
+rate of the round. SYNC_FLUSH is compared with the bare-server floor (``sync_floor_bench.py``)
+at the ``--work-us`` whose async rate is nearest pymq's ASYNC_FLUSH rate of the round, as that
+script's docstring says to pick it; the plain path's own figures are given against the peers of
+the same round. A missing or failed run shows as "—".
 """
 
 from __future__ import annotations
@@ -62,15 +64,32 @@ def floor_for(out: Path, r: int, async_rate: float | None) -> tuple[str, float |
     return (work, cell.get("async"), cell.get("syncer"))
 
 
+def repl_floor_for(out: Path, r: int, none_rate: float | None) -> dict[str, Any]:
+    """The ``repl_floor_bench.py`` row whose no-slave rate is nearest pymq's no-slave rate of the round."""
+    rows = [row for row in load(out, f"repl-floor-{r}") or [] if isinstance(row, dict) and "none" in row]
+    if not rows or not none_rate:
+        return {}
+    return min(rows, key=lambda row: abs(float(row["none"].get("msgs_per_s", 0)) - none_rate))
+
+
 def ratios(out: Path, r: int) -> list[tuple[str, float | None, str, float]]:
     """(what, ratio, the two figures, aim) for round ``r``."""
     rows: list[tuple[str, float | None, str, float]] = []
     modes = repl(out, r)
     none = modes.get("none", {})
-    for mode, aim in (("SYNC_MASTER", 0.6), ("ASYNC_MASTER", 0.8)):
+    floor = repl_floor_for(out, r, none.get("msgs_per_s"))
+    for mode, key, aim in (("SYNC_MASTER", "sync", 0.6), ("ASYNC_MASTER", "async", 0.8)):
         m = modes.get(mode, {})
         figures = f"{m.get('msgs_per_s', '—')} vs {none.get('msgs_per_s', '—')} msgs/s"
         rows.append((f"{mode}, 8 producers / no slave", div(m.get("msgs_per_s"), none.get("msgs_per_s")), figures, aim))
+        # The bare-server floor of the same shape (repl_floor_bench.py) whose no-slave rate is nearest pymq's.
+        f_mode, f_none = floor.get(key, {}), floor.get("none", {})
+        figures = (
+            f"{fmt(f_mode.get('msgs_per_s'))} vs {fmt(f_none.get('msgs_per_s'))} msgs/s; "
+            f"--work-us {fmt(floor.get('work_us'))} --server-work-us {fmt(floor.get('server_work_us'))}; "
+            f"by CPU {fmt(floor.get(f'{key}_cpu_vs_none'), 2)}"
+        )
+        rows.append((f"({mode} floor: bare servers, same shape)", floor.get(f"{key}_vs_none"), figures, 0.0))
     m = modes.get("SYNC_MASTER", {})
     cpu = div(m.get("master_cpu_us_per_msg"), none.get("master_cpu_us_per_msg"))
     figures = f"{m.get('master_cpu_us_per_msg', '—')} vs {none.get('master_cpu_us_per_msg', '—')} µs/msg"
