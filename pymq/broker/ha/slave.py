@@ -45,6 +45,8 @@ log = get_logger("broker.ha.slave")
 #: wait this long before reconnecting after a failure (and 10x after a refusal)
 RETRY_SECONDS = 1.0
 READ_SIZE = 1024 * 1024
+#: the steady stream's silence timeout is pushed back at most this often
+REARM_SECONDS = 1.0
 
 
 class HASlave:
@@ -220,36 +222,47 @@ class HASlave:
             acked, acked_at, acks = end, time.monotonic(), acks + 1
 
         ack(expected)
-        while True:
-            ack_now = False
-            for kind, body in frames:
-                if kind != codec.DATA:
-                    raise ProtocolError(f"master sends only DATA after JOIN, got frame kind {kind}")
-                offset, master_max, flags, data = codec.decode_data(body)
-                if offset != expected + len(pending):
-                    raise ProtocolError(f"master sent data at {offset}, the slave expects {expected + len(pending)}")
-                self.master_max = master_max
-                if data:
-                    pending += data
-                    ack_now = ack_now or bool(flags & codec.ACK_NOW)
-                else:
-                    ack_now = True  # a heartbeat: report where this slave is
-            # ACK at once when asked (a heartbeat, or a frame a SYNC_MASTER send waits on),
-            # else at most every LAZY_ACK_SECONDS. Data is ACKed as soon as the commitlog
-            # holds it, before the consume queues and the index are built (append_raw's
-            # ``written``), so the master's waiters do not wait for them.
-            acks_before = acks
-            due = ack_now or time.monotonic() - acked_at >= codec.LAZY_ACK_SECONDS
-            if pending:
-                n = whole_records_prefix(pending, expected, file_size)
-                if n:
-                    with memoryview(pending) as view, view[:n] as piece:
-                        expected = store.append_raw(expected, piece, ack if due else None)
-                    del pending[:n]
-            if acks == acks_before and (ack_now or (due and expected != acked)):
-                ack(expected)
-            chunk = await wait_within(reader.read(READ_SIZE), silent)
-            if not chunk:
-                raise ConnectionError("master closed the HA link")
-            self.last_frame_at = time.monotonic()
-            frames = decoder.feed(chunk)
+        # A master silent for ``silent`` seconds (no data, no heartbeat) is gone: one timeout,
+        # pushed back at most every REARM_SECONDS, so it fires between silent - REARM_SECONDS
+        # and silent seconds after the last read.
+        loop = asyncio.get_running_loop()
+        armed = -REARM_SECONDS
+        async with asyncio.timeout(None) as silence:
+            while True:
+                ack_now = False
+                for kind, body in frames:
+                    if kind != codec.DATA:
+                        raise ProtocolError(f"master sends only DATA after JOIN, got frame kind {kind}")
+                    offset, master_max, flags, data = codec.decode_data(body)
+                    if offset != expected + len(pending):
+                        at = expected + len(pending)
+                        raise ProtocolError(f"master sent data at {offset}, the slave expects {at}")
+                    self.master_max = master_max
+                    if data:
+                        pending += data
+                        ack_now = ack_now or bool(flags & codec.ACK_NOW)
+                    else:
+                        ack_now = True  # a heartbeat: report where this slave is
+                # ACK at once when asked (a heartbeat, or a frame a SYNC_MASTER send waits on),
+                # else at most every LAZY_ACK_SECONDS. Data is ACKed as soon as the commitlog
+                # holds it, before the consume queues and the index are built (append_raw's
+                # ``written``), so the master's waiters do not wait for them.
+                acks_before = acks
+                due = ack_now or time.monotonic() - acked_at >= codec.LAZY_ACK_SECONDS
+                if pending:
+                    n = whole_records_prefix(pending, expected, file_size)
+                    if n:
+                        with memoryview(pending) as view, view[:n] as piece:
+                            expected = store.append_raw(expected, piece, ack if due else None)
+                        del pending[:n]
+                if acks == acks_before and (ack_now or (due and expected != acked)):
+                    ack(expected)
+                now = loop.time()
+                if now - armed >= REARM_SECONDS:  # (not per read: a busy link reads thousands of times a second)
+                    silence.reschedule(now + silent)
+                    armed = now
+                chunk = await reader.read(READ_SIZE)
+                if not chunk:
+                    raise ConnectionError("master closed the HA link")
+                self.last_frame_at = time.monotonic()
+                frames = decoder.feed(chunk)
