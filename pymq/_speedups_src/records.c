@@ -424,11 +424,12 @@ PyObject *property_codes_one(PyObject *self, PyObject *const *args, Py_ssize_t n
 
 /* --- unpack_record / unpack_records ------------------------------------------------------------ */
 
-/* The record at pos as record.unpack_record's tuple; NULL with decode_error set if it is not one. */
-static PyObject *unpack_at(const unsigned char *d, Py_ssize_t n, Py_ssize_t pos) {
+/* The slice bounds of the record at pos (body_at, topic_at, props_at, end), its lengths checked;
+ * -1 with decode_error set if it is not one. */
+static int record_bounds(const unsigned char *d, Py_ssize_t n, Py_ssize_t pos, int64_t out[4]) {
     if (n - pos < MIN_RECORD_SIZE) {
         PyErr_Format(decode_error, "truncated record at %zd: %zd bytes left", pos, n - pos);
-        return NULL;
+        return -1;
     }
     const unsigned char *r = d + pos;
     int64_t total = rd_i32(r);
@@ -438,23 +439,45 @@ static PyObject *unpack_at(const unsigned char *d, Py_ssize_t n, Py_ssize_t pos)
     int64_t topic_at = body_at + body_len + 2;
     if (rd_u32(r + 4) != MAGIC || total < MIN_RECORD_SIZE || end > n || body_len < 0 || topic_at + 2 > end) {
         PyErr_Format(decode_error, "bad record at %zd", pos);
-        return NULL;
+        return -1;
     }
     int64_t props_at = topic_at + rd_u16(d + topic_at - 2) + 2;
     if (props_at > end) {
         PyErr_Format(decode_error, "bad topic length at %zd", pos);
-        return NULL;
+        return -1;
     }
     if (props_at + rd_u16(d + props_at - 2) != end) {
         PyErr_Format(decode_error, "record lengths do not add up at %zd", pos);
-        return NULL;
+        return -1;
     }
-    return Py_BuildValue("(LkiiLy#iLiLLLy#LLLL)", (long long)total, (unsigned long)rd_u32(r + 8), (int)rd_i32(r + 12),
-                         (int)rd_i32(r + 16), (long long)rd_i64(r + 20), (const char *)r + 28, (Py_ssize_t)8,
-                         (int)rd_i32(r + 36), (long long)rd_i64(r + 40), (int)rd_i32(r + 48),
+    out[0] = body_at;
+    out[1] = topic_at;
+    out[2] = props_at;
+    out[3] = end;
+    return 0;
+}
+
+/* The record at pos as record.unpack_record's tuple; NULL with decode_error set if it is not one. */
+static PyObject *unpack_at(const unsigned char *d, Py_ssize_t n, Py_ssize_t pos) {
+    int64_t b[4];
+    if (record_bounds(d, n, pos, b) < 0) return NULL;
+    const unsigned char *r = d + pos;
+    return Py_BuildValue("(LkiiLy#iLiLLLy#LLLL)", (long long)rd_i32(r), (unsigned long)rd_u32(r + 8),
+                         (int)rd_i32(r + 12), (int)rd_i32(r + 16), (long long)rd_i64(r + 20), (const char *)r + 28,
+                         (Py_ssize_t)8, (int)rd_i32(r + 36), (long long)rd_i64(r + 40), (int)rd_i32(r + 48),
                          (long long)rd_i64(r + 52), (long long)rd_i64(r + 60), (long long)rd_i64(r + 68),
-                         (const char *)r + 76, (Py_ssize_t)8, (long long)body_at, (long long)topic_at,
-                         (long long)props_at, (long long)end);
+                         (const char *)r + 76, (Py_ssize_t)8, (long long)b[0], (long long)b[1], (long long)b[2],
+                         (long long)b[3]);
+}
+
+/* Take the pending decode_error (the record that ended a scan early) as an exception object. */
+static PyObject *take_decode_error(void) {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+    return value;
 }
 
 SPEEDUPS_DOC(unpack_record_doc,
@@ -492,11 +515,7 @@ PyObject *unpack_records(PyObject *self, PyObject *buf) {
         PyObject *t = unpack_at(d, n, pos);
         if (t == NULL) {
             if (!PyErr_ExceptionMatches(decode_error)) goto fail;
-            PyObject *type, *traceback;
-            PyErr_Fetch(&type, &error, &traceback);
-            PyErr_NormalizeException(&type, &error, &traceback);
-            Py_XDECREF(type);
-            Py_XDECREF(traceback);
+            error = take_decode_error();
             break;
         }
         pos = (Py_ssize_t)PyLong_AsSsize_t(PyTuple_GET_ITEM(t, 16));
@@ -511,6 +530,87 @@ fail:
     Py_XDECREF(records);
     Py_XDECREF(error);
     return NULL;
+}
+
+SPEEDUPS_DOC(record_columns_doc,
+             "record_columns(buf) -> (count, sys_flags, born, reconsumes, queue_ids, queue_offsets, physical,\n"
+             "                        stored, store_hosts, bounds, error)\n"
+             "record.record_columns: iter_records's records as columns (bytes of native int32/int64, store hosts\n"
+             "8 bytes each, bounds int32 [6 * count + 1]), up to a blank marker, the end or the first bad record\n"
+             "(error: its MessageDecodeError, else None). NotImplemented for a buffer it does not handle or of 2 GiB+.");
+
+PyObject *record_columns(PyObject *self, PyObject *buf) {
+    Py_buffer view;
+    if (decode_error == NULL || !get_bytes_buffer(buf, &view)) Py_RETURN_NOTIMPLEMENTED;
+    if (view.len >= INT32_MAX) {  /* the bounds are int32 (Arrow's binary offsets) */
+        PyBuffer_Release(&view);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    const unsigned char *d = view.buf;
+    Py_ssize_t n = view.len, pos = 0, count = 0;
+    PyObject *error = NULL, *out = NULL;
+    int64_t b[4];
+    /* First pass: how many whole records (the columns are then allocated once). */
+    while (n - pos >= BLANK_SIZE) {
+        if (rd_u32(d + pos + 4) == BLANK_MAGIC) break;
+        if (record_bounds(d, n, pos, b) < 0) {
+            if (!PyErr_ExceptionMatches(decode_error)) goto done;
+            error = take_decode_error();
+            break;
+        }
+        count++;
+        pos = (Py_ssize_t)b[3];
+    }
+    PyObject *cols[9] = {
+        PyBytes_FromStringAndSize(NULL, count * 4), PyBytes_FromStringAndSize(NULL, count * 8),
+        PyBytes_FromStringAndSize(NULL, count * 4), PyBytes_FromStringAndSize(NULL, count * 4),
+        PyBytes_FromStringAndSize(NULL, count * 8), PyBytes_FromStringAndSize(NULL, count * 8),
+        PyBytes_FromStringAndSize(NULL, count * 8), PyBytes_FromStringAndSize(NULL, count * 8),
+        PyBytes_FromStringAndSize(NULL, (6 * count + 1) * 4),
+    };
+    for (int i = 0; i < 9; i++) {
+        if (cols[i] == NULL) {
+            for (int j = 0; j < 9; j++) Py_XDECREF(cols[j]);
+            goto done;
+        }
+    }
+    int32_t *sys_flags = (int32_t *)PyBytes_AS_STRING(cols[0]), *reconsumes = (int32_t *)PyBytes_AS_STRING(cols[2]),
+            *qids = (int32_t *)PyBytes_AS_STRING(cols[3]), *bounds = (int32_t *)PyBytes_AS_STRING(cols[8]);
+    int64_t *born = (int64_t *)PyBytes_AS_STRING(cols[1]), *qoffs = (int64_t *)PyBytes_AS_STRING(cols[4]),
+            *phys = (int64_t *)PyBytes_AS_STRING(cols[5]), *stored = (int64_t *)PyBytes_AS_STRING(cols[6]);
+    char *hosts = PyBytes_AS_STRING(cols[7]);
+    /* Second pass: fill them (the records were checked above). Six spans per record from its body on:
+     * body, 2-byte gap, topic, 2-byte gap, properties, then an empty span (bounds[6i+5] = bounds[6i+6]
+     * would be the next record's header: only its end is used). */
+    pos = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const unsigned char *r = d + pos;
+        record_bounds(d, n, pos, b);
+        sys_flags[i] = rd_i32(r + 16);
+        born[i] = rd_i64(r + 20);
+        reconsumes[i] = rd_i32(r + 36);
+        qids[i] = rd_i32(r + 48);
+        qoffs[i] = rd_i64(r + 52);
+        phys[i] = rd_i64(r + 60);
+        stored[i] = rd_i64(r + 68);
+        memcpy(hosts + 8 * i, r + 76, 8);
+        int32_t *s = bounds + 6 * i;
+        s[0] = (int32_t)b[0];
+        s[1] = (int32_t)(b[1] - 2);
+        s[2] = (int32_t)b[1];
+        s[3] = (int32_t)(b[2] - 2);
+        s[4] = (int32_t)b[2];
+        s[5] = (int32_t)b[3];
+        pos = (Py_ssize_t)b[3];
+    }
+    bounds[6 * count] = (int32_t)pos;
+    out = Py_BuildValue("(nNNNNNNNNNN)", count, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6],
+                        cols[7], cols[8], error ? error : Py_NewRef(Py_None));
+    error = NULL;
+done:
+    Py_XDECREF(error);
+    PyBuffer_Release(&view);
+    return out;
 }
 
 SPEEDUPS_DOC(set_decode_error_doc, "set_decode_error(cls)\nThe exception class decode failures raise (record.py passes "

@@ -150,9 +150,10 @@ PyObject *store_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *property_codes_one(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *unpack_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *unpack_records(PyObject *self, PyObject *buf);
+PyObject *record_columns(PyObject *self, PyObject *buf);
 PyObject *set_decode_error(PyObject *self, PyObject *cls);
 extern const char split_batch_doc[], any_property_contains_doc[], patch_broker_blocks_doc[], property_codes_doc[],
-    unpack_record_doc[], unpack_records_doc[], set_decode_error_doc[], store_record_doc[], property_codes_one_doc[];
+    unpack_record_doc[], unpack_records_doc[], record_columns_doc[], set_decode_error_doc[], store_record_doc[], property_codes_one_doc[];
 
 /* store.c */
 PyObject *index_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pymq.errors import MessageDecodeError
-from pymq.protocol.record import SYSFLAG_COMPRESSED, RecordTuple, iter_records, offset_msg_id
+from pymq.protocol.record import SYSFLAG_COMPRESSED, iter_records, offset_msg_id
+from pymq.protocol.record_columns import RecordColumns, record_columns
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -52,14 +53,13 @@ def records_to_batch(
     buf = parts[0] if len(parts) == 1 else b"".join(parts)
     if len(buf) >= _MAX_SPAN_BYTES:  # Arrow's binary offsets are 32-bit
         return records_to_batch_by_rows([bytes(buf)], broker, tags)
-    try:
-        rows = list(iter_records(buf))
-    except MessageDecodeError as exc:
-        raise ValueError(f"not a pymq record: {exc}") from exc
-    if not rows:
+    cols = record_columns(buf)
+    if cols.error is not None:
+        raise ValueError(f"not a pymq record: {cols.error}") from cols.error
+    if not cols.records:
         return _empty_batch()
     try:
-        return _columnar(buf, rows, broker, tags)
+        return _columnar(buf, cols, broker, tags)
     except (pa.ArrowInvalid, _NotColumnar):  # e.g. not UTF-8 where a string is expected: decode with replacement
         return records_to_batch_by_rows([bytes(buf)], broker, tags)
 
@@ -69,38 +69,25 @@ _MAX_SPAN_BYTES = 1 << 31
 _EMPTY = pa.scalar("", pa.string())
 _ZERO = pa.scalar(0, pa.int32())
 _ONE = pa.scalar(1, pa.int32())
+_COMPRESSED = pa.scalar(SYSFLAG_COMPRESSED, pa.int32())
 
 
 def _empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
 
 
-def _columnar(
-    buf: bytes | memoryview, rows: list[RecordTuple], broker: str, tags: frozenset[str] | None
-) -> pa.RecordBatch:
-    """The batch of ``rows`` (:func:`iter_records` of ``buf``), cut out of ``buf`` by Arrow."""
-    n = len(rows)
-    (_total, _crc, _flag, sys_flags, born, _bh, reconsumes, _prep, qids, qoffs, phys, stored,
-     store_hosts, body_ats, topic_ats, props_ats, ends) = zip(*rows, strict=True)  # fmt: skip
-    # Six spans per record cover the buffer from the first body on: body, 2-byte gap, topic,
-    # 2-byte gap, properties, then the next record's header (empty after the last record).
-    bounds = array("i", [0]) * (6 * n + 1)
-    bounds[0:-1:6] = array("i", body_ats)
-    bounds[2::6] = array("i", topic_ats)
-    bounds[1:-1:6] = array("i", [t - 2 for t in topic_ats])
-    bounds[4:-1:6] = array("i", props_ats)
-    bounds[3:-1:6] = array("i", [p - 2 for p in props_ats])
-    bounds[5::6] = array("i", ends)
-    bounds[-1] = ends[-1]
-    spans = pa.BinaryArray.from_buffers(pa.binary(), 6 * n, [None, pa.py_buffer(bounds), pa.py_buffer(buf)])
-    every = pa.array(range(0, 6 * n, 6), pa.int32())
-    bodies = spans.take(every)
-    topics = spans.take(pa.array(range(2, 6 * n, 6), pa.int32())).cast(pa.string())
-    props = spans.take(pa.array(range(4, 6 * n, 6), pa.int32())).cast(pa.string())
-    if any(f & SYSFLAG_COMPRESSED for f in sys_flags):
+def _columnar(buf: bytes | memoryview, cols: RecordColumns, broker: str, tags: frozenset[str] | None) -> pa.RecordBatch:
+    """The batch of the records ``cols`` (:func:`record_columns` of ``buf``), cut out of ``buf`` by Arrow."""
+    n = cols.records
+    spans = pa.BinaryArray.from_buffers(pa.binary(), 6 * n, [None, pa.py_buffer(cols.bounds), pa.py_buffer(buf)])
+    bodies = spans.take(_every(6, 0, n))
+    topics = spans.take(_every(6, 2, n)).cast(pa.string())
+    props = spans.take(_every(6, 4, n)).cast(pa.string())
+    flags = _column(pa.int32(), n, cols.sys_flags)
+    if pc.any(pc.not_equal(pc.bit_wise_and(flags, _COMPRESSED), _ZERO)).as_py():
         raw = bodies.to_pylist()
         bodies = pa.array(
-            [zlib.decompress(b) if f & SYSFLAG_COMPRESSED else b for b, f in zip(raw, sys_flags, strict=True)],
+            [zlib.decompress(b) if f & SYSFLAG_COMPRESSED else b for b, f in zip(raw, flags.to_pylist(), strict=True)],
             pa.binary(),
         )
     items = _without_empty(pc.split_pattern(props, "\x02"))
@@ -108,36 +95,56 @@ def _columnar(
     if len(pairs) and pc.min(pc.list_value_length(pairs)).as_py() != 2:
         raise _NotColumnar("a property without a name/value separator")
     flat = pairs.values
-    names = flat.take(pa.array(range(0, len(flat), 2), pa.int32()))
-    values = flat.take(pa.array(range(1, len(flat), 2), pa.int32()))
+    names = flat.take(_every(2, 0, len(flat) // 2))
+    values = flat.take(_every(2, 1, len(flat) // 2))
     tag_col = _value_of("TAGS", names, values, items.offsets)
     uniq = _value_of("UNIQ_KEY", names, values, items.offsets)
     ids = uniq
     if uniq.null_count or pc.any(pc.equal(uniq, _EMPTY)).as_py():  # a record without a unique key: its offset id
+        hosts, phys = cols.store_hosts, array("q", cols.physical)
         ids = pa.array(
-            [u or offset_msg_id(h, p) for u, h, p in zip(uniq.to_pylist(), store_hosts, phys, strict=True)], pa.string()
+            [u or offset_msg_id(hosts[8 * i : 8 * i + 8], phys[i]) for i, u in enumerate(uniq.to_pylist())],
+            pa.string(),
         )
     keys = _without_empty(pc.split_pattern(pc.fill_null(_value_of("KEYS", names, values, items.offsets), _EMPTY), " "))
     batch = pa.RecordBatch.from_arrays(
         [
             topics,
             pc.fill_null(pa.nulls(n, pa.string()), pa.scalar(broker, pa.string())),
-            pa.array(qids, pa.int32()),
-            pa.array(qoffs, pa.int64()),
+            _column(pa.int32(), n, cols.queue_ids),
+            _column(pa.int64(), n, cols.queue_offsets),
             ids,
             tag_col,
             keys,
             bodies,
             pa.MapArray.from_arrays(items.offsets, names, values),
-            _timestamps(born),
-            _timestamps(stored),
-            pa.array(reconsumes, pa.int32()),
+            _ms_to_timestamps(_column(pa.int64(), n, cols.born)),
+            _ms_to_timestamps(_column(pa.int64(), n, cols.stored)),
+            _column(pa.int32(), n, cols.reconsumes),
         ],
         schema=ARROW_SCHEMA,
     )
     if tags is not None:
         batch = batch.filter(pc.is_in(tag_col, value_set=pa.array(sorted(tags), pa.string())))
     return batch
+
+
+_INDEXES: dict[tuple[int, int], pa.Array] = {}
+
+
+def _every(step: int, start: int, count: int) -> pa.Array:
+    """int32 ``start, start + step, ...``, ``count`` of them (take indexes): made once per
+    (step, start) and grown by doubling, not built from Python ints per batch."""
+    have = _INDEXES.get((step, start))
+    if have is None or len(have) < count:
+        size = max(count, 2 * len(have) if have is not None else 0, 1024)
+        have = _INDEXES[step, start] = pa.array(range(start, start + step * size, step), pa.int32())
+    return have.slice(0, count)
+
+
+def _column(kind: pa.DataType, n: int, data: bytes) -> pa.Array:
+    """``n`` native integers of ``data`` as an Arrow array (no copy)."""
+    return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(data)])
 
 
 class _NotColumnar(Exception):
@@ -265,6 +272,8 @@ _MS_TO_US = pa.scalar(1000, pa.int64())
 
 
 def _timestamps(ms: Sequence[int]) -> pa.Array:
-    import pyarrow.compute as pc
+    return _ms_to_timestamps(pa.array(ms, pa.int64()))
 
-    return pc.multiply(pa.array(ms, pa.int64()), _MS_TO_US).cast(pa.timestamp("us", tz="UTC"))
+
+def _ms_to_timestamps(ms: pa.Array) -> pa.Array:
+    return pc.multiply(ms, _MS_TO_US).cast(pa.timestamp("us", tz="UTC"))

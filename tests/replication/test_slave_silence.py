@@ -11,12 +11,16 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
+
 from pymq.broker.ha import codec
 from pymq.config import BrokerRole
 from pymq.testing import LocalCluster
 
 HEARTBEAT = 0.1
 SILENT = HEARTBEAT * 3 + 5.0
+
+pytestmark = pytest.mark.integration
 
 
 async def test_a_slave_leaves_a_master_silent_after_join_and_joins_again(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, iter_records, pack_host
+from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, pack_host
+from pymq.protocol.record_columns import record_columns
 from pymq.spark_connector import arrow
 from pymq.spark_connector.arrow import records_to_batch, records_to_batch_by_rows
 
@@ -51,7 +52,7 @@ def _records(draw: st.DrawFn) -> bytes:
 @given(_records(), st.sampled_from([None, frozenset({"x"}), frozenset({"", "y"})]))
 def test_columnar_decoder_matches_the_row_decoder(chunk: bytes, tags: frozenset[str] | None) -> None:
     # Called directly: a silent fallback to the row decoder would make this comparison empty.
-    columnar = arrow._columnar(chunk, list(iter_records(chunk)), "broker-a", tags)
+    columnar = arrow._columnar(chunk, record_columns(chunk), "broker-a", tags)
     reference = records_to_batch_by_rows([chunk], "broker-a", tags)
     assert columnar.equals(reference), (columnar.to_pylist(), reference.to_pylist())
 
@@ -76,7 +77,7 @@ def test_chunks_are_decoded_as_one_and_empty_input_gives_an_empty_batch() -> Non
 def test_what_the_columnar_decoder_refuses_goes_through_the_row_decoder(raw_props: bytes) -> None:
     chunk = encode_record(b"t", b"b", raw_props) + encode_record(b"t", b"c", b"TAGS\x01x\x02")
     with pytest.raises((pa.ArrowInvalid, arrow._NotColumnar)):
-        arrow._columnar(chunk, list(iter_records(chunk)), "b", None)
+        arrow._columnar(chunk, record_columns(chunk), "b", None)
     assert records_to_batch([chunk], "b").equals(records_to_batch_by_rows([chunk], "b"))
     assert records_to_batch([memoryview(chunk)], "b").equals(records_to_batch_by_rows([chunk], "b"))
 
