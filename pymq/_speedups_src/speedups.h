@@ -32,7 +32,7 @@
 #include <string.h>
 
 /* Bumped (here and in record.py's speedups_layout) when a function is added or changes its contract. */
-#define ABI_VERSION 6
+#define ABI_VERSION 7
 
 #define MAGIC 0x706D7131u
 #define BLANK_MAGIC 0xCBD43194u

@@ -115,7 +115,7 @@ def speedups_layout() -> dict[str, int | str]:
         "BLANK_SIZE": BLANK_SIZE,
         "MAX_PROPERTIES_SIZE": MAX_PROPERTIES_SIZE,
         # bumped with ABI_VERSION in pymq/_speedups_src/speedups.h whenever a function is added or changes its contract
-        "ABI_VERSION": 6,
+        "ABI_VERSION": 7,
     }
 
 
