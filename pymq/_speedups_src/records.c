@@ -580,8 +580,8 @@ PyObject *record_columns(PyObject *self, PyObject *buf) {
             *phys = (int64_t *)PyBytes_AS_STRING(cols[5]), *stored = (int64_t *)PyBytes_AS_STRING(cols[6]);
     char *hosts = PyBytes_AS_STRING(cols[7]);
     /* Second pass: fill them (the records were checked above). Six spans per record from its body on:
-     * body, 2-byte gap, topic, 2-byte gap, properties, then an empty span (bounds[6i+5] = bounds[6i+6]
-     * would be the next record's header: only its end is used). */
+     * body, 2-byte gap, topic, 2-byte gap, properties, then the next record's
+     * header up to its body (after the last record: empty). */
     pos = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         const unsigned char *r = d + pos;

@@ -129,6 +129,7 @@ SPEEDUPS_FUNCTIONS = (
     "patch_broker_blocks",
     "property_codes",
     "property_codes_one",
+    "record_columns",
     "set_decode_error",
     "set_message_class",
     "split_batch",
