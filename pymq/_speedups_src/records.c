@@ -535,7 +535,7 @@ fail:
 SPEEDUPS_DOC(record_columns_doc,
              "record_columns(buf) -> (count, sys_flags, born, reconsumes, queue_ids, queue_offsets, physical,\n"
              "                        stored, store_hosts, bounds, error)\n"
-             "record.record_columns: iter_records's records as columns (bytes of native int32/int64, store hosts\n"
+             "record_columns.record_columns: iter_records's records as columns (bytes of native int32/int64, store hosts\n"
              "8 bytes each, bounds int32 [6 * count + 1]), up to a blank marker, the end or the first bad record\n"
              "(error: its MessageDecodeError, else None). NotImplemented for a buffer it does not handle or of 2 GiB+.");
 
@@ -548,7 +548,7 @@ PyObject *record_columns(PyObject *self, PyObject *buf) {
     }
     const unsigned char *d = view.buf;
     Py_ssize_t n = view.len, pos = 0, count = 0;
-    PyObject *error = NULL, *out = NULL;
+    PyObject *error = NULL, *out = NULL, *cols[9] = {NULL};
     int64_t b[4];
     /* First pass: how many whole records (the columns are then allocated once). */
     while (n - pos >= BLANK_SIZE) {
@@ -561,13 +561,9 @@ PyObject *record_columns(PyObject *self, PyObject *buf) {
         count++;
         pos = (Py_ssize_t)b[3];
     }
-    PyObject *cols[9] = {
-        PyBytes_FromStringAndSize(NULL, count * 4), PyBytes_FromStringAndSize(NULL, count * 8),
-        PyBytes_FromStringAndSize(NULL, count * 4), PyBytes_FromStringAndSize(NULL, count * 4),
-        PyBytes_FromStringAndSize(NULL, count * 8), PyBytes_FromStringAndSize(NULL, count * 8),
-        PyBytes_FromStringAndSize(NULL, count * 8), PyBytes_FromStringAndSize(NULL, count * 8),
-        PyBytes_FromStringAndSize(NULL, (6 * count + 1) * 4),
-    };
+    /* sys_flags, born, reconsumes, queue ids, queue offsets, physical, stored, store hosts, bounds */
+    const Py_ssize_t widths[9] = {4, 8, 4, 4, 8, 8, 8, 8, 0};
+    for (int i = 0; i < 9; i++) cols[i] = PyBytes_FromStringAndSize(NULL, i < 8 ? count * widths[i] : (6 * count + 1) * 4);
     for (int i = 0; i < 9; i++) {
         if (cols[i] == NULL) {
             for (int j = 0; j < 9; j++) Py_XDECREF(cols[j]);
