@@ -99,9 +99,12 @@ class HAMaster:
     # --- lifecycle ------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(
-            self._serve, self.host, self.port, ssl=self.ssl, limit=codec.MAX_FRAME
-        )
+        loop = asyncio.get_running_loop()
+
+        def link() -> _LinkProtocol:
+            return _LinkProtocol(asyncio.StreamReader(limit=codec.MAX_FRAME, loop=loop), self._serve, loop=loop)
+
+        self._server = await loop.create_server(link, self.host, self.port, ssl=self.ssl)
         port = self._server.sockets[0].getsockname()[1]
         self.address = f"{self.advertised_host}:{port}"
         self._listening = True
@@ -158,23 +161,29 @@ class HAMaster:
         if not live:
             return
         end = self.store.max_phy_offset
-        flags = codec.ACK_NOW if self.role.current.flavour is BrokerRole.SYNC_MASTER else 0
+        sync = self.role.current.flavour is BrokerRole.SYNC_MASTER
         now = time.monotonic()
-        keep: list[_LiveStream] = []
-        for stream in live:
-            if stream.pos < end:
-                try:
-                    stream.pos = self._send(stream.transport, stream.pos, end, flags)
-                except ProtocolError as exc:
-                    stream.wake(exc)
-                    continue
-                if stream.pos >= end:
-                    self.acks.sent(stream.state, end, now)
-                if stream.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
-                    stream.wake(None)  # its task drains the socket, then streams on
-                    continue
-            keep.append(stream)
-        self._live = keep
+        self._live = [stream for stream in live if self._push_to(stream, end, sync, now)]
+
+    def _push_to(self, stream: _LiveStream, end: int, sync: bool, now: float) -> bool:
+        """Push ``stream`` up to ``end``; False when its task must take over (drain, or a failure)."""
+        if stream.pos >= end:
+            return True
+        try:
+            stream.pos = self._send(stream.transport, stream.pos, end, codec.ACK_NOW if sync else 0)
+        except ProtocolError as exc:
+            stream.wake(exc)
+            return False
+        if stream.pos >= end:
+            self.acks.sent(stream.state, end, now)
+        if stream.transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+            stream.wake(None)  # its task drains the socket, then streams on
+            return False
+        return True
+
+    def _acked(self, stream: _LiveStream, offset: int) -> None:
+        """The slave of ``stream`` holds ``offset``: resolve the sends it completes."""
+        self._changed(self.acks.ack(stream.state, offset, self.store.max_phy_offset, time.monotonic()))
 
     def _send(self, transport: asyncio.WriteTransport, pos: int, end: int, flags: int) -> int:
         """Write the commitlog from ``pos`` (up to ``ha_batch_bytes``, towards ``end``); returns the new position."""
@@ -343,50 +352,73 @@ class HAMaster:
         state = SlaveState(hello.address, hello.broker_id, decision.offset, now, now)
         self._changed(self.acks.connect(link_id, state, store.max_phy_offset, now))
         writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        acks = asyncio.ensure_future(self._read_acks(reader, decoder, state))
+        stream = _LiveStream(decision.offset, writer.transport, state)
+        ended = self._read_acks(writer, decoder, stream)
         try:
-            await self._stream(writer, decision.offset, acks, state)
+            await self._stream(writer, stream, ended)
         finally:
-            acks.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await acks
+            link = writer.transport.get_protocol()
+            if isinstance(link, _LinkProtocol):  # (nothing more from this link counts)
+                link.on_data = link.on_close = None
 
-    async def _read_acks(self, reader: asyncio.StreamReader, decoder: codec.FrameDecoder, state: SlaveState) -> None:
-        while True:
-            chunk = await reader.read(65536)
-            if not chunk:
-                return
-            for kind, body in decoder.feed(chunk):
-                if kind != codec.ACK:
-                    raise ProtocolError(f"a slave sends only ACKs after HELLO, got frame kind {kind}")
-                offset = codec.decode_ack(body)
-                self._changed(self.acks.ack(state, offset, self.store.max_phy_offset, time.monotonic()))
+    def _read_acks(
+        self, writer: asyncio.StreamWriter, decoder: codec.FrameDecoder, stream: _LiveStream
+    ) -> asyncio.Future[Exception | None]:
+        """From now on the link's bytes are the slave's ACKs, handled as they arrive (in the
+        protocol's ``data_received``: no task to wake per ACK, and the answers they release and
+        the next frame go out in the same loop pass). The future ends with the link: None when
+        the slave closed it, else what went wrong."""
+        link = writer.transport.get_protocol()
+        assert isinstance(link, _LinkProtocol)
+        ended: asyncio.Future[Exception | None] = asyncio.get_running_loop().create_future()
+
+        def end(failure: Exception | None) -> None:
+            link.on_data = link.on_close = None
+            if not ended.done():
+                ended.set_result(failure)
+
+        def on_data(data: bytes) -> None:
+            try:
+                offset = -1
+                for kind, body in decoder.feed(data):
+                    if kind != codec.ACK:
+                        raise ProtocolError(f"a slave sends only ACKs after HELLO, got frame kind {kind}")
+                    offset = max(offset, codec.decode_ack(body))
+                if offset >= 0:
+                    self._acked(stream, offset)
+            except Exception as exc:  # (a protocol callback must not raise: the link ends with it)
+                end(exc)
+                writer.transport.close()
+
+        link.on_data, link.on_close = on_data, end
+        return ended
 
     async def _stream(
-        self, writer: asyncio.StreamWriter, pos: int, acks: asyncio.Future[None], state: SlaveState
+        self, writer: asyncio.StreamWriter, stream: _LiveStream, ended: asyncio.Future[Exception | None]
     ) -> None:
-        """Send the commitlog from ``pos`` on; a slave that stops reading or acking for
-        3 heartbeats + 5 s is dropped (it is no longer counted in sync).
+        """Send the commitlog from ``stream.pos`` on until the link ends (``ended``: raises what
+        ended it); a slave that stops reading or acking for 3 heartbeats + 5 s is dropped (it is
+        no longer counted in sync).
 
         The task catches up (everything there is, in batches, draining the socket as it goes);
         once it has sent everything it joins the live streams and sleeps: the arrival hook's
-        push (:meth:`_push`) sends new bytes from then on, so a busy master pays no task
-        switch, timer or wait set per frame. It wakes for the heartbeat, when the slave goes,
-        or when a push finds the socket backed up.
+        push (:meth:`_push`) and the ACKs (:meth:`_acked`) send new bytes from then on, so a
+        busy master pays no task switch, timer or wait set per frame. It wakes for the
+        heartbeat, when the slave goes, or when a push finds the socket backed up.
         """
         store = self.store
+        state = stream.state
         loop = asyncio.get_running_loop()
         transport = writer.transport
         heartbeat = self.config.ha_heartbeat_seconds
         silent = heartbeat * 3 + 5.0
-        stream = _LiveStream(pos, transport, state)
 
         def wake_on_close(_: object) -> None:
             stream.wake(None)
 
-        acks.add_done_callback(wake_on_close)
+        ended.add_done_callback(wake_on_close)
         try:
-            while not acks.done():
+            while not ended.done():
                 end = store.max_phy_offset
                 if stream.pos < end:
                     flags = codec.ACK_NOW if self.role.current.flavour is BrokerRole.SYNC_MASTER else 0
@@ -418,8 +450,9 @@ class HAMaster:
         finally:
             if stream in self._live:
                 self._live.remove(stream)
-        if acks.exception() is not None:
-            raise acks.exception()  # type: ignore[misc]
+        failure = ended.result()
+        if failure is not None:
+            raise failure
 
 
 class _LiveStream:
@@ -446,3 +479,28 @@ class _LiveStream:
 def _resolve(fut: asyncio.Future[bool], value: bool) -> None:
     if not fut.done():
         fut.set_result(value)
+
+
+class _LinkProtocol(asyncio.StreamReaderProtocol):
+    """The HA link's protocol: a StreamReaderProtocol (the HELLO is read from its reader, the
+    writer's ``drain`` is its flow control) whose bytes, once the link streams, go straight to
+    ``on_data``, and whose end is reported to ``on_close`` (None: the slave closed the link)."""
+
+    on_data: Callable[[bytes], None] | None = None
+    on_close: Callable[[Exception | None], None] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.on_data is None:
+            super().data_received(data)
+        else:
+            self.on_data(data)
+
+    def eof_received(self) -> bool | None:
+        if self.on_close is not None:
+            self.on_close(None)
+        return super().eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.on_close is not None:
+            self.on_close(exc)
+        super().connection_lost(exc)
