@@ -8,6 +8,8 @@ One in-process broker (LocalCluster, a temporary store), one topic with 4 queues
 * ``push``: a PushConsumer (FIRST_OFFSET, a no-op listener) until every message was consumed;
 * ``pop_ack``: one SimpleConsumer, ``--receivers`` concurrent loops of ``receive(32)`` then
   ``ack`` each message (a push consumer also has a pull per queue in flight);
+* ``pop_ack_gather``: the same, each message acked by its own ``ack`` call, the batch's calls
+  awaited together (``asyncio.gather``: the client sends them as one request);
 * ``pop_ack_many``: the same with one ``ack_many`` per received batch.
 
 Figures are messages per second, client and broker in one process (so one core does both), and
@@ -59,9 +61,8 @@ async def push_rate(cluster: LocalCluster, n: int) -> tuple[float, float]:
     return n / elapsed, cpu / n * 1e6
 
 
-async def pop_rate(
-    cluster: LocalCluster, n: int, group: str, *, batch_ack: bool, receivers: int
-) -> tuple[float, float]:
+async def pop_rate(cluster: LocalCluster, n: int, group: str, *, ack: str, receivers: int) -> tuple[float, float]:
+    """``ack``: "each" (awaited one by one), "gather" (one call each, awaited together) or "many"."""
     c = SimpleConsumer(cluster.namesrv_addr, group, await_duration=0)
     c.subscribe("bench")
     got = 0
@@ -71,8 +72,10 @@ async def pop_rate(
         nonlocal got
         while got < n:
             msgs = await c.receive(32, 60.0, await_duration=0.2)
-            if batch_ack:
+            if ack == "many":
                 await c.ack_many(msgs)
+            elif ack == "gather":
+                await asyncio.gather(*(c.ack(m) for m in msgs))
             else:
                 for m in msgs:
                     await c.ack(m)
@@ -100,8 +103,9 @@ async def main(n: int, receivers: int) -> dict[str, float]:
             await fill(cluster, n)
             runs = {
                 "push": await push_rate(cluster, n),
-                "pop_ack": await pop_rate(cluster, n, "bench-pop", batch_ack=False, receivers=receivers),
-                "pop_ack_many": await pop_rate(cluster, n, "bench-pop-batch", batch_ack=True, receivers=receivers),
+                "pop_ack": await pop_rate(cluster, n, "bench-pop", ack="each", receivers=receivers),
+                "pop_ack_gather": await pop_rate(cluster, n, "bench-pop-gather", ack="gather", receivers=receivers),
+                "pop_ack_many": await pop_rate(cluster, n, "bench-pop-batch", ack="many", receivers=receivers),
             }
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -120,6 +124,6 @@ if __name__ == "__main__":
     if args.json:
         print(json.dumps(rates))
     else:
-        for name in ("push", "pop_ack", "pop_ack_many"):
+        for name in ("push", "pop_ack", "pop_ack_gather", "pop_ack_many"):
             rate, cpu = rates[name], rates[f"{name}_cpu_us"]
             print(f"{name:14s} {rate:10.0f} msg/s  ({rate / rates['push']:.2f}x push)  {cpu:6.1f} CPU-us/msg")

@@ -97,7 +97,11 @@ def ratios(out: Path, r: int) -> list[tuple[str, float | None, str, float]]:
     rows.append(("SYNC_MASTER master CPU per msg: no slave / SYNC", 1 / cpu if cpu else None, figures, 1 / 1.5))
     pop = load(out, f"pop-{r}") or {}
     push = pop.get("push")
-    for key, label, aim in (("pop_ack", "pop + ack each / push", 0.3), ("pop_ack_many", "pop + ack_many / push", 0.5)):
+    for key, label, aim in (
+        ("pop_ack", "pop + ack each / push", 0.3),
+        ("pop_ack_gather", "(pop + ack each, a batch's acks awaited together / push)", 0.0),
+        ("pop_ack_many", "pop + ack_many / push", 0.5),
+    ):
         rows.append((label, div(pop.get(key), push), f"{fmt(pop.get(key))} vs {fmt(push)} msgs/s", aim))
     for safe, plain, label, aim in (
         ("single-acl-tls", "single", "ACL + TLS single sends / plain", 0.8),
