@@ -21,7 +21,7 @@ mkdir -p "$out"
 source benchmarks/bench_common.sh
 for r in $(seq "$rounds"); do
     peer_round "before-$r" W1,W2,W4 30
-    run "repl-$r"         $py benchmarks/replication_bench.py --producers 8 --seconds 5 --json
+    run "repl-$r"         $py benchmarks/replication_bench.py --producers 8 --seconds 2 --slices 4 --json
     # (the floor of that shape: bare uvloop client, master and slave; the summary takes the cost
     # pair whose no-slave rate is nearest pymq's)
     run "repl-floor-$r"   $py benchmarks/repl_floor_bench.py --seconds 3 --rounds 2 \

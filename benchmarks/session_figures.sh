@@ -19,7 +19,7 @@ run w2-tx $b producer --embedded --quiet --json --count 5000 --mode transaction
 run w2-plain $b producer --embedded --quiet --json --count 5000
 run w2-acl-tls $b producer --embedded --quiet --json --count 20000 --acl --tls
 run w1-acl-tls $b producer --embedded --quiet --json --count 200000 --batch-size 64 --acl --tls
-run repl $py benchmarks/replication_bench.py --producers 8 --seconds 5 --json
+run repl $py benchmarks/replication_bench.py --producers 8 --seconds 2 --slices 4 --json
 run pop  $py benchmarks/pop_bench.py --messages 20000 --json
 run peers-after ${PEERS_PYTHON:-python3} $peers/run_peers.py --peer redis,ceiling --workload all --manage --json --out "$out/peers-after-runs.json"
 echo done >> "$out/log.txt"
