@@ -620,3 +620,80 @@ PyObject *set_decode_error(PyObject *self, PyObject *cls) {
     Py_XSETREF(decode_error, Py_NewRef(cls));
     Py_RETURN_NONE;
 }
+
+SPEEDUPS_DOC(stored_scan_doc,
+             "stored_scan(buf, start, limit, base, check_crc, max_records) -> (records, pos, clean)\n"
+             "record_batch.stored_scan_py: up to max_records verified stored records of buf[start:limit]\n"
+             "(physical offset of buf[0] = base) as (pos, size, topic_at, props_at, queue_id, queue_offset,\n"
+             "store_ts) tuples, where the scan stopped, and whether it stopped cleanly (a blank marker, the\n"
+             "exact end or max_records). NotImplemented for a buffer type or bounds it does not handle.");
+
+PyObject *stored_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "stored_scan takes 6 arguments");
+        return NULL;
+    }
+    Py_ssize_t start, limit, max_records;
+    int64_t base;
+    if (!as_ssize(args[1], &start) || !as_ssize(args[2], &limit) || !as_i64(args[3], &base) ||
+        !as_ssize(args[5], &max_records) || start < 0 || max_records < 0 || base < 0 || base > INT64_MAX / 2)
+        Py_RETURN_NOTIMPLEMENTED;
+    int check_crc = PyObject_IsTrue(args[4]);
+    if (check_crc < 0) return NULL;
+    Py_buffer view;
+    if (!get_bytes_buffer(args[0], &view)) Py_RETURN_NOTIMPLEMENTED;
+    if (limit > view.len) {  /* (the Python scan would read past the buffer and raise) */
+        PyBuffer_Release(&view);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    const unsigned char *d = view.buf;
+    Py_ssize_t pos = start;
+    int valid = 1;
+    PyObject *records = PyList_New(0);
+    if (records == NULL) goto fail;
+    while (pos + BLANK_SIZE <= limit && PyList_GET_SIZE(records) < max_records) {
+        const unsigned char *r = d + pos;
+        if (pos + MIN_RECORD_SIZE > limit) {  /* too little room for a record: only a blank marker can be here */
+            valid = rd_u32(r + 4) == BLANK_MAGIC;
+            break;
+        }
+        uint32_t magic = rd_u32(r + 4);
+        if (magic != MAGIC) {
+            valid = magic == BLANK_MAGIC;
+            break;
+        }
+        int64_t size = rd_i32(r), body_len = rd_i32(r + 84);
+        int64_t end = pos + size, topic_at = pos + BODY_POS + body_len + 2;
+        if (size < MIN_RECORD_SIZE || end > limit || body_len < 0 || topic_at + 2 > end) {
+            valid = 0;
+            break;
+        }
+        int64_t props_at = topic_at + rd_u16(d + topic_at - 2) + 2;
+        if (props_at > end || props_at + rd_u16(d + props_at - 2) != end) {
+            valid = 0;
+            break;
+        }
+        int64_t store_ts = rd_i64(r + 68);
+        if (rd_i64(r + 60) != base + pos || store_ts <= 0) {
+            valid = 0;
+            break;
+        }
+        if (check_crc && crc32_of(0, r + BODY_POS, (Py_ssize_t)body_len) != rd_u32(r + 8)) {
+            valid = 0;
+            break;
+        }
+        PyObject *t = Py_BuildValue("(nLLLiLL)", pos, (long long)size, (long long)topic_at, (long long)props_at,
+                                    (int)rd_i32(r + 48), (long long)rd_i64(r + 52), (long long)store_ts);
+        if (t == NULL) goto fail;
+        int rc = PyList_Append(records, t);
+        Py_DECREF(t);
+        if (rc < 0) goto fail;
+        pos = (Py_ssize_t)end;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(NnO)", records, pos, valid ? Py_True : Py_False);
+fail:
+    PyBuffer_Release(&view);
+    Py_XDECREF(records);
+    return NULL;
+}

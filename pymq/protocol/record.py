@@ -115,7 +115,7 @@ def speedups_layout() -> dict[str, int | str]:
         "BLANK_SIZE": BLANK_SIZE,
         "MAX_PROPERTIES_SIZE": MAX_PROPERTIES_SIZE,
         # bumped with ABI_VERSION in pymq/_speedups_src/speedups.h whenever a function is added or changes its contract
-        "ABI_VERSION": 7,
+        "ABI_VERSION": 8,
     }
 
 
@@ -134,6 +134,7 @@ SPEEDUPS_FUNCTIONS = (
     "set_message_class",
     "split_batch",
     "store_record",
+    "stored_scan",
     "stored_to_message_decoder",
     "unpack_record",
     "unpack_records",

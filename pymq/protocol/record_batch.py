@@ -295,6 +295,12 @@ def store_record_py(
     )
 
 
+#: ``(pos, size, topic_at, props_at, queue_id, queue_offset, store_ts)`` of one stored record
+StoredRecord = tuple[int, int, int, int, int, int, int]
+#: records a :class:`StoredScan` verifies per call (bounds what a scan of a whole file holds at once)
+SCAN_BATCH = 4096
+
+
 class StoredScan:
     """The stored records of one commitlog file region, verified one by one (recovery, replication).
 
@@ -327,49 +333,69 @@ class StoredScan:
         free, magic = BLANK_MARKER.unpack_from(self.buf, self.pos)
         return free if magic == BLANK_MAGIC else 0
 
-    def __iter__(self) -> Iterator[tuple[int, int, int, int, int, int, int]]:
-        buf = self.buf
-        limit = self.limit
-        base = self.base
-        check_crc = self.check_crc
-        unpack = STORED_HEAD.unpack_from
-        unpack_u16 = U16.unpack_from
-        crc32 = zlib.crc32
-        view = memoryview(buf)
-        pos = self.pos
-        valid = True
-        try:
-            while pos + BLANK_SIZE <= limit:
-                if pos + MIN_RECORD_SIZE > limit:
-                    # Too little room for a record: only a blank marker can be here.
-                    valid = HEAD.unpack_from(buf, pos)[1] == BLANK_MAGIC
-                    break
-                size, magic, crc, qid, qoff, phys, store_ts, body_len = unpack(buf, pos)
-                if magic != MAGIC:
-                    valid = magic == BLANK_MAGIC
-                    break
-                end = pos + size
-                topic_at = pos + BODY_POS + body_len + 2
-                if size < MIN_RECORD_SIZE or end > limit or body_len < 0 or topic_at + 2 > end:
-                    valid = False
-                    break
-                props_at = topic_at + unpack_u16(buf, topic_at - 2)[0] + 2
-                if props_at > end or props_at + unpack_u16(buf, props_at - 2)[0] != end:
-                    valid = False
-                    break
-                if phys != base + pos or store_ts <= 0:
-                    valid = False
-                    break
-                if check_crc and crc32(view[pos + BODY_POS : topic_at - 2]) != crc:
-                    valid = False
-                    break
-                yield pos, size, topic_at, props_at, qid, qoff, store_ts
-                pos = end
-                self.pos = pos
-        finally:
-            view.release()
-        self.pos = pos
-        self.clean = valid
+    def batch(self, max_records: int = SCAN_BATCH) -> list[StoredRecord]:
+        """The next records, up to ``max_records`` (fewer: the scan stopped, see :attr:`clean`).
+
+        In C when the accelerator is there (:func:`stored_scan_py` is the reference)."""
+        speedups = _record.speedups
+        found = (
+            NotImplemented
+            if speedups is None
+            else speedups.stored_scan(self.buf, self.pos, self.limit, self.base, self.check_crc, max_records)
+        )
+        if found is NotImplemented:
+            found = stored_scan_py(self.buf, self.pos, self.limit, self.base, self.check_crc, max_records)
+        records, self.pos, self.clean = found
+        return records
+
+    def __iter__(self) -> Iterator[StoredRecord]:
+        while True:
+            records = self.batch()
+            yield from records
+            if len(records) < SCAN_BATCH:
+                return
+
+
+def stored_scan_py(
+    buf: Buffer, start: int, limit: int, base: int, check_crc: bool, max_records: int
+) -> tuple[list[StoredRecord], int, bool]:
+    """Up to ``max_records`` verified records of ``buf[start:limit]`` (see :class:`StoredScan`),
+    where the scan stopped, and whether cleanly (a blank marker, the exact end, or
+    ``max_records``). The reference for the accelerator's ``stored_scan``."""
+    unpack = STORED_HEAD.unpack_from
+    unpack_u16 = U16.unpack_from
+    crc32 = zlib.crc32
+    records: list[StoredRecord] = []
+    pos = start
+    valid = True
+    with memoryview(buf) as view:
+        while pos + BLANK_SIZE <= limit and len(records) < max_records:
+            if pos + MIN_RECORD_SIZE > limit:
+                # Too little room for a record: only a blank marker can be here.
+                valid = HEAD.unpack_from(buf, pos)[1] == BLANK_MAGIC
+                break
+            size, magic, crc, qid, qoff, phys, store_ts, body_len = unpack(buf, pos)
+            if magic != MAGIC:
+                valid = magic == BLANK_MAGIC
+                break
+            end = pos + size
+            topic_at = pos + BODY_POS + body_len + 2
+            if size < MIN_RECORD_SIZE or end > limit or body_len < 0 or topic_at + 2 > end:
+                valid = False
+                break
+            props_at = topic_at + unpack_u16(buf, topic_at - 2)[0] + 2
+            if props_at > end or props_at + unpack_u16(buf, props_at - 2)[0] != end:
+                valid = False
+                break
+            if phys != base + pos or store_ts <= 0:
+                valid = False
+                break
+            if check_crc and crc32(view[pos + BODY_POS : topic_at - 2]) != crc:
+                valid = False
+                break
+            records.append((pos, size, topic_at, props_at, qid, qoff, store_ts))
+            pos = end
+    return records, pos, valid
 
 
 def count_records(data: bytes | bytearray | memoryview) -> int:

@@ -19,6 +19,10 @@ awaitable wrapped in :class:`Parked`: it is counted in the channel's ``parked``,
 ``inflight``, so it does not take one of the connection's handler slots (issue 36). Past
 ``max_parked`` such waits on one channel, the next is refused with SYSTEM_BUSY: what a held
 request costs stays bounded per connection.
+
+A handler whose answer another event gives (a SYNC_MASTER send its slave's ACK releases)
+returns a :class:`Deferred`: the answer is written when that event gives it, from the
+event's own call, with no future, task or loop pass per request.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Generator
+from functools import partial
 from typing import Any
 
 from pymq.errors import LocalProtocolError, RemoteError
@@ -51,7 +56,55 @@ class Parked:
         return self.aw.__await__()
 
 
-HandlerResult = Command | None | Awaitable[Command | None] | Parked
+class Deferred:
+    """A handler's answer that a later event gives: :meth:`set_result` (or :meth:`set_exception`,
+    or :meth:`cancel`: no answer) writes it at once, from the giver's call.
+
+    What a future would do with less: no done callback scheduled on the loop, no task. Like a
+    task it holds one of the connection's handler slots until given. The first outcome counts;
+    later ones are ignored.
+    """
+
+    __slots__ = ("_answer", "_done", "_error", "_then")
+
+    def __init__(self) -> None:
+        self._done = False
+        self._answer: Command | None = None
+        self._error: BaseException | None = None
+        #: the dispatcher's continuation, once it took the request
+        self._then: Callable[[Command | None, BaseException | None], None] | None = None
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, answer: Command | None) -> None:
+        self._give(answer, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._give(None, error)
+
+    def cancel(self) -> None:
+        self._give(None, asyncio.CancelledError())
+
+    def then(self, fn: Callable[[Command | None, BaseException | None], None]) -> None:
+        """Call ``fn(answer, error)`` when the outcome is given (at once if it was)."""
+        if self._done:
+            fn(self._answer, self._error)
+        else:
+            self._then = fn
+
+    def _give(self, answer: Command | None, error: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        then, self._then = self._then, None
+        if then is None:
+            self._answer, self._error = answer, error
+        else:
+            then(answer, error)
+
+
+HandlerResult = Command | None | Awaitable[Command | None] | Parked | Deferred
 Handler = Callable[[Command, Channel], HandlerResult]
 Before = Callable[[Command, Channel], Command | None]
 After = Callable[[Command, Channel, Command | None, float], None]
@@ -71,6 +124,8 @@ class Dispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
         #: futures handlers returned, answered from their done callbacks (no task each)
         self._futures: set[asyncio.Future[Command | None]] = set()
+        #: Deferred answers not given yet
+        self._deferred: set[Deferred] = set()
         self.name = name
         #: the remark of a REQUEST_CODE_NOT_SUPPORTED answer for a code (None: the generic one);
         #: a broker uses it to say that a nameserver request reached a broker
@@ -166,6 +221,10 @@ class Dispatcher:
                 seconds = asyncio.get_running_loop().time() - started
                 for after in afters:
                     after(cmd, channel, result, seconds)
+        elif isinstance(result, Deferred):
+            self._deferred.add(result)
+            channel.inflight += 1
+            result.then(partial(self._given, channel, cmd, started, afters, result))
         elif result is None or isinstance(result, Command):
             self._answer(channel, cmd, result, started, afters)
         elif result.__class__ is Parked:
@@ -242,6 +301,26 @@ class Dispatcher:
         finally:
             channel.handler_finished()
 
+    def _given(
+        self,
+        channel: ServerChannel,
+        cmd: Command,
+        started: float,
+        afters: tuple[After, ...],
+        deferred: Deferred,
+        answer: Command | None,
+        error: BaseException | None,
+    ) -> None:
+        """A :class:`Deferred`'s outcome: answer (nothing when cancelled), and free its slot."""
+        self._deferred.discard(deferred)
+        try:
+            if error is None:
+                self._answer(channel, cmd, answer, started, afters)
+            elif isinstance(error, Exception):
+                self._answer_error(channel, cmd, error, started, afters)
+        finally:
+            channel.handler_finished()
+
     def _answer(
         self,
         channel: ServerChannel,
@@ -286,10 +365,17 @@ class Dispatcher:
 
     @property
     def in_flight(self) -> int:
-        return len(self._tasks) + len(self._futures)
+        return len(self._tasks) + len(self._futures) + len(self._deferred)
 
     async def drain(self, timeout: float) -> None:
         """Wait up to ``timeout`` for running handlers, then cancel the rest."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._deferred and loop.time() < deadline:  # (no future to wait on: shutdown only)
+            await asyncio.sleep(0.01)
+        for deferred in list(self._deferred):
+            deferred.cancel()
+        timeout = max(0.0, deadline - loop.time())
         if self._tasks or self._futures:
             _done, pending = await asyncio.wait(set(self._tasks) | set(self._futures), timeout=timeout)
             for t in pending:

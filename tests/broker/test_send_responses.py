@@ -19,6 +19,7 @@ from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.command import Command
 from pymq.protocol.requests import SendMessageResponse
 from pymq.protocol.route import PERM_READ, TopicConfig
+from pymq.transport.dispatch import Deferred
 
 
 def test_disk_full_send_answers_service_not_available() -> None:
@@ -87,7 +88,7 @@ def test_a_stored_single_send_answers_what_build_response_answers(tmp_path: Path
 
 def test_a_sync_master_send_is_answered_by_its_replication_waiter(tmp_path: Path) -> None:
     """SYNC_MASTER: the handler hands the replication a waiter for the records' end; the answer
-    is a plain future (no task) that waiter resolves: SUCCESS once replicated, FLUSH_SLAVE_TIMEOUT
+    is a Deferred (no future, no task) that waiter gives: SUCCESS once replicated, FLUSH_SLAVE_TIMEOUT
     on time-out; no slave in sync answers SLAVE_NOT_AVAILABLE at once, and a send the slaves
     already hold is answered inline."""
     asked: list[tuple[int, Any]] = []
@@ -108,11 +109,14 @@ def test_a_sync_master_send_is_answered_by_its_replication_waiter(tmp_path: Path
 
         for outcome, code in ((REPLICATED, ResponseCode.SUCCESS), (TIMED_OUT, ResponseCode.FLUSH_SLAVE_TIMEOUT)):
             answer = send()
-            assert isinstance(answer, asyncio.Future) and not answer.done()
+            assert isinstance(answer, Deferred) and not answer.done()
+            given: list[tuple[Any, Any]] = []
+            answer.then(lambda resp, error: given.append((resp, error)))  # noqa: B023
             end, waiter = asked[-1]
-            assert end == 4096 + 1200 and not waiter.done()
+            assert end == 4096 + 1200 and not waiter.done() and not given
             waiter.set_result(outcome)
-            assert waiter.done() and answer.done() and answer.result().code == code
+            assert waiter.done() and answer.done()
+            assert [(resp.code, error) for resp, error in given] == [(code, None)]
         mode["held"] = True
         resp = send()
         assert isinstance(resp, Command) and resp.code == ResponseCode.SUCCESS

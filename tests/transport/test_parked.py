@@ -3,52 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
 
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.command import Command
 from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Dispatcher, HandlerResult, Parked
+from tests.transport_doubles import RecordingChannel as _Channel
+from tests.transport_doubles import request as _request
 
 HELD, QUICK = 1, 2
-
-
-class _Channel:
-    """A ServerChannel that records what the dispatcher writes and counts slots."""
-
-    def __init__(self, max_parked: int) -> None:
-        self.remote_addr = "peer:1"
-        self.attrs: dict[str, Any] = {}
-        self.inflight = 0
-        self.parked = 0
-        self.max_parked = max_parked
-        self.written: list[Command] = []
-        self.is_open = True
-
-    def write_command(self, cmd: Command) -> None:
-        self.written.append(cmd)
-
-    def handler_finished(self) -> None:
-        self.inflight -= 1
-
-    def unparked(self) -> None:
-        self.parked -= 1
-
-    def add_close_callback(self, cb: Callable[[Any], None]) -> None:
-        pass
-
-    def push_oneway(self, cmd: Command) -> None:
-        pass
-
-    def close(self) -> None:
-        self.is_open = False
-
-
-def _request(code: int, opaque: int) -> Command:
-    cmd = Command.request(code)
-    cmd.opaque = opaque
-    return cmd
 
 
 async def test_parked_answers_take_no_handler_slot_and_are_capped() -> None:

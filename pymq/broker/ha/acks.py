@@ -68,6 +68,9 @@ class AckWaiters:
     #: (end offset, deadline, future), ascending in both
     waiting: deque[tuple[int, float, Any]] = field(default_factory=deque)
     replicated: int = 0
+    #: the highest offset any slave ever acknowledged: no slave holds more (a send ending past
+    #: it waits without working out the replicated offset)
+    top: int = 0
 
     def __post_init__(self) -> None:
         self.sync = SyncStateSet(self.window, self.max_lag_bytes, controlled=self.controlled)
@@ -77,6 +80,7 @@ class AckWaiters:
     def connect(self, link: int, state: SlaveState, master_max: int, now: float) -> bool:
         """A slave joined at ``state.acked``; True if the set changed."""
         self.slaves[link] = state
+        self.top = max(self.top, state.acked)
         self.sync.acked(state.progress, state.acked, master_max, now)
         return self.refresh(master_max, now)
 
@@ -94,6 +98,8 @@ class AckWaiters:
         state.last_ack_at = now
         if offset > state.acked:
             state.acked = offset
+            if offset > self.top:
+                self.top = offset
         self.sync.acked(state.progress, offset, master_max, now)
         changed = self.refresh(master_max, now)
         if self.waiting:
@@ -120,10 +126,6 @@ class AckWaiters:
         return list(seen.values())
 
     # --- the sends --------------------------------------------------------------------------------------------
-
-    def max_acked(self) -> int:
-        """The highest offset any connected slave acknowledged (0: none)."""
-        return max([s.acked for s in self.slaves.values()], default=0)
 
     def replicated_offset(self, master_max: int = 0) -> int:
         """The offset below which the slaves that count hold everything (0: none, see the module doc).

@@ -203,7 +203,7 @@ class HAMaster:
         if not acks.can_wait():
             return None
         # (a send just stored is normally past every slave: no need to work out the replicated offset)
-        if end <= acks.max_acked() and acks.replicated_offset() >= end:
+        if end <= acks.top and acks.replicated_offset() >= end:
             acks.acknowledged(end)
             return REPLICATED
         deadline = time.monotonic() + self.config.slave_ack_timeout_ms / 1000

@@ -32,7 +32,7 @@ from pymq.protocol.command import FLAG_RESPONSE, Buffer, Command
 from pymq.protocol.requests import RETRY_PREFIX, SendMessageRequest, SendMessageResponse
 from pymq.protocol.route import PERM_WRITE, perm_writable
 from pymq.transport.channel import Channel
-from pymq.transport.dispatch import Handler, HandlerResult
+from pymq.transport.dispatch import Deferred, Handler, HandlerResult
 
 if TYPE_CHECKING:
     from pymq.broker.role.state import RoleMachine
@@ -241,21 +241,22 @@ class SendHandlers:
         remark = f"{stored}/{len(results)} stored; {first_fail.status.name}: {first_fail.reason}"
         return cmd.response(PUT_STATUS_TO_CODE.get(first_fail.status, ResponseCode.SYSTEM_ERROR), remark, ext)
 
-    def _await_replicas(self, resp: Command, end: int) -> Command | asyncio.Future[Command]:
+    def _await_replicas(self, resp: Command, end: int) -> Command | Deferred:
         """SYNC_MASTER: answer once enough slaves hold the records (after the disk flush under SYNC_FLUSH).
 
         The message is stored whatever happens: a slow slave answers FLUSH_SLAVE_TIMEOUT,
-        no slave in sync SLAVE_NOT_AVAILABLE (as RocketMQ does). Futures chained by callbacks,
-        not a task per send: the dispatcher answers from the returned future's done callback.
+        no slave in sync SLAVE_NOT_AVAILABLE (as RocketMQ does). The answer is a
+        :class:`Deferred` that the slave's ACK gives (the dispatcher writes it from that call:
+        no future, task or loop pass per send).
         """
+        out = _ReplicaWait(resp, self.config.slave_ack_timeout_ms)
         if self.group_commit is not None:
             flushed = self.group_commit.wait(resp, end)
-            out: asyncio.Future[Command] = flushed.get_loop().create_future()
             flushed.add_done_callback(partial(self._after_flush, end, out))
             return out
-        return self._replicated(resp, end, None)
+        return self._replicated(resp, end, out)
 
-    def _after_flush(self, end: int, out: asyncio.Future[Command], flushed: asyncio.Future[Command]) -> None:
+    def _after_flush(self, end: int, out: _ReplicaWait, flushed: asyncio.Future[Command]) -> None:
         if out.done():
             return
         if flushed.cancelled():
@@ -269,18 +270,15 @@ class SendHandlers:
         if resp.code != ResponseCode.SUCCESS:
             out.set_result(resp)
             return
+        out.resp = resp
         answer = self._replicated(resp, end, out)
-        if answer.__class__ is Command:
+        if isinstance(answer, Command):  # (else the replication gives it later)
             out.set_result(answer)
 
-    def _replicated(
-        self, resp: Command, end: int, out: asyncio.Future[Command] | None
-    ) -> Command | asyncio.Future[Command]:
-        """``resp`` at once (no slave in sync, or already replicated), else ``out`` (or a new future)."""
+    def _replicated(self, resp: Command, end: int, out: _ReplicaWait) -> Command | Deferred:
+        """``resp`` at once (no slave in sync, or already replicated), else ``out`` (given later)."""
         assert self.wait_replicated is not None
-        if out is None:
-            out = asyncio.get_running_loop().create_future()
-        outcome = self.wait_replicated(end, _ReplicaWait(resp, out, self.config.slave_ack_timeout_ms))
+        outcome = self.wait_replicated(end, out)
         if outcome is None:
             resp.code = ResponseCode.SLAVE_NOT_AVAILABLE
             resp.remark = "stored on the master, but no slave is in sync"
@@ -290,25 +288,26 @@ class SendHandlers:
         return out
 
 
-class _ReplicaWait:
-    """A SYNC_MASTER send waiting for its slaves: resolves the answer's future with the answer
-    itself (FLUSH_SLAVE_TIMEOUT when they did not acknowledge it in time)."""
+class _ReplicaWait(Deferred):
+    """A SYNC_MASTER send's answer, waiting for its slaves: the replication's waiter gives it
+    (``set_result(REPLICATED)``: the answer as stored; else FLUSH_SLAVE_TIMEOUT)."""
 
-    __slots__ = ("out", "resp", "timeout_ms")
+    __slots__ = ("resp", "timeout_ms")
 
-    def __init__(self, resp: Command, out: asyncio.Future[Command], timeout_ms: int) -> None:
+    def __init__(self, resp: Command, timeout_ms: int) -> None:
+        # (the Deferred's fields set here: one call per send, not two)
+        self._done = False
+        self._answer = self._error = self._then = None
         self.resp = resp
-        self.out = out
         self.timeout_ms = timeout_ms
 
-    def done(self) -> bool:
-        return self.out.done()
-
-    def set_result(self, outcome: int, /) -> None:
-        if self.out.done():
+    def set_result(self, outcome: int | Command | None, /) -> None:
+        """An outcome of the replication (REPLICATED, TIMED_OUT) or, after a failed flush, the answer."""
+        if outcome.__class__ is not int:
+            self._give(outcome, None)  # type: ignore[arg-type]
             return
         resp = self.resp
         if outcome != REPLICATED:
             resp.code = ResponseCode.FLUSH_SLAVE_TIMEOUT
             resp.remark = f"stored on the master, but no slave acknowledged it within {self.timeout_ms} ms"
-        self.out.set_result(resp)
+        self._give(resp, None)

@@ -24,13 +24,14 @@ from pymq.broker.store.mapped_file import MappedFile, store_error
 from pymq.broker.store.mapped_file_queue import MappedFileQueue
 from pymq.errors import StoreError
 from pymq.protocol.record import BLANK_SIZE, blank_marker, stored_record_size
-from pymq.protocol.record_batch import StoredScan, patch_broker_blocks, store_record
+from pymq.protocol.record_batch import SCAN_BATCH, StoredRecord, StoredScan, patch_broker_blocks, store_record
 
 BLANK_MIN = BLANK_SIZE
 
-#: one stored record as replication hands it to the dispatcher:
-#: (file, pos in file, size, topic_at, props_at, queue_id, queue_offset, store_ts)
-StoredRef = tuple[MappedFile, int, int, int, int, int, int, int]
+#: stored records of one file as replication hands them to the dispatcher: (file, delta, records),
+#: each record ``(pos, size, topic_at, props_at, queue_id, queue_offset, store_ts)`` with
+#: positions ``delta`` bytes before their place in the file
+StoredRun = tuple[MappedFile, int, list[StoredRecord]]
 
 
 class CommitLog:
@@ -218,7 +219,7 @@ class CommitLog:
         except OSError as exc:
             raise store_error(exc, f"writing {mf.path} at {at}") from exc
 
-    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> list[StoredRef]:
+    def append_raw(self, offset: int, data: bytes | bytearray | memoryview) -> list[StoredRun]:
         """Append bytes already in commitlog layout (a master's, for a slave) at exactly ``offset``.
 
         ``offset`` must be the commitlog's end (an empty commitlog accepts a file boundary).
@@ -226,51 +227,60 @@ class CommitLog:
         this very position (physical offset = where it lands) and its body CRC right; a
         blank marker must fill its file to the end, and the next bytes then start the next
         file. Everything is checked before a byte is written, so a refused call changes
-        nothing (:class:`StoreError`). Returns the records written, for the dispatcher.
+        nothing (:class:`StoreError`). Returns the records written, one run per file, for
+        the dispatcher.
         """
         end = self.max_offset
         if self.mfq.files and offset != end:
             raise StoreError(f"replicated data at {offset} does not continue the commitlog, which ends at {end}")
         if not self.mfq.files and offset % self.file_size:
             raise StoreError(f"an empty commitlog starts at a file boundary, not at {offset}")
-        # Check: split the data at file boundaries and verify each piece.
-        pieces: list[tuple[int, int, int]] = []  # (file start, pos in file, bytes of data)
-        refs: list[tuple[int, int, int, int, int, int, int, int]] = []  # piece number + StoredRef fields
+        # Check: split the data at file boundaries and verify each piece (positions in the piece).
+        pieces: list[tuple[int, int, int, list[StoredRecord]]] = []  # (file start, pos in file, bytes, records)
         n = len(data)
-        view = memoryview(data)
-        at, phys = 0, offset
-        while at < n:
-            file_from = phys - phys % self.file_size
-            fpos = phys - file_from
-            length = min(n - at, self.file_size - fpos)
-            piece = view[at : at + length]
-            scan = StoredScan(piece, 0, length, phys, check_crc=True)
-            number = len(pieces)
-            for pos, size, topic_at, props_at, qid, qoff, ts in scan:
-                refs.append((number, fpos + pos, size, fpos + topic_at, fpos + props_at, qid, qoff, ts))
-            used = scan.pos
-            if used < length:
-                blank = scan.blank_size()
-                if not scan.clean or not blank or fpos + used + blank != self.file_size or used + blank != length:
-                    raise StoreError(f"replicated data at {phys + used} is not a whole record or a blank marker")
-                used = length
-            pieces.append((file_from, fpos, length))
-            at += length
-            phys += length
-        # Write.
-        files: list[MappedFile] = []
-        at = 0
-        for file_from, fpos, length in pieces:
-            mf = self.mfq.writable_file(file_from)
-            if mf.file_from != file_from or mf.wrote_pos != fpos:
-                raise StoreError(f"commitlog file for {file_from + fpos} is not at the expected end")
-            if fpos + length > mf.reserved:
-                mf.reserve(fpos + length)
-            mf.mm[fpos : fpos + length] = view[at : at + length]
-            mf.wrote_pos = fpos + length
-            files.append(mf)
-            at += length
-        return [(files[r[0]], *r[1:]) for r in refs]
+        with memoryview(data) as view:
+            at, phys = 0, offset
+            while at < n:
+                file_from = phys - phys % self.file_size
+                fpos = phys - file_from
+                length = min(n - at, self.file_size - fpos)
+                with view[at : at + length] as piece:
+                    pieces.append((file_from, fpos, length, self._checked_piece(piece, phys, fpos)))
+                at += length
+                phys += length
+            # Write.
+            runs: list[StoredRun] = []
+            at = 0
+            for file_from, fpos, length, records in pieces:
+                mf = self.mfq.writable_file(file_from)
+                if mf.file_from != file_from or mf.wrote_pos != fpos:
+                    raise StoreError(f"commitlog file for {file_from + fpos} is not at the expected end")
+                if fpos + length > mf.reserved:
+                    mf.reserve(fpos + length)
+                mf.mm[fpos : fpos + length] = view[at : at + length]
+                mf.wrote_pos = fpos + length
+                runs.append((mf, fpos, records))
+                at += length
+        return runs
+
+    def _checked_piece(self, piece: memoryview, phys: int, fpos: int) -> list[StoredRecord]:
+        """The records of ``piece`` (replicated bytes for file position ``fpos``, physical offset
+        ``phys``); raises StoreError unless it is whole records, then perhaps a blank marker
+        filling the file."""
+        length = len(piece)
+        scan = StoredScan(piece, 0, length, phys, check_crc=True)
+        records: list[StoredRecord] = []
+        while True:
+            batch = scan.batch()
+            records += batch
+            if len(batch) < SCAN_BATCH:
+                break
+        used = scan.pos
+        if used < length:
+            blank = scan.blank_size()
+            if not scan.clean or not blank or fpos + used + blank != self.file_size or used + blank != length:
+                raise StoreError(f"replicated data at {phys + used} is not a whole record or a blank marker")
+        return records
 
     # --- reading ----------------------------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ from pymq.protocol import record as _record
 from pymq.protocol.record_batch import property_codes, property_codes_one
 
 if TYPE_CHECKING:
-    from pymq.broker.store.commitlog import StoredRef
+    from pymq.broker.store.commitlog import StoredRun
     from pymq.broker.store.consume_queue import ConsumeQueue
     from pymq.broker.store.index import IndexService
 
@@ -263,15 +263,14 @@ class Dispatcher:
             # Rate-limited: on a full disk this would repeat for every batch.
             _limited.log("error", "index_append_failed", entries=len(entries), reason=str(exc))
 
-    def dispatch_stored(self, refs: Sequence[StoredRef]) -> set[tuple[str, int]]:
+    def dispatch_stored(self, stored: Sequence[StoredRun]) -> set[tuple[str, int]]:
         """Entries for records already in the commitlog (a slave's replicated bytes); returns the queues touched.
 
-        Each ref is ``(file, pos, size, topic_at, props_at, queue_id, queue_offset, store_ts)``
-        (:meth:`pymq.broker.store.commitlog.CommitLog.append_raw`). Entries for queue
-        offsets a queue already has are skipped (:meth:`ConsumeQueue.append`). A queue's
-        consecutive entries of the call go in one write, and index entries of one store time in
-        one put (the master wrote them so): a slave's cost per record is one codes lookup and
-        one packed entry, not a write of each.
+        ``stored`` is what :meth:`pymq.broker.store.commitlog.CommitLog.append_raw` answered.
+        Entries for queue offsets a queue already has are skipped (:meth:`ConsumeQueue.append`).
+        A queue's consecutive entries of the call go in one write, and index entries of one
+        store time in one put (the master wrote them so): a slave's cost per record is one
+        codes lookup and one packed entry, not a write of each.
         """
         topics: dict[bytes, str] = {}
         #: (topic, queue id) -> [first queue offset, next queue offset, packed entries]
@@ -280,40 +279,42 @@ class Dispatcher:
         index_ts = 0
         rules = self.tags_rules
         pack = CQ_ENTRY.pack
-        for mf, pos, size, topic_at, props_at, qid, qoff, store_ts in refs:
+        for mf, delta, records in stored:
             mm = mf.mm
-            raw = mm[topic_at : props_at - 2]
-            topic = topics.get(raw)
-            if topic is None:
-                topic = topics[raw] = raw.decode(errors="replace")
-            phys = mf.file_from + pos
-            props = mm[props_at : pos + size]
-            # (the accelerator reads bytes, not the mapping: the properties alone, as one "record")
-            fast = (
-                property_codes_one(props, 0, len(props), 0, phys, self._prefix_crc(topic))
-                if topic not in rules
-                else None
-            )
-            if fast is not None:
-                tags_code, hashed = fast
-            else:
-                tags_code = self.tags_code(topic, props, store_ts)
-                hashed = [(h, phys) for h in self.index_hashes(topic, props)]
-            key = (topic, qid)
-            run = runs.get(key)
-            if run is not None and run[1] == qoff:
-                run[2] += pack(phys, size, tags_code)
-                run[1] = qoff + 1
-            else:
-                if run is not None:
-                    self.queue_for(topic, qid).append(run[2], run[0])
-                runs[key] = [qoff, qoff + 1, bytearray(pack(phys, size, tags_code))]
-            if hashed:
-                if index_entries and store_ts != index_ts:
-                    self.put_index(index_entries, index_ts)
-                    index_entries = []
-                index_entries += hashed
-                index_ts = store_ts
+            base = mf.file_from + delta
+            for pos, size, topic_at, props_at, qid, qoff, store_ts in records:
+                raw = mm[delta + topic_at : delta + props_at - 2]
+                topic = topics.get(raw)
+                if topic is None:
+                    topic = topics[raw] = raw.decode(errors="replace")
+                phys = base + pos
+                props = mm[delta + props_at : delta + pos + size]
+                # (the accelerator reads bytes, not the mapping: the properties alone, as one "record")
+                fast = (
+                    property_codes_one(props, 0, len(props), 0, phys, self._prefix_crc(topic))
+                    if topic not in rules
+                    else None
+                )
+                if fast is not None:
+                    tags_code, hashed = fast
+                else:
+                    tags_code = self.tags_code(topic, props, store_ts)
+                    hashed = [(h, phys) for h in self.index_hashes(topic, props)]
+                key = (topic, qid)
+                run = runs.get(key)
+                if run is not None and run[1] == qoff:
+                    run[2] += pack(phys, size, tags_code)
+                    run[1] = qoff + 1
+                else:
+                    if run is not None:
+                        self.queue_for(topic, qid).append(run[2], run[0])
+                    runs[key] = [qoff, qoff + 1, bytearray(pack(phys, size, tags_code))]
+                if hashed:
+                    if index_entries and store_ts != index_ts:
+                        self.put_index(index_entries, index_ts)
+                        index_entries = []
+                    index_entries += hashed
+                    index_ts = store_ts
         for (topic, qid), (first, _, entries) in runs.items():
             self.queue_for(topic, qid).append(entries, first)
         if index_entries:

@@ -320,16 +320,17 @@ class MessageStore:
                 raise StoreError("store is not running")
             if self.refused is not None:
                 raise StoreError(f"not storing replicated data: {self.refused}")
-            refs = self.commitlog.append_raw(offset, data)
+            stored = self.commitlog.append_raw(offset, data)
             try:
                 if written is not None:
                     written(self.commitlog.max_offset)
             finally:  # whatever ``written`` does, what is written is dispatched
-                arrived = self.dispatcher.dispatch_stored(refs)
-            if refs:
-                self.put_count += len(refs)
-                self.put_bytes += sum(r[2] for r in refs)
-                self.last_store_ts = max(self.last_store_ts, refs[-1][7])
+                arrived = self.dispatcher.dispatch_stored(stored)
+            for _mf, _delta, records in stored:
+                if records:
+                    self.put_count += len(records)
+                    self.put_bytes += sum([r[1] for r in records])
+                    self.last_store_ts = max(self.last_store_ts, records[-1][6])
             end = self.commitlog.max_offset
         self.arrivals.notify_queues(arrived, self.queues)
         return end
