@@ -88,6 +88,18 @@ class ConsumeQueue:
         Entries below the current end are skipped (re-dispatch after a crash); a start past
         the end is padded with blank entries.
         """
+        files = self.mfq.files
+        if files:
+            mf = files[-1]
+            wpos = mf.wrote_pos
+            n = len(entries)
+            if wpos + n <= mf.size and mf.file_from + wpos == first_offset * CQ_ENTRY_SIZE:
+                # The common case (a slave's run of entries): they go on at the end of the last file.
+                if self.dirty is not None:
+                    self.dirty.add(self)
+                mf.buffer()[wpos : wpos + n] = entries
+                mf.wrote_pos = wpos + n
+                return
         end = self.max_offset
         if first_offset < end:
             skip = end - first_offset

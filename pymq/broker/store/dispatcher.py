@@ -272,7 +272,8 @@ class Dispatcher:
         store time in one put (the master wrote them so): a slave's cost per record is one
         codes lookup and one packed entry, not a write of each.
         """
-        topics: dict[bytes, str] = {}
+        #: raw topic -> (topic, its index keys' prefix CRC, or -1: the topic has its own tags rule)
+        topics: dict[bytes, tuple[str, int]] = {}
         #: (topic, queue id) -> [first queue offset, next queue offset, packed entries]
         runs: dict[tuple[str, int], list[Any]] = {}
         index_entries: list[tuple[int, int]] = []
@@ -284,17 +285,15 @@ class Dispatcher:
             base = mf.file_from + delta
             for pos, size, topic_at, props_at, qid, qoff, store_ts in records:
                 raw = mm[delta + topic_at : delta + props_at - 2]
-                topic = topics.get(raw)
-                if topic is None:
-                    topic = topics[raw] = raw.decode(errors="replace")
+                known = topics.get(raw)
+                if known is None:
+                    name = raw.decode(errors="replace")
+                    known = topics[raw] = (name, -1 if name in rules else self._prefix_crc(name))
+                topic, prefix_crc = known
                 phys = base + pos
                 props = mm[delta + props_at : delta + pos + size]
                 # (the accelerator reads bytes, not the mapping: the properties alone, as one "record")
-                fast = (
-                    property_codes_one(props, 0, len(props), 0, phys, self._prefix_crc(topic))
-                    if topic not in rules
-                    else None
-                )
+                fast = property_codes_one(props, 0, len(props), 0, phys, prefix_crc) if prefix_crc >= 0 else None
                 if fast is not None:
                     tags_code, hashed = fast
                 else:
