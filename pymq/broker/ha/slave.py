@@ -9,7 +9,8 @@ just continue. It then takes the master's epoch list as its own and appends what
 frames bring with :meth:`MessageStore.append_raw` (whole records only: a record cut by a
 frame waits for its rest), which builds consume queues and the index with the master's
 dispatcher rules. It ACKs the offset it holds once the commitlog has the bytes (at once when
-the master asks, else lazily), before the consume queues are built.
+the master asks, else lazily), before the consume queues are built. All of that runs in the
+link protocol's ``data_received`` (:class:`_SlaveLink`): no task wakes per frame.
 
 The connector takes an optional ``ssl.SSLContext`` (TLS on the HA link).
 """
@@ -44,8 +45,7 @@ log = get_logger("broker.ha.slave")
 
 #: wait this long before reconnecting after a failure (and 10x after a refusal)
 RETRY_SECONDS = 1.0
-READ_SIZE = 1024 * 1024
-#: the steady stream's silence timeout is pushed back at most this often
+#: how often the steady stream checks that its master is not silent
 REARM_SECONDS = 1.0
 
 
@@ -152,15 +152,16 @@ class HASlave:
         if ha is None:
             return RETRY_SECONDS
         host, _, port = ha.rpartition(":")
-        reader, writer = await wait_within(
-            asyncio.open_connection(host, int(port), ssl=self.ssl, limit=codec.MAX_FRAME), 5.0
+        loop = asyncio.get_running_loop()
+        transport, link = await wait_within(
+            loop.create_connection(lambda: _SlaveLink(loop), host, int(port), ssl=self.ssl), 5.0
         )
         try:
-            return await self._follow(reader, writer, ha)
+            return await self._follow(link, ha)
         finally:
-            writer.close()
+            transport.close()
 
-    async def _follow(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ha: str) -> float:
+    async def _follow(self, link: _SlaveLink, ha: str) -> float:
         store = self.store
         top = store.max_phy_offset
         tail_start, tail_size = tail_range(top, store.min_phy_offset)
@@ -170,22 +171,13 @@ class HASlave:
         )
         frame = codec.encode_hello(hello)
         if self.sign is not None:
-            writer.write(codec.encode_auth(sign_hello(self.sign, frame[codec.FRAME_HEADER_SIZE :])))
-        writer.write(frame)
+            link.write(codec.encode_auth(sign_hello(self.sign, frame[codec.FRAME_HEADER_SIZE :])))
+        link.write(frame)
         silent = self.config.ha_heartbeat_seconds * 3 + 5.0
-        decoder = codec.FrameDecoder()
-        join = None
-        frames: list[tuple[int, memoryview]] = []
-        while join is None:
-            chunk = await wait_within(reader.read(READ_SIZE), silent)
-            if not chunk:
-                raise ConnectionError("master closed the HA link before answering")
-            frames = decoder.feed(chunk)
-            if frames:
-                kind, body = frames.pop(0)
-                if kind != codec.JOIN:
-                    raise ProtocolError(f"master must answer HELLO with JOIN, got frame kind {kind}")
-                join = codec.decode_join(body)
+        kind, body = await wait_within(link.next_frame(), silent)
+        if kind != codec.JOIN:
+            raise ProtocolError(f"master must answer HELLO with JOIN, got frame kind {kind}")
+        join = codec.decode_join(body)
         file_size = store.commitlog_file_size
         if join.action == "refuse" or join.file_size != file_size:
             reason = (
@@ -212,57 +204,139 @@ class HASlave:
         self.connected = True
         self.last_frame_at = time.monotonic()
         log.info("replicating", master=ha, offset=expected, action=join.action, epoch=self.epochs.epoch)
-        pending = bytearray()
-        acked = acks = 0
-        acked_at = 0.0
+        follower = _Follower(self, link, expected, file_size)
+        link.follow(follower.take)  # the frames after JOIN, as they arrive
+        # A master silent for ``silent`` seconds (no data, no heartbeat) is gone: checked every
+        # REARM_SECONDS, so noticed between ``silent`` and ``silent + REARM_SECONDS`` after its last bytes.
+        while not link.ended.done():
+            await asyncio.wait((link.ended,), timeout=REARM_SECONDS)
+            if not link.ended.done() and time.monotonic() - link.last_data_at > silent:
+                raise TimeoutError(f"no frame from the master for {silent:.0f}s")
+        raise link.ended.result()
 
-        def ack(end: int) -> None:
-            nonlocal acked, acked_at, acks
-            writer.write(codec.encode_ack(end))
-            acked, acked_at, acks = end, time.monotonic(), acks + 1
 
-        ack(expected)
-        # A master silent for ``silent`` seconds (no data, no heartbeat) is gone: one timeout,
-        # pushed back at most every REARM_SECONDS, so it fires between silent - REARM_SECONDS
-        # and silent seconds after the last read.
-        loop = asyncio.get_running_loop()
-        armed = -REARM_SECONDS
-        async with asyncio.timeout(None) as silence:
-            while True:
-                ack_now = False
-                for kind, body in frames:
-                    if kind != codec.DATA:
-                        raise ProtocolError(f"master sends only DATA after JOIN, got frame kind {kind}")
-                    offset, master_max, flags, data = codec.decode_data(body)
-                    if offset != expected + len(pending):
-                        at = expected + len(pending)
-                        raise ProtocolError(f"master sent data at {offset}, the slave expects {at}")
-                    self.master_max = master_max
-                    if data:
-                        pending += data
-                        ack_now = ack_now or bool(flags & codec.ACK_NOW)
-                    else:
-                        ack_now = True  # a heartbeat: report where this slave is
-                # ACK at once when asked (a heartbeat, or a frame a SYNC_MASTER send waits on),
-                # else at most every LAZY_ACK_SECONDS. Data is ACKed as soon as the commitlog
-                # holds it, before the consume queues and the index are built (append_raw's
-                # ``written``), so the master's waiters do not wait for them.
-                acks_before = acks
-                due = ack_now or time.monotonic() - acked_at >= codec.LAZY_ACK_SECONDS
-                if pending:
-                    n = whole_records_prefix(pending, expected, file_size)
-                    if n:
-                        with memoryview(pending) as view, view[:n] as piece:
-                            expected = store.append_raw(expected, piece, ack if due else None)
-                        del pending[:n]
-                if acks == acks_before and (ack_now or (due and expected != acked)):
-                    ack(expected)
-                now = loop.time()
-                if now - armed >= REARM_SECONDS:  # (not per read: a busy link reads thousands of times a second)
-                    silence.reschedule(now + silent)
-                    armed = now
-                chunk = await reader.read(READ_SIZE)
-                if not chunk:
-                    raise ConnectionError("master closed the HA link")
-                self.last_frame_at = time.monotonic()
-                frames = decoder.feed(chunk)
+class _Follower:
+    """The stream after JOIN: appends the whole records DATA frames bring and ACKs, from the
+    link's ``data_received`` (no task to wake per frame).
+
+    ACKs at once when asked (a heartbeat, or a frame a SYNC_MASTER send waits on), else at
+    most every LAZY_ACK_SECONDS. Data is ACKed as soon as the commitlog holds it, before the
+    consume queues and the index are built (append_raw's ``written``), so the master's waiters
+    do not wait for them. A record cut by a frame waits in ``pending`` for its rest.
+    """
+
+    def __init__(self, slave: HASlave, link: _SlaveLink, expected: int, file_size: int) -> None:
+        self.slave = slave
+        self.store = slave.store
+        self.link = link
+        self.expected = expected
+        self.file_size = file_size
+        self.pending = bytearray()
+        self.acked = 0
+        self.acked_at = 0.0
+        self.acks = 0
+        self.ack(expected)
+
+    def ack(self, end: int) -> None:
+        self.link.write(codec.encode_ack(end))
+        self.acked, self.acked_at, self.acks = end, time.monotonic(), self.acks + 1
+
+    def take(self, frames: list[tuple[int, memoryview]]) -> None:
+        slave = self.slave
+        slave.last_frame_at = self.link.last_data_at
+        pending = self.pending
+        ack_now = False
+        for kind, body in frames:
+            if kind != codec.DATA:
+                raise ProtocolError(f"master sends only DATA after JOIN, got frame kind {kind}")
+            offset, master_max, flags, data = codec.decode_data(body)
+            at = self.expected + len(pending)
+            if offset != at:
+                raise ProtocolError(f"master sent data at {offset}, the slave expects {at}")
+            slave.master_max = master_max
+            if data:
+                pending += data
+                ack_now = ack_now or bool(flags & codec.ACK_NOW)
+            else:
+                ack_now = True  # a heartbeat: report where this slave is
+        acks_before = self.acks
+        due = ack_now or time.monotonic() - self.acked_at >= codec.LAZY_ACK_SECONDS
+        if pending:
+            n = whole_records_prefix(pending, self.expected, self.file_size)
+            if n:
+                with memoryview(pending) as view, view[:n] as piece:
+                    self.expected = self.store.append_raw(self.expected, piece, self.ack if due else None)
+                del pending[:n]
+        if self.acks == acks_before and (ack_now or (due and self.expected != self.acked)):
+            self.ack(self.expected)
+
+
+class _SlaveLink(asyncio.Protocol):
+    """The slave's end of the HA link: frames are decoded as bytes arrive. Until :meth:`follow`
+    they wait for :meth:`next_frame` (the JOIN); after, each read's frames go to the follower
+    at once. ``ended`` resolves with what ended the link (a ConnectionError when the master
+    closed it; a follower's failure closes it)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.decoder = codec.FrameDecoder()
+        self.transport: asyncio.Transport | None = None
+        self.ended: asyncio.Future[Exception] = loop.create_future()
+        self.last_data_at = time.monotonic()
+        self._frames: list[tuple[int, memoryview]] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._follower: Callable[[list[tuple[int, memoryview]]], None] | None = None
+        self._loop = loop
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_data_at = time.monotonic()
+        try:
+            frames = self.decoder.feed(data)
+            if self._follower is not None:
+                self._follower(frames)
+            elif frames:
+                self._frames += frames
+                self._wake()
+        except Exception as exc:  # (a protocol callback must not raise: the link ends with it)
+            self._end(exc)
+            if self.transport is not None:
+                self.transport.close()
+
+    def eof_received(self) -> bool:
+        self._end(ConnectionError("master closed the HA link"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end(exc if exc is not None else ConnectionError("master closed the HA link"))
+
+    async def next_frame(self) -> tuple[int, memoryview]:
+        """The next frame not handed to a follower (raises what ended the link, if it ended first)."""
+        while not self._frames:
+            if self.ended.done():
+                raise self.ended.result()
+            self._waiter = self._loop.create_future()
+            await self._waiter
+        return self._frames.pop(0)
+
+    def follow(self, take: Callable[[list[tuple[int, memoryview]]], None]) -> None:
+        """From now on ``take`` gets each read's frames (first those already here)."""
+        frames, self._frames = self._frames, []
+        if frames:
+            take(frames)
+        self._follower = take
+
+    def _end(self, failure: Exception) -> None:
+        self._follower = None
+        if not self.ended.done():
+            self.ended.set_result(failure)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
