@@ -87,11 +87,34 @@ class Deferred:
         self._give(None, asyncio.CancelledError())
 
     def then(self, fn: Callable[[Command | None, BaseException | None], None]) -> None:
-        """Call ``fn(answer, error)`` when the outcome is given (at once if it was)."""
+        """Call ``fn(answer, error)`` when the outcome is given (at once if it was); one taker only."""
+        if self._then is not None:
+            raise RuntimeError("a Deferred has one taker")
         if self._done:
             fn(self._answer, self._error)
         else:
             self._then = fn
+
+    def __await__(self) -> Generator[Any, None, Command | None]:
+        """Await the outcome (a future made for the awaiter: the hot paths use :meth:`then`)."""
+        if not self._done:
+            fut: asyncio.Future[Command | None] = asyncio.get_running_loop().create_future()
+
+            def settle(answer: Command | None, error: BaseException | None) -> None:
+                if fut.done():
+                    return
+                if error is None:
+                    fut.set_result(answer)
+                elif isinstance(error, asyncio.CancelledError):
+                    fut.cancel()
+                else:
+                    fut.set_exception(error)
+
+            self.then(settle)
+            return (yield from fut)
+        if self._error is not None:
+            raise self._error
+        return self._answer
 
     def _give(self, answer: Command | None, error: BaseException | None) -> None:
         if self._done:

@@ -251,22 +251,20 @@ class SendHandlers:
         """
         out = _ReplicaWait(resp, self.config.slave_ack_timeout_ms)
         if self.group_commit is not None:
-            flushed = self.group_commit.wait(resp, end)
-            flushed.add_done_callback(partial(self._after_flush, end, out))
+            self.group_commit.wait(resp, end).then(partial(self._after_flush, end, out))
             return out
         return self._replicated(resp, end, out)
 
-    def _after_flush(self, end: int, out: _ReplicaWait, flushed: asyncio.Future[Command]) -> None:
+    def _after_flush(self, end: int, out: _ReplicaWait, resp: Command | None, error: BaseException | None) -> None:
         if out.done():
             return
-        if flushed.cancelled():
-            out.cancel()
+        if error is not None:
+            if isinstance(error, asyncio.CancelledError):
+                out.cancel()
+            else:
+                out.set_exception(error)
             return
-        exc = flushed.exception()
-        if exc is not None:
-            out.set_exception(exc)
-            return
-        resp = flushed.result()
+        assert resp is not None
         if resp.code != ResponseCode.SUCCESS:
             out.set_result(resp)
             return

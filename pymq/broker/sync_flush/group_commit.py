@@ -1,10 +1,12 @@
 """SYNC_FLUSH group commit on the broker's event loop (RocketMQ's GroupCommitService, loop side).
 
 Sends that must wait for the disk (from any connection) register ``(end offset, response)``
-here and get a future. The first waiter of an idle period asks for a sync at the end of its
-loop tick (so every send decoded in that tick shares it): from the store's C syncer through
-:mod:`pymq.broker.sync_flush.loop_sync` when the accelerator is built (the answer arrives on the loop
-through an eventfd), else from the store's flusher thread (back by ``call_soon_threadsafe``).
+here and get their answer as a :class:`~pymq.transport.dispatch.Deferred`, given (and so
+written) from the sync's own callback: no future, callback pass or task per send. The
+first waiter of an idle period asks for a sync at the end of its loop tick (so every send
+decoded in that tick shares it): from the store's C syncer through
+:mod:`pymq.broker.sync_flush.loop_sync` when the accelerator is built (the answer arrives on
+the loop through an eventfd), else from the store's flusher thread (back by ``call_soon_threadsafe``).
 Waiters arriving while that sync runs queue one more request, up to the highest end
 waiting, which the syncer takes as soon as the running sync is done (no round trip
 through the loop in between). At most two requests are out (one running, one queued):
@@ -29,6 +31,7 @@ from functools import partial
 
 from pymq.protocol.codes import ResponseCode
 from pymq.protocol.command import Command
+from pymq.transport.dispatch import Deferred
 
 #: ``request_flush(offset, callback)``: ``callback(ok)`` once everything below ``offset`` is on
 #: disk (ok False: it cannot be). GroupCommit's takes it on the loop, never from inside the
@@ -52,8 +55,8 @@ class GroupCommit:
         self._request_flush = request_flush
         self._flushed_offset = flushed_offset
         self.timeout = timeout
-        #: (end offset, deadline, future, response), in arrival (= commitlog) order
-        self._waiters: deque[tuple[int, float, asyncio.Future[Command], Command]] = deque()
+        #: (end offset, deadline, answer, response), in arrival (= commitlog) order
+        self._waiters: deque[tuple[int, float, Deferred, Command]] = deque()
         #: flush requests with the flusher (at most MAX_REQUESTS), and the highest offset asked for
         self._in_flight = 0
         self._asked = -1
@@ -80,15 +83,15 @@ class GroupCommit:
         self._polling = False
         self._poll_until = 0.0
 
-    def wait(self, resp: Command, end: int) -> asyncio.Future[Command]:
-        """A future resolving to ``resp`` once the commitlog below ``end`` is synced.
+    def wait(self, resp: Command, end: int) -> Deferred:
+        """An answer given as ``resp`` once the commitlog below ``end`` is synced (awaitable).
 
-        After the timeout it resolves to ``resp`` turned into FLUSH_DISK_TIMEOUT (the message stays stored).
+        After the timeout it is ``resp`` turned into FLUSH_DISK_TIMEOUT (the message stays stored).
         """
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Command] = loop.create_future()
+        fut = Deferred()
         deadline = loop.time() + self.timeout
         self._waiters.append((end, deadline, fut, resp))
         if self._timer is None:
@@ -277,7 +280,7 @@ class GroupCommit:
         if waiters:
             self._timer = loop.call_at(waiters[0][1], self._expire)
 
-    def _fail(self, waiter: tuple[int, float, asyncio.Future[Command], Command]) -> None:
+    def _fail(self, waiter: tuple[int, float, Deferred, Command]) -> None:
         fut, resp = waiter[2], waiter[3]
         if fut.done():
             return
