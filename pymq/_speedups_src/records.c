@@ -532,17 +532,10 @@ fail:
     return NULL;
 }
 
-SPEEDUPS_DOC(record_columns_doc,
-             "record_columns(buf) -> (count, sys_flags, born, reconsumes, queue_ids, queue_offsets, physical,\n"
-             "                        stored, store_hosts, bounds, error)\n"
-             "record_columns.record_columns: iter_records's records as columns (bytes of native int32/int64, store hosts\n"
-             "8 bytes each, bounds int32 [6 * count + 1]), up to a blank marker, the end or the first bad record\n"
-             "(error: its MessageDecodeError, else None). NotImplemented for a buffer it does not handle or of 2 GiB+.");
-
 /* The columns of d[0:n]'s records (record_columns's tuple); NULL with an exception set on failure. */
 static PyObject *columns_of(const unsigned char *d, Py_ssize_t n) {
     Py_ssize_t pos = 0, count = 0;
-    PyObject *error = NULL, *out = NULL, *cols[9] = {NULL};
+    PyObject *error = NULL, *cols[9] = {NULL};
     int64_t b[4];
     /* First pass: how many whole records (the columns are then allocated once). */
     while (n - pos >= BLANK_SIZE) {
@@ -595,10 +588,16 @@ static PyObject *columns_of(const unsigned char *d, Py_ssize_t n) {
         pos = (Py_ssize_t)b[3];
     }
     bounds[6 * count] = (int32_t)pos;
-    out = Py_BuildValue("(nNNNNNNNNNN)", count, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6],
+    return Py_BuildValue("(nNNNNNNNNNN)", count, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6],
                         cols[7], cols[8], error ? error : Py_NewRef(Py_None));
-    return out;
 }
+
+SPEEDUPS_DOC(record_columns_doc,
+             "record_columns(buf) -> (count, sys_flags, born, reconsumes, queue_ids, queue_offsets, physical,\n"
+             "                        stored, store_hosts, bounds, error)\n"
+             "record_columns.record_columns: iter_records's records as columns (bytes of native int32/int64, store hosts\n"
+             "8 bytes each, bounds int32 [6 * count + 1]), up to a blank marker, the end or the first bad record\n"
+             "(error: its MessageDecodeError, else None). NotImplemented for a buffer it does not handle or of 2 GiB+.");
 
 PyObject *record_columns(PyObject *self, PyObject *buf) {
     Py_buffer view;
