@@ -532,29 +532,16 @@ fail:
     return NULL;
 }
 
-SPEEDUPS_DOC(record_columns_doc,
-             "record_columns(buf) -> (count, sys_flags, born, reconsumes, queue_ids, queue_offsets, physical,\n"
-             "                        stored, store_hosts, bounds, error)\n"
-             "record_columns.record_columns: iter_records's records as columns (bytes of native int32/int64, store hosts\n"
-             "8 bytes each, bounds int32 [6 * count + 1]), up to a blank marker, the end or the first bad record\n"
-             "(error: its MessageDecodeError, else None). NotImplemented for a buffer it does not handle or of 2 GiB+.");
-
-PyObject *record_columns(PyObject *self, PyObject *buf) {
-    Py_buffer view;
-    if (decode_error == NULL || !get_bytes_buffer(buf, &view)) Py_RETURN_NOTIMPLEMENTED;
-    if (view.len >= INT32_MAX) {  /* the bounds are int32 (Arrow's binary offsets) */
-        PyBuffer_Release(&view);
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    const unsigned char *d = view.buf;
-    Py_ssize_t n = view.len, pos = 0, count = 0;
-    PyObject *error = NULL, *out = NULL, *cols[9] = {NULL};
+/* The columns of d[0:n]'s records (record_columns's tuple); NULL with an exception set on failure. */
+static PyObject *columns_of(const unsigned char *d, Py_ssize_t n) {
+    Py_ssize_t pos = 0, count = 0;
+    PyObject *error = NULL, *cols[9] = {NULL};
     int64_t b[4];
     /* First pass: how many whole records (the columns are then allocated once). */
     while (n - pos >= BLANK_SIZE) {
         if (rd_u32(d + pos + 4) == BLANK_MAGIC) break;
         if (record_bounds(d, n, pos, b) < 0) {
-            if (!PyErr_ExceptionMatches(decode_error)) goto done;
+            if (!PyErr_ExceptionMatches(decode_error)) return NULL;
             error = take_decode_error();
             break;
         }
@@ -567,7 +554,8 @@ PyObject *record_columns(PyObject *self, PyObject *buf) {
     for (int i = 0; i < 9; i++) {
         if (cols[i] == NULL) {
             for (int j = 0; j < 9; j++) Py_XDECREF(cols[j]);
-            goto done;
+            Py_XDECREF(error);
+            return NULL;
         }
     }
     int32_t *sys_flags = (int32_t *)PyBytes_AS_STRING(cols[0]), *reconsumes = (int32_t *)PyBytes_AS_STRING(cols[2]),
@@ -600,13 +588,239 @@ PyObject *record_columns(PyObject *self, PyObject *buf) {
         pos = (Py_ssize_t)b[3];
     }
     bounds[6 * count] = (int32_t)pos;
-    out = Py_BuildValue("(nNNNNNNNNNN)", count, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6],
+    return Py_BuildValue("(nNNNNNNNNNN)", count, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6],
                         cols[7], cols[8], error ? error : Py_NewRef(Py_None));
-    error = NULL;
-done:
-    Py_XDECREF(error);
+}
+
+SPEEDUPS_DOC(record_columns_doc,
+             "record_columns(buf) -> (count, sys_flags, born, reconsumes, queue_ids, queue_offsets, physical,\n"
+             "                        stored, store_hosts, bounds, error)\n"
+             "record_columns.record_columns: iter_records's records as columns (bytes of native int32/int64, store hosts\n"
+             "8 bytes each, bounds int32 [6 * count + 1]), up to a blank marker, the end or the first bad record\n"
+             "(error: its MessageDecodeError, else None). NotImplemented for a buffer it does not handle or of 2 GiB+.");
+
+PyObject *record_columns(PyObject *self, PyObject *buf) {
+    Py_buffer view;
+    if (decode_error == NULL || !get_bytes_buffer(buf, &view)) Py_RETURN_NOTIMPLEMENTED;
+    if (view.len >= INT32_MAX) {  /* the bounds are int32 (Arrow's binary offsets) */
+        PyBuffer_Release(&view);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *out = columns_of(view.buf, view.len);
     PyBuffer_Release(&view);
     return out;
+}
+
+/* --- record_string_columns (issue 34: the Spark connector's string columns, split here) ---------- */
+
+/* Whether s[0:n] is UTF-8 as str.decode takes it (strict: no overlong forms, surrogates or code
+ * points past U+10FFFF); Arrow's string arrays must hold nothing else. */
+static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint64_t w;
+        if (n - i >= 8 && (memcpy(&w, s + i, 8), (w & 0x8080808080808080ULL) == 0)) { /* 8 ASCII bytes */
+            i += 8;
+            continue;
+        }
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        Py_ssize_t len;
+        unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range */
+        if (c >= 0xC2 && c <= 0xDF) {
+            len = 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            len = 3;
+            if (c == 0xE0) lo = 0xA0;      /* overlong */
+            else if (c == 0xED) hi = 0x9F; /* surrogates */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            len = 4;
+            if (c == 0xF0) lo = 0x90;      /* overlong */
+            else if (c == 0xF4) hi = 0x8F; /* past U+10FFFF */
+        } else {
+            return 0;
+        }
+        if (n - i < len || s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (Py_ssize_t k = 2; k < len; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+        i += len;
+    }
+    return 1;
+}
+
+/* One Arrow string/binary column being written: int32 offsets, and the bytes they index, each in a
+ * bytes object allocated at an upper bound and trimmed at the end. */
+typedef struct {
+    PyObject *offsets, *data;
+    Py_ssize_t count, len;
+} str_col;
+
+static int str_col_init(str_col *c, Py_ssize_t max_count, Py_ssize_t max_len) {
+    c->count = c->len = 0;
+    c->offsets = PyBytes_FromStringAndSize(NULL, (max_count + 1) * 4);
+    c->data = PyBytes_FromStringAndSize(NULL, max_len);
+    if (c->offsets == NULL || c->data == NULL) return -1;
+    ((int32_t *)PyBytes_AS_STRING(c->offsets))[0] = 0;
+    return 0;
+}
+
+static inline void str_col_add(str_col *c, const unsigned char *s, Py_ssize_t len) {
+    if (len) memcpy(PyBytes_AS_STRING(c->data) + c->len, s, (size_t)len);
+    c->len += len;
+    ((int32_t *)PyBytes_AS_STRING(c->offsets))[++c->count] = (int32_t)c->len;
+}
+
+static int str_col_trim(str_col *c) {
+    if (_PyBytes_Resize(&c->offsets, (c->count + 1) * 4) < 0) return -1;
+    return _PyBytes_Resize(&c->data, c->len);
+}
+
+static void str_col_free(str_col *c) {
+    Py_CLEAR(c->offsets);
+    Py_CLEAR(c->data);
+}
+
+static inline int span_is(const unsigned char *s, Py_ssize_t len, const char *word, Py_ssize_t wlen) {
+    return len == wlen && memcmp(s, word, (size_t)wlen) == 0;
+}
+
+/* The columns, in the order of record_columns.StringColumns. */
+enum { C_BODY, C_TOPIC, C_NAME, C_VALUE, C_TAG, C_ID, C_KEY, C_COLS };
+
+/* One record's properties p[0:len] (UTF-8, checked) into the name/value/key columns; its tag and
+ * unique key (the last of each, NULL if none) into *tag / *uniq with their lengths. As the row
+ * decoder reads them: empty items skipped, an item without \x01 is a name with an empty value,
+ * every KEYS item's space-separated words (empty ones skipped) are keys. */
+static void split_properties(const unsigned char *p, Py_ssize_t len, str_col *c, const unsigned char **tag,
+                             Py_ssize_t *tag_len, const unsigned char **uniq, Py_ssize_t *uniq_len) {
+    *tag = *uniq = NULL;
+    for (Py_ssize_t at = 0; at <= len;) {
+        const unsigned char *sep = memchr(p + at, 0x02, (size_t)(len - at));
+        Py_ssize_t end = sep ? sep - p : len;
+        if (end > at) {
+            const unsigned char *eq = memchr(p + at, 0x01, (size_t)(end - at));
+            Py_ssize_t name_end = eq ? eq - p : end, value_at = eq ? name_end + 1 : end;
+            const unsigned char *name = p + at, *value = p + value_at;
+            Py_ssize_t nlen = name_end - at, vlen = end - value_at;
+            str_col_add(&c[C_NAME], name, nlen);
+            str_col_add(&c[C_VALUE], value, vlen);
+            if (span_is(name, nlen, "TAGS", 4)) {
+                *tag = value;
+                *tag_len = vlen;
+            } else if (span_is(name, nlen, "UNIQ_KEY", 8)) {
+                *uniq = value;
+                *uniq_len = vlen;
+            } else if (span_is(name, nlen, "KEYS", 4)) {
+                for (Py_ssize_t w = 0; w < vlen;) {
+                    const unsigned char *sp = memchr(value + w, ' ', (size_t)(vlen - w));
+                    Py_ssize_t wend = sp ? sp - value : vlen;
+                    if (wend > w) str_col_add(&c[C_KEY], value + w, wend - w);
+                    w = wend + 1;
+                }
+            }
+        }
+        at = end + 1;
+    }
+}
+
+/* The broker-side message id (record.offset_msg_id): the record's store host and commitlog offset
+ * (both as stored, big-endian) in 32 uppercase hex digits. */
+static void add_offset_msg_id(str_col *c, const unsigned char *record) {
+    static const char hex[] = "0123456789ABCDEF";
+    unsigned char raw[16], text[32];
+    memcpy(raw, record + 76, 8);
+    memcpy(raw + 8, record + 60, 8);
+    for (int k = 0; k < 16; k++) {
+        text[2 * k] = (unsigned char)hex[raw[k] >> 4];
+        text[2 * k + 1] = (unsigned char)hex[raw[k] & 15];
+    }
+    str_col_add(c, text, 32);
+}
+
+/* The string columns of count records of d whose spans are bounds (columns_of's, trusted); Py_None
+ * if a topic or properties are not UTF-8, NULL with an exception set on failure. */
+static PyObject *strings_of(const unsigned char *d, Py_ssize_t count, const int32_t *bounds) {
+    Py_ssize_t body_bytes = 0, topic_bytes = 0, prop_bytes = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const int32_t *s = bounds + 6 * i;
+        body_bytes += s[1] - s[0];
+        topic_bytes += s[3] - s[2];
+        prop_bytes += s[5] - s[4];
+    }
+    /* Upper bounds: a non-empty item (or key) takes a byte and a separator, but the last one. */
+    Py_ssize_t max_items = (prop_bytes + count) / 2 + 1;
+    str_col c[C_COLS] = {{NULL}};
+    PyObject *prop_offsets = PyBytes_FromStringAndSize(NULL, (count + 1) * 4);
+    PyObject *key_lists = PyBytes_FromStringAndSize(NULL, (count + 1) * 4);
+    PyObject *tag_valid = PyBytes_FromStringAndSize(NULL, (count + 7) / 8), *out = NULL;
+    if (prop_offsets == NULL || key_lists == NULL || tag_valid == NULL || str_col_init(&c[C_BODY], count, body_bytes) ||
+        str_col_init(&c[C_TOPIC], count, topic_bytes) || str_col_init(&c[C_NAME], max_items, prop_bytes) ||
+        str_col_init(&c[C_VALUE], max_items, prop_bytes) || str_col_init(&c[C_TAG], count, prop_bytes) ||
+        str_col_init(&c[C_ID], count, prop_bytes + 32 * count) || str_col_init(&c[C_KEY], max_items, prop_bytes))
+        goto done;
+    int32_t *props_at = (int32_t *)PyBytes_AS_STRING(prop_offsets), *keys_at = (int32_t *)PyBytes_AS_STRING(key_lists);
+    unsigned char *valid = (unsigned char *)PyBytes_AS_STRING(tag_valid);
+    memset(valid, 0, (size_t)((count + 7) / 8));
+    props_at[0] = keys_at[0] = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const int32_t *s = bounds + 6 * i;
+        if (!utf8_ok(d + s[2], s[3] - s[2]) || !utf8_ok(d + s[4], s[5] - s[4])) {
+            out = Py_NewRef(Py_None);
+            goto done;
+        }
+        str_col_add(&c[C_BODY], d + s[0], s[1] - s[0]);
+        str_col_add(&c[C_TOPIC], d + s[2], s[3] - s[2]);
+        const unsigned char *tag, *uniq;
+        Py_ssize_t tag_len = 0, uniq_len = 0;
+        split_properties(d + s[4], s[5] - s[4], c, &tag, &tag_len, &uniq, &uniq_len);
+        props_at[i + 1] = (int32_t)c[C_NAME].count;
+        keys_at[i + 1] = (int32_t)c[C_KEY].count;
+        if (tag != NULL) valid[i / 8] |= (unsigned char)(1u << (i % 8));
+        str_col_add(&c[C_TAG], tag, tag != NULL ? tag_len : 0); /* a null slot is empty */
+        if (uniq != NULL && uniq_len > 0) str_col_add(&c[C_ID], uniq, uniq_len);
+        else add_offset_msg_id(&c[C_ID], d + s[0] - BODY_POS);
+    }
+    for (int k = 0; k < C_COLS; k++)
+        if (str_col_trim(&c[k]) < 0) goto done;
+    out = Py_BuildValue("(OOOOOOOOOOOOOOOOO)", c[C_BODY].offsets, c[C_BODY].data, c[C_TOPIC].offsets, c[C_TOPIC].data,
+                        prop_offsets, c[C_NAME].offsets, c[C_NAME].data, c[C_VALUE].offsets, c[C_VALUE].data,
+                        tag_valid, c[C_TAG].offsets, c[C_TAG].data, c[C_ID].offsets, c[C_ID].data, key_lists,
+                        c[C_KEY].offsets, c[C_KEY].data);
+done:
+    for (int k = 0; k < C_COLS; k++) str_col_free(&c[k]);
+    Py_XDECREF(prop_offsets);
+    Py_XDECREF(key_lists);
+    Py_XDECREF(tag_valid);
+    return out;
+}
+
+SPEEDUPS_DOC(record_string_columns_doc,
+             "record_string_columns(buf) -> (columns, strings)\n"
+             "record_columns.record_string_columns: columns is record_columns(buf)'s tuple; strings the records'\n"
+             "Arrow string columns (StringColumns' 17 bytes: int32 offsets and data each), or None if a topic or\n"
+             "properties are not UTF-8. NotImplemented for a buffer it does not handle or of 1 GiB+.");
+
+PyObject *record_string_columns(PyObject *self, PyObject *buf) {
+    Py_buffer view;
+    if (decode_error == NULL || !get_bytes_buffer(buf, &view)) Py_RETURN_NOTIMPLEMENTED;
+    if (view.len >= (1 << 30)) { /* every string column's int32 offsets fit (ids add 32 bytes a record) */
+        PyBuffer_Release(&view);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *cols = columns_of(view.buf, view.len), *strings = NULL;
+    if (cols != NULL) {
+        Py_ssize_t count = PyLong_AsSsize_t(PyTuple_GET_ITEM(cols, 0));
+        strings = strings_of(view.buf, count, (const int32_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(cols, 9)));
+    }
+    PyBuffer_Release(&view);
+    if (strings == NULL) {
+        Py_XDECREF(cols);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", cols, strings);
 }
 
 SPEEDUPS_DOC(set_decode_error_doc, "set_decode_error(cls)\nThe exception class decode failures raise (record.py passes "

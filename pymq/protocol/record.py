@@ -115,7 +115,7 @@ def speedups_layout() -> dict[str, int | str]:
         "BLANK_SIZE": BLANK_SIZE,
         "MAX_PROPERTIES_SIZE": MAX_PROPERTIES_SIZE,
         # bumped with ABI_VERSION in pymq/_speedups_src/speedups.h whenever a function is added or changes its contract
-        "ABI_VERSION": 8,
+        "ABI_VERSION": 9,
     }
 
 
@@ -130,6 +130,7 @@ SPEEDUPS_FUNCTIONS = (
     "property_codes",
     "property_codes_one",
     "record_columns",
+    "record_string_columns",
     "set_decode_error",
     "set_message_class",
     "split_batch",

@@ -1,18 +1,17 @@
 """Stored records straight to Arrow columns, without a Python message object per record.
 
-:func:`records_to_batch` is columnar: one scan gives each record's fixed fields and the
-spans of its body, topic and properties; bodies, topics and properties are then cut out of
-the pull buffer by Arrow (``take`` over a binary array whose offsets are those spans), and
-the properties are split and searched by Arrow's compute kernels. Python touches each
-record once, in the scan. A chunk Arrow cannot take as UTF-8 goes through the row-by-row
-decoder (:func:`records_to_batch_by_rows`, which replaces bad bytes), which is also the
-reference the columnar one is tested against.
+:func:`records_to_batch` is columnar: one scan
+(:func:`~pymq.protocol.record_columns.record_string_columns`, in C) gives each record's fixed
+fields and writes the bodies, topics, properties (split into names and values), tags, message ids
+and keys contiguously with Arrow's int32 offsets; the arrays are then wrapped around those
+buffers without a copy. Python touches no record. A chunk whose topics or properties are not
+UTF-8 goes through the row-by-row decoder (:func:`records_to_batch_by_rows`, which replaces bad
+bytes), which is also the reference the columnar one is tested against.
 """
 
 from __future__ import annotations
 
 import zlib
-from array import array
 from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
@@ -20,7 +19,12 @@ import pyarrow.compute as pc
 
 from pymq.errors import MessageDecodeError
 from pymq.protocol.record import SYSFLAG_COMPRESSED, iter_records, offset_msg_id
-from pymq.protocol.record_columns import RecordColumns, record_columns
+from pymq.protocol.record_columns import (
+    MAX_STRING_COLUMNS_BUFFER,
+    RecordColumns,
+    StringColumns,
+    record_string_columns,
+)
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -51,24 +55,21 @@ def records_to_batch(
     if not parts:
         return _empty_batch()
     buf = parts[0] if len(parts) == 1 else b"".join(parts)
-    if len(buf) >= _MAX_SPAN_BYTES:  # Arrow's binary offsets are 32-bit
+    if len(buf) >= _MAX_SPAN_BYTES:  # Arrow's binary offsets are 32-bit (and ids add bytes)
         return records_to_batch_by_rows([bytes(buf)], broker, tags)
-    cols = record_columns(buf)
+    cols, strings = record_string_columns(buf)
     if cols.error is not None:
         raise ValueError(f"not a pymq record: {cols.error}") from cols.error
     if not cols.records:
         return _empty_batch()
-    try:
-        return _columnar(buf, cols, broker, tags)
-    except (pa.ArrowInvalid, _NotColumnar):  # e.g. not UTF-8 where a string is expected: decode with replacement
+    if strings is None:  # not UTF-8 where a string is expected: decode with replacement
         return records_to_batch_by_rows([bytes(buf)], broker, tags)
+    return _columnar(cols, strings, broker, tags)
 
 
-_MAX_SPAN_BYTES = 1 << 31
+_MAX_SPAN_BYTES = MAX_STRING_COLUMNS_BUFFER + 1
 # Arrow scalars, not Python values: converting a Python value tries to import optional modules on every call.
-_EMPTY = pa.scalar("", pa.string())
 _ZERO = pa.scalar(0, pa.int32())
-_ONE = pa.scalar(1, pa.int32())
 _COMPRESSED = pa.scalar(SYSFLAG_COMPRESSED, pa.int32())
 
 
@@ -76,13 +77,11 @@ def _empty_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
 
 
-def _columnar(buf: bytes | memoryview, cols: RecordColumns, broker: str, tags: frozenset[str] | None) -> pa.RecordBatch:
-    """The batch of the records ``cols`` (:func:`record_columns` of ``buf``), cut out of ``buf`` by Arrow."""
+def _columnar(cols: RecordColumns, strings: StringColumns, broker: str, tags: frozenset[str] | None) -> pa.RecordBatch:
+    """The batch of the records ``cols``/``strings`` (:func:`record_string_columns`): Arrow arrays
+    around their buffers."""
     n = cols.records
-    spans = pa.BinaryArray.from_buffers(pa.binary(), 6 * n, [None, pa.py_buffer(cols.bounds), pa.py_buffer(buf)])
-    bodies = spans.take(_every(6, 0, n))
-    topics = spans.take(_every(6, 2, n)).cast(pa.string())
-    props = spans.take(_every(6, 4, n)).cast(pa.string())
+    bodies = _strings(pa.binary(), strings.body_offsets, strings.bodies)
     flags = _column(pa.int32(), n, cols.sys_flags)
     if pc.any(pc.not_equal(pc.bit_wise_and(flags, _COMPRESSED), _ZERO)).as_py():
         raw = bodies.to_pylist()
@@ -90,34 +89,21 @@ def _columnar(buf: bytes | memoryview, cols: RecordColumns, broker: str, tags: f
             [zlib.decompress(b) if f & SYSFLAG_COMPRESSED else b for b, f in zip(raw, flags.to_pylist(), strict=True)],
             pa.binary(),
         )
-    items = _without_empty(pc.split_pattern(props, "\x02"))
-    pairs = pc.split_pattern(items.values, "\x01", max_splits=1)
-    if len(pairs) and pc.min(pc.list_value_length(pairs)).as_py() != 2:
-        raise _NotColumnar("a property without a name/value separator")
-    flat = pairs.values
-    names = flat.take(_every(2, 0, len(flat) // 2))
-    values = flat.take(_every(2, 1, len(flat) // 2))
-    tag_col = _value_of("TAGS", names, values, items.offsets)
-    uniq = _value_of("UNIQ_KEY", names, values, items.offsets)
-    ids = uniq
-    if uniq.null_count or pc.any(pc.equal(uniq, _EMPTY)).as_py():  # a record without a unique key: its offset id
-        hosts, phys = cols.store_hosts, array("q", cols.physical)
-        ids = pa.array(
-            [u or offset_msg_id(hosts[8 * i : 8 * i + 8], phys[i]) for i, u in enumerate(uniq.to_pylist())],
-            pa.string(),
-        )
-    keys = _without_empty(pc.split_pattern(pc.fill_null(_value_of("KEYS", names, values, items.offsets), _EMPTY), " "))
+    tag_col = _strings(pa.string(), strings.tag_offsets, strings.tags, strings.tag_validity)
+    names = _strings(pa.string(), strings.name_offsets, strings.names)
+    values = _strings(pa.string(), strings.value_offsets, strings.values)
+    keys = _strings(pa.string(), strings.key_offsets, strings.keys)
     batch = pa.RecordBatch.from_arrays(
         [
-            topics,
+            _strings(pa.string(), strings.topic_offsets, strings.topics),
             pc.fill_null(pa.nulls(n, pa.string()), pa.scalar(broker, pa.string())),
             _column(pa.int32(), n, cols.queue_ids),
             _column(pa.int64(), n, cols.queue_offsets),
-            ids,
+            _strings(pa.string(), strings.id_offsets, strings.ids),
             tag_col,
-            keys,
+            pa.Array.from_buffers(_KEYS, n, [None, pa.py_buffer(strings.key_list_offsets)], children=[keys]),
             bodies,
-            pa.MapArray.from_arrays(items.offsets, names, values),
+            pa.MapArray.from_arrays(_column(pa.int32(), n + 1, strings.property_offsets), names, values),
             _ms_to_timestamps(_column(pa.int64(), n, cols.born)),
             _ms_to_timestamps(_column(pa.int64(), n, cols.stored)),
             _column(pa.int32(), n, cols.reconsumes),
@@ -129,52 +115,21 @@ def _columnar(buf: bytes | memoryview, cols: RecordColumns, broker: str, tags: f
     return batch
 
 
-_INDEXES: dict[tuple[int, int], pa.Array] = {}
+_KEYS = ARROW_SCHEMA.field("keys").type
 
 
-def _every(step: int, start: int, count: int) -> pa.Array:
-    """int32 ``start, start + step, ...``, ``count`` of them (take indexes): made once per
-    (step, start) and grown by doubling, not built from Python ints per batch."""
-    have = _INDEXES.get((step, start))
-    if have is None or len(have) < count:
-        size = max(count, 2 * len(have) if have is not None else 0, 1024)
-        have = _INDEXES[step, start] = pa.array(range(start, start + step * size, step), pa.int32())
-    return have.slice(0, count)
+def _strings(kind: pa.DataType, offsets: bytes, data: bytes, validity: bytes | None = None) -> pa.Array:
+    """A string/binary array around ``offsets`` (native int32) and ``data`` (no copy)."""
+    return pa.Array.from_buffers(
+        kind,
+        len(offsets) // 4 - 1,
+        [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)],
+    )
 
 
 def _column(kind: pa.DataType, n: int, data: bytes) -> pa.Array:
     """``n`` native integers of ``data`` as an Arrow array (no copy)."""
     return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(data)])
-
-
-class _NotColumnar(Exception):
-    """A chunk the columnar decoder does not take (the row decoder does)."""
-
-
-def _value_of(name: str, names: pa.Array, values: pa.Array, offsets: pa.Array) -> pa.Array:
-    """Per row, the value of its property ``name`` (the last one if repeated), null if it has none.
-
-    ``names``/``values`` are every row's properties, flat; row ``i`` owns ``offsets[i]:offsets[i+1]``.
-    """
-    hit = pc.cast(pc.equal(names, pa.scalar(name, pa.string())), pa.int32())
-    seen = pa.concat_arrays([pa.array([0], pa.int32()), pc.cumulative_sum(hit)])  # hits before each item
-    upto = pc.take(seen, offsets)  # hits before each row's first item, and after its last
-    after, before = upto[1:], upto[:-1]
-    found = pc.greater(pc.subtract(after, before), _ZERO)
-    pick = pc.if_else(found, pc.subtract(after, _ONE), pa.scalar(None, pa.int32()))
-    return pc.take(values.filter(pc.cast(hit, pa.bool_())), pick)
-
-
-def _without_empty(lists: pa.ListArray) -> pa.ListArray:
-    """``lists`` with the empty strings taken out of every list (keeps the row count)."""
-    values = lists.values
-    keep = pc.not_equal(values, _EMPTY)
-    if pc.all(keep).as_py():
-        return lists
-    kept = pc.cumulative_sum(pc.cast(keep, pa.int32()))
-    ends = pc.take(kept, pc.subtract(lists.offsets[1:], _ONE))
-    offsets = pa.concat_arrays([pa.array([0], pa.int32()), pc.cast(ends, pa.int32())])
-    return pa.ListArray.from_arrays(offsets, values.filter(keep))
 
 
 def records_to_batch_by_rows(

@@ -8,6 +8,7 @@ with and without the accelerator (their ``impl`` fixture).
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import shutil
@@ -24,7 +25,14 @@ from hypothesis import strategies as st
 
 from pymq.protocol import record, record_batch
 from pymq.protocol.record import encode_properties, encode_record, pack_host, topic_field
-from pymq.protocol.record_columns import RecordColumns, record_columns, record_columns_py
+from pymq.protocol.record_columns import (
+    RecordColumns,
+    StringColumns,
+    record_columns,
+    record_columns_py,
+    record_string_columns,
+    record_string_columns_py,
+)
 
 try:
     from pymq import _speedups
@@ -478,6 +486,86 @@ def test_record_columns_of_a_compressed_record_and_an_empty_buffer() -> None:
         assert struct.unpack("=i", cols.sys_flags) == (1,) and struct.unpack("=i", cols.reconsumes) == (3,)
         assert struct.unpack("=i", cols.queue_ids) == (5,)
     assert record_columns(b"")[:-1] == record_columns_py(b"")[:-1] == (0, *[b""] * 8, struct.pack("=i", 0))
+
+
+#: pieces of hostile properties: the names the decoder looks for, separators, spaces, and bytes
+#: that are not UTF-8 (a bad lead byte, a surrogate, past U+10FFFF, an overlong form, a cut sequence)
+_PROPERTY_PIECES = st.one_of(
+    st.sampled_from(
+        [b"TAGS", b"KEYS", b"UNIQ_KEY", b"\x01", b"\x02", b" ", b"a", "ü".encode(), "€".encode(), "😀".encode()]
+    ),
+    st.sampled_from([b"\xff", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc0\xaf", b"\xe2\x82", b"\x80"]),
+    st.binary(max_size=6),
+)
+
+#: pieces of UTF-8 properties
+_UTF8_PIECES = st.one_of(
+    st.sampled_from(
+        [b"TAGS\x01", b"KEYS\x01", b"KEYS\x01 k1  k2", b"UNIQ_KEY\x01", b"\x01", b"\x02", b" ", b"a", "ü".encode()]
+    ),
+    st.text(max_size=4).map(str.encode),
+)
+
+
+@st.composite
+def property_records(draw: st.DrawFn) -> bytes:
+    """Well-framed records whose topics and properties are hostile: odd separators, repeated names,
+    empty values, bytes that are not UTF-8 (mostly valid, so the columns get built)."""
+    out = []
+    for i in range(draw(st.integers(0, 5))):
+        pieces = draw(st.lists(_PROPERTY_PIECES if draw(st.integers(0, 3)) == 0 else _UTF8_PIECES, max_size=16))
+        topic = draw(st.sampled_from([b"T", "tópico".encode(), b"", b"\xff" if i == 3 else b"T"]))
+        out.append(
+            encode_record(
+                topic,
+                draw(st.binary(max_size=40)),
+                b"".join(pieces),
+                physical_offset=draw(st.integers(0, 2**40)),
+                store_host=draw(st.sampled_from([HOST, bytes(range(8))])),
+            )
+        )
+    return b"".join(out)
+
+
+@SETTINGS
+@given(data=st.one_of(hostile_buffers(), property_records()), wrap=st.sampled_from([bytes, bytearray, memoryview]))
+def test_record_string_columns_agrees(data: bytes, wrap: Callable[[bytes], Any]) -> None:
+    """The fixed columns, the error and the string columns (or None for a record that is not UTF-8)
+    the same from the accelerator and from Python."""
+    (fast, fast_strings), (slow, slow_strings) = record_string_columns(wrap(data)), record_string_columns_py(wrap(data))
+    assert fast[:-1] == slow[:-1] == record_columns_py(data)[:-1]
+    assert outcome_of(fast.error) == outcome_of(slow.error)
+    assert fast_strings == slow_strings
+
+
+def _ints(raw: bytes) -> list[int]:
+    return list(struct.unpack(f"={len(raw) // 4}i", raw))
+
+
+def _cut(offsets: bytes, data: bytes) -> list[bytes]:
+    at = _ints(offsets)
+    return [data[a:b] for a, b in itertools.pairwise(at)]
+
+
+@pytest.mark.parametrize("impl", [record_string_columns, record_string_columns_py])
+def test_string_columns_split_properties_as_the_row_decoder_reads_them(impl: Callable[[bytes], Any]) -> None:
+    props = b"TAGS\x01a\x02\x02KEYS\x01 k1  k2\x02bare\x02UNIQ_KEY\x01U\x02KEYS\x01k3\x02UNIQ_KEY\x01\x02TAGS\x01b"
+    data = encode_record(b"T", b"body", props, physical_offset=0x1234, store_host=HOST)
+    data += encode_record(b"T2", b"", b"UNIQ_KEY\x01V", physical_offset=7, store_host=HOST)
+    cols, strings = impl(data)
+    assert isinstance(strings, StringColumns) and cols.records == 2
+    assert _cut(strings.body_offsets, strings.bodies) == [b"body", b""]
+    assert _cut(strings.topic_offsets, strings.topics) == [b"T", b"T2"]
+    assert _ints(strings.property_offsets) == [0, 7, 8]
+    assert _cut(strings.name_offsets, strings.names) == [b"TAGS", b"KEYS", b"bare", b"UNIQ_KEY", b"KEYS", b"UNIQ_KEY",
+                                                         b"TAGS", b"UNIQ_KEY"]  # fmt: skip
+    assert _cut(strings.value_offsets, strings.values) == [b"a", b" k1  k2", b"", b"U", b"k3", b"", b"b", b"V"]
+    assert strings.tag_validity == b"\x01" and _cut(strings.tag_offsets, strings.tags) == [b"b", b""]
+    # The last unique key is empty: the offset message id stands in.
+    assert _cut(strings.id_offsets, strings.ids) == [record.offset_msg_id(HOST, 0x1234).encode(), b"V"]
+    assert _ints(strings.key_list_offsets) == [0, 3, 3]
+    assert _cut(strings.key_offsets, strings.keys) == [b"k1", b"k2", b"k3"]
+    assert impl(data + encode_record(b"T", b"", b"TAGS\x01\xff"))[1] is None
 
 
 def test_the_decoders_hand_odd_buffers_to_the_python_code() -> None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pymq.protocol.record import SYSFLAG_COMPRESSED, encode_record, pack_host
-from pymq.protocol.record_columns import record_columns
+from pymq.protocol.record_columns import StringColumns, record_string_columns
 from pymq.spark_connector import arrow
 from pymq.spark_connector.arrow import records_to_batch, records_to_batch_by_rows
 
@@ -48,13 +48,45 @@ def _records(draw: st.DrawFn) -> bytes:
     return b"".join(out)
 
 
+def _columnar(chunk: bytes, broker: str, tags: frozenset[str] | None) -> pa.RecordBatch:
+    """The columnar decoder called directly: a silent fallback to the row decoder would make a
+    comparison with it empty. Its arrays, built around buffers, must be valid ones."""
+    cols, strings = record_string_columns(chunk)
+    assert isinstance(strings, StringColumns)
+    batch = arrow._columnar(cols, strings, broker, tags)
+    batch.validate(full=True)
+    return batch
+
+
 @settings(max_examples=150, deadline=None)
 @given(_records(), st.sampled_from([None, frozenset({"x"}), frozenset({"", "y"})]))
 def test_columnar_decoder_matches_the_row_decoder(chunk: bytes, tags: frozenset[str] | None) -> None:
-    # Called directly: a silent fallback to the row decoder would make this comparison empty.
-    columnar = arrow._columnar(chunk, record_columns(chunk), "broker-a", tags)
+    columnar = _columnar(chunk, "broker-a", tags)
     reference = records_to_batch_by_rows([chunk], "broker-a", tags)
     assert columnar.equals(reference), (columnar.to_pylist(), reference.to_pylist())
+
+
+_item = st.one_of(
+    st.tuples(st.sampled_from(["UNIQ_KEY", "TAGS", "KEYS", "a", ""]), _text).map("\x01".join),
+    st.sampled_from(["", "TAGS", "KEYS", " k  k2 "]),  # empty items and items without a separator
+    _text,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_item, max_size=8), min_size=1, max_size=6), st.sampled_from([None, frozenset({"x", ""})]))
+def test_odd_properties_decode_as_the_row_decoder_reads_them(
+    records: list[list[str]], tags: frozenset[str] | None
+) -> None:
+    """Repeated names (the last TAGS and UNIQ_KEY count, every KEYS), empty and bare items."""
+    chunk = b"".join(
+        encode_record(b"t", b"b", "\x02".join(items).encode(), physical_offset=i, store_host=pack_host("10.0.0.1", 1))
+        for i, items in enumerate(records)
+    )
+    columnar = _columnar(chunk, "b", tags)
+    reference = records_to_batch_by_rows([chunk], "b", tags)
+    assert columnar.equals(reference), (columnar.to_pylist(), reference.to_pylist())
+    assert records_to_batch([chunk], "b", tags).equals(reference)
 
 
 def test_chunks_are_decoded_as_one_and_empty_input_gives_an_empty_batch() -> None:
@@ -70,16 +102,19 @@ def test_chunks_are_decoded_as_one_and_empty_input_gives_an_empty_batch() -> Non
 
 
 @pytest.mark.parametrize(
-    "raw_props",
-    [b"TAGS\x01\xff\xfe\x02", b"novalue\x02TAGS\x01x\x02"],
-    ids=["not-utf8", "no-separator"],
+    ("topic", "raw_props"),
+    [(b"t", b"TAGS\x01\xff\xfe\x02"), (b"t", b"a\x01\xed\xa0\x80"), ("tópicó".encode()[:-1], b"")],
+    ids=["not-utf8", "surrogate", "cut-topic"],
 )
-def test_what_the_columnar_decoder_refuses_goes_through_the_row_decoder(raw_props: bytes) -> None:
-    chunk = encode_record(b"t", b"b", raw_props) + encode_record(b"t", b"c", b"TAGS\x01x\x02")
-    with pytest.raises((pa.ArrowInvalid, arrow._NotColumnar)):
-        arrow._columnar(chunk, record_columns(chunk), "b", None)
-    assert records_to_batch([chunk], "b").equals(records_to_batch_by_rows([chunk], "b"))
-    assert records_to_batch([memoryview(chunk)], "b").equals(records_to_batch_by_rows([chunk], "b"))
+def test_what_the_columnar_decoder_refuses_goes_through_the_row_decoder(topic: bytes, raw_props: bytes) -> None:
+    chunk = encode_record(topic, b"b", raw_props) + encode_record(b"t", b"c", b"TAGS\x01x\x02")
+    assert record_string_columns(chunk)[1] is None
+    if topic == b"t":
+        assert records_to_batch([chunk], "b").equals(records_to_batch_by_rows([chunk], "b"))
+        assert records_to_batch([memoryview(chunk)], "b").equals(records_to_batch_by_rows([chunk], "b"))
+    else:  # the row decoder does not replace a topic's bad bytes
+        with pytest.raises(UnicodeDecodeError):
+            records_to_batch([chunk], "b")
 
 
 def test_not_a_record_is_a_value_error() -> None:
