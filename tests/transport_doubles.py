@@ -11,13 +11,14 @@ from pymq.protocol.command import Command
 class RecordingChannel:
     """A ServerChannel that records what the dispatcher writes and counts slots."""
 
-    def __init__(self, max_parked: int) -> None:
+    def __init__(self, max_parked: int = 64) -> None:
         self.remote_addr = "peer:1"
         self.attrs: dict[str, Any] = {}
         self.inflight = 0
         self.parked = 0
         self.max_parked = max_parked
         self.written: list[Command] = []
+        self.pushed: list[Command] = []
         self.is_open = True
 
     def write_command(self, cmd: Command) -> None:
@@ -33,7 +34,7 @@ class RecordingChannel:
         pass
 
     def push_oneway(self, cmd: Command) -> None:
-        pass
+        self.pushed.append(cmd)
 
     def close(self) -> None:
         self.is_open = False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,35 +13,9 @@ from pymq.protocol.command import FLAG_ONEWAY, Command
 from pymq.transport.channel import Channel
 from pymq.transport.dispatch import Dispatcher
 from pymq.transport.interceptor import Interceptor
+from tests.transport_doubles import RecordingChannel as FakeChannel
 
 A, B = 1, 2
-
-
-class FakeChannel:
-    """A ServerChannel that records what the dispatcher writes."""
-
-    def __init__(self) -> None:
-        self.remote_addr = "peer:1"
-        self.attrs: dict[str, Any] = {}
-        self.inflight = 0
-        self.written: list[Command] = []
-        self.pushed: list[Command] = []
-        self.is_open = True
-
-    def write_command(self, cmd: Command) -> None:
-        self.written.append(cmd)
-
-    def handler_finished(self) -> None:
-        self.inflight -= 1
-
-    def add_close_callback(self, cb: Callable[[Any], None]) -> None:
-        pass
-
-    def push_oneway(self, cmd: Command) -> None:
-        self.pushed.append(cmd)
-
-    def close(self) -> None:
-        self.is_open = False
 
 
 def ok(cmd: Command, channel: Channel) -> Command:

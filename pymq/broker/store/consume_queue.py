@@ -94,7 +94,7 @@ class ConsumeQueue:
             wpos = mf.wrote_pos
             n = len(entries)
             if wpos + n <= mf.size and mf.file_from + wpos == first_offset * CQ_ENTRY_SIZE:
-                # The common case (a slave's run of entries): they go on at the end of the last file.
+                # The common case (a new entry, a slave's run of them): at the end of the last file.
                 if self.dirty is not None:
                     self.dirty.add(self)
                 mf.buffer()[wpos : wpos + n] = entries
@@ -113,20 +113,8 @@ class ConsumeQueue:
             self._write(BLANK_ENTRY * (first_offset - end), end)
         self._write(entries, first_offset)
 
-    def append_next(self, entry: bytes, offset: int) -> None:
-        """:meth:`append` of one entry at the queue's end ``offset`` (:attr:`max_offset`, read by the caller)."""
-        files = self.mfq.files
-        if files:
-            mf = files[-1]
-            wpos = mf.wrote_pos
-            if wpos + CQ_ENTRY_SIZE <= mf.size and mf.file_from + wpos == offset * CQ_ENTRY_SIZE:
-                # The common case: the entry goes on at the end of the last file.
-                if self.dirty is not None:
-                    self.dirty.add(self)
-                mf.buffer()[wpos : wpos + CQ_ENTRY_SIZE] = entry
-                mf.wrote_pos = wpos + CQ_ENTRY_SIZE
-                return
-        self.append(entry, offset)
+    #: :meth:`append` of one entry at the queue's end (the master's per-message dispatch)
+    append_next = append
 
     def _write(self, data: bytes | bytearray, first_offset: int) -> None:
         pos = first_offset * CQ_ENTRY_SIZE
