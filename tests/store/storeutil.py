@@ -25,6 +25,10 @@ SMALL = {
     # The background cleaner must not act on its own during a test: tests call run_cleanup().
     "cleanup_interval_ms": 3_600_000,
     "delete_when": "04",
+    # Measured against a 1 TiB disk of their own: how full the test machine's disk happens to be
+    # must not delete files or refuse writes (a CI disk at 86 % once did). Tests of disk pressure
+    # set a capacity of their own; the statvfs test sets None.
+    "simulated_disk_capacity": 1 << 40,
 }
 
 BORN_HOST = pack_host("10.1.2.3", 45678)

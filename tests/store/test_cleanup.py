@@ -158,7 +158,7 @@ def test_failing_preallocation_does_not_look_like_a_full_disk(
     """A posix_fallocate that fails (ENOSPC) holds its blocks until it gives up, so the file system
     looks 100 % full meanwhile: a cleanup pass measuring then must not delete unexpired files."""
     now = time.time()
-    store = quiet(new_store(delete_when=other_hour(now)))
+    store = quiet(new_store(delete_when=other_hour(now), simulated_disk_capacity=None))  # the real statvfs path
     fill(store, 4)
     allocating = threading.Event()
 
