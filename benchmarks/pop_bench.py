@@ -6,6 +6,9 @@ One in-process broker (LocalCluster, a temporary store), one topic with 4 queues
 ``--messages`` 128-byte messages. Measured, each from a fresh group over the whole backlog:
 
 * ``push``: a PushConsumer (FIRST_OFFSET, a no-op listener) until every message was consumed;
+* ``push32``: the same pulling at most 32 messages a request (``pull_batch_size=32``), the most a
+  pop may take (RocketMQ's cap, MAX_POP_MSG_NUMS): the shape of ``pop_ack_many`` without its
+  checkpoint, handles and ack (a plain pull takes up to 1,024);
 * ``pop_ack``: one SimpleConsumer, ``--receivers`` concurrent loops of ``receive(32)`` then
   ``ack`` each message (a push consumer also has a pull per queue in flight);
 * ``pop_ack_gather``: the same, each message acked by its own ``ack`` call, the batch's calls
@@ -39,10 +42,17 @@ async def fill(cluster: LocalCluster, n: int) -> None:
             await p.send_batch([Message("bench", body) for _ in range(min(64, n - start))])
 
 
-async def push_rate(cluster: LocalCluster, n: int) -> tuple[float, float]:
+async def push_rate(
+    cluster: LocalCluster, n: int, group: str, pull_batch_size: int | None = None
+) -> tuple[float, float]:
     done = asyncio.Event()
     count = 0
-    c = PushConsumer(cluster.namesrv_addr, "bench-push", consume_from_where=ConsumeFromWhere.FIRST_OFFSET)
+    c = PushConsumer(
+        cluster.namesrv_addr,
+        group,
+        consume_from_where=ConsumeFromWhere.FIRST_OFFSET,
+        pull_batch_size=pull_batch_size,
+    )
     c.subscribe("bench")
 
     @c.listener
@@ -102,7 +112,8 @@ async def main(n: int, receivers: int) -> dict[str, float]:
             await cluster.create_topic("bench", 4)
             await fill(cluster, n)
             runs = {
-                "push": await push_rate(cluster, n),
+                "push": await push_rate(cluster, n, "bench-push"),
+                "push32": await push_rate(cluster, n, "bench-push32", 32),
                 "pop_ack": await pop_rate(cluster, n, "bench-pop", ack="each", receivers=receivers),
                 "pop_ack_gather": await pop_rate(cluster, n, "bench-pop-gather", ack="gather", receivers=receivers),
                 "pop_ack_many": await pop_rate(cluster, n, "bench-pop-batch", ack="many", receivers=receivers),

@@ -33,6 +33,8 @@ for r in $(seq "$rounds"); do
     run "single-tls-$r"   $bench producer --embedded --quiet --json --count 20000 --tls
     run "batch-$r"        $bench producer --embedded --quiet --json --count 200000 --batch-size 64
     run "batch-acl-tls-$r" $bench producer --embedded --quiet --json --count 200000 --batch-size 64 --acl --tls
+    run "batch-acl-$r"    $bench producer --embedded --quiet --json --count 200000 --batch-size 64 --acl
+    run "batch-tls-$r"    $bench producer --embedded --quiet --json --count 200000 --batch-size 64 --tls
     run "sync-$r"         $bench producer --embedded --quiet --json --count 10000
     run "txn-$r"          $bench producer --embedded --quiet --json --count 10000 --mode transaction
     run "flush-async-$r"  $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush ASYNC_FLUSH

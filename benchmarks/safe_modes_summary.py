@@ -103,11 +103,21 @@ def ratios(out: Path, r: int) -> list[tuple[str, float | None, str, float]]:
         ("pop_ack_many", "pop + ack_many / push", 0.5),
     ):
         rows.append((label, div(pop.get(key), push), f"{fmt(pop.get(key))} vs {fmt(push)} msgs/s", aim))
+    # the floor of pop's shape: a push consumer taking at most 32 a request, as a pop does
+    push32 = pop.get("push32")
+    rows.append(
+        ("(push, 32 a pull: pop's shape / push)", div(push32, push), f"{fmt(push32)} vs {fmt(push)} msgs/s", 0.0)
+    )
+    rows.append(
+        ("(pop + ack_many / push, 32 a pull)", div(pop.get("pop_ack_many"), push32), f"vs {fmt(push32)} msgs/s", 0.0)
+    )
     for safe, plain, label, aim in (
         ("single-acl-tls", "single", "ACL + TLS single sends / plain", 0.8),
         ("single-acl", "single", "(ACL alone, single sends / plain)", 0.0),
         ("single-tls", "single", "(TLS alone, single sends / plain)", 0.0),
         ("batch-acl-tls", "batch", "ACL + TLS batches of 64 / plain", 0.75),
+        ("batch-acl", "batch", "(ACL alone, batches / plain)", 0.0),
+        ("batch-tls", "batch", "(TLS alone, batches / plain)", 0.0),
         ("txn", "sync", "transactional / plain sync sends", 0.7),
     ):
         a, b = rate(out, f"{safe}-{r}"), rate(out, f"{plain}-{r}")

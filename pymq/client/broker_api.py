@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymq.errors import InvalidRequestError
+from pymq.errors import InvalidRequestError, RemoteProtocolError
 from pymq.protocol.codes import RequestCode
 from pymq.protocol.filter import Subscription
 from pymq.protocol.frame import Body, Command
@@ -434,8 +434,20 @@ def batch_ack(group: str, topic: str, handles: list[str]) -> Command:
 
 def read_batch_ack(resp: Command) -> list[tuple[int, str]]:
     """(code, remark) per handle of a batch ack answer, in order."""
-    body = decode_body(resp.body)
-    return list(zip(body["codes"], body["remarks"], strict=True))
+    codes, remarks = read_batch_ack_columns(resp)
+    return list(zip(codes, remarks, strict=True))
+
+
+def read_batch_ack_columns(resp: Command, expected: int | None = None) -> tuple[list[int], list[str]]:
+    """The codes and the remarks of a batch ack answer, one per handle, in order (``expected`` of
+    each if given: ProtocolError otherwise)."""
+    body = decode_body(resp.body, "batch ack answer")
+    codes, remarks = (body.get("codes"), body.get("remarks")) if isinstance(body, dict) else (None, None)
+    if not isinstance(codes, list) or not isinstance(remarks, list) or len(codes) != len(remarks):
+        raise RemoteProtocolError("batch ack answer needs codes and remarks: lists of one length")
+    if expected is not None and len(codes) != expected:
+        raise RemoteProtocolError(f"batch ack answer has {len(codes)} codes for {expected} handles")
+    return codes, remarks
 
 
 def change_invisible_time(group: str, topic: str, handle: str, invisible_ms: int) -> Command:

@@ -61,19 +61,6 @@ class ReceivedMessage(MessageExt):
     receipt_handle: str
 
 
-_new_received = ReceivedMessage.__new__
-
-
-def _received(m: MessageExt, handle: str) -> ReceivedMessage:
-    # every slot of MessageExt by name (a loop over __slots__ cost more than the rest of a receive's
-    # per-message work; tests/pop/test_pop_pieces.py checks that none is missed)
-    r = _new_received(ReceivedMessage)
-    r._body, r._buf, r._f, r._properties, r._topic = m._body, m._buf, m._f, m._properties, m._topic
-    r.broker_name = m.broker_name
-    r.receipt_handle = handle
-    return r
-
-
 def _millis(seconds: float, what: str) -> int:
     ms = round(seconds * 1000)
     if not MIN_INVISIBLE_MS <= ms <= MAX_INVISIBLE_MS:
@@ -225,11 +212,12 @@ class SimpleConsumer:
         out: list[ReceivedMessage] = []
         unwanted: list[ReceivedMessage] = []
         body = cast(bytes | memoryview, resp.body)
-        for m, handle in zip(iter_messages(body, broker_name=broker_name), handles, strict=False):
-            if m.topic.startswith(RETRY_PREFIX):
-                m.topic = m.properties.get(Prop.RETRY_TOPIC) or sub.topic
-            msg = _received(m, handle)
-            if sub.tags and m.properties.get(Prop.TAGS) not in sub.tags:
+        received = iter_messages(body, broker_name=broker_name, message_class=ReceivedMessage)
+        for msg, handle in zip(received, handles, strict=False):
+            msg.receipt_handle = handle
+            if msg.topic.startswith(RETRY_PREFIX):
+                msg.topic = msg.properties.get(Prop.RETRY_TOPIC) or sub.topic
+            if sub.tags and msg.properties.get(Prop.TAGS) not in sub.tags:
                 unwanted.append(msg)  # a tags-code collision on the broker: not ours
             else:
                 out.append(msg)
@@ -281,7 +269,11 @@ class SimpleConsumer:
             resp = await _invoke(inst, addr, broker_api.batch_ack(self.group, topic, chunk), timeout)
             if resp.code != ResponseCode.SUCCESS:
                 raise _refused(inst, resp.code, resp.remark, addr)
-            for code, remark in broker_api.read_batch_ack(resp):
+            codes, remarks = broker_api.read_batch_ack_columns(resp, len(chunk))
+            if not any(codes):  # (all acked: SUCCESS is 0)
+                out.extend([None] * len(chunk))
+                continue
+            for code, remark in zip(codes, remarks, strict=True):
                 if code == ResponseCode.SUCCESS:
                     out.append(None)
                 elif code == ResponseCode.INVALID_RECEIPT_HANDLE:
@@ -309,7 +301,10 @@ class SimpleConsumer:
                 resp = await _invoke(inst, addr, cmd, inst.config.rpc_timeout_seconds)
                 if resp.code != ResponseCode.SUCCESS:
                     raise _refused(inst, resp.code, resp.remark, addr)
-                for i, (code, remark) in zip(chunk, broker_api.read_batch_ack(resp), strict=True):
+                codes, remarks = broker_api.read_batch_ack_columns(resp, len(chunk))
+                if not any(codes):  # (all acked: SUCCESS is 0)
+                    continue
+                for i, code, remark in zip(chunk, codes, remarks, strict=True):
                     if code == ResponseCode.INVALID_RECEIPT_HANDLE:
                         out[i] = InvalidReceiptHandleError(code, remark, addr)
                     elif code != ResponseCode.SUCCESS:

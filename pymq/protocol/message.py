@@ -17,7 +17,7 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pymq.errors import MessageDecodeError
 from pymq.protocol.record import (
@@ -386,15 +386,36 @@ def _message(fields: RecordTuple, buf: bytes | bytearray | memoryview, broker_na
 _new_message = MessageExt.__new__
 
 
+_M = TypeVar("_M", bound=MessageExt)
+
+
+@overload
 def iter_messages(
     buf: bytes | bytearray | memoryview, *, broker_name: str = "", decompress: bool = True
+) -> Iterator[MessageExt]: ...
+
+
+@overload
+def iter_messages(
+    buf: bytes | bytearray | memoryview, *, broker_name: str = "", decompress: bool = True, message_class: type[_M]
+) -> Iterator[_M]: ...
+
+
+def iter_messages(
+    buf: bytes | bytearray | memoryview,
+    *,
+    broker_name: str = "",
+    decompress: bool = True,
+    message_class: type[MessageExt] = MessageExt,
 ) -> Iterator[MessageExt]:
     """Messages of concatenated records (a pull response body), stopping at a blank marker.
 
     Each holds a reference to ``buf``, which must not change afterwards (pull answers never do).
+    ``message_class`` (a subclass of :class:`MessageExt` whose own slots the caller fills) is made
+    directly, without a copy per message.
     """
     if not decompress:
-        for m in iter_messages(buf, broker_name=broker_name):
+        for m in iter_messages(buf, broker_name=broker_name, message_class=message_class):
             f = m._f
             m._body = bytes(buf[f[13] : f[14] - 2])
             yield m
@@ -405,7 +426,7 @@ def iter_messages(
     last_raw = b""
     topic = ""
     for f in iter_records(buf):
-        m = new(MessageExt)
+        m = new(message_class)
         m._buf = buf
         m._f = f
         m._properties = m._body = None

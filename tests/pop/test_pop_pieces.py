@@ -10,8 +10,10 @@ from array import array
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from pymq.broker.pop.receipt import HandleError, HandleSigner, ReceiptHandle
+from pymq.broker.pop.receipt import CheckpointAcks, HandleError, HandleSigner, ReceiptHandle
 from pymq.broker.pop.records import CheckPoint, ack_record, acks_record, parse_ack, revive_queue_of
 from pymq.protocol.record import parse_record
 
@@ -152,6 +154,74 @@ def test_one_signature_per_checkpoint_and_version_1_handles_still_read(tmp_path:
         HandleSigner(b"j" * 32).decode(v1)
 
 
+def _batch_handles() -> list[str]:
+    """Handles a batch ack may carry: two checkpoints' (version 2), a version 1 one, a forged part
+    and malformed ones (signs, non-ASCII digits, too long, a newline that could fake a line)."""
+    signer = HandleSigner(b"k" * 32)
+    a = signer.checkpoint_part("g", "t", 3, 100, 1_700_000_000_000, 30_000, 5)
+    b = signer.checkpoint_part("g", "t%", 1, 200, 1_700_000_000_001, 60_000, 2)
+    forged = HandleSigner(b"j" * 32).checkpoint_part("g", "t", 3, 100, 1_700_000_000_000, 30_000, 5)
+    return [
+        *(f"{a}.{i}.{40 + i}" for i in range(4)),
+        *(f"{b}.{i}.{7 + i}" for i in range(3)),
+        f"{a}.0012.0052",
+        signer.encode_v1(HANDLE),
+        f"{forged}.0.40",
+        f"{a}.+1.41",
+        f"{a}.\uff11.41",
+        f"{a}.1.4\n{a}.2.42",
+        f"{a}.1." + "9" * 20,
+        "x.y",
+        "",
+    ]
+
+
+BATCH_HANDLES = _batch_handles()
+
+
+def _per_position(grouped: tuple[list[CheckpointAcks], dict[int, HandleError]]) -> dict[int, object]:
+    groups, errors = grouped
+    out: dict[int, object] = {pos: ("refused", str(exc)) for pos, exc in errors.items()}
+    for g in groups:
+        fields = (g.group, g.topic, g.queue_id, g.ck_offset, g.pop_time, g.invisible_ms, g.revive_qid)
+        for pos, index, offset in zip(g.positions, g.indexes, g.queue_offsets, strict=True):
+            assert pos not in out
+            out[pos] = (*fields, index, offset)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(BATCH_HANDLES), min_size=1, max_size=40))
+def test_a_batch_ack_groups_its_handles_as_one_by_one_decoding_does(texts: list[str]) -> None:
+    """Grouping a batch's handles by checkpoint (at once for the usual batch, else handle by handle)
+    gives every handle what decoding it alone gives: its fields, or its refusal."""
+    signer = HandleSigner(b"k" * 32)
+    expected: dict[int, object] = {}
+    for pos, text in enumerate(texts):
+        try:
+            h = signer.decode(text)
+        except HandleError as exc:
+            expected[pos] = ("refused", str(exc))
+        else:
+            fields = (h.group, h.topic, h.queue_id, h.ck_offset, h.pop_time, h.invisible_ms, h.revive_qid)
+            expected[pos] = (*fields, h.index, h.queue_offset)
+    assert _per_position(HandleSigner(b"k" * 32).group_by_checkpoint(texts)) == expected
+    assert _per_position(HandleSigner(b"k" * 32)._group_each(texts)) == expected
+
+
+def test_a_usual_batch_is_grouped_in_runs_once_per_checkpoint() -> None:
+    signer = HandleSigner(b"k" * 32)
+    texts = BATCH_HANDLES[:7]  # four of one checkpoint, then three of another
+    grouped = signer._group_runs(texts)
+    assert grouped is not None and grouped[1] == {}
+    assert [(g.ck_offset, g.positions, g.indexes, g.queue_offsets) for g in grouped[0]] == [
+        (100, [0, 1, 2, 3], [0, 1, 2, 3], [40, 41, 42, 43]),
+        (200, [4, 5, 6], [0, 1, 2], [7, 8, 9]),
+    ]
+    assert signer._group_runs([texts[0], texts[4], texts[1]]) is None  # not in runs: one by one
+    assert signer._group_runs([*texts, "x.y"]) is None
+
+
 def test_a_verified_checkpoint_part_is_forgotten_with_the_secret(tmp_path: Path) -> None:
     """The signer remembers parts it verified (a batch ack checks its batch's part once): a new
     secret must not accept a part verified under the old one."""
@@ -163,15 +233,18 @@ def test_a_verified_checkpoint_part_is_forgotten_with_the_secret(tmp_path: Path)
         signer.decode(text)
 
 
-def test_a_received_message_copies_every_slot_of_the_message() -> None:
-    from pymq.client.simple_consumer import _received
+def test_received_messages_are_made_as_their_class() -> None:
+    from pymq.client.simple_consumer import ReceivedMessage
     from pymq.protocol.message import MessageExt, iter_messages
     from pymq.protocol.record import encode_properties, encode_record
 
-    buf = encode_record(b"t", b"body", encode_properties({"TAGS": "a"}))
-    m = next(iter_messages(buf, broker_name="b"))
-    assert m.properties  # (decoded, so that every slot holds something)
-    r = _received(m, "handle")
-    assert r.receipt_handle == "handle"
-    for name in MessageExt.__slots__:
-        assert getattr(r, name) is getattr(m, name), name
+    buf = encode_record(b"t", b"body", encode_properties({"TAGS": "a"})) * 2
+    plain = list(iter_messages(buf, broker_name="b"))
+    received = list(iter_messages(buf, broker_name="b", message_class=ReceivedMessage))
+    assert [type(m) for m in received] == [ReceivedMessage, ReceivedMessage]
+    for m, r in zip(plain, received, strict=True):
+        for name in MessageExt.__slots__:
+            assert getattr(r, name) == getattr(m, name), name
+        assert (r.topic, r.body, r.properties, r.broker_name) == ("t", b"body", {"TAGS": "a"}, "b")
+    undecompressed = list(iter_messages(buf, decompress=False, message_class=ReceivedMessage))
+    assert [type(m) for m in undecompressed] == [ReceivedMessage, ReceivedMessage]

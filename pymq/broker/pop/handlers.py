@@ -260,11 +260,19 @@ class PopHandlers:
             h = self.signer.decode(text)
         except HandleError as exc:
             raise PopError("forged", str(exc)) from exc
-        if h.group != group:
-            raise PopError("mismatch", f"handle is for group {h.group}, not {group}")
-        if h.topic != topic and h.topic != pop_retry_topic(group, topic):
-            raise PopError("mismatch", f"handle is for topic {h.topic}, not {topic}")
+        refusal = self._mismatch(group, topic, h.group, h.topic)
+        if refusal is not None:
+            raise refusal
         return h
+
+    @staticmethod
+    def _mismatch(group: str, topic: str, handle_group: str, handle_topic: str) -> PopError | None:
+        """Why a handle issued for ``handle_group``/``handle_topic`` may not be acked as ``group``/``topic``."""
+        if handle_group != group:
+            return PopError("mismatch", f"handle is for group {handle_group}, not {group}")
+        if handle_topic != topic and handle_topic != pop_retry_topic(group, topic):
+            return PopError("mismatch", f"handle is for topic {handle_topic}, not {topic}")
+        return None
 
     @staticmethod
     def _refusal(cmd: Command, exc: PopError) -> Command:
@@ -291,21 +299,29 @@ class PopHandlers:
             return cmd.response(
                 ResponseCode.INVALID_PARAMETER, f"at most {MAX_BATCH_ACK} receipt handles per batch ack"
             )
-        handles: list[ReceiptHandle | PopError] = []
-        for text in texts:
-            try:
-                handles.append(self._handle(req.consumer_group, req.topic, text))
-            except PopError as exc:
-                handles.append(exc)
-        results = self._state.ack_many(handles)
-        codes = [
-            ResponseCode.SUCCESS
-            if r is None
-            else (ResponseCode.SYSTEM_ERROR if r.reason == "store" else ResponseCode.INVALID_RECEIPT_HANDLE)
-            for r in results
-        ]
-        remarks = ["" if r is None else str(r) for r in results]
-        return cmd.response(body=encode_body({"codes": [int(c) for c in codes], "remarks": remarks}))
+        group, topic = req.consumer_group, req.topic
+        groups, errors = self.signer.group_by_checkpoint(texts)
+        out: list[PopError | None] = [None] * len(texts)
+        for pos, exc in errors.items():
+            out[pos] = PopError("forged", str(exc))
+        mine = []
+        for g in groups:
+            refusal = self._mismatch(group, topic, g.group, g.topic)
+            if refusal is None:
+                mine.append(g)
+            else:
+                for pos in g.positions:
+                    out[pos] = refusal
+        self._state.ack_checkpoints(mine, out)
+        codes = [ResponseCode.SUCCESS.value] * len(out)
+        remarks = [""] * len(out)
+        for pos, r in enumerate(out):
+            if r is not None:
+                codes[pos] = (
+                    ResponseCode.SYSTEM_ERROR if r.reason == "store" else ResponseCode.INVALID_RECEIPT_HANDLE
+                ).value
+                remarks[pos] = str(r)
+        return cmd.response(body=encode_body({"codes": codes, "remarks": remarks}))
 
     def change_invisible_time(self, cmd: Command, channel: Channel) -> Command:
         req = ChangeInvisibleTimeRequest.from_ext(cmd.ext)

@@ -33,10 +33,13 @@ import heapq
 import random
 from array import array
 from collections import OrderedDict
+from collections.abc import Sequence
+from functools import reduce
+from operator import or_
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pymq.broker.pop.receipt import ReceiptHandle
+from pymq.broker.pop.receipt import CheckpointAcks, ReceiptHandle
 from pymq.broker.pop.records import (
     ACK_TAG,
     CK_TAG,
@@ -75,6 +78,18 @@ _REPLAY_BATCH = 256
 _RETRY_LATER_MS = 1000
 #: delay level and RocketMQ's timer properties (delivery time / delay)
 _TIMING_PROPS = (Prop.DELAY, "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+
+
+def _all_acceptable(g: CheckpointAcks, offsets: Sequence[int], taken: int) -> int:
+    """The bits of ``g``'s indexes if every one of its handles may be acked (in range, naming its
+    queue offset, distinct, none already acked or ``taken``), else 0: then each is checked alone."""
+    indexes = g.indexes
+    if min(indexes) < 0 or max(indexes) >= len(offsets) or len(set(indexes)) != len(indexes):
+        return 0
+    if list(map(offsets.__getitem__, indexes)) != g.queue_offsets:
+        return 0
+    mask = reduce(or_, map((1).__lshift__, indexes))
+    return 0 if mask & taken else mask
 
 
 class PopError(Exception):
@@ -206,9 +221,12 @@ class PopState:
                 self._done.popitem(last=False)
 
     def _set_acked(self, ck: CheckPoint, indexes: list[int]) -> None:
-        for i in indexes:
-            if 0 <= i < len(ck.offsets):
-                ck.acked |= 1 << i
+        count = len(ck.offsets)
+        self._add_acked(ck, sum({1 << i for i in indexes if 0 <= i < count}))
+
+    def _add_acked(self, ck: CheckPoint, bits: int) -> None:
+        """Mark the messages of ``bits`` (bit i: index i) acked; the checkpoint closes once all are."""
+        ck.acked |= bits
         if ck.all_acked:
             self._close(ck, acked=True)
 
@@ -248,7 +266,8 @@ class PopState:
         self._open(ck, res.physical_offset, qid, res.queue_offset)
         return True
 
-    def _checked(self, h: ReceiptHandle, now: int) -> CheckPoint:
+    def _checkpoint_of(self, h: ReceiptHandle | CheckpointAcks, now: int) -> CheckPoint:
+        """The open checkpoint a handle (or a group of handles) names; PopError if none is."""
         if now >= h.deadline:
             raise PopError("expired", f"invisible time ended {now - h.deadline} ms ago")
         ck = self.open.get(h.ck_offset)
@@ -256,14 +275,13 @@ class PopState:
             if h.ck_offset in self._done:
                 raise PopError("acked", "message already acked")
             raise PopError("stale", "the broker holds no in-flight message for this handle")
-        if (
-            ck.group != h.group
-            or ck.topic != h.topic
-            or ck.queue_id != h.queue_id
-            or ck.pop_time != h.pop_time
-            or not 0 <= h.index < len(ck.offsets)
-            or ck.offsets[h.index] != h.queue_offset
-        ):
+        if ck.group != h.group or ck.topic != h.topic or ck.queue_id != h.queue_id or ck.pop_time != h.pop_time:
+            raise PopError("stale", "handle does not match its checkpoint")
+        return ck
+
+    def _checked(self, h: ReceiptHandle, now: int) -> CheckPoint:
+        ck = self._checkpoint_of(h, now)
+        if not 0 <= h.index < len(ck.offsets) or ck.offsets[h.index] != h.queue_offset:
             raise PopError("stale", "handle does not match its checkpoint")
         if ck.acked >> h.index & 1:
             raise PopError("acked", "message already acked or its handle replaced")
@@ -280,42 +298,48 @@ class PopState:
             raise PopError("store", f"ack not stored: {res[0].reason or res[0].status.name}")
         self._set_acked(ck, [h.index])
 
-    def ack_many(self, handles: list[ReceiptHandle | PopError]) -> list[PopError | None]:
-        """Ack several messages (errors passed in stay errors): one ack record per revive queue
-        naming its checkpoints, all stored in one store call. One answer per handle, in order."""
+    def ack_checkpoints(self, groups: list[CheckpointAcks], out: list[PopError | None]) -> None:
+        """Ack the handles of a batch, grouped by checkpoint: ``out[position]`` gets each refused
+        handle's reason (acked ones are left alone). One ack record per revive queue naming its
+        checkpoints, all stored in one store call."""
         now = self.clock.time_ms()
-        out: list[PopError | None] = []
-        by_ck: dict[int, list[int]] = {}
-        slots: dict[int, list[int]] = {}  # ck offset -> answer positions
+        by_ck: dict[int, list[int]] = {}  # ck offset -> indexes acked
+        slots: dict[int, list[int]] = {}  # ck offset -> their positions in the batch
         taken: dict[int, int] = {}  # ck offset -> bits of the indexes in this batch
-        for h in handles:
-            if isinstance(h, PopError):
-                out.append(h)
-                continue
+        for g in groups:
             try:
-                ck = self._checked(h, now)
+                ck = self._checkpoint_of(g, now)
             except PopError as exc:
-                out.append(exc)
+                for pos in g.positions:
+                    out[pos] = exc
                 continue
-            c, bit = ck.ck_offset, 1 << h.index
-            bits = taken.get(c)
-            if bits is None:
-                taken[c] = bit
-                by_ck[c] = [h.index]
-                slots[c] = [len(out)]
-            elif bits & bit:
-                out.append(PopError("acked", "message acked twice in one batch"))
+            c, offsets, acked = ck.ck_offset, ck.offsets, ck.acked
+            count, bits = len(offsets), taken.get(c, 0)
+            indexes, positions = by_ck.setdefault(c, []), slots.setdefault(c, [])
+            mask = _all_acceptable(g, offsets, acked | bits) if len(g.indexes) > 1 else 0
+            if mask:  # every handle of the group: checked at once (one alone: the loop is cheaper)
+                taken[c] = bits | mask
+                indexes.extend(g.indexes)
+                positions.extend(g.positions)
                 continue
-            else:
-                taken[c] = bits | bit
-                by_ck[c].append(h.index)
-                slots[c].append(len(out))
-            out.append(None)
+            for pos, i, queue_offset in zip(g.positions, g.indexes, g.queue_offsets, strict=True):
+                if not 0 <= i < count or offsets[i] != queue_offset:
+                    out[pos] = PopError("stale", "handle does not match its checkpoint")
+                elif acked >> i & 1:
+                    out[pos] = PopError("acked", "message already acked or its handle replaced")
+                elif bits >> i & 1:
+                    out[pos] = PopError("acked", "message acked twice in one batch")
+                else:
+                    bits |= 1 << i
+                    indexes.append(i)
+                    positions.append(pos)
+            taken[c] = bits
         per_queue: dict[int, list[int]] = {}
-        for ck_offset in by_ck:
-            per_queue.setdefault(self.open[ck_offset].revive_qid, []).append(ck_offset)
+        for ck_offset, indexes in by_ck.items():
+            if indexes:
+                per_queue.setdefault(self.open[ck_offset].revive_qid, []).append(ck_offset)
         if not per_queue:
-            return out
+            return
         # one ack record per revive queue (a checkpoint's acks go to its queue: replay and revive
         # offsets are per queue), naming each of its checkpoints; all in one store call
         queues = list(per_queue.items())
@@ -327,14 +351,13 @@ class PopState:
             res = results[0]
             for c in cks:
                 if res.status == PutStatus.PUT_OK:
-                    acked = self.open.get(c)
-                    if acked is not None:
-                        self._set_acked(acked, by_ck[c])
+                    still_open = self.open.get(c)
+                    if still_open is not None:
+                        self._add_acked(still_open, taken[c])
                 else:
                     err = PopError("store", f"ack not stored: {res.reason or res.status.name}")
                     for i in slots[c]:
                         out[i] = err
-        return out
 
     def change_invisible(self, h: ReceiptHandle, invisible_ms: int) -> CheckPoint:
         """Make the message invisible for ``invisible_ms`` from now: a new one-message checkpoint
