@@ -102,7 +102,8 @@ def main() -> None:
         base = f"http://{dash.address}"
         pages = [
             "/cluster", "/topics", "/topics?page=10", "/topics?q=topic-09", "/topics/topic-0001",
-            "/messages?topic=topic-0001&key=nothing", "/groups", "/groups/group-001", "/producers", "/dlq", "/pending", "/charts",
+            "/messages?topic=topic-0001&key=nothing", "/groups", "/groups/group-001", "/producers", "/dlq", "/pending",
+            "/charts",
             "/messages/range?topic=topic-0001&begin=2020-01-01T00:00",
         ]  # fmt: skip
         print(f"{'page':<42}{'median ms':>10}{'max ms':>10}")

@@ -7,6 +7,7 @@ switched off in turn (arrival listeners, put hooks, index, stats), best of 5, in
 ``--metrics`` serves the broker's metrics (request metrics on every request, as with a
 metrics port). ``--calls`` also counts the Python function calls (cProfile's, C functions included) per send.
 """
+
 import cProfile
 import os
 import pstats
@@ -32,15 +33,32 @@ from pymq.transport.limits import ConnectionLimits
 
 
 class FakeTransport:
-    def __init__(self): self.n = 0
-    def writelines(self, bufs): self.n += 1
-    def write(self, b): self.n += 1
-    def is_closing(self): return False
-    def get_extra_info(self, k, d=None): return None
-    def set_write_buffer_limits(self, high, low): pass
-    def get_write_buffer_size(self): return 0
-    def pause_reading(self): pass
-    def resume_reading(self): pass
+    def __init__(self):
+        self.n = 0
+
+    def writelines(self, bufs):
+        self.n += 1
+
+    def write(self, b):
+        self.n += 1
+
+    def is_closing(self):
+        return False
+
+    def get_extra_info(self, k, d=None):
+        return None
+
+    def set_write_buffer_limits(self, high, low):
+        pass
+
+    def get_write_buffer_size(self):
+        return 0
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
 
 
 async def main():
@@ -62,9 +80,11 @@ async def main():
             cmd = broker_api.send_message("bench", i, "bench-group", record)
             cmd.opaque = i + 1
             frames.append(encode_bytes(cmd))
+
         def run(n):
             for i in range(n):
                 conn.data_received(frames[i & 7])
+
         store = app.store
         variants = {
             "all": lambda: None,

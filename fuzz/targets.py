@@ -48,7 +48,7 @@ from pymq.grpc_proxy import mapping as grpc_mapping
 from pymq.grpc_proxy.pb import definition_pb2 as gpb
 from pymq.grpc_proxy.pb import service_pb2 as spb
 from pymq.grpc_proxy.service import MessagingService, ProxySettings
-from pymq.protocol import record, record_batch
+from pymq.protocol import accelerator, record, record_batch
 from pymq.protocol import requests as rq
 from pymq.protocol.filter import Subscription
 from pymq.protocol.frame import Command, FrameDecoder, encode_bytes
@@ -63,7 +63,7 @@ from pymq.remoting.wire import RemotingWire
 from pymq.security import signing
 
 #: the accelerator as imported (None where it was not built); the targets switch record.speedups
-ACCEL = record._speedups
+ACCEL = accelerator._speedups
 
 
 class Divergence(AssertionError):

@@ -4,7 +4,7 @@
 
 /* --- helpers ----------------------------------------------------------------------------------- */
 
-/* The error class record.py registers (pymq.errors.MessageDecodeError). */
+/* The error class pymq/protocol/accelerator.py registers (pymq.errors.MessageDecodeError). */
 static PyObject *decode_error = NULL;
 
 /* Append the (ordinal, kind, reason) rejection; steals reason. */

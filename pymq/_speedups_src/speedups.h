@@ -8,8 +8,9 @@
  * body, which raises what it always raised. Every read of record bytes is bounds-checked:
  * batches come from the network.
  *
- * The layout constants below are pymq.protocol.record's; LAYOUT exports them and record.py
- * refuses to use a module whose LAYOUT differs from its own (a stale or drifted build).
+ * The layout constants below are pymq.protocol.record's; LAYOUT exports them and
+ * pymq/protocol/accelerator.py refuses to load a module whose LAYOUT differs from record.py's
+ * speedups_layout() (a stale or drifted build).
  *
  * The sources (one extension module, pymq._speedups, built from all of them by setup.py):
  *   speedups.h  this header: the layouts, big-endian reads and writes, int conversions, and what the
@@ -33,7 +34,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Bumped (here and in record.py's speedups_layout) when a function is added or changes its contract. */
+/* Bumped (here and as ABI_VERSION in pymq/protocol/accelerator.py) when a function is added or changes its contract. */
 #define ABI_VERSION 9
 
 #define MAGIC 0x706D7131u

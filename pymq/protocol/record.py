@@ -31,13 +31,13 @@ The end of a commitlog file that cannot hold the next record carries a blank mar
 from __future__ import annotations
 
 import mmap
-import os
 import socket
 import struct
 import zlib
 from collections.abc import Iterator
 
 from pymq.errors import LocalProtocolError, MessageDecodeError
+from pymq.protocol.accelerator import ABI_VERSION, load_speedups
 
 MAGIC = 0x706D7131
 BLANK_MAGIC = 0xCBD43194
@@ -89,16 +89,8 @@ Buffer = bytes | bytearray | memoryview | mmap.mmap
 EMPTY_HOST = b"\x00" * 8
 
 # --- the optional C accelerator ---------------------------------------------------------------------------
-# pymq._speedups (C sources in pymq/_speedups_src/) runs the per-record loops of this module and of record_batch
-# in C when it was built at install; PYMQ_NO_SPEEDUPS=1 forces the pure-Python bodies, which stay
-# the reference: the C functions give byte-identical results and errors (tests run both) and
-# answer NotImplemented for arguments outside what they handle, and the Python body runs then.
-try:
-    from pymq import _speedups as _speedups
-except ImportError:  # built without a compiler: pure Python
-    _speedups = None  # type: ignore[assignment]
-#: the accelerator in use, or None (tests swap it out to run the pure-Python bodies)
-speedups = None if os.environ.get("PYMQ_NO_SPEEDUPS", "") not in ("", "0") else _speedups
+# pymq._speedups runs the per-record loops of this module and of record_batch in C; it is loaded and
+# checked by pymq.protocol.accelerator against the layout below.
 
 
 def speedups_layout() -> dict[str, int | str]:
@@ -114,42 +106,12 @@ def speedups_layout() -> dict[str, int | str]:
         "BROKER_BLOCK_OFFSET": BROKER_BLOCK_OFFSET,
         "BLANK_SIZE": BLANK_SIZE,
         "MAX_PROPERTIES_SIZE": MAX_PROPERTIES_SIZE,
-        # bumped with ABI_VERSION in pymq/_speedups_src/speedups.h whenever a function is added or changes its contract
-        "ABI_VERSION": 9,
+        "ABI_VERSION": ABI_VERSION,
     }
 
 
-#: what the record, batch and index code call
-SPEEDUPS_FUNCTIONS = (
-    "any_property_contains",
-    "cq_entries",
-    "encode_batch",
-    "encode_record",
-    "index_put",
-    "patch_broker_blocks",
-    "property_codes",
-    "property_codes_one",
-    "record_columns",
-    "record_string_columns",
-    "set_decode_error",
-    "set_message_class",
-    "split_batch",
-    "store_record",
-    "stored_scan",
-    "stored_to_message_decoder",
-    "unpack_record",
-    "unpack_records",
-)
-
-if speedups is not None:
-    missing = [name for name in SPEEDUPS_FUNCTIONS if not hasattr(speedups, name)]
-    if speedups_layout() != speedups.LAYOUT or missing:
-        # A stale build (the C sources or this module changed since): loud, not silently different bytes.
-        raise ImportError(
-            f"pymq._speedups was built for another record layout or version ({speedups.LAYOUT}, "
-            f"missing {missing}; expected {speedups_layout()}): rebuild it (pip install -e .) or set PYMQ_NO_SPEEDUPS=1"
-        )
-    speedups.set_decode_error(MessageDecodeError)
+#: the accelerator in use, or None (tests swap it out to run the pure-Python bodies)
+speedups = load_speedups(speedups_layout())
 
 
 def pack_host(host: str, port: int) -> bytes:

@@ -130,11 +130,11 @@ def test_the_accelerator_and_the_python_twin_convert_alike_even_mutated_records(
     import random
 
     from pymq.errors import MessageDecodeError
-    from pymq.protocol import record
+    from pymq.protocol import accelerator
     from pymq.protocol.record import blank_marker, encode_properties, encode_record
     from pymq.remoting.message_layout import from_stored_records_py
 
-    accel = record._speedups
+    accel = accelerator._speedups
     if accel is None:
         import os
 

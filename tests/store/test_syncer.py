@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 
 from pymq.broker.store.mapped_file import _address
-from pymq.protocol import record
+from pymq.protocol import accelerator
 from tests.helpers import CheckedThread
 
 #: the class, whether or not PYMQ_NO_SPEEDUPS switched the record functions off
-Syncer: Any = getattr(record._speedups, "Syncer", None)
+Syncer: Any = getattr(accelerator._speedups, "Syncer", None)
 #: page 1 is never mapped (mmap_min_addr): msync answers ENOMEM for it
 UNMAPPED = mmap.PAGESIZE
 

@@ -53,16 +53,18 @@ def test_protocol_imports_nothing_of_ours_but_errors() -> None:
     assert bad == []
 
 
-def test_only_the_record_module_imports_the_accelerator() -> None:
-    """pymq._speedups knows the record layout: only pymq.protocol.record loads it (record_batch uses it from there)."""
+def test_only_the_accelerator_module_imports_the_accelerator() -> None:
+    """pymq._speedups knows the record layout: only pymq.protocol.accelerator loads it, checked against
+    pymq.protocol.record's layout; the others use it as ``record.speedups``."""
     assert (
         offenders(
-            {m: i for m, i in modules().items() if m != "pymq.protocol.record"},
+            {m: i for m, i in modules().items() if m != "pymq.protocol.accelerator"},
             lambda i: i.startswith("pymq._speedups"),
         )
         == []
     )
-    assert "pymq._speedups" in modules()["pymq.protocol.record"]
+    assert "pymq._speedups" in modules()["pymq.protocol.accelerator"]
+    assert "pymq.protocol.accelerator.load_speedups" in modules()["pymq.protocol.record"]
 
 
 def test_nothing_else_answers_to_the_accelerators_name() -> None:

@@ -110,6 +110,7 @@ if os.environ.get("GC2_STATS"):
         syncs.clear(), answers.clear(), waits.clear(), kicks.clear()
         overlapped[0] = 0
 
+
 if os.environ.get("GC2_SWITCH"):
     import sys
 

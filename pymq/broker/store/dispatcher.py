@@ -47,7 +47,7 @@ _UNIQ = b"UNIQ_KEY\x01"
 _CQ_PACKERS: dict[int, struct.Struct] = {}
 
 
-# The C accelerator (pymq._speedups, loaded by the record module) packs a batch's entries
+# The C accelerator (pymq._speedups, loaded by protocol/accelerator.py; record.speedups) packs a batch's entries
 # (cq_entries); it must have been built for this entry layout.
 if _record.speedups is not None and {"ENTRY": CQ_ENTRY.format, "ENTRY_SIZE": CQ_ENTRY.size} != (
     _record.speedups.CQ_LAYOUT

@@ -50,7 +50,7 @@ _SLOT = struct.Struct("<i")
 _ZERO_ENTRY = bytes(ENTRY_SIZE)
 _NATIVE_SLOTS = sys.byteorder == "little"
 
-# The C accelerator (pymq._speedups, loaded by the record module) writes entries in put_many;
+# The C accelerator (pymq._speedups, loaded by protocol/accelerator.py; record.speedups) writes entries in put_many;
 # it must have been built for this layout.
 if (
     _record.speedups is not None

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 
 class Syncer(Protocol):
-    """What the store and the broker use of ``pymq._speedups.Syncer`` (only pymq.protocol.record imports it)."""
+    """What the store and the broker use of ``pymq._speedups.Syncer`` (only pymq.protocol.accelerator imports it)."""
 
     def submit(self, token: object, ranges: Sequence[tuple[int, int]]) -> None: ...
     def take(self) -> list[tuple[Any, int]]: ...
