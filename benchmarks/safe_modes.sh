@@ -7,12 +7,13 @@
 # Every safe figure sits next to its plain counterpart of the same round (the ratio is the
 # figure): SYNC_MASTER / ASYNC_MASTER vs no slave (replication_bench.py) beside the bare-server
 # floor of that shape (repl_floor_bench.py at several client/master costs), pop + ack vs push
-# (pop_bench.py), ACL + TLS vs plain (single sends and batches of 64; ACL alone and TLS alone
-# too), transactional vs plain sync sends, SYNC_FLUSH vs the bare-server floor whose async
+# (pop_bench.py, beside a push consumer taking 32 a request: pop's shape), ACL + TLS vs plain
+# (single sends and batches of 64; ACL alone and TLS alone too; the bare TLS floor of a batch,
+# tls_floor_bench.py), transactional vs plain sync sends, SYNC_FLUSH vs the bare-server floor whose async
 # rate matches pymq's ASYNC_FLUSH rate (sync_floor_bench.py at several --work-us), and the
 # Spark source vs its zero-work source. Needs .venv with '.[dev]'; the peers as
 # ../shared/bench/peers/README.md says (skipped when missing); java for the Spark row.
-# About 7.5 minutes a round. Ends with benchmarks/safe_modes_summary.py's table (OUT_DIR/summary.md).
+# About 9 minutes a round. Ends with benchmarks/safe_modes_summary.py's table (OUT_DIR/summary.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/pymq-safe-modes}
@@ -35,6 +36,9 @@ for r in $(seq "$rounds"); do
     run "batch-acl-tls-$r" $bench producer --embedded --quiet --json --count 200000 --batch-size 64 --acl --tls
     run "batch-acl-$r"    $bench producer --embedded --quiet --json --count 200000 --batch-size 64 --acl
     run "batch-tls-$r"    $bench producer --embedded --quiet --json --count 200000 --batch-size 64 --tls
+    # (the floor of that shape: bare uvloop client and server, one 70 KB frame a round trip)
+    run "tls-floor-$r"    $py benchmarks/tls_floor_bench.py --seconds 2 --rounds 2 \
+        --work-us 0 200 0 --server-work-us 0 0 200 --pairs --json
     run "sync-$r"         $bench producer --embedded --quiet --json --count 10000
     run "txn-$r"          $bench producer --embedded --quiet --json --count 10000 --mode transaction
     run "flush-async-$r"  $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush ASYNC_FLUSH

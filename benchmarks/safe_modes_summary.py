@@ -8,8 +8,9 @@ ASYNC_MASTER are shown beside their floor (``repl_floor_bench.py``: a bare uvloo
 and slave of the same shape) at the cost pair whose no-slave rate is nearest pymq's no-slave
 rate of the round. SYNC_FLUSH is compared with the bare-server floor (``sync_floor_bench.py``)
 at the ``--work-us`` whose async rate is nearest pymq's ASYNC_FLUSH rate of the round, as that
-script's docstring says to pick it; the plain path's own figures are given against the peers of
-the same round. A missing or failed run shows as "—".
+script's docstring says to pick it; ACL + TLS batches beside the TLS floor (``tls_floor_bench.py``)
+whose plain frame rate is nearest pymq's plain batches a second; the plain path's own figures
+are given against the peers of the same round. A missing or failed run shows as "—".
 """
 
 from __future__ import annotations
@@ -122,6 +123,22 @@ def ratios(out: Path, r: int) -> list[tuple[str, float | None, str, float]]:
     ):
         a, b = rate(out, f"{safe}-{r}"), rate(out, f"{plain}-{r}")
         rows.append((label, div(a, b), f"{fmt(a)} vs {fmt(b)} msgs/s", aim))
+    # The TLS floor (tls_floor_bench.py: bare uvloop, one frame of a 64-message batch a round trip)
+    # at the client/server cost whose plain frame rate is nearest pymq's plain batches a second.
+    batches = div(rate(out, f"batch-{r}"), 64.0)
+    tls_rows = [row for row in load(out, f"tls-floor-{r}") or [] if isinstance(row, dict)]
+    if tls_rows and batches:
+        t = min(tls_rows, key=lambda row: abs(float(row.get("plain_frames_per_s", 0)) - batches))
+        rows.append(
+            (
+                "(TLS floor: bare uvloop, same frames, tls / plain)",
+                t.get("tls_vs_plain"),
+                f"{fmt(t.get('tls_frames_per_s'))} vs {fmt(t.get('plain_frames_per_s'))} frames/s "
+                f"(pymq {fmt(batches)} batches/s); --work-us {fmt(t.get('work_us'))} "
+                f"--server-work-us {fmt(t.get('server_work_us'))}",
+                0.0,
+            )
+        )
     sync, async_ = rate(out, f"flush-sync-{r}"), rate(out, f"flush-async-{r}")
     work, f_async, f_sync = floor_for(out, r, async_)
     rows.append(
