@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 
-from pymq.client.simple_consumer import _received
+from pymq.client.simple_consumer import ReceivedMessage
 from pymq.protocol.message import MessageExt, Prop, decode_message, iter_messages
 from pymq.protocol.record import (
     SYSFLAG_COMPRESSED,
@@ -133,11 +133,13 @@ def test_pickle_and_detach_copy_only_the_record() -> None:
     assert _public(msgs[2].detach()) == _eager(recs[2], "b") and msgs[2]._buf == recs[2]
 
 
-def test_simple_consumer_copy_keeps_lazy_fields() -> None:
-    """ReceivedMessage copies the slots of a lazy message (nothing decoded is lost)."""
-    m = decode_message(_record(7), broker_name="b")
-    r = _received(m, "handle")
-    assert _public(r) == _eager(_record(7), "b") and r.receipt_handle == "handle"
+def test_received_messages_are_lazy_messages_of_their_class() -> None:
+    """A ReceivedMessage made by iter_messages reads every field as an eager decode does."""
+    for rec in (_record(7), _record(8, compressed=True)):
+        r = next(iter_messages(rec, broker_name="b", message_class=ReceivedMessage))
+        r.receipt_handle = "handle"
+        assert type(r) is ReceivedMessage
+        assert _public(r) == _eager(rec, "b") and r.receipt_handle == "handle"
 
 
 def test_decompress_off_gives_the_stored_body() -> None:
