@@ -12,6 +12,7 @@ import pytest
 
 from pymq.broker.store import MessageStore, file_maker
 from pymq.config import StoreConfig
+from pymq.protocol import accelerator
 from pymq.protocol import record as record_module
 from pymq.protocol.record import encode_record, pack_host, parse_record
 from tests.helpers import wait_until_sync
@@ -131,9 +132,9 @@ def cq_entries(path: Path) -> list[tuple[int, int, int]]:
 def use_c_syncer(monkeypatch: pytest.MonkeyPatch) -> None:
     """Give stores the C syncer even where PYMQ_NO_SPEEDUPS switched the accelerator off (skip where
     it is not built; tests/store/test_syncer.py checks it is built wherever it can be)."""
-    if getattr(record_module._speedups, "Syncer", None) is None:
+    if getattr(accelerator._speedups, "Syncer", None) is None:
         pytest.skip("no C accelerator here")
-    monkeypatch.setattr(record_module, "speedups", record_module._speedups)
+    monkeypatch.setattr(record_module, "speedups", accelerator._speedups)
 
 
 # --- filling stores (test_cleanup, test_disk_full) ----------------------------------------------
