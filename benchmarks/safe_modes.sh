@@ -13,7 +13,7 @@
 # rate matches pymq's ASYNC_FLUSH rate (sync_floor_bench.py at several --work-us), and the
 # Spark source vs its zero-work source. Needs .venv with '.[dev]'; the peers as
 # ../shared/bench/peers/README.md says (skipped when missing); java for the Spark row.
-# About 9 minutes a round. Ends with benchmarks/safe_modes_summary.py's table (OUT_DIR/summary.md).
+# About 10 minutes a round. Ends with benchmarks/safe_modes_summary.py's table (OUT_DIR/summary.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/pymq-safe-modes}
@@ -26,7 +26,7 @@ for r in $(seq "$rounds"); do
     # (the floor of that shape: bare uvloop client, master and slave; the summary takes the cost
     # pair whose no-slave rate is nearest pymq's)
     run "repl-floor-$r"   $py benchmarks/repl_floor_bench.py --seconds 3 --rounds 2 \
-        --work-us 0 20 40 --server-work-us 0 20 40 --pairs --json
+        --work-us 0 20 40 70 --server-work-us 0 20 40 70 --pairs --json
     run "pop-$r"          $py benchmarks/pop_bench.py --messages 20000 --json
     run "single-$r"       $bench producer --embedded --quiet --json --count 20000
     run "single-acl-tls-$r" $bench producer --embedded --quiet --json --count 20000 --acl --tls
@@ -37,7 +37,7 @@ for r in $(seq "$rounds"); do
     run "batch-acl-$r"    $bench producer --embedded --quiet --json --count 200000 --batch-size 64 --acl
     run "batch-tls-$r"    $bench producer --embedded --quiet --json --count 200000 --batch-size 64 --tls
     # (the floor of that shape: bare uvloop client and server, one 70 KB frame a round trip)
-    run "tls-floor-$r"    $py benchmarks/tls_floor_bench.py --seconds 2 --rounds 2 \
+    run "tls-floor-$r"    $py benchmarks/tls_floor_bench.py --seconds 3 --rounds 3 \
         --work-us 0 200 0 --server-work-us 0 0 200 --pairs --json
     run "sync-$r"         $bench producer --embedded --quiet --json --count 10000
     run "txn-$r"          $bench producer --embedded --quiet --json --count 10000 --mode transaction
