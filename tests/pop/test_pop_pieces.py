@@ -191,7 +191,13 @@ def _per_position(grouped: tuple[list[CheckpointAcks], dict[int, HandleError]]) 
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(BATCH_HANDLES), min_size=1, max_size=40))
+# any handles (mostly one by one), or only well-formed ones, 8 or more (the runs path, in or out of runs)
+@given(
+    st.one_of(
+        st.lists(st.sampled_from(BATCH_HANDLES), min_size=1, max_size=40),
+        st.lists(st.sampled_from(BATCH_HANDLES[:8]), min_size=8, max_size=40),
+    )
+)
 def test_a_batch_ack_groups_its_handles_as_one_by_one_decoding_does(texts: list[str]) -> None:
     """Grouping a batch's handles by checkpoint (at once for the usual batch, else handle by handle)
     gives every handle what decoding it alone gives: its fields, or its refusal."""

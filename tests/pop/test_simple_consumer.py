@@ -378,6 +378,35 @@ async def test_batch_ack(cluster: LocalCluster, clock: FakeClock) -> None:
         assert await c.receive(32, 5.0, await_duration=0.3) == []
 
 
+def _with_handle(m: ReceivedMessage, handle: str) -> ReceivedMessage:
+    other = ReceivedMessage.__new__(ReceivedMessage)
+    for name in ("topic", "broker_name"):
+        setattr(other, name, getattr(m, name))
+    other.receipt_handle = handle
+    return other
+
+
+async def test_a_fresh_batch_with_one_bad_handle_refuses_that_one_only(cluster: LocalCluster, clock: FakeClock) -> None:
+    """A batch of fresh handles of one checkpoint (the batch path's all-at-once check) with one
+    naming another queue offset, then one naming a message twice: each bad handle is refused
+    alone, every other message is acked."""
+    await send(cluster, 40)
+    async with simple(cluster) as c:
+        got = await receive_all(c, 40, invisible=3.0)
+        part, index, _offset = got[3].receipt_handle.rsplit(".", 2)
+        wrong_offset = _with_handle(got[3], f"{part}.{index}.999999")
+        results = await c.ack_many([*got[:3], wrong_offset, *got[4:20]])
+        assert [r is None for r in results] == [True] * 3 + [False] + [True] * 16
+        assert results[3] is not None and results[3].reason == "stale"
+        results = await c.ack_many([*got[20:], got[3], got[20]])  # got[20] twice
+        assert [r is None for r in results] == [True] * 21 + [False]
+        assert results[-1] is not None and results[-1].reason == "acked"
+        state = cluster.brokers[0].pop_state
+        assert state is not None and state.inflight("workers") == {}
+        await pass_time(clock, 3.3)  # past the invisible time: all acked, nothing comes back
+        assert await c.receive(32, 5.0, await_duration=0.3) == []
+
+
 async def test_concurrent_acks_share_a_request_and_a_refusal_raises_for_its_caller_only(
     cluster: LocalCluster, clock: FakeClock
 ) -> None:

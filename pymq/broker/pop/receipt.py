@@ -203,21 +203,9 @@ class HandleSigner:
         if len(pieces) != 3:
             raise HandleError("malformed receipt handle")
         part, index, offset = pieces
-        # ASCII digits only (int() would also take signs, spaces, underscores and other scripts'
-        # digits), at most int64's 19 (int() refuses very long ones with a ValueError)
-        if not (
-            index.isascii()
-            and index.isdigit()
-            and offset.isascii()
-            and offset.isdigit()
-            and len(index) <= _MAX_DIGITS
-            and len(offset) <= _MAX_DIGITS
-        ):
+        if not _numbers(index, offset):
             raise HandleError("malformed receipt handle")
-        fields = self._verified.get(part)
-        if fields is None:
-            fields = self._verify_part(part)
-        group, topic, qid, ck, pop_time, invisible, rqid = fields
+        group, topic, qid, ck, pop_time, invisible, rqid = self._part_fields(part)
         return ReceiptHandle(group, topic, qid, int(offset), ck, int(index), pop_time, invisible, rqid)
 
     def group_by_checkpoint(self, texts: Sequence[str]) -> tuple[list[CheckpointAcks], dict[int, HandleError]]:
@@ -236,26 +224,18 @@ class HandleSigner:
             pieces = text.split(".")
             if len(pieces) == 3:
                 part, index, offset = pieces
-                digits = index + offset
-                if (
-                    0 < len(index) <= _MAX_DIGITS
-                    and 0 < len(offset) <= _MAX_DIGITS
-                    and digits.isascii()
-                    and digits.isdigit()
-                ):
+                if _numbers(index, offset):
                     g = groups.get(part)
                     if g is not None:
                         g.positions.append(pos)
                         g.indexes.append(int(index))
                         g.queue_offsets.append(int(offset))
                         continue
-                    fields = self._verified.get(part)
-                    if fields is None:
-                        try:
-                            fields = self._verify_part(part)
-                        except HandleError as exc:
-                            errors[pos] = exc
-                            continue
+                    try:
+                        fields = self._part_fields(part)
+                    except HandleError as exc:
+                        errors[pos] = exc
+                        continue
                     groups[part] = CheckpointAcks(*fields, [pos], [int(index)], [int(offset)])
                     continue
             try:  # a version 1 handle, or a malformed one (decode says why)
@@ -290,19 +270,22 @@ class HandleSigner:
         start = 0
         for part in dict.fromkeys(parts):  # (distinct parts, in order)
             end = start + parts.count(part)
-            if parts[start] != part or parts[end - 1] != part:
-                return None  # not one run
-            fields = self._verified.get(part)
-            if fields is None:
-                try:
-                    fields = self._verify_part(part)
-                except HandleError:
-                    return None
+            if parts[start:end].count(part) != end - start:
+                return None  # not one run (some of its handles are elsewhere in the batch)
+            try:
+                fields = self._part_fields(part)
+            except HandleError:
+                return None
             groups.append(
                 CheckpointAcks(*fields, list(range(start, end)), index_values[start:end], offset_values[start:end])
             )
             start = end
         return groups, {}
+
+    def _part_fields(self, part: str) -> tuple[str, str, int, int, int, int, int]:
+        """The fields of a version 2 checkpoint part: remembered, or verified now (HandleError if not)."""
+        fields = self._verified.get(part)
+        return self._verify_part(part) if fields is None else fields
 
     def _verify_part(self, part: str) -> tuple[str, str, int, int, int, int, int]:
         payload = self._verified_payload(part)
@@ -332,6 +315,13 @@ class HandleSigner:
         version, qid, qoff, ck, index, pop_time, invisible, rqid, glen, tlen = _FIXED.unpack_from(payload)
         group, topic = _names(payload, version == _VERSION, _FIXED.size, glen, tlen)
         return ReceiptHandle(group, topic, qid, qoff, ck, index, pop_time, invisible, rqid)
+
+
+def _numbers(index: str, offset: str) -> bool:
+    """Are a version 2 handle's index and queue offset ASCII digits, 1 to 19 of them? (int() would
+    also take signs, spaces, underscores and other scripts' digits, and refuse very long ones.)"""
+    digits = index + offset
+    return 0 < len(index) <= _MAX_DIGITS and 0 < len(offset) <= _MAX_DIGITS and digits.isascii() and digits.isdigit()
 
 
 def _names(payload: bytes, known_version: bool, fixed: int, glen: int, tlen: int) -> tuple[str, str]:
