@@ -191,7 +191,9 @@ class TransactionProducer(Producer):
         )
         rpc = self._instance().rpc
         conn = rpc.connection_if_any(half.store_addr)
-        if conn is not None and conn.send_oneway_now(cmd):  # the usual case: written now, no coroutine
+        # The usual case: no coroutine, and sent with the caller's next request of this tick (see
+        # Connection.send_oneway_now).
+        if conn is not None and conn.send_oneway_now(cmd, share=True):
             return
         try:
             await rpc.invoke_oneway(half.store_addr, cmd)

@@ -470,13 +470,14 @@ class Connection(asyncio.Protocol):
             self.signer(cmd)
         self.write_command(cmd)
 
-    def send_oneway_now(self, cmd: Command) -> bool:
-        """:meth:`send_oneway` without its coroutine: written now if the connection is open and
-        has room (True), else nothing written (False; the caller then awaits :meth:`send_oneway`).
+    def send_oneway_now(self, cmd: Command, *, share: bool = False) -> bool:
+        """:meth:`send_oneway` without its coroutine: written if the connection is open and has
+        room (True), else nothing written (False; the caller then awaits :meth:`send_oneway`).
 
-        Written at once, not held for the tick's later writes: a producer's END_TRANSACTION then
-        reaches the broker while the producer prepares its next send, and the broker's commit
-        overlaps that work (held back to share the next send's system call, it measured slower).
+        ``share``: held for this loop tick's one flush even when it is the tick's first write, so
+        that what the caller writes next in the same tick goes out in the same system call (a
+        producer's END_TRANSACTION and its next half message: the broker reads both at once,
+        answers the half message first and commits after, while the producer works).
         """
         flow = self.flow
         transport = self.transport
@@ -491,6 +492,9 @@ class Connection(asyncio.Protocol):
         cmd.flags |= FLAG_ONEWAY
         if self.signer is not None:
             self.signer(cmd)
+        if share and not (self._reading or self._flush_scheduled):
+            self._flush_scheduled = True  # (write_command queues behind the flush this schedules)
+            self._loop.call_soon(self._flush)
         self.write_command(cmd)
         return True
 

@@ -15,16 +15,22 @@ import pytest
 
 from pymq.broker.app import BrokerApp
 from pymq.broker.transaction.hook import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
-from pymq.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, Producer, PushConsumer, sync
+from pymq.client import ConsumeFromWhere, ConsumeResult, Message, MessageExt, Producer, PushConsumer, broker_api, sync
 from pymq.client.admin import AdminClient
+from pymq.client.producer import SendResult
 from pymq.client.transaction_producer import TransactionProducer, TransactionState
 from pymq.errors import LocalTransactionError, NoPermissionError, TransactionError
+from pymq.protocol.codes import ResponseCode
+from pymq.protocol.command import FLAG_ONEWAY, Command
+from pymq.protocol.frame import FrameDecoder, encode_bytes
 from pymq.protocol.message import decode_message
-from pymq.protocol.record import iter_spans
+from pymq.protocol.record import encode_properties, encode_record, iter_spans
 from pymq.protocol.requests import EndTransactionRequest
 from pymq.protocol.transaction import TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE
 from pymq.testing import FakeClock, LocalCluster, capture_logs
-from tests.helpers import wait_until, wait_until_sync
+from pymq.transport.codec import default_codec
+from pymq.transport.connection import Connection
+from tests.helpers import RecordingTransport, wait_until, wait_until_sync
 
 pytestmark = pytest.mark.integration
 
@@ -580,3 +586,47 @@ async def test_a_half_message_cannot_claim_another_ones_origin(cluster: LocalClu
         assert end("evil-p", evil_half, TRANSACTION_ROLLBACK_TYPE) == "rollback"
         assert end("tx-p", half, TRANSACTION_COMMIT_TYPE) == "commit"
     assert [m.body for m in stored(cluster, "orders")] == [b"victim"]
+
+
+async def test_a_oneway_end_transaction_is_applied_after_the_answers_of_its_read(cluster: LocalCluster) -> None:
+    """A producer's END_TRANSACTION and its next half message arrive in one read (the producer
+    sends them in one write): the half message is answered first, the commit follows in the same
+    loop pass; an END_TRANSACTION that asks for an answer is applied before it is answered."""
+    broker = cluster.brokers[0]
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", never) as producer:
+        first = await producer.send_half(Message("orders", b"first"))
+        second = await producer.send_half(Message("orders", b"second"))
+    conn = Connection(broker.dispatcher, default_codec(16 << 20), server_side=True)
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+
+    def end(half: SendResult, oneway: bool) -> Command:
+        cmd = broker_api.end_transaction(
+            "tx-p",
+            half.queue_offset,
+            half.commit_log_offsets[0],
+            TRANSACTION_COMMIT_TYPE,
+            msg_id=half.msg_id,
+            topic="orders",
+        )
+        cmd.opaque = next(opaques)
+        if oneway:
+            cmd.flags |= FLAG_ONEWAY
+        return cmd
+
+    opaques = iter(range(1, 100))
+    half = encode_record(b"orders", b"next", encode_properties({"TRAN_MSG": "true", "PGROUP": "tx-p"}))
+    nxt = broker_api.send_message("orders", 0, "tx-p", half)
+    nxt.opaque = 50
+    conn.data_received(encode_bytes(end(first, oneway=True)) + encode_bytes(nxt))
+    answers = [c for chunk in transport.calls for c in FrameDecoder(16 << 20).feed(chunk)]
+    assert [(a.opaque, a.code) for a in answers] == [(50, ResponseCode.SUCCESS)]
+    assert stored(cluster, "orders") == []  # not committed yet
+    await asyncio.sleep(0)
+    assert [m.body for m in stored(cluster, "orders")] == [b"first"]
+    # Asked for an answer: applied first, its outcome in the remark.
+    conn.data_received(encode_bytes(end(second, oneway=False)))
+    answers = [c for chunk in transport.calls[1:] for c in FrameDecoder(16 << 20).feed(chunk)]
+    assert [a.remark for a in answers] == ["commit"]
+    assert sorted(m.body for m in stored(cluster, "orders")) == [b"first", b"second"]
+    conn.connection_lost(None)

@@ -69,6 +69,29 @@ async def test_writes_of_one_tick_outside_a_read_share_a_write() -> None:
     assert len(transport.calls) == 3
 
 
+async def test_a_shared_oneway_waits_for_the_next_request_of_its_tick() -> None:
+    """``send_oneway_now(share=True)`` (a producer's END_TRANSACTION) is held even as the tick's first
+    write: the request written after it in the same tick (the next half message) goes in the same call."""
+    conn, transport = _connection(server_side=False)
+    assert conn.send_oneway_now(Command(ECHO, 0, 0, None, {}, b"end"), share=True)
+    assert transport.calls == []
+    request = conn.send_request(Command(ECHO, 0, 0, None, {}, b"next"), 5)  # (as the producer's task goes on)
+    assert request is not None and transport.calls == []
+    await asyncio.sleep(0)  # the tick's flush
+    assert len(transport.calls) == 1
+    sent = _decoded(transport.calls)
+    assert [c.body_bytes() for c in sent] == [b"end", b"next"] and sent[0].is_oneway
+    conn.data_received(encode_bytes(sent[1].response(body=b"ok")))
+    assert (await request).body_bytes() == b"ok"
+    # Alone, a shared oneway still goes out with that flush.
+    assert conn.send_oneway_now(Command(ECHO, 0, 0, None, {}, b"last"), share=True)
+    await asyncio.sleep(0)
+    assert [c.body_bytes() for c in _decoded(transport.calls[1:])] == [b"last"]
+    # Without ``share`` it is the tick's first write: out at once.
+    assert conn.send_oneway_now(Command(ECHO, 0, 0, None, {}, b"now"))
+    assert [c.body_bytes() for c in _decoded(transport.calls[2:])] == [b"now"]
+
+
 async def test_answers_finished_outside_a_read_go_out_together_on_the_next_tick() -> None:
     """A server holds answers finished by one event (an ACK releasing SYNC_MASTER sends, a group
     commit) for the tick's end: one write for all of them, in order, however many there are."""

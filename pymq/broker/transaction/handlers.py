@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from functools import partial
@@ -35,7 +36,22 @@ class TransactionHandlers:
 
     def end_transaction(self, cmd: Command, channel: Channel) -> Command | None:
         h = EndTransactionRequest.from_ext(cmd.ext)
-        outcome = self.transactions().end_transaction(h)
+        if cmd.is_oneway:  # as in RocketMQ
+            # Applied once the answers to this read's other requests are out, as RocketMQ applies it
+            # on an executor of its own: a producer sends its next half message right behind its
+            # END_TRANSACTION (often in one write), and that answer need not wait for the commit's
+            # two puts, which then overlap the producer's work. (No order is promised between a
+            # oneway END_TRANSACTION and later requests, in RocketMQ either.)
+            asyncio.get_running_loop().call_soon(self._end, h, channel)
+            return None
+        return cmd.response(remark=self._end(h, channel))  # a caller that asked for an answer gets one
+
+    def _end(self, h: EndTransactionRequest, channel: Channel) -> str:
+        try:
+            outcome = self.transactions().end_transaction(h)
+        except Exception:  # (a scheduled callback: nothing above it would log this)
+            log.exception("end_transaction_failed", group=h.producer_group, msg_id=h.msg_id)
+            return "failed"
         if debug_enabled():  # (its fields are built only when someone reads them: this runs per transaction)
             log.debug(
                 "end_transaction",
@@ -45,8 +61,7 @@ class TransactionHandlers:
                 from_check=h.from_transaction_check,
                 peer=channel.remote_addr,
             )
-        # Oneway, as in RocketMQ; a caller that asked for an answer gets one.
-        return None if cmd.is_oneway else cmd.response(remark=outcome)
+        return outcome
 
     def pending(self, cmd: Command, channel: Channel) -> Command:
         h = PendingHalfMessagesRequest.from_ext(cmd.ext)
