@@ -137,6 +137,10 @@ class PutHook(Protocol):
     then answers all such hooks with one search of the record's properties per send instead
     of a ``wants`` call per hook (see :meth:`PutPath.put`). ``wants`` must still answer the same.
 
+    A hook whose segments on some topics are final (no later hook may want them: the half
+    messages of transactions, stripped of what would delay them) names those topics in a
+    ``settled_topics`` attribute: a request it moved entirely there skips the later hooks.
+
     A hook may also have ``rewrite_split(topic, queue_id, data, split)``: ``rewrite`` given the
     batch's :meth:`MessageStore.split`, whose valid records it need not parse and check again
     (see :func:`move_valid_records`); the path calls it instead of ``rewrite`` when it has the split.
@@ -179,6 +183,8 @@ class PutPath:
                 needles.extend(n for n in declared if n not in needles)
         #: the hooks' ``rewrite_split`` (None: the hook has none), by position
         self._split_rewrites = tuple(getattr(hook, "rewrite_split", None) for hook in self._hooks)
+        #: the topics whose segments each hook makes final (its ``settled_topics``), by position
+        self._settled = tuple(frozenset(getattr(hook, "settled_topics", ())) for hook in self._hooks)
         #: every needle of the hooks that declare theirs, for the batches' scan (one per needle)
         self._needles = tuple(needles)
         #: the same as one search, for single records (one call however many hooks)
@@ -254,18 +260,27 @@ class PutPath:
         store = self.store
         segments: list[Segment] | None = None
         splits: list[SplitBatch | None] = []
-        for hook, rewrite_split in zip(self.hooks, self._split_rewrites, strict=True):
+        #: topics whose segments no later hook sees (the ``settled_topics`` of the hooks that ran)
+        final: frozenset[str] = frozenset()
+        for hook, rewrite_split, settled in zip(self.hooks, self._split_rewrites, self._settled, strict=True):
             if segments is None:
                 if hook.wants(data, split):
                     if rewrite_split is not None:
                         segments = rewrite_split(topic, queue_id, data, split)
                     else:
                         segments = hook.rewrite(topic, queue_id, data)
+                    if settled and all(seg[0] in settled for seg in segments):
+                        return segments, [None] * len(segments)  # (a half message: no later hook applies)
                     splits = [split if seg[2] is data and seg[0] == topic else None for seg in segments]
+                    final = settled
                 continue
             new_segments: list[Segment] = []
             new_splits: list[SplitBatch | None] = []
             for seg, seg_split in zip(segments, splits, strict=True):
+                if seg[0] in final:
+                    new_segments.append(seg)
+                    new_splits.append(seg_split)
+                    continue
                 if seg_split is None:
                     seg_split = store.split(seg[0], seg[2])
                 if not hook.wants(seg[2], seg_split):
@@ -277,6 +292,7 @@ class PutPath:
                     new_segments.append(moved)
                     new_splits.append(seg_split if moved[2] is seg[2] and moved[0] == seg[0] else None)
             segments, splits = new_segments, new_splits
+            final |= settled
         return None if segments is None else (segments, splits)
 
 

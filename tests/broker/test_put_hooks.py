@@ -140,3 +140,32 @@ def test_hooks_without_needles_are_still_asked_and_hooks_can_be_replaced() -> No
     assert res[0].topic == "T"
     res = path.put("T", 1, rec("T", b"later", b"DELAY\x011\x02"))
     assert res[0].topic == SCHEDULE_TOPIC
+
+
+class Asked(Upper):
+    """:class:`Upper` that counts what it is asked."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def wants(self, data: bytes, split: SplitBatch) -> bool:
+        self.asked += 1
+        return super().wants(data, split)
+
+
+def test_a_request_moved_entirely_to_settled_topics_skips_the_later_hooks() -> None:
+    """The transaction hook's half messages are final (``settled_topics``): no later hook sees them
+    (this one would move the first record: its body starts with "UP"); a record left on its topic
+    still goes through the later hooks."""
+    from pymq.broker.transaction.hook import HALF_TOPIC, TransactionHook
+
+    store = FakeStore()
+    later = Asked()
+    path = PutPath(store, [TransactionHook(), later])  # type: ignore[arg-type]
+    half = rec("T", b"UP but a half message", b"TRAN_MSG\x01true\x02PGROUP\x01g\x02")
+    res = path.put("T", 1, half)
+    assert [(t, q) for t, q, _ in store.calls[0]] == [(HALF_TOPIC, 0)] and later.asked == 0
+    assert [r.topic for r in res] == [HALF_TOPIC]
+    res = path.put("T", 1, half + rec("T", b"UPx"))
+    assert [(t, q) for t, q, _ in store.calls[1]] == [(HALF_TOPIC, 0), ("UPPER", 9)] and later.asked == 1
+    assert [r.topic for r in res] == [HALF_TOPIC, "UPPER"]

@@ -69,6 +69,9 @@ class TransactionHook:
 
     #: ``wants`` is exactly "a record's properties contain this" (the put path scans once for all hooks)
     property_needles = (_TRAN,)
+    #: a half message is final: never delayed (what would delay it is stripped), and the half
+    #: topic is no priority topic, so the later hooks are not asked (see PutHook)
+    settled_topics = (HALF_TOPIC,)
 
     def wants(self, data: bytes, split: SplitBatch) -> bool:
         return any_property_contains(data, split, _TRAN)
