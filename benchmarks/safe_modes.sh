@@ -9,7 +9,8 @@
 # floor of that shape (repl_floor_bench.py at several client/master costs), pop + ack vs push
 # (pop_bench.py, beside a push consumer taking 32 a request: pop's shape), ACL + TLS vs plain
 # (single sends and batches of 64; ACL alone and TLS alone too; the bare TLS floor of a batch,
-# tls_floor_bench.py), transactional vs plain sync sends, SYNC_FLUSH vs the bare-server floor whose async
+# tls_floor_bench.py), transactional vs plain sync sends (two alternating pairs, and txn_floor_bench.py
+# in one cluster), SYNC_FLUSH vs the bare-server floor whose async
 # rate matches pymq's ASYNC_FLUSH rate (sync_floor_bench.py at several --work-us), and the
 # Spark source vs its zero-work source. Needs .venv with '.[dev]'; the peers as
 # ../shared/bench/peers/README.md says (skipped when missing); java for the Spark row.
@@ -39,8 +40,13 @@ for r in $(seq "$rounds"); do
     # (the floor of that shape: bare uvloop client and server, one 70 KB frame a round trip)
     run "tls-floor-$r"    $py benchmarks/tls_floor_bench.py --seconds 3 --rounds 3 \
         --work-us 0 200 0 --server-work-us 0 0 200 --pairs --json
+    # (two pairs, alternating: one pair swings by 0.2 on this machine; the summary takes their sums)
     run "sync-$r"         $bench producer --embedded --quiet --json --count 10000
     run "txn-$r"          $bench producer --embedded --quiet --json --count 10000 --mode transaction
+    run "sync-b-$r"       $bench producer --embedded --quiet --json --count 10000
+    run "txn-b-$r"        $bench producer --embedded --quiet --json --count 10000 --mode transaction
+    # (and both in one cluster, interleaved three times: plain, the protocol's shape, transactions)
+    run "txn-floor-$r"    $py benchmarks/txn_floor_bench.py --count 4000 --rounds 3 --json
     run "flush-async-$r"  $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush ASYNC_FLUSH
     run "flush-sync-$r"   $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush SYNC_FLUSH
     run "floor-$r"        $py benchmarks/sync_floor_bench.py --work-us 10 30 60 100 --sync-by syncer --dir "$out" --json

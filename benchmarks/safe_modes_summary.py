@@ -119,10 +119,22 @@ def ratios(out: Path, r: int) -> list[tuple[str, float | None, str, float]]:
         ("batch-acl-tls", "batch", "ACL + TLS batches of 64 / plain", 0.75),
         ("batch-acl", "batch", "(ACL alone, batches / plain)", 0.0),
         ("batch-tls", "batch", "(TLS alone, batches / plain)", 0.0),
-        ("txn", "sync", "transactional / plain sync sends", 0.7),
     ):
         a, b = rate(out, f"{safe}-{r}"), rate(out, f"{plain}-{r}")
         rows.append((label, div(a, b), f"{fmt(a)} vs {fmt(b)} msgs/s", aim))
+    # Two alternating pairs of runs (sync, txn, sync, txn): the ratio of their sums.
+    txns = [rate(out, f"{name}-{r}") for name in ("txn", "txn-b")]
+    syncs = [rate(out, f"{name}-{r}") for name in ("sync", "sync-b")]
+    txn, sync = sum(v for v in txns if v) or None, sum(v for v in syncs if v) or None
+    figures = " + ".join(fmt(v) for v in txns) + " vs " + " + ".join(fmt(v) for v in syncs) + " msgs/s"
+    rows.append(("transactional / plain sync sends", div(txn, sync), figures, 0.7))
+    floor = load(out, f"txn-floor-{r}") or {}
+    plain_rate = floor.get("plain")
+    for key, label in (
+        ("transaction", "(the same, in one cluster, interleaved: txn_floor_bench.py)"),
+        ("send+oneway2", "(send + a oneway batch of two: the protocol's shape, no transaction work)"),
+    ):
+        rows.append((label, div(floor.get(key), plain_rate), f"{fmt(floor.get(key))} vs {fmt(plain_rate)} msgs/s", 0.0))
     # The TLS floor (tls_floor_bench.py: bare uvloop, one frame of a 64-message batch a round trip)
     # at the client/server cost whose plain frame rate is nearest pymq's plain batches a second.
     batches = div(rate(out, f"batch-{r}"), 64.0)
