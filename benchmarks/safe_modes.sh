@@ -29,6 +29,8 @@ for r in $(seq "$rounds"); do
     run "repl-floor-$r"   $py benchmarks/repl_floor_bench.py --seconds 3 --rounds 2 \
         --work-us 0 20 40 70 --server-work-us 0 20 40 70 --pairs --json
     run "pop-$r"          $py benchmarks/pop_bench.py --messages 20000 --json
+    # (the floor of pop + ack each: one empty request a round trip, one in flight)
+    run "pop-floor-$r"    $py benchmarks/pop_floor_bench.py 1
     run "single-$r"       $bench producer --embedded --quiet --json --count 20000
     run "single-acl-tls-$r" $bench producer --embedded --quiet --json --count 20000 --acl --tls
     run "single-acl-$r"   $bench producer --embedded --quiet --json --count 20000 --acl

@@ -104,6 +104,17 @@ def ratios(out: Path, r: int) -> list[tuple[str, float | None, str, float]]:
         ("pop_ack_many", "pop + ack_many / push", 0.5),
     ):
         rows.append((label, div(pop.get(key), push), f"{fmt(pop.get(key))} vs {fmt(push)} msgs/s", aim))
+        if key == "pop_ack":
+            # its floor: an ack awaited per message is at least one round trip per message
+            trip = (load(out, f"pop-floor-{r}") or {}).get("1", {}).get("requests_per_s")
+            rows.append(
+                (
+                    "(one empty request a round trip, one in flight: pop + ack each's floor / push)",
+                    div(trip, push),
+                    f"{fmt(trip)} requests/s vs {fmt(push)} msgs/s (pop_floor_bench.py 1)",
+                    0.0,
+                )
+            )
     # the floor of pop's shape: a push consumer taking at most 32 a request, as a pop does
     push32 = pop.get("push32")
     rows.append(
