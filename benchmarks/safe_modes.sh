@@ -42,6 +42,9 @@ for r in $(seq "$rounds"); do
     # (the floor of that shape: bare uvloop client and server, one 70 KB frame a round trip)
     run "tls-floor-$r"    $py benchmarks/tls_floor_bench.py --seconds 3 --rounds 3 \
         --work-us 0 200 0 --server-work-us 0 0 200 --pairs --json
+    # (and of single sends: one 1,200-byte frame a round trip, at per-send costs near pymq's)
+    run "tls-floor-single-$r" $py benchmarks/tls_floor_bench.py --seconds 3 --rounds 2 --frame-bytes 1200 \
+        --work-us 0 40 60 --server-work-us 0 50 60 --pairs --json
     # (two pairs, alternating: one pair swings by 0.2 on this machine; the summary takes their sums)
     run "sync-$r"         $bench producer --embedded --quiet --json --count 10000
     run "txn-$r"          $bench producer --embedded --quiet --json --count 10000 --mode transaction

@@ -146,18 +146,23 @@ def ratios(out: Path, r: int) -> list[tuple[str, float | None, str, float]]:
         ("send+oneway2", "(send + a oneway batch of two: the protocol's shape, no transaction work)"),
     ):
         rows.append((label, div(floor.get(key), plain_rate), f"{fmt(floor.get(key))} vs {fmt(plain_rate)} msgs/s", 0.0))
-    # The TLS floor (tls_floor_bench.py: bare uvloop, one frame of a 64-message batch a round trip)
-    # at the client/server cost whose plain frame rate is nearest pymq's plain batches a second.
-    batches = div(rate(out, f"batch-{r}"), 64.0)
-    tls_rows = [row for row in load(out, f"tls-floor-{r}") or [] if isinstance(row, dict)]
-    if tls_rows and batches:
-        t = min(tls_rows, key=lambda row: abs(float(row.get("plain_frames_per_s", 0)) - batches))
+    # The TLS floors (tls_floor_bench.py: bare uvloop, one frame a round trip) at the client/server
+    # cost whose plain frame rate is nearest pymq's plain rate: batches (a frame of 64 messages) and
+    # single sends.
+    for name, pymq_rate, what in (
+        ("tls-floor", div(rate(out, f"batch-{r}"), 64.0), "batches"),
+        ("tls-floor-single", rate(out, f"single-{r}"), "single sends"),
+    ):
+        tls_rows = [row for row in load(out, f"{name}-{r}") or [] if isinstance(row, dict)]
+        if not tls_rows or not pymq_rate:
+            continue
+        t = min(tls_rows, key=lambda row: abs(float(row.get("plain_frames_per_s", 0)) - pymq_rate))
         rows.append(
             (
-                "(TLS floor: bare uvloop, same frames, tls / plain)",
+                f"(TLS floor of {what}: bare uvloop, same frames, tls / plain)",
                 t.get("tls_vs_plain"),
                 f"{fmt(t.get('tls_frames_per_s'))} vs {fmt(t.get('plain_frames_per_s'))} frames/s "
-                f"(pymq {fmt(batches)} batches/s); --work-us {fmt(t.get('work_us'))} "
+                f"(pymq {fmt(pymq_rate)} {what}/s); --work-us {fmt(t.get('work_us'))} "
                 f"--server-work-us {fmt(t.get('server_work_us'))}",
                 0.0,
             )

@@ -253,7 +253,7 @@ class BrokerApp:
             QueryHandlers(store=store),
             TimerHandlers(timer=self.timer, role=self.role),
             LockHandlers(locks=self.locks),
-            self.transaction.handlers(),
+            self.transaction.handlers(writable=lambda: self.role.current.writable),
             AdminHandlers(
                 store=store,
                 topics=self.topics,

@@ -75,8 +75,9 @@ class Transactions:
     def maybe_service(self) -> TransactionalMessageService | None:
         return self._service
 
-    def handlers(self) -> TransactionHandlers:
-        return TransactionHandlers(transactions=self.service)
+    def handlers(self, *, writable: Callable[[], bool]) -> TransactionHandlers:
+        """The request handlers; ``writable``: whether the broker takes writes now (its role)."""
+        return TransactionHandlers(transactions=self.service, writable=writable)
 
     def acl_resolvers(self) -> dict[int, Resolver]:
         """END_TRANSACTION without a topic is checked on its half message's topic (RocketMQ 4 clients)."""

@@ -24,9 +24,14 @@ debug_enabled = partial(log.stdlib.isEnabledFor, logging.DEBUG)
 
 
 class TransactionHandlers:
-    def __init__(self, *, transactions: Callable[[], TransactionalMessageService]) -> None:
+    def __init__(
+        self, *, transactions: Callable[[], TransactionalMessageService], writable: Callable[[], bool]
+    ) -> None:
         #: the broker's current transaction service (a role change makes a new one: read it per request)
         self.transactions = transactions
+        #: whether the broker takes writes now (the role gate refused the request otherwise; a
+        #: deferred commit checks again: a fence or demotion may have come in between)
+        self.writable = writable
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -42,16 +47,22 @@ class TransactionHandlers:
             # END_TRANSACTION (often in one write), and that answer need not wait for the commit's
             # two puts, which then overlap the producer's work. (No order is promised between a
             # oneway END_TRANSACTION and later requests, in RocketMQ either.)
-            asyncio.get_running_loop().call_soon(self._end, h, channel)
+            asyncio.get_running_loop().call_soon(self._end_later, h, channel)
             return None
         return cmd.response(remark=self._end(h, channel))  # a caller that asked for an answer gets one
 
-    def _end(self, h: EndTransactionRequest, channel: Channel) -> str:
+    def _end_later(self, h: EndTransactionRequest, channel: Channel) -> None:
+        """:meth:`_end` of a oneway END_TRANSACTION, in its own loop callback."""
+        if not self.writable():  # fenced or demoted since it was read: the check-back resolves it
+            log.warning("end_transaction_not_applied", reason="not a writable master", msg_id=h.msg_id)
+            return
         try:
-            outcome = self.transactions().end_transaction(h)
+            self._end(h, channel)
         except Exception:  # (a scheduled callback: nothing above it would log this)
             log.exception("end_transaction_failed", group=h.producer_group, msg_id=h.msg_id)
-            return "failed"
+
+    def _end(self, h: EndTransactionRequest, channel: Channel) -> str:
+        outcome = self.transactions().end_transaction(h)
         if debug_enabled():  # (its fields are built only when someone reads them: this runs per transaction)
             log.debug(
                 "end_transaction",
