@@ -139,7 +139,7 @@ class PutHook(Protocol):
 
     A hook whose segments on some topics are final (no later hook may want them: the half
     messages of transactions, stripped of what would delay them) names those topics in a
-    ``settled_topics`` attribute: a request it moved entirely there skips the later hooks.
+    ``settled_topics`` attribute: the later hooks never see those segments (nor split them).
 
     A hook may also have ``rewrite_split(topic, queue_id, data, split)``: ``rewrite`` given the
     batch's :meth:`MessageStore.split`, whose valid records it need not parse and check again
@@ -260,7 +260,8 @@ class PutPath:
         store = self.store
         segments: list[Segment] | None = None
         splits: list[SplitBatch | None] = []
-        #: topics whose segments no later hook sees (the ``settled_topics`` of the hooks that ran)
+        #: topics whose segments no later hook sees (the ``settled_topics`` of the hooks that ran: a
+        #: half message skips the later hooks and their split)
         final: frozenset[str] = frozenset()
         for hook, rewrite_split, settled in zip(self.hooks, self._split_rewrites, self._settled, strict=True):
             if segments is None:
@@ -269,8 +270,6 @@ class PutPath:
                         segments = rewrite_split(topic, queue_id, data, split)
                     else:
                         segments = hook.rewrite(topic, queue_id, data)
-                    if settled and all(seg[0] in settled for seg in segments):
-                        return segments, [None] * len(segments)  # (a half message: no later hook applies)
                     splits = [split if seg[2] is data and seg[0] == topic else None for seg in segments]
                     final = settled
                 continue
