@@ -40,10 +40,11 @@ from pymq.transport.client import RpcClient
 class BareSlave(asyncio.Protocol):
     """Joins holding nothing, then ACKs the end of what each read brought (stores nothing)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ended: asyncio.Future[None]) -> None:
         self.decoder = codec.FrameDecoder()
         self.held: int | None = None
         self.transport: asyncio.Transport | None = None
+        self.ended = ended
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -60,7 +61,8 @@ class BareSlave(asyncio.Protocol):
             self.transport.write(codec.encode_ack(self.held))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        asyncio.get_running_loop().stop()
+        if not self.ended.done():
+            self.ended.set_result(None)
 
 
 def run_slave(ha: str) -> None:
@@ -68,13 +70,11 @@ def run_slave(ha: str) -> None:
 
     async def main() -> None:
         host, _, port = ha.rpartition(":")
-        await asyncio.get_running_loop().create_connection(BareSlave, host, int(port))
-        await asyncio.Event().wait()
+        ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        await asyncio.get_running_loop().create_connection(lambda: BareSlave(ended), host, int(port))
+        await ended
 
-    try:
-        uvloop.run(main())
-    except RuntimeError:  # (the loop stopped when the master closed the link)
-        pass
+    uvloop.run(main())
 
 
 def voluntary_switches(pid: int) -> int:
@@ -124,6 +124,10 @@ class Setup:
             spent["sleeps"] = spent.get("sleeps", 0.0) + sign * voluntary_switches(self.master.pid)
 
         r = await load(self.ns.address, self.master.address, args.producers, args.seconds, 1024, window)
+        if self.slave is not None and not self.slave.is_alive():
+            raise RuntimeError(f"the bare slave exited ({self.slave.exitcode}) during the load")
+        if r["not_send_ok"]:
+            raise RuntimeError(f"{r['not_send_ok']} sends not SEND_OK in mode {self.mode} (slave out of sync?)")
         n = max(1, r["messages"])
         out = {"msgs_per_s": r["msgs_per_s"], "master_sleeps_per_msg": round(spent.pop("sleeps") / n, 2)}
         out.update({f"{role}_cpu_us_per_msg": round(s / n * 1e6, 1) for role, s in spent.items()})

@@ -53,7 +53,7 @@ async def _side(sock: socket.socket, starts: bool, round_trips: int) -> tuple[fl
     await loop.create_connection(lambda: _Echo(starts, round_trips, done if starts else None), sock=sock)
     if not starts:
         await asyncio.Event().wait()  # echoes until killed
-    await done
+    await asyncio.wait_for(done, 120)  # (the echoing side died: a timeout, not a hang)
     return time.perf_counter() - t0, time.process_time() - c0
 
 
@@ -63,10 +63,12 @@ def main() -> None:
     n = ap.parse_args().round_trips
     a, b = socket.socketpair()
     pid = os.fork()
-    if pid == 0:  # the echoing side
-        a.close()
-        uvloop.run(_side(b, False, n))
-        os._exit(0)
+    if pid == 0:  # the echoing side: never returns into the caller's code
+        try:
+            a.close()
+            uvloop.run(_side(b, False, n))
+        finally:
+            os._exit(1)
     b.close()
     try:
         wall, cpu = uvloop.run(_side(a, True, n))
