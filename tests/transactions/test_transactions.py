@@ -630,3 +630,46 @@ async def test_a_oneway_end_transaction_is_applied_after_the_answers_of_its_read
     assert [a.remark for a in answers] == ["commit"]
     assert sorted(m.body for m in stored(cluster, "orders")) == [b"first", b"second"]
     conn.connection_lost(None)
+
+
+async def test_a_check_round_reads_only_the_half_messages_still_waiting(
+    clocked: LocalCluster, clock: FakeClock
+) -> None:
+    """A round skips, unread, every half message resolved since the last one (a busy broker's round
+    costs what waits, not what arrived), and still finds the waiting ones and their put-back copies."""
+    cluster = clocked
+    broker = cluster.brokers[0]
+    store = broker.store
+    assert store is not None
+    tx = broker.transaction.service()
+    tx.refresh()
+    read: list[int] = []
+    get_messages = store.get_messages
+
+    def counting(group: str, topic: str, queue_id: int, offset: int, count: int, *args: object, **kw: object):
+        res = get_messages(group, topic, queue_id, offset, count, *args, **kw)  # type: ignore[arg-type]
+        if topic == HALF_TOPIC:
+            read.extend(pos for buf in res.buffers for pos, _ in iter_spans(buf))
+        return res
+
+    store.get_messages = counting  # type: ignore[method-assign]
+    waiting = {10, 25, 26, 49}
+    async with TransactionProducer(cluster.namesrv_addr, "tx-p", lambda m: UNKNOWN) as producer:
+        halves = [await producer.send_half(Message("orders", str(i).encode())) for i in range(50)]
+        for i, half in enumerate(halves):
+            if i not in waiting:
+                await producer.end_transaction(half, COMMIT if i % 2 else ROLLBACK)
+        await wait_until(lambda: tx.commits + tx.rollbacks == 46, what="46 outcomes")
+        read.clear()
+        assert sorted(e.queue_offset for e in tx.waiting()) == sorted(halves[i].queue_offset for i in waiting)
+        assert len(read) == len(waiting)  # three runs read: 10, 25-26, 49
+        age(clock, 1.0)  # their timeout: each is put back (a copy at the queue's end) and checked
+        assert check_round(broker) == len(waiting)
+        await producer.end_transaction(halves[25], COMMIT)  # one outcome after its copy was made
+        await wait_until(lambda: tx.commits == 24, what="the late commit")
+        read.clear()
+        assert sorted(e.origin for e in tx.waiting()) == sorted(halves[i].queue_offset for i in waiting - {25})
+        assert len(read) == len(waiting)  # the four copies: none of them is an origin
+    assert sorted(m.body for m in stored(cluster, "orders")) == sorted(
+        str(i).encode() for i in range(50) if i % 2 and i not in waiting - {25}
+    )
