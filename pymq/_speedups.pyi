@@ -108,6 +108,14 @@ def stored_to_message_decoder(buf: Buffer, /) -> bytes | NotImplementedType: ...
 def stored_scan(
     buf: Buffer, start: int, limit: int, base: int, check_crc: bool, max_records: int, /
 ) -> tuple[list[tuple[int, int, int, int, int, int, int]], int, bool] | NotImplementedType: ...
+def dispatch_scan(
+    buf: Buffer,
+    delta: int,
+    base: int,
+    records: list[tuple[int, int, int, int, int, int, int]],
+    topics: dict[bytes, tuple[str, int]],
+    /,
+) -> tuple[list[tuple[str, int, int, bytes]], list[tuple[int, list[tuple[int, int]]]]] | NotImplementedType: ...
 def set_decode_error(cls: type[Exception]) -> None: ...
 
 class Syncer:

@@ -20,6 +20,7 @@ static PyMethodDef methods[] = {
     {"unpack_records", unpack_records, METH_O, unpack_records_doc},
     {"record_columns", record_columns, METH_O, record_columns_doc},
     {"stored_scan", (PyCFunction)(void (*)(void))stored_scan, METH_FASTCALL, stored_scan_doc},
+    {"dispatch_scan", (PyCFunction)(void (*)(void))dispatch_scan, METH_FASTCALL, dispatch_scan_doc},
     {"record_string_columns", record_string_columns, METH_O, record_string_columns_doc},
     {"crc32", crc32_py, METH_VARARGS, crc32_doc},
     {"crc32_table", crc32_table_py, METH_VARARGS, crc32_table_doc},

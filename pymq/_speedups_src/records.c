@@ -422,6 +422,227 @@ PyObject *property_codes_one(PyObject *self, PyObject *const *args, Py_ssize_t n
     return Py_BuildValue("(kN)", (unsigned long)tags_code, entries);
 }
 
+/* --- dispatch_scan (a slave's replicated records: their consume-queue runs and index entries) ---- */
+
+/* One open run of consecutive queue offsets of one queue, its packed entries growing. */
+typedef struct {
+    PyObject *topic; /* strong */
+    long qid;
+    int64_t first, next;
+    unsigned char *buf;
+    Py_ssize_t len, cap;
+} cq_run;
+
+static int cq_run_add(cq_run *r, int64_t phys, int64_t size, uint32_t code) {
+    if (r->len + CQ_ENTRY_SIZE > r->cap) {
+        Py_ssize_t cap = r->cap ? 2 * r->cap : 16 * CQ_ENTRY_SIZE;
+        unsigned char *b = PyMem_Realloc(r->buf, (size_t)cap);
+        if (b == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        r->buf = b;
+        r->cap = cap;
+    }
+    unsigned char *p = r->buf + r->len;
+    wr_u64(p, (uint64_t)phys);
+    wr_u32(p + 8, (uint32_t)size);
+    wr_u64(p + 12, (uint64_t)code);
+    r->len += CQ_ENTRY_SIZE;
+    return 0;
+}
+
+/* Append run r to out as (topic, queue_id, first_queue_offset, entries) and empty it. */
+static int cq_run_emit(cq_run *r, PyObject *out) {
+    PyObject *t = Py_BuildValue("(OlLy#)", r->topic, r->qid, (long long)r->first, (const char *)r->buf, r->len);
+    if (t == NULL) return -1;
+    int rc = PyList_Append(out, t);
+    Py_DECREF(t);
+    r->len = 0;
+    return rc;
+}
+
+SPEEDUPS_DOC(dispatch_scan_doc,
+             "dispatch_scan(buf, delta, base, records, topics) -> (runs, index)\n"
+             "Dispatcher.scan_stored_py: what stored records add to their consume queues and the index.\n"
+             "records: stored_scan's tuples, positions counted from buf[delta] (physical offset base). topics\n"
+             "maps a record's raw topic to (topic, prefix_crc). runs: (topic, queue_id, first_queue_offset,\n"
+             "entries) per run of consecutive offsets of one queue; index: (store_ts, [(hash, phys), ...]) per\n"
+             "run of records of one store time with keys. NotImplemented for a topic not in topics or with a\n"
+             "prefix_crc < 0 (its own tags rule), or anything else it does not handle.");
+
+PyObject *dispatch_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "dispatch_scan takes 5 arguments");
+        return NULL;
+    }
+    Py_ssize_t delta;
+    int64_t base;
+    PyObject *records = args[3], *topics = args[4];
+    if (!as_ssize(args[1], &delta) || !as_i64(args[2], &base) || delta < 0 || base < 0 ||
+        base > INT64_MAX / 2 || !PyList_CheckExact(records) || !PyDict_CheckExact(topics))
+        Py_RETURN_NOTIMPLEMENTED;
+    Py_buffer view;
+    if (!get_bytes_buffer(args[0], &view)) Py_RETURN_NOTIMPLEMENTED;
+    const unsigned char *d = (const unsigned char *)view.buf + (delta <= view.len ? delta : view.len);
+    Py_ssize_t n = delta <= view.len ? view.len - delta : 0;
+    /* records is copied (a tuple) before anything is allocated: an allocation may run a collection,
+     * and a finalizer could change the list */
+    PyObject *items = PyList_AsTuple(records);
+    PyObject *runs_out = PyList_New(0), *index_out = PyList_New(0);
+    PyObject *last_raw = NULL, *last_topic = NULL, *cur_list = NULL;
+    int64_t last_crc = 0, cur_ts = 0;
+    cq_run *runs = NULL;
+    Py_ssize_t nruns = 0, runs_cap = 0;
+    int unsupported = 0;
+    if (items == NULL || runs_out == NULL || index_out == NULL) goto fail;
+    Py_ssize_t count = PyTuple_GET_SIZE(items);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *t = PyTuple_GET_ITEM(items, i);
+        Py_ssize_t pos, size, topic_at, props_at;
+        long qid;
+        int64_t qoff, store_ts;
+        if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 7 || !as_ssize(PyTuple_GET_ITEM(t, 0), &pos) ||
+            !as_ssize(PyTuple_GET_ITEM(t, 1), &size) || !as_ssize(PyTuple_GET_ITEM(t, 2), &topic_at) ||
+            !as_ssize(PyTuple_GET_ITEM(t, 3), &props_at) || !as_i64(PyTuple_GET_ITEM(t, 5), &qoff) ||
+            !as_i64(PyTuple_GET_ITEM(t, 6), &store_ts) || !PyLong_CheckExact(PyTuple_GET_ITEM(t, 4))) {
+            unsupported = 1;
+            break;
+        }
+        qid = PyLong_AsLong(PyTuple_GET_ITEM(t, 4));
+        if (qid == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            unsupported = 1;
+            break;
+        }
+        if (pos < 0 || size < 0 || pos > n || size > n - pos || size > INT32_MAX || topic_at < pos ||
+            props_at < topic_at + 2 || props_at > pos + size) {
+            unsupported = 1;
+            break;
+        }
+        /* the topic: the last record's, else looked up (no bytes object per record of one topic) */
+        const unsigned char *raw = d + topic_at;
+        Py_ssize_t raw_len = props_at - 2 - topic_at;
+        if (last_raw == NULL || PyBytes_GET_SIZE(last_raw) != raw_len ||
+            memcmp(PyBytes_AS_STRING(last_raw), raw, (size_t)raw_len) != 0) {
+            PyObject *key = PyBytes_FromStringAndSize((const char *)raw, raw_len);
+            if (key == NULL) goto fail;
+            PyObject *known = PyDict_GetItemWithError(topics, key); /* borrowed */
+            if (known == NULL) {
+                Py_DECREF(key);
+                if (PyErr_Occurred()) goto fail;
+                unsupported = 1;
+                break;
+            }
+            int64_t crc;
+            if (!PyTuple_CheckExact(known) || PyTuple_GET_SIZE(known) != 2 ||
+                !PyUnicode_CheckExact(PyTuple_GET_ITEM(known, 0)) || !as_i64(PyTuple_GET_ITEM(known, 1), &crc) ||
+                crc < 0 || crc > 0xFFFFFFFFLL) {
+                Py_DECREF(key);
+                unsupported = 1;
+                break;
+            }
+            Py_XSETREF(last_raw, key);
+            Py_INCREF(PyTuple_GET_ITEM(known, 0));
+            Py_XSETREF(last_topic, PyTuple_GET_ITEM(known, 0));
+            last_crc = crc;
+        }
+        int64_t phys = base + pos;
+        /* tags code and index entries: into the current store time's list, or a new one */
+        PyObject *phys_obj = PyLong_FromLongLong((long long)phys);
+        if (phys_obj == NULL) goto fail;
+        PyObject *into = (cur_list != NULL && cur_ts == store_ts) ? cur_list : PyList_New(0);
+        if (into == NULL) {
+            Py_DECREF(phys_obj);
+            goto fail;
+        }
+        uint32_t tags_code = 0;
+        Py_ssize_t end = pos + size;
+        int rc = props_at < end ? record_codes(d + props_at, end - props_at, (uint32_t)last_crc, phys_obj, into,
+                                               &tags_code)
+                                : 0;
+        Py_DECREF(phys_obj);
+        if (into != cur_list) {
+            if (rc == 0 && PyList_GET_SIZE(into) > 0) {
+                PyObject *group = Py_BuildValue("(LO)", (long long)store_ts, into);
+                if (group == NULL || PyList_Append(index_out, group) < 0) {
+                    Py_XDECREF(group);
+                    Py_DECREF(into);
+                    goto fail;
+                }
+                Py_DECREF(group);
+                cur_list = into; /* borrowed from index_out from here on */
+                cur_ts = store_ts;
+            }
+            Py_DECREF(into);
+        }
+        if (rc < 0) goto fail;
+        /* the queue's open run: continued, or ended and a new one begun */
+        cq_run *r = NULL;
+        for (Py_ssize_t k = 0; k < nruns; k++) {
+            if (runs[k].topic == last_topic && runs[k].qid == qid) {
+                r = &runs[k];
+                break;
+            }
+        }
+        if (r != NULL && r->next != qoff) {
+            if (cq_run_emit(r, runs_out) < 0) goto fail;
+            r->first = qoff;
+        } else if (r == NULL) {
+            if (nruns == runs_cap) {
+                Py_ssize_t cap = runs_cap ? 2 * runs_cap : 8;
+                cq_run *grown = PyMem_Realloc(runs, (size_t)cap * sizeof(cq_run));
+                if (grown == NULL) {
+                    PyErr_NoMemory();
+                    goto fail;
+                }
+                runs = grown;
+                runs_cap = cap;
+            }
+            r = &runs[nruns++];
+            memset(r, 0, sizeof(*r));
+            Py_INCREF(last_topic);
+            r->topic = last_topic;
+            r->qid = qid;
+            r->first = qoff;
+        }
+        if (cq_run_add(r, phys, size, tags_code) < 0) goto fail;
+        r->next = qoff + 1;
+    }
+    if (unsupported) goto fail;
+    for (Py_ssize_t k = 0; k < nruns; k++) {
+        if (cq_run_emit(&runs[k], runs_out) < 0) goto fail;
+    }
+    PyObject *result = PyTuple_Pack(2, runs_out, index_out);
+    if (result == NULL) goto fail;
+    for (Py_ssize_t k = 0; k < nruns; k++) {
+        Py_DECREF(runs[k].topic);
+        PyMem_Free(runs[k].buf);
+    }
+    PyMem_Free(runs);
+    Py_DECREF(runs_out);
+    Py_DECREF(index_out);
+    Py_XDECREF(last_raw);
+    Py_XDECREF(last_topic);
+    Py_DECREF(items);
+    PyBuffer_Release(&view);
+    return result;
+fail:
+    for (Py_ssize_t k = 0; k < nruns; k++) {
+        Py_DECREF(runs[k].topic);
+        PyMem_Free(runs[k].buf);
+    }
+    PyMem_Free(runs);
+    Py_XDECREF(runs_out);
+    Py_XDECREF(index_out);
+    Py_XDECREF(last_raw);
+    Py_XDECREF(last_topic);
+    Py_XDECREF(items);
+    PyBuffer_Release(&view);
+    if (unsupported && !PyErr_Occurred()) Py_RETURN_NOTIMPLEMENTED;
+    return NULL;
+}
+
 /* --- unpack_record / unpack_records ------------------------------------------------------------ */
 
 /* The slice bounds of the record at pos (body_at, topic_at, props_at, end), its lengths checked;

@@ -17,7 +17,8 @@
  *               files share (the method functions and their docstrings, named in module.c's table)
  *   crc.c       the CRC: zlib's or a slice-by-8 table, PCLMULQDQ folding; crc32 / crc32_table
  *   records.c   record scanning: split_batch, any_property_contains, patch_broker_blocks,
- *               store_record (one record), property_codes(_one), unpack_record(s), record_columns,
+ *               store_record (one record), property_codes(_one), dispatch_scan (a slave's consume-queue
+ *               and index entries), unpack_record(s), record_columns,
  *               record_string_columns (the Spark connector's columns), set_decode_error,
  *               stored_scan (verifying stored records: recovery, replication)
  *   store.c     store entries: index_put (the index file), cq_entries (the consume queue)
@@ -35,7 +36,7 @@
 #include <string.h>
 
 /* Bumped (here and as ABI_VERSION in pymq/protocol/accelerator.py) when a function is added or changes its contract. */
-#define ABI_VERSION 9
+#define ABI_VERSION 10
 
 #define MAGIC 0x706D7131u
 #define BLANK_MAGIC 0xCBD43194u
@@ -155,11 +156,13 @@ PyObject *unpack_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 PyObject *unpack_records(PyObject *self, PyObject *buf);
 PyObject *record_columns(PyObject *self, PyObject *buf);
 PyObject *stored_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *dispatch_scan(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *record_string_columns(PyObject *self, PyObject *buf);
 PyObject *set_decode_error(PyObject *self, PyObject *cls);
 extern const char split_batch_doc[], any_property_contains_doc[], patch_broker_blocks_doc[], property_codes_doc[],
     unpack_record_doc[], unpack_records_doc[], record_columns_doc[], record_string_columns_doc[],
-    set_decode_error_doc[], store_record_doc[], property_codes_one_doc[], stored_scan_doc[];
+    set_decode_error_doc[], store_record_doc[], property_codes_one_doc[], stored_scan_doc[],
+    dispatch_scan_doc[];
 
 /* store.c */
 PyObject *index_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

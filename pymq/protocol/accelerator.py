@@ -27,7 +27,7 @@ except ImportError:  # built without a compiler: pure Python
     _speedups = None  # type: ignore[assignment]
 
 #: bumped with ABI_VERSION in pymq/_speedups_src/speedups.h whenever a function is added or changes its contract
-ABI_VERSION = 9
+ABI_VERSION = 10
 
 #: what the record, batch and index code call
 SPEEDUPS_FUNCTIONS = (

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from pymq.broker.store.commitlog import StoredRun
     from pymq.broker.store.consume_queue import ConsumeQueue
     from pymq.broker.store.index import IndexService
+    from pymq.protocol.record_batch import StoredRecord
 
 log = get_logger("broker.store")
 _limited = RateLimitedLog(log)
@@ -53,6 +54,10 @@ if _record.speedups is not None and {"ENTRY": CQ_ENTRY.format, "ENTRY_SIZE": CQ_
     _record.speedups.CQ_LAYOUT
 ):
     raise ImportError("pymq._speedups was built for another consume-queue layout: rebuild it (pip install -e .)")
+
+
+#: the accelerator's scan_stored (None without it)
+_dispatch_scan = getattr(_record.speedups, "dispatch_scan", None)
 
 
 def pack_entries(phys: list[int], sizes: list[int], tags_codes: list[int]) -> bytes:
@@ -93,10 +98,13 @@ class Dispatcher:
         self._tag_codes: dict[bytes, int] = {}
         #: topic -> crc32(b"topic#"), the index key prefix's crc (index hashes continue it)
         self._prefix_crcs: dict[str, int] = {}
+        #: a stored record's raw topic -> (topic, its prefix CRC, or -1: it has its own tags rule)
+        self._stored_topics: dict[bytes, tuple[str, int]] = {}
 
     def set_tags_rule(self, topic: str, rule: TagsRule) -> None:
         """Let ``rule(properties, store_ts)`` give the tags code of ``topic``'s entries (register before start)."""
         self.tags_rules[topic] = rule
+        self._stored_topics.clear()  # (the topic's -1 there: its records take scan_stored_py's way)
 
     def _prefix_crc(self, topic: str) -> int:
         prefix_crc = self._prefix_crcs.get(topic)
@@ -268,54 +276,86 @@ class Dispatcher:
 
         ``stored`` is what :meth:`pymq.broker.store.commitlog.CommitLog.append_raw` answered.
         Entries for queue offsets a queue already has are skipped (:meth:`ConsumeQueue.append`).
-        A queue's consecutive entries of the call go in one write, and index entries of one
-        store time in one put (the master wrote them so): a slave's cost per record is one
-        codes lookup and one packed entry, not a write of each.
+        A queue's consecutive entries of one file's records go in one write, and index entries of
+        one store time in one put (the master wrote them so): a slave's cost per record is one
+        codes lookup and one packed entry, not a write of each (:meth:`scan_stored`).
         """
+        touched: set[tuple[str, int]] = set()
+        for mf, delta, records in stored:
+            if not records:
+                continue
+            runs, index = self.scan_stored(mf.mm, delta, mf.file_from + delta, records)
+            for topic, qid, first, entries in runs:
+                self.queue_for(topic, qid).append(entries, first)
+                touched.add((topic, qid))
+            for store_ts, hashed in index:
+                self.put_index(hashed, store_ts)
+        return touched
+
+    def scan_stored(
+        self, buf: Any, delta: int, base: int, records: list[StoredRecord]
+    ) -> tuple[list[tuple[str, int, int, bytes]], list[tuple[int, list[tuple[int, int]]]]]:
+        """What stored records add (``records``: :func:`~pymq.protocol.record_batch.stored_scan`'s,
+        positions counted from ``buf[delta]``, whose physical offset is ``base``).
+
+        Returns ``(runs, index)``: ``(topic, queue id, first queue offset, packed entries)`` per run
+        of consecutive offsets of one queue, and ``(store time, [(hash, phys), ...])`` per run of
+        records of one store time that have index keys. The accelerator's copy when it has every
+        topic (and none has its own tags rule), else :meth:`scan_stored_py`.
+        """
+        scan = _dispatch_scan
+        if scan is not None:
+            fast = scan(buf, delta, base, records, self._stored_topics)
+            if fast is not NotImplemented:
+                return fast  # type: ignore[no-any-return]
+        return self.scan_stored_py(buf, delta, base, records)
+
+    def scan_stored_py(
+        self, buf: Any, delta: int, base: int, records: list[StoredRecord]
+    ) -> tuple[list[tuple[str, int, int, bytes]], list[tuple[int, list[tuple[int, int]]]]]:
+        """:meth:`scan_stored` in Python (the reference for the accelerator's; it also learns the topics)."""
         #: raw topic -> (topic, its index keys' prefix CRC, or -1: the topic has its own tags rule)
-        topics: dict[bytes, tuple[str, int]] = {}
+        topics = self._stored_topics
         #: (topic, queue id) -> [first queue offset, next queue offset, packed entries]
-        runs: dict[tuple[str, int], list[Any]] = {}
+        open_runs: dict[tuple[str, int], list[Any]] = {}
+        runs: list[tuple[str, int, int, bytes]] = []
+        index: list[tuple[int, list[tuple[int, int]]]] = []
         index_entries: list[tuple[int, int]] = []
         index_ts = 0
         rules = self.tags_rules
         pack = CQ_ENTRY.pack
-        for mf, delta, records in stored:
-            mm = mf.mm
-            base = mf.file_from + delta
-            for pos, size, topic_at, props_at, qid, qoff, store_ts in records:
-                raw = mm[delta + topic_at : delta + props_at - 2]
-                known = topics.get(raw)
-                if known is None:
-                    name = raw.decode(errors="replace")
-                    known = topics[raw] = (name, -1 if name in rules else self._prefix_crc(name))
-                topic, prefix_crc = known
-                phys = base + pos
-                props = mm[delta + props_at : delta + pos + size]
-                # (the accelerator reads bytes, not the mapping: the properties alone, as one "record")
-                fast = property_codes_one(props, 0, len(props), 0, phys, prefix_crc) if prefix_crc >= 0 else None
-                if fast is not None:
-                    tags_code, hashed = fast
-                else:
-                    tags_code = self.tags_code(topic, props, store_ts)
-                    hashed = [(h, phys) for h in self.index_hashes(topic, props)]
-                key = (topic, qid)
-                run = runs.get(key)
-                if run is not None and run[1] == qoff:
-                    run[2] += pack(phys, size, tags_code)
-                    run[1] = qoff + 1
-                else:
-                    if run is not None:
-                        self.queue_for(topic, qid).append(run[2], run[0])
-                    runs[key] = [qoff, qoff + 1, bytearray(pack(phys, size, tags_code))]
-                if hashed:
-                    if index_entries and store_ts != index_ts:
-                        self.put_index(index_entries, index_ts)
-                        index_entries = []
-                    index_entries += hashed
-                    index_ts = store_ts
-        for (topic, qid), (first, _, entries) in runs.items():
-            self.queue_for(topic, qid).append(entries, first)
+        for pos, size, topic_at, props_at, qid, qoff, store_ts in records:
+            raw = bytes(buf[delta + topic_at : delta + props_at - 2])
+            known = topics.get(raw)
+            if known is None:
+                name = raw.decode(errors="replace")
+                known = topics[raw] = (name, -1 if name in rules else self._prefix_crc(name))
+            topic, prefix_crc = known
+            phys = base + pos
+            props = bytes(buf[delta + props_at : delta + pos + size])
+            # (the accelerator reads bytes, not the mapping: the properties alone, as one "record")
+            fast = property_codes_one(props, 0, len(props), 0, phys, prefix_crc) if prefix_crc >= 0 else None
+            if fast is not None:
+                tags_code, hashed = fast
+            else:
+                tags_code = self.tags_code(topic, props, store_ts)
+                hashed = [(h, phys) for h in self.index_hashes(topic, props)]
+            key = (topic, qid)
+            run = open_runs.get(key)
+            if run is not None and run[1] == qoff:
+                run[2] += pack(phys, size, tags_code)
+                run[1] = qoff + 1
+            else:
+                if run is not None:
+                    runs.append((topic, qid, run[0], bytes(run[2])))
+                open_runs[key] = [qoff, qoff + 1, bytearray(pack(phys, size, tags_code))]
+            if hashed:
+                if index_entries and store_ts != index_ts:
+                    index.append((index_ts, index_entries))
+                    index_entries = []
+                index_entries += hashed
+                index_ts = store_ts
+        runs += [(topic, qid, first, bytes(entries)) for (topic, qid), (first, _, entries) in open_runs.items()]
         if index_entries:
-            self.put_index(index_entries, index_ts)
-        return set(runs)
+            index.append((index_ts, index_entries))
+        return runs, index

@@ -25,10 +25,10 @@ State: the half messages still waiting (``live``: the latest copy per origin), k
 date incrementally: each :meth:`refresh` reads the op records stored since the last one and,
 of the half records stored since, only those not resolved already (a first copy whose offset
 is a resolved origin is skipped unread), so a check round costs what waits, never a rescan
-of resolved messages (20,000 half messages, 1 % waiting: 123 ms before, 3.6 ms). Persisted in ``config/transactionOffset.json``: ``halfOffset`` (the
-oldest waiting copy: everything before it is resolved or superseded), ``opOffset`` and
-``horizon``. At start the op log is replayed from ``opOffset`` and the half queue read
-from ``halfOffset``.
+of resolved messages (20,000 half messages, 1 % waiting: 123 ms before, 3.6 ms).
+Persisted in ``config/transactionOffset.json``: ``halfOffset`` (the oldest waiting copy:
+everything before it is resolved or superseded), ``opOffset`` and ``horizon``. At start
+the op log is replayed from ``opOffset`` and the half queue read from ``halfOffset``.
 The op position only moves past op records whose origin is below every waiting message
 (the *horizon*): an origin below the horizon is resolved, whatever the op set remembers.
 """
