@@ -40,10 +40,14 @@ class ProducerEncoding:
         if not msg.topic:
             raise ClientError("message topic is empty")
 
-    def _encode(self, msg: Message, topic: bytes | None = None, born_ts: int = 0) -> tuple[bytes, str]:
+    def _encode(
+        self, msg: Message, topic: bytes | None = None, born_ts: int = 0, extra: bytes = b""
+    ) -> tuple[bytes, str]:
         """The record bytes and the unique id of one message.
 
         ``topic`` (the message's topic, encoded) and ``born_ts`` may be given once for a whole batch.
+        ``extra``: encoded properties appended after the message's own (a transactional producer's
+        half-message marks; none of their names may be among the message's properties).
         """
         assert self._ids is not None
         born_ts = born_ts or int(time.time() * 1000)
@@ -58,9 +62,9 @@ class ProducerEncoding:
                 body = packed
                 sys_flag |= SYSFLAG_COMPRESSED
         if msg.tags or msg.keys or msg.delay_level > 0 or msg.properties:
-            props = self._properties(msg, uniq)
+            props = self._properties(msg, uniq) + extra
         else:  # the common case: the unique key is the only property
-            props = b"UNIQ_KEY\x01" + uniq.encode() + b"\x02"
+            props = b"UNIQ_KEY\x01" + uniq.encode() + b"\x02" + extra
         topic_b = topic if topic is not None else msg.topic.encode()
         # The accelerator's encode_record directly when built (its Python wrapper takes keywords:
         # a call more per send); the wrapper when it is not, or declines (it then returns no bytes).

@@ -14,6 +14,9 @@ Part of the record module (with :mod:`pymq.protocol.record_batch`): the layout i
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+
 from pymq.errors import LocalProtocolError, MessageDecodeError
 from pymq.protocol import record as _record
 from pymq.protocol.record import BODY_POS, EMPTY_HOST, FIXED, MAGIC, Buffer, encode_record
@@ -51,6 +54,10 @@ def last_property(props: bytes, key: bytes) -> bytes | None:
     return props[start:] if end < 0 else props[start:end]
 
 
+#: the names of each key tuple strip_properties was given, as one search (a bounded cache)
+_searches: dict[tuple[bytes, ...], Callable[[bytes], object]] = {}
+
+
 def strip_properties(props: bytes, keys: tuple[bytes, ...]) -> bytes:
     """``props`` (encoded) without the properties named by ``keys`` (from :func:`property_keys`).
 
@@ -59,10 +66,12 @@ def strip_properties(props: bytes, keys: tuple[bytes, ...]) -> bytes:
     properties in their order, each ended by ``\\x02``. A result that is not empty always ends
     with ``\\x02``, so more properties can be appended to it.
     """
-    for key in keys:
-        if key in props:
-            break
-    else:  # none named: one substring search per name
+    search = _searches.get(keys)
+    if search is None:
+        if len(_searches) >= 64:
+            _searches.clear()
+        search = _searches[keys] = re.compile(b"|".join(re.escape(k) for k in keys)).search
+    if search(props) is None:  # none named: one search for them all
         return props if not props or props.endswith(b"\x02") else props + b"\x02"
     names = {k[:-1] for k in keys}
     kept = [item for item in props.split(b"\x02") if item and item.partition(b"\x01")[0] not in names]

@@ -12,6 +12,7 @@ from pymq.protocol.codes import RequestCode, ResponseCode
 from pymq.protocol.frame import Command
 from pymq.protocol.message import Message
 from pymq.protocol.record import decode_properties, parse_record
+from pymq.protocol.transaction import PGROUP
 from pymq.testing import MockBroker
 from tests.helpers import wait_until
 
@@ -102,3 +103,41 @@ async def test_misuse_and_failures_are_typed(broker: MockBroker) -> None:
             await producer.send_in_transaction(Message("orders", b"x"), boom)
         assert isinstance(info.value.__cause__, KeyError) and info.value.result.msg_id
     assert broker.requests_of(END) == []  # nothing decided, nothing sent
+
+
+class _NoOpHook:
+    def before_send(self, event: object) -> None:
+        pass
+
+    def after_send(self, event: object) -> None:
+        pass
+
+
+async def test_a_half_message_encodes_the_same_with_or_without_the_copy(broker: MockBroker) -> None:
+    """The usual half message appends its marks as bytes; with a send hook (which must see the half
+    message) it is a copy with the marks set: both give the same properties, in the same order."""
+    messages = [
+        Message("orders", b"plain"),
+        Message("orders", b"full", tags="t", keys=["k1", "k2"], properties={"a": "1", "b": "2"}),
+    ]
+    async with TransactionProducer(broker.address, "tx-g", never) as producer:
+        for msg in messages:
+            await producer.send_half(msg)
+            await producer.send_half(msg, transaction_timeout=30)
+        producer.add_hook(_NoOpHook())  # from here on: the copy's way
+        for msg in messages:
+            await producer.send_half(msg)
+            await producer.send_half(msg, transaction_timeout=30)
+        # a message naming a mark itself takes the copy's way: the producer's value wins, where the name was
+        await producer.send_half(Message("orders", b"own", properties={PGROUP: "other", "a": "1"}))
+
+    def without_unique_key(record: bytes) -> bytes:
+        props = parse_record(record).properties
+        assert props.startswith(b"UNIQ_KEY\x01")
+        return props[props.index(b"\x02") + 1 :]
+
+    stored = [without_unique_key(record) for _, record in broker.stored("orders")]
+    assert stored[:4] == stored[4:8]
+    assert stored[1] == b"TRAN_MSG\x01true\x02PGROUP\x01tx-g\x02CHECK_IMMUNITY_TIME_IN_SECONDS\x0130\x02"
+    assert stored[3].startswith(b"TAGS\x01t\x02KEYS\x01k1 k2\x02a\x011\x02b\x012\x02TRAN_MSG\x01true\x02")
+    assert stored[8] == b"PGROUP\x01tx-g\x02a\x011\x02TRAN_MSG\x01true\x02"

@@ -63,6 +63,8 @@ class TransactionHook:
         self.max_message_size = 0
         #: half messages moved to the half topic (the store may still refuse one)
         self.halves = 0
+        #: (topic, queue id) -> its REAL_TOPIC and REAL_QID properties, encoded (a bounded cache)
+        self._real: dict[tuple[str, int], bytes] = {}
 
     def install(self, store: MessageStore) -> None:
         self.max_message_size = store.max_message_size
@@ -112,11 +114,14 @@ class TransactionHook:
             return None
         # The properties edited as bytes (no decode and re-encode): what must not stay removed
         # (one search per name when, as usual, none is there), the real topic and queue appended.
-        props = (
-            strip_properties(props, _DROPPED)
-            + property_bytes(Prop.REAL_TOPIC, topic)
-            + property_bytes(Prop.REAL_QID, str(queue_id))
-        )
+        real = self._real.get((topic, queue_id))
+        if real is None:
+            if len(self._real) >= 4096:
+                self._real.clear()
+            real = self._real[topic, queue_id] = property_bytes(Prop.REAL_TOPIC, topic) + property_bytes(
+                Prop.REAL_QID, str(queue_id)
+            )
+        props = strip_properties(props, _DROPPED) + real
         rec = moved_record(data, pos, _HALF_TOPIC_B, props, tx_type=TRANSACTION_NOT_TYPE)
         if len(rec) > self.max_message_size:
             return None
