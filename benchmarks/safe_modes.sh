@@ -28,6 +28,9 @@ for r in $(seq "$rounds"); do
     # pair whose no-slave rate is nearest pymq's)
     run "repl-floor-$r"   $py benchmarks/repl_floor_bench.py --seconds 3 --rounds 2 \
         --work-us 0 20 40 70 --server-work-us 0 20 40 70 --pairs --json
+    # (and SYNC's at pymq's slave cost: the bare slave spinning 16 µs a message costs what pymq's does, ~27 µs)
+    run "repl-floor-slave-$r" $py benchmarks/repl_floor_bench.py --seconds 3 --rounds 2 --modes none sync \
+        --work-us 20 40 --server-work-us 20 40 --slave-work-us 16 --pairs --json
     run "pop-$r"          $py benchmarks/pop_bench.py --messages 20000 --json
     # (the floor of pop + ack each: one empty request a round trip, one in flight)
     run "pop-floor-$r"    $py benchmarks/pop_floor_bench.py 1

@@ -65,9 +65,9 @@ def floor_for(out: Path, r: int, async_rate: float | None) -> tuple[str, float |
     return (work, cell.get("async"), cell.get("syncer"))
 
 
-def repl_floor_for(out: Path, r: int, none_rate: float | None) -> dict[str, Any]:
-    """The ``repl_floor_bench.py`` row whose no-slave rate is nearest pymq's no-slave rate of the round."""
-    rows = [row for row in load(out, f"repl-floor-{r}") or [] if isinstance(row, dict) and "none" in row]
+def repl_floor_for(out: Path, r: int, none_rate: float | None, name: str = "repl-floor") -> dict[str, Any]:
+    """The ``repl_floor_bench.py`` row (of run ``name``) whose no-slave rate is nearest pymq's of the round."""
+    rows = [row for row in load(out, f"{name}-{r}") or [] if isinstance(row, dict) and "none" in row]
     if not rows or not none_rate:
         return {}
     return min(rows, key=lambda row: abs(float(row["none"].get("msgs_per_s", 0)) - none_rate))
@@ -91,6 +91,19 @@ def ratios(out: Path, r: int) -> list[tuple[str, float | None, str, float]]:
             f"by CPU {fmt(floor.get(f'{key}_cpu_vs_none'), 2)}"
         )
         rows.append((f"({mode} floor: bare servers, same shape)", floor.get(f"{key}_vs_none"), figures, 0.0))
+    # SYNC's floor with pymq's slave cost given (the bare slave spinning per message): what the shape
+    # allows at that slave cost with the client and the master bare.
+    slave_floor = repl_floor_for(out, r, none.get("msgs_per_s"), "repl-floor-slave")
+    if slave_floor:
+        f_sync, f_none = slave_floor.get("sync", {}), slave_floor.get("none", {})
+        figures = (
+            f"{fmt(f_sync.get('msgs_per_s'))} vs {fmt(f_none.get('msgs_per_s'))} msgs/s; slave CPU "
+            f"{fmt(f_sync.get('slave_cpu_us_per_msg'))} µs/msg (pymq's "
+            f"{fmt(modes.get('SYNC_MASTER', {}).get('slave_cpu_us_per_msg'))}); --work-us "
+            f"{fmt(slave_floor.get('work_us'))} --server-work-us {fmt(slave_floor.get('server_work_us'))} "
+            f"--slave-work-us {fmt(slave_floor.get('slave_work_us'))}"
+        )
+        rows.append(("(SYNC_MASTER floor at pymq's slave cost)", slave_floor.get("sync_vs_none"), figures, 0.0))
     m = modes.get("SYNC_MASTER", {})
     cpu = div(m.get("master_cpu_us_per_msg"), none.get("master_cpu_us_per_msg"))
     figures = f"{m.get('master_cpu_us_per_msg', '—')} vs {none.get('master_cpu_us_per_msg', '—')} µs/msg"

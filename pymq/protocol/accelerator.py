@@ -33,6 +33,7 @@ ABI_VERSION = 10
 SPEEDUPS_FUNCTIONS = (
     "any_property_contains",
     "cq_entries",
+    "dispatch_scan",
     "encode_batch",
     "encode_record",
     "index_put",
