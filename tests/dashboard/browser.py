@@ -90,11 +90,15 @@ class Browser:
 
     def submit(self, button: str) -> None:
         """Click a submit button and wait for the next page."""
+        self.click_through(self.css(button))
+
+    def click_through(self, element: Any) -> None:
+        """Click ``element`` (a submit button or a link found on this page) and wait for the next page."""
         from selenium.webdriver.support.ui import WebDriverWait
 
         # A mark on the old page's window: gone once the next page has loaded (no stale element handles).
         self.driver.execute_script("window.__pymqOldPage = true")
-        self.css(button).click()
+        element.click()
         WebDriverWait(self.driver, 15).until(
             lambda d: d.execute_script("return !window.__pymqOldPage && document.readyState === 'complete'")
         )

@@ -209,8 +209,7 @@ def test_an_admin_edits_acl_accounts_in_the_ui(
 
     browser.go("/accounts")
     row = next(r for r in browser.all("#accounts tbody tr") if r.text.startswith("newbie"))
-    browser.driver.execute_script("window.__pymqOldPage = true")
-    row.find_element("css selector", "form.delete button").click()
+    browser.click_through(row.find_element("css selector", "form.delete button"))  # to the confirmation page
     browser.submit("#confirm button")
     assert browser.text("#flash") == "account newbie deleted from broker-s/0"
     assert "csrf-victim" not in browser.text("#accounts") and "newbie" not in browser.text("#accounts")
