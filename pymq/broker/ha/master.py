@@ -43,8 +43,11 @@ log = get_logger("broker.ha.master")
 
 #: how long a new connection may take to send its HELLO
 HELLO_TIMEOUT = 10.0
-#: an ASYNC_MASTER's stream gathers this long after new data before it sends
-ASYNC_BATCH_SECONDS = 0.001
+#: an ASYNC_MASTER's stream gathers this long after new data before it sends: fewer, larger frames
+#: cost both sides less (8 producers, replication_bench.py, alternated four times: ASYNC_MASTER at
+#: 0.78-0.90 of no slave with 4 ms against 0.67-0.79 with 1 ms, the slave 5.4-7.4 against 6.4-8.6
+#: CPU us/msg). RocketMQ's HA writer, once caught up, waits up to 100 ms for more.
+ASYNC_BATCH_SECONDS = 0.004
 #: the transport buffers this much before a stream waits for the socket to drain
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 
