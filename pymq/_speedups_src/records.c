@@ -1,5 +1,6 @@
-/* Record scanning of pymq._speedups: the broker's batch split and patch, the dispatcher's codes, and the
- * decoders (record_batch.py's and record.py's per-record loops). */
+/* Record scanning of pymq._speedups: the broker's batch split and patch, the dispatcher's codes, the
+ * stored-record scan (recovery, replication) and a slave's dispatch of what it scanned, and the decoders
+ * (record_batch.py's and record.py's per-record loops, the Spark connector's columns). */
 #include "speedups.h"
 
 /* --- helpers ----------------------------------------------------------------------------------- */
