@@ -57,7 +57,7 @@ for r in $(seq "$rounds"); do
     run "txn-floor-$r"    $py benchmarks/txn_floor_bench.py --count 4000 --rounds 3 --json
     run "flush-async-$r"  $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush ASYNC_FLUSH
     run "flush-sync-$r"   $bench producer --embedded --quiet --json --duration 10 --concurrency 8 --flush SYNC_FLUSH
-    run "floor-$r"        $py benchmarks/sync_floor_bench.py --work-us 10 30 60 100 --sync-by syncer --dir "$out" --json
+    run "floor-$r"        $py benchmarks/sync_floor_bench.py --work-us 10 20 30 60 100 --sync-by syncer --dir "$out" --json
     if command -v java >/dev/null; then run "spark-$r" $py benchmarks/spark_bench.py --messages 500000 --json; fi
     peer_round "after-$r" W1,W2,W4 30
 done
