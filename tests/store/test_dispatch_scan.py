@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from pymq.broker.delay.hook import SCHEDULE_TOPIC
-from pymq.broker.store import MessageStore, dispatcher
+from pymq.broker.store import MessageStore
 from pymq.protocol import record
 from pymq.protocol.record_batch import stored_scan_py
 from tests.store.conftest import PutPathFactory
@@ -41,18 +41,16 @@ def test_the_accelerator_scans_as_the_python_reference(new_put_path: PutPathFact
             path.put("V", 0, make_record("V", b"no properties"))
     store = path.store
     disp = store.dispatcher
+    scan = record.speedups.dispatch_scan
     scanned = 0
     for mm, base, records in file_records(store):
         for cut in (records, records[5:17], records[:1], []):
             reference = disp.scan_stored_py(mm, 0, base, cut)  # (it learns the topics)
-            fast = dispatcher._dispatch_scan(mm, 0, base, cut, disp._stored_topics)  # type: ignore[misc]
-            assert fast == reference
+            assert scan(mm, 0, base, cut, disp._stored_topics) == reference
             scanned += len(cut)
             # The same records, a queue's offsets broken: the run ends there and a new one begins.
             gapped = [(*r[:5], r[5] + (100 if i >= len(cut) // 2 else 0), r[6]) for i, r in enumerate(cut)]
-            assert dispatcher._dispatch_scan(mm, 0, base, gapped, disp._stored_topics) == (  # type: ignore[misc]
-                disp.scan_stored_py(mm, 0, base, gapped)
-            )
+            assert scan(mm, 0, base, gapped, disp._stored_topics) == disp.scan_stored_py(mm, 0, base, gapped)
     assert scanned > 100
     mm, base, records = file_records(store)[0]
     runs, index = disp.scan_stored_py(mm, 0, base, records)
@@ -65,8 +63,7 @@ def test_it_hands_back_what_it_does_not_handle(new_put_path: PutPathFactory) -> 
     store = path.store
     disp = store.dispatcher
     mm, base, records = file_records(store)[0]
-    scan = dispatcher._dispatch_scan
-    assert scan is not None
+    scan = record.speedups.dispatch_scan
     assert scan(mm, 0, base, records, {}) is NotImplemented  # no topic learnt yet
     disp.scan_stored_py(mm, 0, base, records)
     assert any(v[1] < 0 for v in disp._stored_topics.values())  # the schedule topic: -1

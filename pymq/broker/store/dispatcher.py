@@ -56,10 +56,6 @@ if _record.speedups is not None and {"ENTRY": CQ_ENTRY.format, "ENTRY_SIZE": CQ_
     raise ImportError("pymq._speedups was built for another consume-queue layout: rebuild it (pip install -e .)")
 
 
-#: the accelerator's scan_stored (None without it)
-_dispatch_scan = getattr(_record.speedups, "dispatch_scan", None)
-
-
 def pack_entries(phys: list[int], sizes: list[int], tags_codes: list[int]) -> bytes:
     """Consume-queue entries ``(phys[i], sizes[i], tags_codes[i])``, packed back to back."""
     speedups = _record.speedups
@@ -303,9 +299,9 @@ class Dispatcher:
         records of one store time that have index keys. The accelerator's copy when it has every
         topic (and none has its own tags rule), else :meth:`scan_stored_py`.
         """
-        scan = _dispatch_scan
-        if scan is not None:
-            fast = scan(buf, delta, base, records, self._stored_topics)
+        speedups = _record.speedups  # (read per call, as pack_entries does: PYMQ_NO_SPEEDUPS and tests switch it)
+        if speedups is not None:
+            fast = speedups.dispatch_scan(buf, delta, base, records, self._stored_topics)
             if fast is not NotImplemented:
                 return fast  # type: ignore[no-any-return]
         return self.scan_stored_py(buf, delta, base, records)
